@@ -1,0 +1,132 @@
+package autograd
+
+import (
+	"fmt"
+	"math"
+)
+
+// IgnoreIndex is the target value that CrossEntropy skips (a padded token).
+const IgnoreIndex = -1
+
+// CrossEntropy returns the mean over rows of -log softmax(logits)[target] as
+// a 1×1 tensor. Row i of logits scores the classes for target[i]; rows whose
+// target is IgnoreIndex are left out of the sum and the count. With no row
+// counted the loss is 0. targets is copied.
+func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
+	if len(targets) != logits.Rows {
+		panic(fmt.Sprintf("autograd.CrossEntropy: logits are %s but there are %d targets", logits.shape(), len(targets)))
+	}
+	out := tp.alloc(1, 1, needsGrad(logits))
+	nd := tp.push(opCrossEntropy, out, logits, nil)
+	e := tp.f64(logits.Cols)
+	var sum float64
+	count := 0
+	for i, c := range targets {
+		if c == IgnoreIndex {
+			continue
+		}
+		if c < 0 || c >= logits.Cols {
+			panic(fmt.Sprintf("autograd.CrossEntropy: target %d of row %d out of range for %s", c, i, logits.shape()))
+		}
+		x := logits.Data[i*logits.Cols : (i+1)*logits.Cols]
+		m, s := rowExpSum(x, e)
+		l := m + math.Log(s)
+		// The row's log-sum-exp, kept in float64 for the backward pass.
+		nd.vals = append(nd.vals, l)
+		sum += l - float64(x[c])
+		count++
+	}
+	out.Data[0] = float32(meanOf(sum, count))
+	if out.Grad == nil {
+		tp.pop()
+		return out
+	}
+	nd.count = count
+	nd.idx = append(nd.idx, targets...)
+	return out
+}
+
+func meanOf(sum float64, count int) float64 {
+	if count == 0 {
+		return 0
+	}
+	return sum / float64(count)
+}
+
+func (tp *Tape) backwardCrossEntropy(nd *node) {
+	a := nd.a
+	if a.Grad == nil || nd.count == 0 {
+		return
+	}
+	// ∂/∂x_j = (softmax(x)_j - 1[j = target]) · g / count
+	scale := float64(nd.out.Grad[0]) / float64(nd.count)
+	lse := nd.vals
+	for i, c := range nd.idx {
+		if c == IgnoreIndex {
+			continue
+		}
+		x := a.Data[i*a.Cols : (i+1)*a.Cols]
+		da := a.Grad[i*a.Cols : (i+1)*a.Cols]
+		l := lse[0]
+		lse = lse[1:]
+		for j, v := range x {
+			p := math.Exp(float64(v) - l)
+			if j == c {
+				p--
+			}
+			da[j] += float32(p * scale)
+		}
+	}
+}
+
+// BCEWithLogits returns the mean binary cross-entropy of logits x against
+// targets t, in the stable form of SPEC.md section 8,
+//
+//	max(x, 0) - x·t + log(1 + exp(-|x|)),
+//
+// as a 1×1 tensor. targets has one value per element of x. valid, if not nil,
+// has one entry per element and leaves out the false ones (padding) from the
+// sum and the count; with none counted the loss is 0. targets and valid are
+// copied. No gradient flows to the targets.
+func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tensor {
+	if len(targets) != x.Len() || (valid != nil && len(valid) != x.Len()) {
+		panic(fmt.Sprintf("autograd.BCEWithLogits: x is %s but there are %d targets and %d valid flags",
+			x.shape(), len(targets), len(valid)))
+	}
+	out := tp.alloc(1, 1, needsGrad(x))
+	var sum float64
+	count := 0
+	for i, v := range x.Data {
+		if valid != nil && !valid[i] {
+			continue
+		}
+		z, t := float64(v), float64(targets[i])
+		sum += math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+		count++
+	}
+	out.Data[0] = float32(meanOf(sum, count))
+	if out.Grad != nil {
+		nd := tp.push(opBCEWithLogits, out, x, nil)
+		nd.count = count
+		nd.target = append(nd.target, targets...)
+		if valid != nil {
+			nd.mask = append(nd.mask, valid...)
+		}
+	}
+	return out
+}
+
+func (tp *Tape) backwardBCE(nd *node) {
+	x := nd.a
+	if x.Grad == nil || nd.count == 0 {
+		return
+	}
+	// ∂/∂x = (σ(x) - t) · g / count
+	scale := float64(nd.out.Grad[0]) / float64(nd.count)
+	for i, v := range x.Data {
+		if len(nd.mask) > 0 && !nd.mask[i] {
+			continue
+		}
+		x.Grad[i] += float32((sigmoid(float64(v)) - float64(nd.target[i])) * scale)
+	}
+}

@@ -1,0 +1,174 @@
+package autograd
+
+import "fmt"
+
+// Tape records the operations of a forward pass so that Backward can
+// differentiate them. The zero value is an empty tape ready to use.
+//
+// A Tape is not safe for concurrent use; use one tape per goroutine.
+type Tape struct {
+	nodes []node
+	// pool holds the tensors the tape has handed out; used counts those
+	// handed out since the last Reset.
+	pool []*Tensor
+	used int
+	// scratch and scratch64 are work buffers for backward passes.
+	scratch   []float32
+	scratch64 []float64
+}
+
+// opcode names a recorded operation; node.backward dispatches on it.
+type opcode uint8
+
+// node is one recorded operation: its output, its operands and whatever the
+// backward pass needs. Slices in a node keep their capacity across Reset so
+// that a reused tape does not allocate.
+type node struct {
+	op     opcode
+	out    *Tensor
+	a, b   *Tensor
+	s      float32 // a scalar argument
+	n      int     // an integer argument
+	idx    []int
+	mask   []bool
+	target []float32
+	list   []*Tensor
+	vals   []float64 // intermediates the backward pass reuses
+	count  int       // number of terms a mean divides by
+}
+
+// Reset forgets the recorded operations and takes back every tensor the tape
+// handed out, to be reused by the next forward pass. Tensors from before the
+// Reset must not be used afterwards.
+func (tp *Tape) Reset() {
+	tp.nodes = tp.nodes[:0]
+	tp.used = 0
+}
+
+// Len returns the number of operations recorded since the last Reset.
+func (tp *Tape) Len() int { return len(tp.nodes) }
+
+// alloc returns a tape-owned rows×cols tensor whose Data is to be written in
+// full by the caller; it has a zeroed Grad when grad is true.
+func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
+	var t *Tensor
+	if tp.used < len(tp.pool) {
+		t = tp.pool[tp.used]
+	} else {
+		t = new(Tensor)
+		tp.pool = append(tp.pool, t)
+	}
+	tp.used++
+	if t.view {
+		t.Data, t.view = nil, false
+	}
+	n := rows * cols
+	t.Rows, t.Cols = rows, cols
+	t.Data = grow(t.Data, n)
+	t.Grad = nil
+	if grad {
+		t.gbuf = grow(t.gbuf, n)
+		t.Grad = t.gbuf
+		clear(t.Grad)
+	}
+	return t
+}
+
+// view returns a tape-owned tensor that shares data and grad with another.
+func (tp *Tape) view(rows, cols int, data, grad []float32) *Tensor {
+	var t *Tensor
+	if tp.used < len(tp.pool) {
+		t = tp.pool[tp.used]
+	} else {
+		t = new(Tensor)
+		tp.pool = append(tp.pool, t)
+	}
+	tp.used++
+	t.Rows, t.Cols, t.Data, t.Grad, t.view = rows, cols, data, grad, true
+	return t
+}
+
+// grow returns buf resized to n, reusing its memory when it is large enough.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]float32, n)
+}
+
+// push appends a node for op with output out and returns it for the caller
+// to fill in; it does not allocate once the tape has seen as many nodes.
+func (tp *Tape) push(op opcode, out, a, b *Tensor) *node {
+	if len(tp.nodes) < cap(tp.nodes) {
+		tp.nodes = tp.nodes[:len(tp.nodes)+1]
+	} else {
+		tp.nodes = append(tp.nodes, node{})
+	}
+	nd := &tp.nodes[len(tp.nodes)-1]
+	*nd = node{
+		op: op, out: out, a: a, b: b,
+		idx: nd.idx[:0], mask: nd.mask[:0], target: nd.target[:0], list: nd.list[:0], vals: nd.vals[:0],
+	}
+	return nd
+}
+
+// pop removes the node push added last, for an operation that turned out to
+// need no gradient.
+func (tp *Tape) pop() { tp.nodes = tp.nodes[:len(tp.nodes)-1] }
+
+// needsGrad reports whether an operation on these operands needs a gradient.
+func needsGrad(ts ...*Tensor) bool {
+	for _, t := range ts {
+		if t != nil && t.Grad != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Backward differentiates the scalar loss, a 1×1 tensor recorded on this
+// tape, and adds ∂loss/∂t into the Grad of every tensor t it depends on.
+func (tp *Tape) Backward(loss *Tensor) {
+	if loss.Rows != 1 || loss.Cols != 1 {
+		panic(fmt.Sprintf("autograd.Backward: loss must be 1x1, have %s", loss.shape()))
+	}
+	tp.BackwardFrom(loss, []float32{1})
+}
+
+// BackwardFrom differentiates the scalar Σ y⊙dy, where y was recorded on this
+// tape and dy, of y's length, is the upstream gradient; it adds the gradient
+// into every tensor y depends on. A y that receives no gradient is a no-op.
+func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
+	if len(dy) != y.Len() {
+		panic(fmt.Sprintf("autograd.BackwardFrom: y is %s but dy has %d values", y.shape(), len(dy)))
+	}
+	if y.Grad == nil {
+		return
+	}
+	for i, g := range dy {
+		y.Grad[i] += g
+	}
+	for i := len(tp.nodes) - 1; i >= 0; i-- {
+		nd := &tp.nodes[i]
+		if nd.out.Grad == nil {
+			continue
+		}
+		tp.backward(nd)
+	}
+}
+
+// f32 returns a tape-owned float32 work buffer of length n, contents undefined.
+func (tp *Tape) f32(n int) []float32 {
+	tp.scratch = grow(tp.scratch, n)
+	return tp.scratch
+}
+
+// f64 returns a zeroed tape-owned float64 work buffer of length n.
+func (tp *Tape) f64(n int) []float64 {
+	if cap(tp.scratch64) < n {
+		tp.scratch64 = make([]float64, n)
+	}
+	tp.scratch64 = tp.scratch64[:n]
+	clear(tp.scratch64)
+	return tp.scratch64
+}
