@@ -149,9 +149,9 @@ type Config struct {
 	// (section 2); 0 disables it. eps is an explicit input.
 	Jitter float64
 
-	Capacity Capacity  // section 3
+	Capacity  Capacity  // section 3
 	Weighting Weighting // section 6
-	Compute  Compute   // gather (section 5) or dense with straight-through (section 7)
+	Compute   Compute   // gather (section 5) or dense with straight-through (section 7)
 	// MLPOnly routes only the MLP; attention runs densely (section 5).
 	MLPOnly bool
 

@@ -7,7 +7,7 @@ import (
 )
 
 // FDStep is the default step h of the central differences
-// (f(x+h) - f(x-h)) / 2h. Its truncation error is h^2/6 |f'''| ~ 2e-11 |f'''|
+// (f(x+h) - f(x-h)) / 2h. Its truncation error is h^2/6 |f”'| ~ 2e-11 |f”'|
 // and its round-off error about eps|f|/h ~ 1e-11 |f| (eps = 2.2e-16), so for
 // values and derivatives of order one both stay well below the 1e-8 relative
 // tolerance the tests use.
