@@ -133,7 +133,9 @@ func TestLayerErrors(t *testing.T) {
 		want string
 	}{
 		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Weighting = WeightSoftmax; c.Causal = CausalRouter }, "softmax"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Capacity = Capacity{Kind: CapacityInteger, Tokens: 5} }, "C = 5 with sequence length S = 4"},
+		{func(c *Config, _ *LayerParams, _ *LayerInputs) {
+			c.Capacity = Capacity{Kind: CapacityInteger, Tokens: 5}
+		}, "C = 5 with sequence length S = 4"},
 		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Capacity.Ratio = 0 }, "Ratio = 0"},
 		{func(_ *Config, _ *LayerParams, in *LayerInputs) { in.X = []*mat.Dense{mat.NewDense(4, 3, nil)} }, "4×3, want S×d = 4×2"},
 		{func(_ *Config, p *LayerParams, _ *LayerInputs) { p.Router = []float64{1} }, "Router has length 1, want 2"},
