@@ -114,13 +114,13 @@ func MLP(c BlockConfig, p *BlockParams, u []float64) []float64 {
 // section 9).
 type KVCache struct {
 	Positions []int       // original positions, strictly ascending
-	Keys      [][]float64 // RoPE(N1(x)·Wk) at each position
+	Keys      [][]float64 // RoPE(N1(x)·Wk) at each position (no rotation with learned positions)
 	Values    [][]float64 // N1(x)·Wv
 }
 
 // AttentionStep is one query of the causal multi-head attention of SPEC.md
 // section 5: token x at original position pos is normalised (N1), projected
-// to q, k, v, rotated (RoPE at pos), appended to the cache, and attends with
+// to q, k, v, rotated (RoPE at pos, unless Positions = learned), appended to the cache, and attends with
 // scale 1/sqrt(d_h) to every cached token (all at positions <= pos). It
 // returns the attention output ctx·Wo (the update a of H = X + a). pos must
 // exceed every cached position; a smaller one is a programmer error and
@@ -132,7 +132,7 @@ func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos
 	xn := normalize(c, p.Norm1, p.Norm1Bias, x)
 	q, k, v := vecMat(xn, p.Wq), vecMat(xn, p.Wk), vecMat(xn, p.Wv)
 	dh := c.D / c.Heads
-	for h := 0; h < c.Heads; h++ {
+	for h := 0; h < c.Heads && c.Positions == PositionRoPE; h++ {
 		copy(q[h*dh:(h+1)*dh], RoPE(q[h*dh:(h+1)*dh], pos, c.RoPEBase))
 		copy(k[h*dh:(h+1)*dh], RoPE(k[h*dh:(h+1)*dh], pos, c.RoPEBase))
 	}

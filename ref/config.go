@@ -96,6 +96,18 @@ const (
 	ActSwiGLU Activation = "swiglu"
 )
 
+// PositionKind names how positions enter the model (SPEC.md section 5).
+type PositionKind string
+
+// Position encodings (SPEC.md section 5).
+const (
+	// PositionRoPE rotates queries and keys by each token's original position.
+	PositionRoPE PositionKind = "rope"
+	// PositionLearned adds a learned absolute embedding of the position to the
+	// token embedding at the input; attention is then position-free.
+	PositionLearned PositionKind = "learned"
+)
+
 // BlockConfig is the shape of one pre-norm transformer block (SPEC.md
 // section 5), shared by routed and dense layers.
 type BlockConfig struct {
@@ -106,12 +118,14 @@ type BlockConfig struct {
 	NormEps  float64    // eps inside the norm; must be > 0
 	MLP      Activation // GELU (default) or SwiGLU
 	RoPEBase float64    // rotary base; 10000 in SPEC.md
+	// Positions is rope (default) or learned absolute embeddings at the input.
+	Positions PositionKind
 }
 
 // DefaultBlockConfig returns the SPEC.md defaults (RMSNorm with eps 1e-6,
 // GELU, RoPE base 10000) for the given sizes.
 func DefaultBlockConfig(d, heads, dff int) BlockConfig {
-	return BlockConfig{D: d, Heads: heads, DFF: dff, Norm: NormRMS, NormEps: 1e-6, MLP: ActGELU, RoPEBase: 10000}
+	return BlockConfig{D: d, Heads: heads, DFF: dff, Norm: NormRMS, NormEps: 1e-6, MLP: ActGELU, RoPEBase: 10000, Positions: PositionRoPE}
 }
 
 // Validate reports the first invalid field of c.
@@ -133,7 +147,9 @@ func (c BlockConfig) Validate() error {
 		return fmt.Errorf("block: NormEps = %v, want a finite value > 0 (1e-6 is the default)", c.NormEps)
 	case c.MLP != ActGELU && c.MLP != ActSwiGLU:
 		return fmt.Errorf("block: MLP = %q, want %q or %q", c.MLP, ActGELU, ActSwiGLU)
-	case !(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 0):
+	case c.Positions != PositionRoPE && c.Positions != PositionLearned:
+		return fmt.Errorf("block: Positions = %q, want %q or %q", c.Positions, PositionRoPE, PositionLearned)
+	case c.Positions == PositionRoPE && (!(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 0)):
 		return fmt.Errorf("block: RoPEBase = %v, want a finite value > 1 (10000 in SPEC.md)", c.RoPEBase)
 	}
 	return nil

@@ -67,9 +67,12 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		return nil, fmt.Errorf("decoder: token %d at position %d, want 0 <= id < vocab = %d", token, dec.pos, dec.cfg.Vocab)
 	}
 	blk := dec.cfg.Block()
+	if blk.Positions == PositionLearned && dec.pos >= dec.cfg.MaxLen {
+		return nil, fmt.Errorf("decoder: position %d has no learned position embedding (MaxLen = %d)", dec.pos, dec.cfg.MaxLen)
+	}
 	nl := len(dec.cfg.Layers)
 	res := &StepResult{Pos: dec.pos, Routed: make([]bool, nl), RouterWeights: make([]float64, nl), PredictorLogits: make([]float64, nl)}
-	x := append([]float64(nil), dec.p.Embed.RawRowView(token)...)
+	x := EmbedToken(dec.p, token, dec.pos)
 	for l, ml := range dec.cfg.Layers {
 		lp := dec.p.Layers[l]
 		kv := &dec.Caches[l]

@@ -95,13 +95,17 @@ type ModelLayer struct {
 type ModelConfig struct {
 	Vocab  int
 	Layers []ModelLayer
+	// MaxLen is the number of learned position embeddings (Block.Positions =
+	// learned); sequences may not be longer. Unused with RoPE.
+	MaxLen int
 }
 
 // NewModelConfig builds nLayers layers that share routing's block shape and
-// routing choices, routed where pattern says. capacities, when non-nil, is
-// the per-layer capacity list of SPEC.md section 3: one entry per routed
-// layer, in layer order.
-func NewModelConfig(vocab, nLayers int, routing Config, pattern Pattern, capacities []Capacity) (ModelConfig, error) {
+// routing choices, routed where pattern says. maxLen is the number of learned
+// position embeddings (0 with RoPE). capacities, when non-nil, is the
+// per-layer capacity list of SPEC.md section 3: one entry per routed layer,
+// in layer order.
+func NewModelConfig(vocab, maxLen, nLayers int, routing Config, pattern Pattern, capacities []Capacity) (ModelConfig, error) {
 	routed, err := pattern.Routed(nLayers)
 	if err != nil {
 		return ModelConfig{}, err
@@ -115,7 +119,7 @@ func NewModelConfig(vocab, nLayers int, routing Config, pattern Pattern, capacit
 	if capacities != nil && len(capacities) != nRouted {
 		return ModelConfig{}, fmt.Errorf("model: %d per-layer capacities for %d routed layers, want one per routed layer", len(capacities), nRouted)
 	}
-	cfg := ModelConfig{Vocab: vocab}
+	cfg := ModelConfig{Vocab: vocab, MaxLen: maxLen}
 	j := 0
 	for l := 0; l < nLayers; l++ {
 		c := routing
@@ -135,6 +139,9 @@ func (c ModelConfig) Validate() error {
 	}
 	if len(c.Layers) == 0 {
 		return fmt.Errorf("model: no layers, want >= 1")
+	}
+	if c.Layers[0].Config.Block.Positions == PositionLearned && c.MaxLen < 1 {
+		return fmt.Errorf("model: MaxLen = %d with learned position embeddings, want the longest sequence length (>= 1)", c.MaxLen)
 	}
 	for l, ml := range c.Layers {
 		if ml.Config.Block != c.Layers[0].Config.Block {
@@ -162,19 +169,24 @@ func (c ModelConfig) Block() BlockConfig {
 // a dense layer.
 type ModelParams struct {
 	Embed         *mat.Dense // vocab×d
+	PosEmbed      *mat.Dense // MaxLen×d learned position embeddings (nil with RoPE)
 	Layers        []*LayerParams
 	FinalNorm     []float64  // gamma, length d
 	FinalNormBias []float64  // beta (LayerNorm only)
 	Head          *mat.Dense // d×vocab
 }
 
-// NewModelParams draws a model's parameters from seed: embeddings N(0,1),
+// NewModelParams draws a model's parameters from seed: token embeddings
+// N(0,1), learned position embeddings (if any) N(0, 0.1^2),
 // layers as NewLayerParams/NewBlockParams, final norm gains 1 + N(0, 0.1^2),
 // head N(0, 1/d).
 func NewModelParams(c ModelConfig, seed uint64) *ModelParams {
 	rng := NewRand(seed)
 	blk := c.Block()
 	p := &ModelParams{Embed: RandomMatrix(rng, c.Vocab, blk.D, 1)}
+	if blk.Positions == PositionLearned {
+		p.PosEmbed = RandomMatrix(rng, c.MaxLen, blk.D, 0.1)
+	}
 	for _, ml := range c.Layers {
 		if ml.Routed {
 			p.Layers = append(p.Layers, NewLayerParams(ml.Config, rng))
@@ -190,10 +202,11 @@ func NewModelParams(c ModelConfig, seed uint64) *ModelParams {
 	return p
 }
 
-// Tensors lists every parameter, named "Embed", "L<l>.<field>", "FinalNorm",
-// "FinalNormBias", "Head", in that order.
+// Tensors lists every parameter, named "Embed", "PosEmbed", "L<l>.<field>",
+// "FinalNorm", "FinalNormBias", "Head", in that order (absent ones skipped).
 func (p *ModelParams) Tensors() []Tensor {
 	ts := []Tensor{denseTensor("Embed", p.Embed)}
+	ts = appendMat(ts, "PosEmbed", p.PosEmbed)
 	for l, lp := range p.Layers {
 		ts = append(ts, lp.Tensors(fmt.Sprintf("L%d.", l))...)
 	}
@@ -206,6 +219,9 @@ func (p *ModelParams) Tensors() []Tensor {
 func (p *ModelParams) Check(c ModelConfig) error {
 	blk := c.Block()
 	if err := checkMat("Embed", p.Embed, c.Vocab, blk.D, true); err != nil {
+		return err
+	}
+	if err := checkMat("PosEmbed", p.PosEmbed, c.MaxLen, blk.D, blk.Positions == PositionLearned); err != nil {
 		return err
 	}
 	if len(p.Layers) != len(c.Layers) {
@@ -295,15 +311,27 @@ func DenseLayerForward(c BlockConfig, p *BlockParams, x []*mat.Dense, valid []in
 	return out, nil
 }
 
-// Embed looks up the token embeddings: B matrices S×d (padded positions get
-// zero rows).
+// EmbedToken is the input residual stream of a token at position pos:
+// Embed[token], plus PosEmbed[pos] with learned position embeddings.
+func EmbedToken(p *ModelParams, token, pos int) []float64 {
+	x := append([]float64(nil), p.Embed.RawRowView(token)...)
+	if p.PosEmbed != nil {
+		for j, v := range p.PosEmbed.RawRowView(pos) {
+			x[j] += v
+		}
+	}
+	return x
+}
+
+// Embed applies EmbedToken to every valid position: B matrices S×d
+// (padded positions get zero rows).
 func Embed(p *ModelParams, tokens [][]int, valid []int) []*mat.Dense {
 	_, d := p.Embed.Dims()
 	x := make([]*mat.Dense, len(tokens))
 	for b, row := range tokens {
 		x[b] = mat.NewDense(len(row), d, nil)
 		for i := 0; i < validLen(valid, b, len(row)); i++ {
-			x[b].SetRow(i, p.Embed.RawRowView(row[i]))
+			x[b].SetRow(i, EmbedToken(p, row[i], i))
 		}
 	}
 	return x
@@ -362,6 +390,9 @@ func modelForward(c ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen
 	rows, s := len(in.Tokens), len(in.Tokens[0])
 	if s == 0 {
 		return nil, fmt.Errorf("model: Tokens rows are empty, want S >= 1")
+	}
+	if blk := c.Block(); blk.Positions == PositionLearned && s > c.MaxLen {
+		return nil, fmt.Errorf("model: sequence length S = %d exceeds MaxLen = %d learned position embeddings", s, c.MaxLen)
 	}
 	if err := checkValid(in.Valid, rows, s); err != nil {
 		return nil, fmt.Errorf("model: %w", err)

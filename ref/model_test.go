@@ -54,14 +54,14 @@ func TestPatternsHand(t *testing.T) {
 func TestPerLayerCapacities(t *testing.T) {
 	routing := DefaultConfig(DefaultBlockConfig(4, 2, 8), 0.5)
 	caps := []Capacity{{Kind: CapacityRatio, Ratio: 0.8}, {Kind: CapacityInteger, Tokens: 2}}
-	c, err := NewModelConfig(5, 4, routing, Pattern{Kind: PatternEveryOther}, caps)
+	c, err := NewModelConfig(5, 0, 4, routing, Pattern{Kind: PatternEveryOther}, caps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Layers[0].Config.Capacity != caps[0] || c.Layers[2].Config.Capacity != caps[1] || c.Layers[1].Routed {
 		t.Errorf("per-layer capacities not applied in layer order: %+v", c.Layers)
 	}
-	if _, err := NewModelConfig(5, 4, routing, Pattern{Kind: PatternEveryOther}, caps[:1]); err == nil || !strings.Contains(err.Error(), "1 per-layer capacities for 2 routed layers") {
+	if _, err := NewModelConfig(5, 0, 4, routing, Pattern{Kind: PatternEveryOther}, caps[:1]); err == nil || !strings.Contains(err.Error(), "1 per-layer capacities for 2 routed layers") {
 		t.Errorf("short capacity list: %v", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestModelHand(t *testing.T) {
 // layers 0 and 2.
 func smallModel(t *testing.T, routing Config) (ModelConfig, *ModelParams) {
 	t.Helper()
-	c, err := NewModelConfig(11, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+	c, err := NewModelConfig(11, 0, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +218,53 @@ func TestDecoderL2NormRoutesEverything(t *testing.T) {
 	}
 }
 
+func TestLearnedPositions(t *testing.T) {
+	// With learned positions attention is position-free: the same gathered
+	// rows give the same update at any positions.
+	c, p := tinyBlock(1)
+	c.Positions = PositionLearned
+	x := mat.NewDense(2, 2, []float64{1, 1, 1, -1})
+	f1, _ := BlockUpdate(c, p, x, []int{3, 5})
+	f2, _ := BlockUpdate(c, p, x, []int{0, 1})
+	assertClose(t, "f", f1.RawMatrix().Data, f2.RawMatrix().Data, 0)
+
+	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Block.Positions, routing.Causal = PositionLearned, CausalRouter
+	if _, err := NewModelConfig(11, 0, 2, routing, Pattern{Kind: PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "MaxLen = 0") {
+		t.Errorf("learned positions without MaxLen: %v", err)
+	}
+	mc, err := NewModelConfig(11, 6, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := NewModelParams(mc, 4)
+	// The input stream is Embed[token] + PosEmbed[pos].
+	x0 := EmbedToken(mp, 7, 2)
+	for j := range x0 {
+		assertScalar(t, "embedding", x0[j], mp.Embed.At(7, j)+mp.PosEmbed.At(2, j), 0)
+	}
+	tokens, targets := RandomTokens(NewRand(9), 1, 6, 11)
+	full, err := ModelForward(mc, mp, ModelInputs{Tokens: tokens, Targets: targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := NewDecoder(mc, mp)
+	for i, tok := range tokens[0] {
+		st, err := dec.Step(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertClose(t, fmt.Sprintf("logits at %d", i), st.Logits, full.Logits[0].RawRowView(i), 1e-12)
+	}
+	if _, err := dec.Step(0); err == nil || !strings.Contains(err.Error(), "MaxLen = 6") {
+		t.Errorf("decoding past MaxLen: %v", err)
+	}
+	long, _ := RandomTokens(NewRand(9), 1, 7, 11)
+	if _, err := ModelForward(mc, mp, ModelInputs{Tokens: long, Targets: long}); err == nil || !strings.Contains(err.Error(), "exceeds MaxLen") {
+		t.Errorf("sequence past MaxLen: %v", err)
+	}
+}
+
 func TestDecoderRejects(t *testing.T) {
 	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
 	c, p := smallModel(t, routing)
@@ -225,7 +272,7 @@ func TestDecoderRejects(t *testing.T) {
 		t.Errorf("top-k model: %v", err)
 	}
 	routing.Causal, routing.Weighting = CausalRouter, WeightSoftmax
-	if _, err := NewModelConfig(11, 4, routing, Pattern{Kind: PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "softmax") {
+	if _, err := NewModelConfig(11, 0, 4, routing, Pattern{Kind: PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "softmax") {
 		t.Errorf("softmax in causal mode: %v", err)
 	}
 }
@@ -328,4 +375,27 @@ func TestModelFLOPsHand(t *testing.T) {
 		t.Errorf("total %d dense %d, want %d and %d", res.FLOPs.Total, res.FLOPs.Dense, 2*dense+2*routed+head, 4*dense+head)
 	}
 	assertScalar(t, "ratio", res.FLOPs.Ratio, float64(2*dense+2*routed+head)/float64(4*dense+head), 1e-15)
+}
+
+func TestRoutedLayerFLOPsVariantsHand(t *testing.T) {
+	// d = 8, d_ff = 12, one row of n = 6 valid tokens with k = 3 routed.
+	c := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	c.Aux = AuxPredictor // h = 4: predictor 6 * (2*8*4 + 2*4) = 432
+	f := RoutedLayerFLOPs(c, []int{6}, []int{3})
+	// router 96, projections 1536, scores 288, MLP 1152 (see TestModelFLOPsHand).
+	if f.Predictor != 432 || f.Total != 96+432+1536+288+1152 {
+		t.Errorf("gather with predictor: %+v", f)
+	}
+	c.Aux, c.MLPOnly = AuxNone, true
+	f = RoutedLayerFLOPs(c, []int{6}, []int{3})
+	// Attention on all 6 tokens (3072 + 1152), MLP on the 3 routed (1152).
+	if f.Total != 96+3072+1152+1152 {
+		t.Errorf("MLP-only: %+v", f)
+	}
+	c.MLPOnly, c.Compute, c.Router, c.Block.MLP = false, ComputeDense, RouterRandom, ActSwiGLU
+	f = RoutedLayerFLOPs(c, []int{6}, []int{3})
+	// Dense compute: every token, no saving; random router costs 0; SwiGLU MLP 3*2*6*8*12 = 3456.
+	if f.Router != 0 || f.Total != 3072+1152+3456 || f.Total != f.DenseTwin {
+		t.Errorf("dense straight-through: %+v", f)
+	}
 }

@@ -150,3 +150,23 @@ func checkShape2(name string, a [][]float64, rows, cols int) error {
 	}
 	return nil
 }
+
+// BoundaryGaps is the margin of SPEC.md section 4 for each row: the gap
+// r_(k) - r_(k+1) between the k-th and the (k+1)-th largest valid router
+// weight. A decision whose gap is below a float32 implementation's error can
+// flip between two correct implementations. Rows with k = 0 or k = V_b have
+// no boundary and get +Inf.
+func BoundaryGaps(r [][]float64, k []int, valid []int) []float64 {
+	gaps := make([]float64, len(r))
+	for b, row := range r {
+		v := validLen(valid, b, len(row))
+		if k[b] == 0 || k[b] >= v {
+			gaps[b] = math.Inf(1)
+			continue
+		}
+		sorted := append([]float64(nil), row[:v]...)
+		sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
+		gaps[b] = sorted[k[b]-1] - sorted[k[b]]
+	}
+	return gaps
+}

@@ -118,3 +118,14 @@ func TestSelectTopKProperty(t *testing.T) {
 		}
 	})
 }
+
+func TestBoundaryGapsHand(t *testing.T) {
+	r := [][]float64{{0.1, 0.5, 0.4, -1}, {3, 3, 1, 0}, {1, 2, 3, 4}}
+	// Row 0, k = 2: 0.5 and 0.4 selected, next 0.1: gap 0.3.
+	// Row 1, k = 1: a tie at 3: gap 0. Row 2: k = V_b = 2: no boundary.
+	g := BoundaryGaps(r, []int{2, 1, 2}, []int{4, 4, 2})
+	assertClose(t, "gaps", g[:2], []float64{0.4 - 0.1, 0}, 1e-15)
+	if !math.IsInf(g[2], 1) {
+		t.Errorf("gap of a full row = %v, want +Inf", g[2])
+	}
+}
