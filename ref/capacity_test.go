@@ -54,6 +54,13 @@ func TestCapacityIntegerAndLogHand(t *testing.T) {
 			t.Errorf("CapacityFromLog(0.125, %d, 2048) = %d, %v; want %d", tc.s, k, err, tc.k)
 		}
 	}
+	// Not monotone in S for small c: c = 0.01, S = 1024 = 2^10:
+	// ratio = 1 - (10/11)(0.99) = 0.1, k = floor(102.4) = 102; S = 2048: k = floor(20.48) = 20.
+	for _, tc := range []struct{ s, k int }{{1024, 102}, {2048, 20}} {
+		if k, err := CapacityFromLog(0.01, tc.s, 2048); err != nil || k != tc.k {
+			t.Errorf("CapacityFromLog(0.01, %d, 2048) = %d, %v; want %d", tc.s, k, err, tc.k)
+		}
+	}
 	ratio, _ := LogCapacityRatio(0.125, 64, 2048)
 	assertScalar(t, "ratio(64)", ratio, 46.0/88.0, 1e-15)
 	if _, err := CapacityFromLog(0.125, 4096, 2048); err == nil || !strings.Contains(err.Error(), "S_max = 2048") {

@@ -223,8 +223,11 @@ func (c Config) Validate() error {
 	if !(c.Jitter >= 0) || math.IsInf(c.Jitter, 0) {
 		return fmt.Errorf("config: Jitter = %v, want a finite value >= 0", c.Jitter)
 	}
-	if err := c.Capacity.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if c.Causal == CausalOff {
+		// Causal routing has no capacity limit; the rule is checked only when used.
+		if err := c.Capacity.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	switch c.Weighting {
 	case WeightRaw, WeightSigmoid, WeightSoftmax, WeightNone:

@@ -138,22 +138,25 @@ func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 func NewBlockParams(c BlockConfig, rng *rand.Rand) BlockParams {
 	d, f := c.D, c.DFF
 	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
-	p := BlockParams{
-		Norm1: RandomVector(rng, d, 1, 0.1),
-		Wq:    RandomMatrix(rng, d, d, sd),
-		Wk:    RandomMatrix(rng, d, d, sd),
-		Wv:    RandomMatrix(rng, d, d, sd),
-		Wo:    RandomMatrix(rng, d, d, sd),
-		Norm2: RandomVector(rng, d, 1, 0.1),
-		W1:    RandomMatrix(rng, d, f, sd),
-		W2:    RandomMatrix(rng, f, d, sf),
+	ln := c.Norm == NormLayer
+	var p BlockParams
+	// Drawn in the order of Tensors.
+	p.Norm1 = RandomVector(rng, d, 1, 0.1)
+	if ln {
+		p.Norm1Bias = RandomVector(rng, d, 0, 0.1)
 	}
+	p.Wq = RandomMatrix(rng, d, d, sd)
+	p.Wk = RandomMatrix(rng, d, d, sd)
+	p.Wv = RandomMatrix(rng, d, d, sd)
+	p.Wo = RandomMatrix(rng, d, d, sd)
+	p.Norm2 = RandomVector(rng, d, 1, 0.1)
+	if ln {
+		p.Norm2Bias = RandomVector(rng, d, 0, 0.1)
+	}
+	p.W1 = RandomMatrix(rng, d, f, sd)
+	p.W2 = RandomMatrix(rng, f, d, sf)
 	if c.MLP == ActSwiGLU {
 		p.W3 = RandomMatrix(rng, d, f, sd)
-	}
-	if c.Norm == NormLayer {
-		p.Norm1Bias = RandomVector(rng, d, 0, 0.1)
-		p.Norm2Bias = RandomVector(rng, d, 0, 0.1)
 	}
 	return p
 }
