@@ -234,9 +234,7 @@ func (p *ModelParams) Check(c ModelConfig) error {
 		} else if ml.Routed {
 			err = p.Layers[l].Check(ml.Config)
 		} else {
-			dense := ml.Config
-			dense.Router, dense.Aux, dense.Causal = RouterRandom, AuxNone, CausalOff // no router, no predictor
-			err = p.Layers[l].Check(dense)
+			err = p.Layers[l].checkDense(blk)
 		}
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)

@@ -399,3 +399,14 @@ func TestRoutedLayerFLOPsVariantsHand(t *testing.T) {
 		t.Errorf("dense straight-through: %+v", f)
 	}
 }
+
+func TestChoicesStated(t *testing.T) {
+	for _, c := range Choices() {
+		if c.Topic == "" || c.Choice == "" {
+			t.Errorf("empty choice %+v", c)
+		}
+	}
+	if len(Choices()) == 0 {
+		t.Error("no choices stated")
+	}
+}

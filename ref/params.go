@@ -259,3 +259,15 @@ func (p *LayerParams) Check(c Config) error {
 	}
 	return nil
 }
+
+// checkDense checks the parameters of a dense layer: a block and no router
+// or predictor.
+func (p *LayerParams) checkDense(c BlockConfig) error {
+	if err := p.Block.Check(c); err != nil {
+		return err
+	}
+	if p.Router != nil || p.RouterBias != nil || p.PredW1 != nil || p.PredB1 != nil || p.PredW2 != nil || p.PredB2 != nil {
+		return fmt.Errorf("params: a dense layer has router or predictor parameters; leave them nil")
+	}
+	return nil
+}
