@@ -172,11 +172,58 @@ func iota(n int) []int {
 	return p
 }
 
+// routedRow is Eq. 1 for one batch row x (S×d) with v valid tokens:
+// out_i = base_i + mult_i * f_i for i in computed, out_i = base_i otherwise,
+// where base = x, or x' = x + Attn(N1(x)) over the valid tokens for MLP-only
+// routing, and f is the block update of the computed tokens as a sequence
+// (or, for MLP-only routing, MLP(N2(x'_i))). Padded positions keep x. It
+// also returns the S×d update (f at the computed positions, 0 elsewhere).
+func routedRow(cfg Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64) (out, upd *mat.Dense, err error) {
+	s, d := x.Dims()
+	base := x
+	if cfg.MLPOnly && v > 0 {
+		a, err := AttentionUpdate(cfg.Block, p, gatherRows(x, iota(v)), iota(v))
+		if err != nil {
+			return nil, nil, err
+		}
+		base = mat.DenseCopyOf(x)
+		for i := 0; i < v; i++ {
+			for j := 0; j < d; j++ {
+				base.Set(i, j, x.At(i, j)+a.At(i, j))
+			}
+		}
+	}
+	out = mat.DenseCopyOf(base)
+	upd = mat.NewDense(s, d, nil)
+	if len(computed) == 0 {
+		return out, upd, nil
+	}
+	var f *mat.Dense
+	if cfg.MLPOnly {
+		f = mat.NewDense(len(computed), d, nil)
+		for t, i := range computed {
+			f.SetRow(t, MLPUpdate(cfg.Block, p, base.RawRowView(i)))
+		}
+	} else {
+		f, err = BlockUpdate(cfg.Block, p, gatherRows(x, computed), computed)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for t, i := range computed {
+		for j := 0; j < d; j++ {
+			upd.Set(i, j, f.At(t, j))
+			out.Set(i, j, base.At(i, j)+mult[i]*f.At(t, j))
+		}
+	}
+	return out, upd, nil
+}
+
 // layerApply computes the output, the weights and the losses for a decided
 // routing fz and router weights r.
 func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64) (*LayerResult, error) {
 	rows := len(in.X)
-	s, d := in.X[0].Dims()
+	s, _ := in.X[0].Dims()
 	sel := fz.Selection
 	m := sel.Mask()
 	res := &LayerResult{
@@ -211,51 +258,15 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 		res.Routed += len(sel.Rows[b])
 		res.Skipped += v - len(sel.Rows[b])
 
-		x := in.X[b]
-		out := mat.DenseCopyOf(x)
-		upd := mat.NewDense(s, d, nil)
-		// computed: the positions whose update is evaluated.
+		// The positions whose update is evaluated: the selected ones
+		// (gather) or every valid one (dense).
 		computed := sel.Rows[b]
 		if cfg.Compute == ComputeDense {
 			computed = iota(v)
 		}
-		// base: the residual the weighted update is added to (x, or x' = x + Attn
-		// for MLP-only routing).
-		base := x
-		if cfg.MLPOnly && v > 0 {
-			a, err := AttentionUpdate(cfg.Block, &p.Block, gatherRows(x, iota(v)), iota(v))
-			if err != nil {
-				return nil, fmt.Errorf("layer: row %d: %w", b, err)
-			}
-			base = mat.DenseCopyOf(x)
-			for i := 0; i < v; i++ {
-				for j := 0; j < d; j++ {
-					base.Set(i, j, x.At(i, j)+a.At(i, j))
-				}
-			}
-			out = mat.DenseCopyOf(base)
-		}
-		if len(computed) > 0 {
-			var f *mat.Dense
-			if cfg.MLPOnly {
-				f = mat.NewDense(len(computed), d, nil)
-				for t, i := range computed {
-					f.SetRow(t, MLPUpdate(cfg.Block, &p.Block, base.RawRowView(i)))
-				}
-			} else {
-				var err error
-				f, err = BlockUpdate(cfg.Block, &p.Block, gatherRows(x, computed), computed)
-				if err != nil {
-					return nil, fmt.Errorf("layer: row %d: %w", b, err)
-				}
-			}
-			// Eq. 1: out_i = base_i + mult_i * f_i.
-			for t, i := range computed {
-				for j := 0; j < d; j++ {
-					upd.Set(i, j, f.At(t, j))
-					out.Set(i, j, base.At(i, j)+mult[b][i]*f.At(t, j))
-				}
-			}
+		out, upd, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b])
+		if err != nil {
+			return nil, fmt.Errorf("layer: row %d: %w", b, err)
 		}
 		res.Out = append(res.Out, out)
 		res.Update = append(res.Update, upd)
