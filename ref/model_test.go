@@ -303,12 +303,17 @@ func fdConsistent(t *testing.T, name string, loss func() (float64, error), data 
 func TestModelFDGradientsEveryTensor(t *testing.T) {
 	a := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
 	a.Router, a.Aux, a.AuxWeight, a.Compute = RouterLinearBias, AuxPredictor, 0.3, ComputeDense
-	a.Block.Norm, a.Block.NormEps, a.Block.MLP = NormLayer, 1e-5, ActSwiGLU
+	a.Block.Norm, a.Block.NormEps, a.Block.MLP, a.Block.Positions = NormLayer, 1e-5, ActSwiGLU, PositionLearned
 	b := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
 	b.Aux, b.AuxWeight, b.LoadBalanceWeight, b.Weighting = AuxRouterBCE, 0.1, 0.01, WeightSigmoid
+	var seen []map[string]bool
 	for n, routing := range []Config{a, b} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			c, p := smallModel(t, routing)
+			c, err := NewModelConfig(11, 6, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := NewModelParams(c, 3)
 			tokens, targets := RandomTokens(NewRand(6), 2, 6, c.Vocab)
 			in := ModelInputs{Tokens: tokens, Targets: targets, Valid: []int{6, 4}}
 			res, err := ModelForward(c, p, in)
@@ -326,7 +331,9 @@ func TestModelFDGradientsEveryTensor(t *testing.T) {
 			}
 			total := part(func(r *ModelResult) float64 { return r.Loss })
 			ce := part(func(r *ModelResult) float64 { return r.CE })
+			kinds := map[string]bool{}
 			for _, ts := range p.Tensors() {
+				kinds[ts.Name[strings.Index(ts.Name, ".")+1:]] = true
 				for _, i := range []int{0, len(ts.Data) / 2, len(ts.Data) - 1} {
 					g := fdConsistent(t, ts.Name, total, ts.Data, i)
 					isPred := strings.Contains(ts.Name, ".Pred")
@@ -345,7 +352,18 @@ func TestModelFDGradientsEveryTensor(t *testing.T) {
 					}
 				}
 			}
+			seen = append(seen, kinds)
 		})
+	}
+	if len(seen) != 2 {
+		return // a subtest stopped early and has reported why
+	}
+	// Between the two models every kind of parameter tensor was differentiated.
+	for _, k := range []string{"Embed", "PosEmbed", "Norm1", "Norm1Bias", "Wq", "Wk", "Wv", "Wo", "Norm2", "Norm2Bias",
+		"W1", "W2", "W3", "Router", "RouterBias", "PredW1", "PredB1", "PredW2", "PredB2", "FinalNorm", "FinalNormBias", "Head"} {
+		if !seen[0][k] && !seen[1][k] {
+			t.Errorf("no model has a %s tensor", k)
+		}
 	}
 }
 
