@@ -330,3 +330,36 @@ func TestLayerGradientDependencies(t *testing.T) {
 		}
 	}
 }
+
+// router_bce reaches the router: dL/dw = mean over valid tokens of
+// (sigma(r_i) - t_i) x_i for the linear router, with t frozen.
+func TestRouterBCEGradientClosedForm(t *testing.T) {
+	cfg := DefaultConfig(DefaultBlockConfig(4, 2, 6), 0.5)
+	cfg.Aux, cfg.AuxWeight = AuxRouterBCE, 1
+	p, in := randomLayer(17, cfg, 2, 5)
+	in.Valid = []int{5, 3}
+	res, err := LayerForward(cfg, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, 4)
+	for b := range in.X {
+		for i := 0; i < in.Valid[b]; i++ {
+			r := res.RouterWeights[b][i]
+			for j := range want {
+				want[j] += (1/(1+math.Exp(-r)) - res.Targets[b][i]) * in.X[b].At(i, j) / 8
+			}
+		}
+	}
+	got, err := FDGradient(func() (float64, error) {
+		r, err := LayerForwardFrozen(cfg, p, in, res.Frozen)
+		if err != nil {
+			return 0, err
+		}
+		return r.RouterBCE, nil
+	}, p.Router, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "dBCE/dRouter", got, want, 1e-8)
+}

@@ -2,6 +2,7 @@ package ref
 
 import (
 	"math"
+	"sort"
 	"strings"
 	"testing"
 
@@ -128,4 +129,37 @@ func TestBoundaryGapsHand(t *testing.T) {
 	if !math.IsInf(g[2], 1) {
 		t.Errorf("gap of a full row = %v, want +Inf", g[2])
 	}
+}
+
+// With no tie at the boundary the selection is the paper's percentile rule
+// (Eq. 1): {i : r_i > P_beta} for P_beta = r_(k+1), the (k+1)-th largest.
+func TestSelectionIsPercentileRuleProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.IntRange(2, 16).Draw(t, "S")
+		r := make([]float64, s)
+		for i := range r {
+			r[i] = rapid.Float64Range(-5, 5).Draw(t, "r")
+		}
+		k := rapid.IntRange(1, s-1).Draw(t, "k")
+		gap := BoundaryGaps([][]float64{r}, []int{k}, nil)[0]
+		if gap == 0 {
+			t.Skip("tie at the boundary: the percentile rule is ambiguous there")
+		}
+		sel, err := SelectTopK([][]float64{r}, []int{k}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sorted := append([]float64(nil), r...)
+		sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
+		p := sorted[k] // r_(k+1)
+		var want []int
+		for i, v := range r {
+			if v > p {
+				want = append(want, i)
+			}
+		}
+		if !intsEqual(sel.Rows[0], want) {
+			t.Fatalf("top-%d %v, percentile rule r > %v gives %v", k, sel.Rows[0], p, want)
+		}
+	})
 }
