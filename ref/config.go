@@ -247,6 +247,9 @@ func (c Config) Validate() error {
 	if !(c.AuxWeight >= 0) || math.IsInf(c.AuxWeight, 0) {
 		return fmt.Errorf("config: AuxWeight = %v, want a finite value >= 0", c.AuxWeight)
 	}
+	if c.AuxWeight > 0 && c.Aux == AuxNone {
+		return fmt.Errorf("config: AuxWeight = %v with Aux = none would be ignored; set Aux to router_bce or predictor, or AuxWeight to 0", c.AuxWeight)
+	}
 	if !(c.LoadBalanceWeight >= 0) || math.IsInf(c.LoadBalanceWeight, 0) {
 		return fmt.Errorf("config: LoadBalanceWeight = %v, want a finite value >= 0", c.LoadBalanceWeight)
 	}

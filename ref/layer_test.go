@@ -142,6 +142,9 @@ func TestLayerErrors(t *testing.T) {
 		{func(_ *Config, p *LayerParams, _ *LayerInputs) { p.Block.Wq = nil }, "Wq is nil"},
 		{func(_ *Config, _ *LayerParams, in *LayerInputs) { in.Valid = []int{7} }, "valid[0] = 7"},
 		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 3 }, "not a multiple of Heads = 3"},
+		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.AuxWeight = 0.1 }, "Aux = none would be ignored"},
+		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 2 }, "head width D/Heads = 1 is odd"},
+		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Compute = ComputeDense; c.Causal = CausalPredictor }, "dense compute runs f on every token"},
 	} {
 		c2, p2, in2 := cfg, *p, in
 		tc.mod(&c2, &p2, &in2)
