@@ -88,34 +88,63 @@ func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, err
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	var fz Frozen
-	if cfg.HasPredictor() {
-		fz.PredictorInput = make([]*mat.Dense, rows)
-		for b, xb := range in.X {
-			fz.PredictorInput[b] = mat.DenseCopyOf(xb)
-		}
-	}
+	var sel Selection
 	switch cfg.Causal {
 	case CausalRouter:
-		fz.Selection, err = SelectCausal(r, in.Valid)
+		sel, err = SelectCausal(r, in.Valid)
 	case CausalPredictor:
-		fz.Selection, err = SelectCausal(PredictorLogits(p, fz.PredictorInput), in.Valid)
+		sel, err = SelectCausal(PredictorLogits(p, in.X), in.Valid)
 	default:
 		var k []int
 		k, err = RowCapacities(cfg.Capacity, rows, s, in.Valid)
 		if err != nil {
 			return nil, fmt.Errorf("layer: %w", err)
 		}
-		fz.Selection, err = SelectTopK(r, k, in.Valid)
+		sel, err = SelectTopK(r, k, in.Valid)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	if cfg.Compute == ComputeDense {
-		g := OutputWeights(cfg.Weighting, r, fz.Selection, in.Valid)
-		fz.STEOffset = StraightThroughOffsets(g, fz.Selection.Mask())
-	}
+	fz := freeze(cfg, in, sel, r)
 	return layerApply(cfg, p, in, fz, r)
+}
+
+// NewFrozen builds the Frozen of a given selection (for instance one made by
+// hand for a golden case) at the current parameters and inputs: the
+// straight-through offsets sg(m g - g) (dense compute) and the predictor's
+// stop-gradient input sg(x).
+func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Frozen, error) {
+	rows, s, err := checkLayer(cfg, p, in)
+	if err != nil {
+		return Frozen{}, err
+	}
+	if sel.S != s {
+		return Frozen{}, fmt.Errorf("layer: selection is for S = %d, input has S = %d", sel.S, s)
+	}
+	if err := sel.Validate(rows, in.Valid); err != nil {
+		return Frozen{}, fmt.Errorf("layer: %w", err)
+	}
+	r, err := RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
+	if err != nil {
+		return Frozen{}, fmt.Errorf("layer: %w", err)
+	}
+	return freeze(cfg, in, sel, r), nil
+}
+
+// freeze records sel with the stop-gradient constants at router weights r.
+func freeze(cfg Config, in LayerInputs, sel Selection, r [][]float64) Frozen {
+	fz := Frozen{Selection: sel}
+	if cfg.Compute == ComputeDense {
+		g := OutputWeights(cfg.Weighting, r, sel, in.Valid)
+		fz.STEOffset = StraightThroughOffsets(g, sel.Mask())
+	}
+	if cfg.HasPredictor() {
+		fz.PredictorInput = make([]*mat.Dense, len(in.X))
+		for b, xb := range in.X {
+			fz.PredictorInput[b] = mat.DenseCopyOf(xb)
+		}
+	}
+	return fz
 }
 
 // LayerForwardFrozen is one routed layer with the routing decision and the

@@ -366,3 +366,23 @@ func TestRouterBCEGradientClosedForm(t *testing.T) {
 	}
 	assertClose(t, "dBCE/dRouter", got, want, 1e-8)
 }
+
+// A hand-made selection replays through NewFrozen: selecting positions 0 and
+// 3 of the tiny layer gives f0 = x0, f3 = (x0 + x3)/2 = (0, 1), with
+// r = (-0.5, 1.5, 0.5, -1.5): out0 = x0 - 0.5 x0, out3 = x3 - 1.5 (0, 1).
+func TestNewFrozenHandSelection(t *testing.T) {
+	cfg, p, in := tinyLayer()
+	sel := Selection{S: 4, Rows: [][]int{{0, 3}}}
+	fz, err := NewFrozen(cfg, p, in, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := LayerForwardFrozen(cfg, p, in, fz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "out", res.Out[0].RawMatrix().Data, []float64{0.5, 0.5, 1, -1, -1, -1, -1, -0.5}, 1e-15)
+	if _, err := NewFrozen(cfg, p, in, Selection{S: 4, Rows: [][]int{{3, 0}}}); err == nil || !strings.Contains(err.Error(), "not strictly ascending") {
+		t.Errorf("descending hand selection: %v", err)
+	}
+}
