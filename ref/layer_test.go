@@ -36,7 +36,7 @@ func TestLayerGatherHand(t *testing.T) {
 	// out1 = x1 + 1.5 f1 = (2.5, -2.5); out2 = x2 + 0.5 f2 = (-1, -1.5).
 	want := []float64{1, 1, 2.5, -2.5, -1, -1.5, -1, 1}
 	assertClose(t, "out", res.Out[0].RawMatrix().Data, want, 1e-15)
-	if res.Routed != 2 || res.Skipped != 2 || res.Capacity[0] != 2 {
+	if res.Routed != 2 || res.Skipped != 2 || res.Capacity[0] != 2 || res.Selection.Count() != 2 {
 		t.Errorf("routed %d skipped %d capacity %v, want 2, 2, [2]", res.Routed, res.Skipped, res.Capacity)
 	}
 	// router_bce with t = (0,1,1,0): BCE(z,1) = log(1+e^-z), BCE(z,0) = log(1+e^z).
