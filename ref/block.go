@@ -1,0 +1,236 @@
+package ref
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// RMSNorm is SPEC.md section 5: x / sqrt(mean(x^2) + eps) * gamma.
+func RMSNorm(x, gamma []float64, eps float64) []float64 {
+	ms := 0.0
+	for _, v := range x {
+		ms += v * v
+	}
+	ms /= float64(len(x))
+	inv := 1 / math.Sqrt(ms+eps)
+	y := make([]float64, len(x))
+	for j, v := range x {
+		y[j] = v * inv * gamma[j]
+	}
+	return y
+}
+
+// LayerNorm is SPEC.md section 5 (the option): (x - mean(x)) /
+// sqrt(var(x) + eps) * gamma + beta, with the biased variance mean((x-mean)^2).
+func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
+	mean := 0.0
+	for _, v := range x {
+		mean += v
+	}
+	mean /= float64(len(x))
+	variance := 0.0
+	for _, v := range x {
+		variance += (v - mean) * (v - mean)
+	}
+	variance /= float64(len(x))
+	inv := 1 / math.Sqrt(variance+eps)
+	y := make([]float64, len(x))
+	for j, v := range x {
+		y[j] = (v-mean)*inv*gamma[j] + beta[j]
+	}
+	return y
+}
+
+// normalize applies the configured N with gain gamma and bias beta.
+func normalize(c BlockConfig, gamma, beta, x []float64) []float64 {
+	if c.Norm == NormLayer {
+		return LayerNorm(x, gamma, beta, c.NormEps)
+	}
+	return RMSNorm(x, gamma, c.NormEps)
+}
+
+// RoPE is the rotary position embedding of SPEC.md section 5 for one head
+// vector u (length d_h, even) at original position pos, in the "rotate-half"
+// pairing (Llama, GPT-NeoX): coordinate j is paired with j + d_h/2, and for
+// j < d_h/2 with theta_j = pos * base^(-2j/d_h),
+//
+//	u'_j         = u_j cos(theta_j) - u_{j+d_h/2} sin(theta_j)
+//	u'_{j+d_h/2} = u_{j+d_h/2} cos(theta_j) + u_j sin(theta_j).
+func RoPE(u []float64, pos int, base float64) []float64 {
+	dh := len(u)
+	half := dh / 2
+	out := make([]float64, dh)
+	for j := 0; j < half; j++ {
+		theta := float64(pos) * math.Pow(base, -2*float64(j)/float64(dh))
+		cos, sin := math.Cos(theta), math.Sin(theta)
+		out[j] = u[j]*cos - u[j+half]*sin
+		out[j+half] = u[j+half]*cos + u[j]*sin
+	}
+	return out
+}
+
+// GELU is the erf form of SPEC.md section 5: 0.5 v (1 + erf(v / sqrt 2)).
+func GELU(v float64) float64 {
+	return 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
+}
+
+// vecMat returns x·W for a row vector x (length d_in) and W (d_in×d_out),
+// summing over d_in in ascending order.
+func vecMat(x []float64, w *mat.Dense) []float64 {
+	din, dout := w.Dims()
+	y := make([]float64, dout)
+	for i := 0; i < din; i++ {
+		for j := 0; j < dout; j++ {
+			y[j] += x[i] * w.At(i, j)
+		}
+	}
+	return y
+}
+
+// MLP is SPEC.md section 5, the MLP applied to an already normalised row u:
+// GELU: GELU(u·W1)·W2; SwiGLU: (SiLU(u·W1) * (u·W3))·W2.
+func MLP(c BlockConfig, p *BlockParams, u []float64) []float64 {
+	hid := vecMat(u, p.W1)
+	if c.MLP == ActSwiGLU {
+		gate := vecMat(u, p.W3)
+		for j := range hid {
+			hid[j] = SiLU(hid[j]) * gate[j]
+		}
+	} else {
+		for j := range hid {
+			hid[j] = GELU(hid[j])
+		}
+	}
+	return vecMat(hid, p.W2)
+}
+
+// KVCache is the attention state of one layer: the rotated keys and the
+// values of the tokens that went through that layer's attention, in
+// ascending order of their original positions. Row t of Keys and Values is d
+// wide, head h in columns h*d_h .. (h+1)*d_h-1. During decoding in causal
+// routing mode a routed layer's cache holds only the routed tokens (SPEC.md
+// section 9).
+type KVCache struct {
+	Positions []int       // original positions, strictly ascending
+	Keys      [][]float64 // RoPE(N1(x)·Wk) at each position (no rotation with learned positions)
+	Values    [][]float64 // N1(x)·Wv
+}
+
+// AttentionStep is one query of the causal multi-head attention of SPEC.md
+// section 5: token x at original position pos is normalised (N1), projected
+// to q, k, v, rotated (RoPE at pos, unless Positions = learned), appended to the cache, and attends with
+// scale 1/sqrt(d_h) to every cached token (all at positions <= pos). It
+// returns the attention output ctx·Wo (the update a of H = X + a). pos must
+// exceed every cached position; a smaller one is a programmer error and
+// panics.
+func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+	if n := len(kv.Positions); n > 0 && pos <= kv.Positions[n-1] {
+		panic(fmt.Sprintf("ref: attention at position %d after position %d; positions must ascend", pos, kv.Positions[n-1]))
+	}
+	xn := normalize(c, p.Norm1, p.Norm1Bias, x)
+	q, k, v := vecMat(xn, p.Wq), vecMat(xn, p.Wk), vecMat(xn, p.Wv)
+	dh := c.D / c.Heads
+	for h := 0; h < c.Heads && c.Positions == PositionRoPE; h++ {
+		copy(q[h*dh:(h+1)*dh], RoPE(q[h*dh:(h+1)*dh], pos, c.RoPEBase))
+		copy(k[h*dh:(h+1)*dh], RoPE(k[h*dh:(h+1)*dh], pos, c.RoPEBase))
+	}
+	kv.Positions = append(kv.Positions, pos)
+	kv.Keys = append(kv.Keys, k)
+	kv.Values = append(kv.Values, v)
+
+	ctx := make([]float64, c.D)
+	scale := 1 / math.Sqrt(float64(dh))
+	for h := 0; h < c.Heads; h++ {
+		lo, hi := h*dh, (h+1)*dh
+		scores := make([]float64, len(kv.Keys))
+		for t, kt := range kv.Keys {
+			s := 0.0
+			for j := lo; j < hi; j++ {
+				s += q[j] * kt[j]
+			}
+			scores[t] = s * scale
+		}
+		for t, pt := range Softmax(scores) {
+			for j := lo; j < hi; j++ {
+				ctx[j] += pt * kv.Values[t][j]
+			}
+		}
+	}
+	return vecMat(ctx, p.Wo)
+}
+
+// MLPUpdate is the second half of the block of SPEC.md section 5 for one
+// row h of H: MLP(N2(h)).
+func MLPUpdate(c BlockConfig, p *BlockParams, h []float64) []float64 {
+	return MLP(c, p, normalize(c, p.Norm2, p.Norm2Bias, h))
+}
+
+// BlockStep is the routed block of SPEC.md section 5 for one token at
+// original position pos, given the cache of the tokens before it:
+// a = Attn(N1(x)) (AttentionStep), h = x + a, and it returns the block's
+// update f = Y - X = a + MLP(N2(h)), computed as that sum so that no
+// cancellation x + ... - x enters.
+func (kv *KVCache) BlockStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+	a := kv.AttentionStep(c, p, x, pos)
+	h := make([]float64, len(x))
+	for j := range x {
+		h[j] = x[j] + a[j]
+	}
+	m := MLPUpdate(c, p, h)
+	f := make([]float64, len(x))
+	for j := range f {
+		f[j] = a[j] + m[j]
+	}
+	return f
+}
+
+// checkPositions checks that a gathered set's positions ascend strictly and
+// match its row count.
+func checkPositions(x *mat.Dense, pos []int) error {
+	n, _ := x.Dims()
+	if len(pos) != n {
+		return fmt.Errorf("block: %d positions for %d tokens, want one per token", len(pos), n)
+	}
+	for t := 1; t < len(pos); t++ {
+		if pos[t] <= pos[t-1] {
+			return fmt.Errorf("block: positions %d then %d are not strictly ascending; sort the selection before the block", pos[t-1], pos[t])
+		}
+	}
+	return nil
+}
+
+// BlockUpdate is f(X~) of SPEC.md section 5: the pre-norm block applied to
+// the gathered tokens X~ (n×d, one row per selected token) as a sequence of
+// n tokens, with causal attention among them and RoPE at their original
+// positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
+// update without the outer residual.
+func BlockUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+	if err := checkPositions(x, pos); err != nil {
+		return nil, err
+	}
+	n, d := x.Dims()
+	f := mat.NewDense(n, d, nil)
+	var kv KVCache
+	for t := 0; t < n; t++ {
+		f.SetRow(t, kv.BlockStep(c, p, x.RawRowView(t), pos[t]))
+	}
+	return f, nil
+}
+
+// AttentionUpdate is the attention half of the block alone, a = Attn(N1(X))
+// for every row of x (n×d) at positions pos: the dense attention of the
+// MLP-only routing variant (SPEC.md section 5).
+func AttentionUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+	if err := checkPositions(x, pos); err != nil {
+		return nil, err
+	}
+	n, d := x.Dims()
+	a := mat.NewDense(n, d, nil)
+	var kv KVCache
+	for t := 0; t < n; t++ {
+		a.SetRow(t, kv.AttentionStep(c, p, x.RawRowView(t), pos[t]))
+	}
+	return a, nil
+}

@@ -1,0 +1,200 @@
+package ref
+
+import (
+	"fmt"
+	"math"
+)
+
+// CapacityKind names a capacity rule of SPEC.md section 3.
+type CapacityKind string
+
+// Capacity rules (SPEC.md section 3).
+const (
+	// CapacityRatio is a fixed ratio c in (0,1]: k = clamp(floor(c*S), 1, S).
+	CapacityRatio CapacityKind = "ratio"
+	// CapacityInteger is the paper's capacity per batch element: k = C.
+	CapacityInteger CapacityKind = "integer"
+	// CapacityLog scales the ratio with the sequence length:
+	// ratio(S) = 1 - (ln S / ln S_max)(1 - c).
+	CapacityLog CapacityKind = "log"
+)
+
+// FloorSlack is the slack of the float-robust floor: FloorRobust(v) is the
+// largest integer k with k <= v + FloorSlack (SPEC.md section 3).
+const FloorSlack = 1e-9
+
+// Capacity is the capacity rule of one routed layer (SPEC.md section 3).
+type Capacity struct {
+	Kind   CapacityKind
+	Ratio  float64 // c, for CapacityRatio and CapacityLog; in (0, 1]
+	Tokens int     // C, for CapacityInteger; 1 <= C <= S
+	MaxLen int     // S_max, for CapacityLog; >= 2, and S <= S_max
+}
+
+// Validate reports an invalid field of the rule (the checks that do not
+// depend on the sequence length).
+func (c Capacity) Validate() error {
+	switch c.Kind {
+	case CapacityRatio, CapacityLog:
+		if !(c.Ratio > 0 && c.Ratio <= 1) {
+			return fmt.Errorf("capacity: Ratio = %v, want c in (0, 1]", c.Ratio)
+		}
+		if c.Kind == CapacityLog && c.MaxLen < 2 {
+			return fmt.Errorf("capacity: MaxLen = %d for log scaling, want S_max >= 2 (ln S_max is a divisor)", c.MaxLen)
+		}
+	case CapacityInteger:
+		if c.Tokens < 1 {
+			return fmt.Errorf("capacity: Tokens = %d, want C >= 1", c.Tokens)
+		}
+	default:
+		return fmt.Errorf("capacity: Kind = %q, want ratio, integer or log", c.Kind)
+	}
+	return nil
+}
+
+// FloorRobust returns the largest integer k with k <= v + FloorSlack, so that
+// 0.29*100 = 28.999999999999996 floors to 29 (SPEC.md section 3).
+func FloorRobust(v float64) int {
+	return int(math.Floor(v + FloorSlack))
+}
+
+func clampInt(k, lo, hi int) int {
+	return min(max(k, lo), hi)
+}
+
+// CapacityFromRatio is SPEC.md section 3, fixed ratio:
+// k = clamp(FloorRobust(c*S), 1, S).
+func CapacityFromRatio(c float64, s int) (int, error) {
+	if s < 1 {
+		return 0, fmt.Errorf("capacity: sequence length S = %d, want >= 1", s)
+	}
+	if !(c > 0 && c <= 1) {
+		return 0, fmt.Errorf("capacity: ratio c = %v, want c in (0, 1]", c)
+	}
+	return clampInt(FloorRobust(c*float64(s)), 1, s), nil
+}
+
+// CapacityFromInteger is SPEC.md section 3, integer capacity (the paper's
+// capacity per batch element): k = C, an error unless 1 <= C <= S.
+func CapacityFromInteger(capTokens, s int) (int, error) {
+	if capTokens < 1 || capTokens > s {
+		return 0, fmt.Errorf("capacity: integer capacity C = %d with sequence length S = %d, want 1 <= C <= S", capTokens, s)
+	}
+	return capTokens, nil
+}
+
+// LogCapacityRatio is SPEC.md section 3, logarithmic scaling:
+// ratio(S) = 1 - (ln S / ln S_max)(1 - c), with ratio(1) = 1.
+func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
+	if !(c > 0 && c <= 1) {
+		return 0, fmt.Errorf("capacity: ratio c = %v, want c in (0, 1]", c)
+	}
+	if maxLen < 2 {
+		return 0, fmt.Errorf("capacity: S_max = %d, want >= 2", maxLen)
+	}
+	if s < 1 || s > maxLen {
+		return 0, fmt.Errorf("capacity: sequence length S = %d with log scaling, want 1 <= S <= S_max = %d", s, maxLen)
+	}
+	if s == 1 {
+		return 1, nil
+	}
+	return 1 - (math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c), nil
+}
+
+// CapacityFromLog is SPEC.md section 3, logarithmic scaling:
+// k = clamp(FloorRobust(S*ratio(S)), 1, S). The float-robust floor of the
+// fixed ratio is used here too.
+func CapacityFromLog(c float64, s, maxLen int) (int, error) {
+	ratio, err := LogCapacityRatio(c, s, maxLen)
+	if err != nil {
+		return 0, err
+	}
+	return clampInt(FloorRobust(float64(s)*ratio), 1, s), nil
+}
+
+// TokensFor returns k for a row of n valid tokens under this rule; a row with
+// n = 0 valid tokens gets k = 0. For the integer rule, C is first checked
+// against the padded length s (1 <= C <= s) and then k = min(C, n), a choice
+// SPEC.md leaves open (docs/equations.md).
+func (c Capacity) TokensFor(n, s int) (int, error) {
+	if n < 0 || n > s {
+		return 0, fmt.Errorf("capacity: valid length %d, want 0 <= V_b <= S = %d", n, s)
+	}
+	switch c.Kind {
+	case CapacityRatio:
+		if n == 0 {
+			return 0, nil
+		}
+		return CapacityFromRatio(c.Ratio, n)
+	case CapacityInteger:
+		k, err := CapacityFromInteger(c.Tokens, s)
+		if err != nil {
+			return 0, err
+		}
+		return min(k, n), nil
+	case CapacityLog:
+		if n == 0 {
+			return 0, nil
+		}
+		return CapacityFromLog(c.Ratio, n, c.MaxLen)
+	}
+	return 0, c.Validate()
+}
+
+// RowCapacities is the padding-aware capacity of SPEC.md section 3: k_b for
+// each of the b rows, where row b has valid[b] valid tokens (nil valid: all
+// s positions of every row are valid). k_b = 0 when V_b = 0.
+func RowCapacities(c Capacity, rows, s int, valid []int) ([]int, error) {
+	if err := checkValid(valid, rows, s); err != nil {
+		return nil, err
+	}
+	k := make([]int, rows)
+	for b := range k {
+		kb, err := c.TokensFor(validLen(valid, b, s), s)
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %w", b, err)
+		}
+		k[b] = kb
+	}
+	return k, nil
+}
+
+// AnnealedRatio is SPEC.md section 3, capacity annealing:
+// c(step) = c0 + (c1 - c0) * min(step/warmup, 1). warmup = 0 means c1 at
+// every step.
+func AnnealedRatio(c0, c1 float64, step, warmup int) (float64, error) {
+	if !(c0 > 0 && c0 <= 1) || !(c1 > 0 && c1 <= 1) {
+		return 0, fmt.Errorf("capacity annealing: c0 = %v, c1 = %v, want both in (0, 1]", c0, c1)
+	}
+	if step < 0 || warmup < 0 {
+		return 0, fmt.Errorf("capacity annealing: step = %d, warmup = %d, want both >= 0", step, warmup)
+	}
+	if warmup == 0 {
+		return c1, nil
+	}
+	return c0 + (c1-c0)*math.Min(float64(step)/float64(warmup), 1), nil
+}
+
+// checkValid checks a valid-length slice against the batch shape.
+func checkValid(valid []int, rows, s int) error {
+	if valid == nil {
+		return nil
+	}
+	if len(valid) != rows {
+		return fmt.Errorf("valid lengths: len(valid) = %d, want one per batch row (B = %d)", len(valid), rows)
+	}
+	for b, v := range valid {
+		if v < 0 || v > s {
+			return fmt.Errorf("valid lengths: valid[%d] = %d, want 0 <= V_b <= S = %d", b, v, s)
+		}
+	}
+	return nil
+}
+
+// validLen returns V_b (s when valid is nil).
+func validLen(valid []int, b, s int) int {
+	if valid == nil {
+		return s
+	}
+	return valid[b]
+}

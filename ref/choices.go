@@ -1,0 +1,32 @@
+package ref
+
+// Choice is one decision ref makes where SPEC.md is silent, in a form a
+// tool can print next to its results (SPEC.md: "make the oracle state it in
+// its output"). docs/equations.md explains each.
+type Choice struct {
+	Topic  string
+	Choice string
+}
+
+// Choices lists the decisions ref makes where SPEC.md is silent.
+func Choices() []Choice {
+	return []Choice{
+		{"capacity floor", "k = largest integer with k <= c*S + 1e-9, then clamp to [1, S]; the same floor for ratio, padding-aware and log rules"},
+		{"integer capacity with padding", "1 <= C <= S checked against the padded length, then k_b = min(C, V_b)"},
+		{"log capacity", "requires 1 <= S <= S_max, S_max >= 2; monotone in c, not in S"},
+		{"selection ties", "equal router weights rank the lower position first; selected positions listed ascending"},
+		{"router input", "the layer input x_i, also for MLP-only routing"},
+		{"padding", "right padding; padded positions never selected, excluded from every loss and from FLOPs"},
+		{"RoPE pairing", "rotate-half: coordinate j with j + d_h/2, theta_j = pos * base^(-2j/d_h), original positions"},
+		{"norms", "RMSNorm x/sqrt(mean(x^2)+eps)*gamma; LayerNorm with biased variance; eps from the config (1e-6 default)"},
+		{"block", "pre-norm, no biases in attention or MLP, attention scale 1/sqrt(d_h), SwiGLU = (SiLU(xW1) * xW3) W2"},
+		{"softmax weighting", "over the selected tokens of the row; 0 for the others, also under dense compute"},
+		{"load balancing with padding", "padded entries contribute 0; means divide by B"},
+		{"predictor", "Linear(d,h)+bias, SiLU, Linear(h,1)+bias on sg(layer input), h = d/2"},
+		{"causal routing", "softmax weighting and dense compute rejected; decoder rejects random router and jitter"},
+		{"decoding cache", "per layer: original positions, RoPE-rotated keys, values; routed layers cache only routed tokens, MLP-only attention caches all"},
+		{"FLOPs", "matmuls only (2mnk); attention scores over the full n*n square (causal half NOT subtracted); tokens = valid tokens; router and predictor on every valid token"},
+		{"init", "math/rand/v2 PCG(seed, seed^0x9e3779b97f4a7c15); weights N(0, 1/d_in); gains 1+N(0, 0.01)"},
+		{"finite differences", "gonum diff/fd central, step 1e-5, routing decision and stop-gradient constants frozen"},
+	}
+}

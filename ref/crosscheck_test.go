@@ -1,0 +1,159 @@
+package ref
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// attentionMatrixForm is an independent statement of causal multi-head
+// attention in matrix form: Q = N1(X)Wq etc., rotated per head, scores
+// Q_h K_h^T / sqrt(d_h) with -Inf above the causal diagonal, row softmax,
+// times V_h, concatenated, times Wo. It uses gonum's matrix products rather
+// than the per-token cache of KVCache.AttentionStep.
+func attentionMatrixForm(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) *mat.Dense {
+	n, d := x.Dims()
+	xn := mat.NewDense(n, d, nil)
+	for i := 0; i < n; i++ {
+		xn.SetRow(i, RMSNorm(x.RawRowView(i), p.Norm1, c.NormEps))
+	}
+	var q, k, v mat.Dense
+	q.Mul(xn, p.Wq)
+	k.Mul(xn, p.Wk)
+	v.Mul(xn, p.Wv)
+	dh := d / c.Heads
+	ctx := mat.NewDense(n, d, nil)
+	for h := 0; h < c.Heads; h++ {
+		qh := mat.DenseCopyOf(q.Slice(0, n, h*dh, (h+1)*dh))
+		kh := mat.DenseCopyOf(k.Slice(0, n, h*dh, (h+1)*dh))
+		for i := 0; i < n; i++ {
+			qh.SetRow(i, RoPE(qh.RawRowView(i), pos[i], c.RoPEBase))
+			kh.SetRow(i, RoPE(kh.RawRowView(i), pos[i], c.RoPEBase))
+		}
+		var s mat.Dense
+		s.Mul(qh, kh.T())
+		s.Scale(1/math.Sqrt(float64(dh)), &s)
+		pm := mat.NewDense(n, n, nil)
+		for i := 0; i < n; i++ {
+			row := make([]float64, i+1)
+			for j := 0; j <= i; j++ {
+				row[j] = s.At(i, j)
+			}
+			for j, pj := range Softmax(row) {
+				pm.Set(i, j, pj)
+			}
+		}
+		var o mat.Dense
+		o.Mul(pm, v.Slice(0, n, h*dh, (h+1)*dh))
+		ctx.Slice(0, n, h*dh, (h+1)*dh).(*mat.Dense).Copy(&o)
+	}
+	var out mat.Dense
+	out.Mul(ctx, p.Wo)
+	return &out
+}
+
+func TestAttentionMatchesMatrixForm(t *testing.T) {
+	for _, heads := range []int{1, 2, 4} {
+		c := DefaultBlockConfig(8, heads, 12)
+		rng := NewRand(uint64(heads))
+		p := NewBlockParams(c, rng)
+		x := RandomMatrix(rng, 5, 8, 1)
+		pos := []int{0, 2, 3, 7, 11}
+		got, err := AttentionUpdate(c, &p, x, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := attentionMatrixForm(c, &p, x, pos)
+		assertClose(t, fmt.Sprintf("attention, %d heads", heads), got.RawMatrix().Data, want.RawMatrix().Data, 1e-12)
+	}
+}
+
+// With capacity 1 every token is routed; with weight none the routed layer
+// is exactly the dense layer, in gather and in dense compute.
+func TestFullCapacityEqualsDenseLayer(t *testing.T) {
+	for _, compute := range []Compute{ComputeGather, ComputeDense} {
+		cfg := DefaultConfig(DefaultBlockConfig(8, 2, 12), 1)
+		cfg.Weighting, cfg.Compute = WeightNone, compute
+		p, in := randomLayer(21, cfg, 2, 6)
+		in.Valid = []int{6, 3}
+		res, err := LayerForward(cfg, p, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dense, err := DenseLayerForward(cfg.Block, &p.Block, in.X, in.Valid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range dense {
+			assertClose(t, fmt.Sprintf("%s row %d", compute, b), res.Out[b].RawMatrix().Data, dense[b].RawMatrix().Data, 0)
+		}
+		if res.FLOPs.Total-res.FLOPs.Router != res.FLOPs.DenseTwin {
+			t.Errorf("%s: FLOPs %+v, want the dense twin plus the router", compute, res.FLOPs)
+		}
+	}
+}
+
+// Causal routing makes the model causal: changing the token at position j
+// leaves every output before j bit-identical. Top-k routing does not.
+func TestCausalRoutingIsCausal(t *testing.T) {
+	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Causal = CausalRouter
+	c, p := smallModel(t, routing)
+	tokens, targets := RandomTokens(NewRand(12), 1, 8, c.Vocab)
+	a, err := ModelForward(c, p, ModelInputs{Tokens: tokens, Targets: targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens[0][5] = (tokens[0][5] + 1) % c.Vocab
+	b, err := ModelForward(c, p, ModelInputs{Tokens: tokens, Targets: targets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		for v := 0; v < c.Vocab; v++ {
+			if math.Float64bits(a.Logits[0].At(i, v)) != math.Float64bits(b.Logits[0].At(i, v)) {
+				t.Fatalf("position %d logit %d changed when token 5 changed: %v -> %v", i, v, a.Logits[0].At(i, v), b.Logits[0].At(i, v))
+			}
+		}
+	}
+}
+
+// Padded positions are invisible: changing their tokens changes no valid
+// output and no loss.
+func TestPaddingInvisible(t *testing.T) {
+	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Aux, routing.AuxWeight, routing.LoadBalanceWeight = AuxRouterBCE, 0.2, 0.1
+	c, p := smallModel(t, routing)
+	tokens, targets := RandomTokens(NewRand(13), 2, 7, c.Vocab)
+	in := ModelInputs{Tokens: tokens, Targets: targets, Valid: []int{7, 4}}
+	a, err := ModelForward(c, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 4; i < 7; i++ {
+		tokens[1][i] = (tokens[1][i] + 3) % c.Vocab
+		targets[1][i] = IgnoreTarget
+	}
+	b, err := ModelForward(c, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Loss != b.Loss {
+		t.Errorf("loss changed with padded tokens: %v -> %v", a.Loss, b.Loss)
+	}
+	for i := 0; i < 4; i++ {
+		assertClose(t, fmt.Sprintf("row 1 logits at %d", i), b.Logits[1].RawRowView(i), a.Logits[1].RawRowView(i), 0)
+	}
+	for l, lr := range a.Layers {
+		if lr == nil {
+			continue
+		}
+		for _, i := range lr.Selection.Rows[1] {
+			if i >= 4 {
+				t.Errorf("layer %d selected padded position %d", l, i)
+			}
+		}
+	}
+}

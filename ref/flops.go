@@ -1,0 +1,117 @@
+package ref
+
+// FLOPs conventions (SPEC.md section 10), stated once here and in
+// docs/equations.md:
+//   - Only matrix products are counted, 2*m*n*k each (SPEC.md section 1).
+//     Norms, softmax, activations, RoPE, residual adds and the weighting are
+//     not counted.
+//   - A sequence's token count is its number of valid tokens V_b; padded
+//     positions cost nothing. A dense layer processes V_b tokens, a routed
+//     layer the k_b selected ones.
+//   - Attention scores Q·K^T and the weighted sum of values P·V are counted
+//     over the full n×n square (4*n^2*d for both): the causal half is NOT
+//     subtracted, as in the usual dense accounting.
+//   - The router costs 2*d per token for linear, linear_bias (bias add not
+//     counted) and l2norm (x·x), 0 for random; the predictor
+//     2*d*h + 2*h per token. Both run on every valid token.
+//   - The embedding lookup costs 0; the LM head 2*d*vocab per token.
+//   - The dense twin of a layer is the same block run on every valid token,
+//     without router or predictor.
+
+// LayerFLOPs is the forward FLOPs of one layer, summed over the batch rows.
+type LayerFLOPs struct {
+	Router          int64 // router weights r
+	Predictor       int64 // auxiliary predictor q
+	Projections     int64 // Q, K, V and output projections
+	AttentionScores int64 // Q·K^T and P·V over the full square
+	MLP             int64 // W1, W2 (and W3 for SwiGLU)
+	Total           int64 // sum of the above
+	DenseTwin       int64 // the same block run densely, no router or predictor
+}
+
+// AttentionFLOPs is the attention cost of n tokens through one block:
+// projections 4 * 2*n*d*d and scores plus values 2 * 2*n*n*d.
+func AttentionFLOPs(c BlockConfig, n int) (projections, scores int64) {
+	n64, d := int64(n), int64(c.D)
+	return 8 * n64 * d * d, 4 * n64 * n64 * d
+}
+
+// MLPFLOPs is the MLP cost of n tokens: 2 * 2*n*d*d_ff for GELU, 3 * 2*n*d*d_ff
+// for SwiGLU.
+func MLPFLOPs(c BlockConfig, n int) int64 {
+	mats := int64(2)
+	if c.MLP == ActSwiGLU {
+		mats = 3
+	}
+	return mats * 2 * int64(n) * int64(c.D) * int64(c.DFF)
+}
+
+// RouterFLOPs is the cost of the router on n tokens.
+func RouterFLOPs(k RouterKind, d, n int) int64 {
+	if k == RouterRandom {
+		return 0
+	}
+	return 2 * int64(d) * int64(n)
+}
+
+// PredictorFLOPs is the cost of the predictor (width h) on n tokens.
+func PredictorFLOPs(d, h, n int) int64 {
+	return (2*int64(d)*int64(h) + 2*int64(h)) * int64(n)
+}
+
+// DenseLayerFLOPs is a dense block on rows of the given valid lengths.
+func DenseLayerFLOPs(c BlockConfig, lengths []int) LayerFLOPs {
+	var f LayerFLOPs
+	for _, n := range lengths {
+		proj, sc := AttentionFLOPs(c, n)
+		f.Projections += proj
+		f.AttentionScores += sc
+		f.MLP += MLPFLOPs(c, n)
+	}
+	f.Total = f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = f.Total
+	return f
+}
+
+// RoutedLayerFLOPs is a routed layer on rows of the given valid lengths with
+// routed[b] tokens selected in row b. Gather compute counts routed[b] tokens
+// (routed[b]^2 for attention); dense compute (SPEC.md section 7) counts every
+// valid token; MLP-only routing counts every valid token in attention and the
+// routed ones in the MLP.
+func RoutedLayerFLOPs(c Config, lengths, routed []int) LayerFLOPs {
+	var f LayerFLOPs
+	for b, n := range lengths {
+		attnN, mlpN := routed[b], routed[b]
+		if c.Compute == ComputeDense {
+			attnN, mlpN = n, n
+		}
+		if c.MLPOnly {
+			attnN = n
+		}
+		proj, sc := AttentionFLOPs(c.Block, attnN)
+		f.Projections += proj
+		f.AttentionScores += sc
+		f.MLP += MLPFLOPs(c.Block, mlpN)
+		f.Router += RouterFLOPs(c.Router, c.Block.D, n)
+		if c.HasPredictor() {
+			f.Predictor += PredictorFLOPs(c.Block.D, c.PredictorWidth(), n)
+		}
+	}
+	f.Total = f.Router + f.Predictor + f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = DenseLayerFLOPs(c.Block, lengths).Total
+	return f
+}
+
+// HeadFLOPs is the LM head on n tokens: 2*n*d*vocab.
+func HeadFLOPs(d, vocab, n int) int64 {
+	return 2 * int64(n) * int64(d) * int64(vocab)
+}
+
+// ModelFLOPs is the forward FLOPs of a whole model (SPEC.md section 10).
+type ModelFLOPs struct {
+	Layers []LayerFLOPs // per layer
+	Head   int64        // LM head
+	Total  int64        // all layers plus head
+	Dense  int64        // the dense model: every layer's dense twin plus head
+	Ratio  float64      // Total / Dense
+}

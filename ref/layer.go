@@ -1,0 +1,320 @@
+package ref
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// LayerInputs are the data a routed layer reads.
+type LayerInputs struct {
+	X      []*mat.Dense // residual stream entering the layer: B matrices S×d
+	Valid  []int        // V_b valid tokens per row (right padding); nil: all valid
+	Noise  [][]float64  // B×S N(0,1) draws of the random router; nil otherwise
+	Jitter [][]float64  // B×S N(0,1) jitter eps; nil when Config.Jitter = 0
+}
+
+// Frozen is a routing decision and the stop-gradient constants that go with
+// it. A forward given a Frozen (LayerForwardFrozen) is a smooth function of
+// the parameters and of X, so its central finite differences are the
+// gradients an autograd implementation must produce.
+type Frozen struct {
+	// Selection is the frozen routing decision (it also fixes the targets t).
+	Selection Selection
+	// STEOffset is sg(m g - g) of SPEC.md section 7 (dense compute only; nil
+	// otherwise).
+	STEOffset [][]float64
+	// PredictorInput is sg(x), the predictor's constant input (SPEC.md
+	// section 8; nil when the layer has no predictor).
+	PredictorInput []*mat.Dense
+}
+
+// LayerResult is everything a routed layer computes.
+type LayerResult struct {
+	Out           []*mat.Dense // layer output, B matrices S×d
+	Update        []*mat.Dense // f (MLP-only: the MLP update) where computed, 0 elsewhere; B×S×d
+	RouterWeights [][]float64  // r (after jitter)
+	Capacity      []int        // k_b: top-k capacity, or the routed count in causal mode
+	Selection     Selection    // routed positions per row
+	Weights       [][]float64  // g (SPEC.md section 6)
+	// Multipliers are the factors applied to Update: g for the selected tokens
+	// (gather), the straight-through w (dense), 0 for tokens not routed.
+	Multipliers       [][]float64
+	Targets           [][]float64 // t = 1 if selected
+	PredictorLogits   [][]float64 // q; nil without a predictor
+	PredictorAccuracy float64     // fraction with 1[q>0] == t; 0 without a predictor
+	RouterBCE         float64     // mean BCE(r, t) over valid tokens
+	PredictorBCE      float64     // mean BCE(q, t); 0 without a predictor
+	LoadBalance       float64     // S * sum_s F_s P_s
+	// AuxLoss is AuxWeight * (RouterBCE or PredictorBCE, per Aux) +
+	// LoadBalanceWeight * LoadBalance: this layer's share of the total loss.
+	AuxLoss float64
+	Routed  int        // valid tokens routed through the block (all rows)
+	Skipped int        // valid tokens that skipped it
+	FLOPs   LayerFLOPs // this layer's forward FLOPs and its dense twin's
+	Frozen  Frozen     // the decision and constants to replay with LayerForwardFrozen
+}
+
+// checkLayer validates the configuration, the parameters and the inputs.
+func checkLayer(cfg Config, p *LayerParams, in LayerInputs) (rows, s int, err error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, 0, err
+	}
+	if p == nil {
+		return 0, 0, fmt.Errorf("layer: params are nil")
+	}
+	if err := p.Check(cfg); err != nil {
+		return 0, 0, err
+	}
+	rows, s, err = batchShape("layer input X", in.X, cfg.Block.D)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := checkValid(in.Valid, rows, s); err != nil {
+		return 0, 0, fmt.Errorf("layer: %w", err)
+	}
+	return rows, s, nil
+}
+
+// LayerForward is one routed layer (SPEC.md sections 2 to 9): router
+// weights, the routing decision (top-k with the layer's capacity, or the
+// causal rule of section 9), then LayerForwardFrozen with that decision.
+func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
+	rows, s, err := checkLayer(cfg, p, in)
+	if err != nil {
+		return nil, err
+	}
+	r, err := RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	var sel Selection
+	switch cfg.Causal {
+	case CausalRouter:
+		sel, err = SelectCausal(r, in.Valid)
+	case CausalPredictor:
+		sel, err = SelectCausal(PredictorLogits(p, in.X), in.Valid)
+	default:
+		var k []int
+		k, err = RowCapacities(cfg.Capacity, rows, s, in.Valid)
+		if err != nil {
+			return nil, fmt.Errorf("layer: %w", err)
+		}
+		sel, err = SelectTopK(r, k, in.Valid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	fz := freeze(cfg, in, sel, r)
+	return layerApply(cfg, p, in, fz, r)
+}
+
+// NewFrozen builds the Frozen of a given selection (for instance one made by
+// hand for a golden case) at the current parameters and inputs: the
+// straight-through offsets sg(m g - g) (dense compute) and the predictor's
+// stop-gradient input sg(x).
+func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Frozen, error) {
+	rows, s, err := checkLayer(cfg, p, in)
+	if err != nil {
+		return Frozen{}, err
+	}
+	if sel.S != s {
+		return Frozen{}, fmt.Errorf("layer: selection is for S = %d, input has S = %d", sel.S, s)
+	}
+	if err := sel.Validate(rows, in.Valid); err != nil {
+		return Frozen{}, fmt.Errorf("layer: %w", err)
+	}
+	r, err := RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
+	if err != nil {
+		return Frozen{}, fmt.Errorf("layer: %w", err)
+	}
+	return freeze(cfg, in, sel, r), nil
+}
+
+// freeze records sel with the stop-gradient constants at router weights r.
+func freeze(cfg Config, in LayerInputs, sel Selection, r [][]float64) Frozen {
+	fz := Frozen{Selection: sel}
+	if cfg.Compute == ComputeDense {
+		g := OutputWeights(cfg.Weighting, r, sel, in.Valid)
+		fz.STEOffset = StraightThroughOffsets(g, sel.Mask())
+	}
+	if cfg.HasPredictor() {
+		fz.PredictorInput = make([]*mat.Dense, len(in.X))
+		for b, xb := range in.X {
+			fz.PredictorInput[b] = mat.DenseCopyOf(xb)
+		}
+	}
+	return fz
+}
+
+// LayerForwardFrozen is one routed layer with the routing decision and the
+// stop-gradient constants taken from fz instead of computed (SPEC.md
+// sections 5 to 8): out_i = x_i + g_i f_i(X~) for the selected i (gather), or
+// x_i + w_i f_i(X) with w = g + sg(m g - g) (dense), and out_i = x_i for the
+// others. Use it for finite-difference gradients.
+func LayerForwardFrozen(cfg Config, p *LayerParams, in LayerInputs, fz Frozen) (*LayerResult, error) {
+	rows, s, err := checkLayer(cfg, p, in)
+	if err != nil {
+		return nil, err
+	}
+	if fz.Selection.S != s {
+		return nil, fmt.Errorf("layer: frozen selection is for S = %d, input has S = %d", fz.Selection.S, s)
+	}
+	if err := fz.Selection.Validate(rows, in.Valid); err != nil {
+		return nil, fmt.Errorf("layer: frozen %w", err)
+	}
+	if cfg.Compute == ComputeDense {
+		if err := checkShape2("frozen STEOffset", fz.STEOffset, rows, s); err != nil {
+			return nil, fmt.Errorf("layer: %w (dense compute needs the straight-through offsets)", err)
+		}
+	}
+	if cfg.HasPredictor() {
+		if _, _, err := batchShape("frozen PredictorInput", fz.PredictorInput, cfg.Block.D); err != nil {
+			return nil, fmt.Errorf("layer: %w", err)
+		}
+		if len(fz.PredictorInput) != rows {
+			return nil, fmt.Errorf("layer: frozen PredictorInput has %d rows, want B = %d", len(fz.PredictorInput), rows)
+		}
+	}
+	r, err := RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	return layerApply(cfg, p, in, fz, r)
+}
+
+// gatherRows returns the rows pos of x as a len(pos)×d matrix.
+func gatherRows(x *mat.Dense, pos []int) *mat.Dense {
+	_, d := x.Dims()
+	g := mat.NewDense(len(pos), d, nil)
+	for t, i := range pos {
+		g.SetRow(t, x.RawRowView(i))
+	}
+	return g
+}
+
+func iota(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+// routedRow is Eq. 1 for one batch row x (S×d) with v valid tokens:
+// out_i = base_i + mult_i * f_i for i in computed, out_i = base_i otherwise,
+// where base = x, or x' = x + Attn(N1(x)) over the valid tokens for MLP-only
+// routing, and f is the block update of the computed tokens as a sequence
+// (or, for MLP-only routing, MLP(N2(x'_i))). Padded positions keep x. It
+// also returns the S×d update (f at the computed positions, 0 elsewhere).
+func routedRow(cfg Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64) (out, upd *mat.Dense, err error) {
+	s, d := x.Dims()
+	base := x
+	if cfg.MLPOnly && v > 0 {
+		a, err := AttentionUpdate(cfg.Block, p, gatherRows(x, iota(v)), iota(v))
+		if err != nil {
+			return nil, nil, err
+		}
+		base = mat.DenseCopyOf(x)
+		for i := 0; i < v; i++ {
+			for j := 0; j < d; j++ {
+				base.Set(i, j, x.At(i, j)+a.At(i, j))
+			}
+		}
+	}
+	out = mat.DenseCopyOf(base)
+	upd = mat.NewDense(s, d, nil)
+	if len(computed) == 0 {
+		return out, upd, nil
+	}
+	var f *mat.Dense
+	if cfg.MLPOnly {
+		f = mat.NewDense(len(computed), d, nil)
+		for t, i := range computed {
+			f.SetRow(t, MLPUpdate(cfg.Block, p, base.RawRowView(i)))
+		}
+	} else {
+		f, err = BlockUpdate(cfg.Block, p, gatherRows(x, computed), computed)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for t, i := range computed {
+		for j := 0; j < d; j++ {
+			upd.Set(i, j, f.At(t, j))
+			out.Set(i, j, base.At(i, j)+mult[i]*f.At(t, j))
+		}
+	}
+	return out, upd, nil
+}
+
+// layerApply computes the output, the weights and the losses for a decided
+// routing fz and router weights r.
+func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64) (*LayerResult, error) {
+	rows := len(in.X)
+	s, _ := in.X[0].Dims()
+	sel := fz.Selection
+	m := sel.Mask()
+	res := &LayerResult{
+		RouterWeights: r,
+		Selection:     sel,
+		Capacity:      make([]int, rows),
+		Weights:       OutputWeights(cfg.Weighting, r, sel, in.Valid),
+		Targets:       Targets(sel),
+		Frozen:        fz,
+	}
+	// The multiplier of the update: g on the selected tokens (gather), the
+	// straight-through w on every valid token (dense).
+	var mult [][]float64
+	if cfg.Compute == ComputeDense {
+		mult = StraightThroughWeights(res.Weights, fz.STEOffset)
+	} else {
+		mult = make([][]float64, rows)
+		for b := range mult {
+			mult[b] = make([]float64, s)
+			for _, i := range sel.Rows[b] {
+				mult[b][i] = res.Weights[b][i]
+			}
+		}
+	}
+	res.Multipliers = mult
+
+	lengths := make([]int, rows)
+	for b := 0; b < rows; b++ {
+		v := validLen(in.Valid, b, s)
+		lengths[b] = v
+		res.Capacity[b] = len(sel.Rows[b])
+		res.Routed += len(sel.Rows[b])
+		res.Skipped += v - len(sel.Rows[b])
+
+		// The positions whose update is evaluated: the selected ones
+		// (gather) or every valid one (dense).
+		computed := sel.Rows[b]
+		if cfg.Compute == ComputeDense {
+			computed = iota(v)
+		}
+		out, upd, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b])
+		if err != nil {
+			return nil, fmt.Errorf("layer: row %d: %w", b, err)
+		}
+		res.Out = append(res.Out, out)
+		res.Update = append(res.Update, upd)
+	}
+
+	res.RouterBCE = RouterBCELoss(r, res.Targets, in.Valid)
+	res.LoadBalance = LoadBalanceLoss(r, m, in.Valid)
+	if cfg.HasPredictor() {
+		res.PredictorLogits = PredictorLogits(p, fz.PredictorInput)
+		res.PredictorBCE = PredictorLoss(res.PredictorLogits, res.Targets, in.Valid)
+		res.PredictorAccuracy = PredictorAccuracy(res.PredictorLogits, res.Targets, in.Valid)
+	}
+	switch cfg.Aux {
+	case AuxRouterBCE:
+		res.AuxLoss = cfg.AuxWeight * res.RouterBCE
+	case AuxPredictor:
+		res.AuxLoss = cfg.AuxWeight * res.PredictorBCE
+	}
+	res.AuxLoss += cfg.LoadBalanceWeight * res.LoadBalance
+	res.FLOPs = RoutedLayerFLOPs(cfg, lengths, res.Capacity)
+	return res, nil
+}

@@ -1,0 +1,273 @@
+package ref
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// BlockParams are the parameters of one pre-norm transformer block (SPEC.md
+// section 5). Weights are d_in×d_out (y = x·W).
+type BlockParams struct {
+	Norm1     []float64  // gamma of N1, length d
+	Norm1Bias []float64  // beta of N1 (LayerNorm only; nil for RMSNorm)
+	Wq        *mat.Dense // d×d
+	Wk        *mat.Dense // d×d
+	Wv        *mat.Dense // d×d
+	Wo        *mat.Dense // d×d
+	Norm2     []float64  // gamma of N2, length d
+	Norm2Bias []float64  // beta of N2 (LayerNorm only; nil for RMSNorm)
+	W1        *mat.Dense // d×d_ff
+	W2        *mat.Dense // d_ff×d
+	W3        *mat.Dense // d×d_ff, the gate's value branch (SwiGLU only; nil for GELU)
+}
+
+// LayerParams are the parameters of one layer: its block plus, for a routed
+// layer, its router and predictor. Unused fields are nil.
+type LayerParams struct {
+	Block      BlockParams
+	Router     []float64  // w, length d (linear, linear_bias)
+	RouterBias []float64  // b, length 1 (linear_bias)
+	PredW1     *mat.Dense // predictor d×h
+	PredB1     []float64  // predictor bias, length h
+	PredW2     *mat.Dense // predictor h×1
+	PredB2     []float64  // predictor output bias, length 1
+}
+
+// Tensor is a named parameter: its shape and its backing slice (row-major).
+// Writing to Data changes the parameter.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float64
+}
+
+func denseTensor(name string, m *mat.Dense) Tensor {
+	r, c := m.Dims()
+	raw := m.RawMatrix()
+	if raw.Stride != c {
+		panic("ref: parameter matrix is a strided view; parameters must own contiguous storage")
+	}
+	return Tensor{Name: name, Shape: []int{r, c}, Data: raw.Data[:r*c]}
+}
+
+func appendVec(ts []Tensor, name string, v []float64) []Tensor {
+	if v == nil {
+		return ts
+	}
+	return append(ts, Tensor{Name: name, Shape: []int{len(v)}, Data: v})
+}
+
+func appendMat(ts []Tensor, name string, m *mat.Dense) []Tensor {
+	if m == nil {
+		return ts
+	}
+	return append(ts, denseTensor(name, m))
+}
+
+// Tensors lists the block's parameters, prefixed by prefix, in a fixed order.
+func (p *BlockParams) Tensors(prefix string) []Tensor {
+	var ts []Tensor
+	ts = appendVec(ts, prefix+"Norm1", p.Norm1)
+	ts = appendVec(ts, prefix+"Norm1Bias", p.Norm1Bias)
+	ts = appendMat(ts, prefix+"Wq", p.Wq)
+	ts = appendMat(ts, prefix+"Wk", p.Wk)
+	ts = appendMat(ts, prefix+"Wv", p.Wv)
+	ts = appendMat(ts, prefix+"Wo", p.Wo)
+	ts = appendVec(ts, prefix+"Norm2", p.Norm2)
+	ts = appendVec(ts, prefix+"Norm2Bias", p.Norm2Bias)
+	ts = appendMat(ts, prefix+"W1", p.W1)
+	ts = appendMat(ts, prefix+"W2", p.W2)
+	ts = appendMat(ts, prefix+"W3", p.W3)
+	return ts
+}
+
+// Tensors lists the layer's parameters, prefixed by prefix, in a fixed order.
+func (p *LayerParams) Tensors(prefix string) []Tensor {
+	ts := p.Block.Tensors(prefix)
+	ts = appendVec(ts, prefix+"Router", p.Router)
+	ts = appendVec(ts, prefix+"RouterBias", p.RouterBias)
+	ts = appendMat(ts, prefix+"PredW1", p.PredW1)
+	ts = appendVec(ts, prefix+"PredB1", p.PredB1)
+	ts = appendMat(ts, prefix+"PredW2", p.PredW2)
+	ts = appendVec(ts, prefix+"PredB2", p.PredB2)
+	return ts
+}
+
+// NewRand returns the package's deterministic generator: math/rand/v2 with a
+// PCG source seeded by (seed, seed^0x9e3779b97f4a7c15).
+func NewRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// RandomMatrix returns an r×c matrix of N(0, std^2) draws from rng.
+func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
+	m := mat.NewDense(r, c, nil)
+	for i := 0; i < r; i++ {
+		for j := 0; j < c; j++ {
+			m.Set(i, j, std*rng.NormFloat64())
+		}
+	}
+	return m
+}
+
+// RandomVector returns n draws of mean + std*N(0,1) from rng.
+func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = mean + std*rng.NormFloat64()
+	}
+	return v
+}
+
+// RandomField returns a rows×cols per-token field of N(0,1) draws, the form
+// of the random router's noise and of the jitter eps (SPEC.md section 2).
+func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
+	f := make([][]float64, rows)
+	for b := range f {
+		f[b] = RandomVector(rng, cols, 0, 1)
+	}
+	return f
+}
+
+// NewBlockParams draws a block's parameters: each weight matrix N(0, 1/d_in),
+// norm gains 1 + N(0, 0.1^2) and LayerNorm biases N(0, 0.1^2), so that tests
+// see gains and biases away from their trivial values.
+func NewBlockParams(c BlockConfig, rng *rand.Rand) BlockParams {
+	d, f := c.D, c.DFF
+	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
+	ln := c.Norm == NormLayer
+	var p BlockParams
+	// Drawn in the order of Tensors.
+	p.Norm1 = RandomVector(rng, d, 1, 0.1)
+	if ln {
+		p.Norm1Bias = RandomVector(rng, d, 0, 0.1)
+	}
+	p.Wq = RandomMatrix(rng, d, d, sd)
+	p.Wk = RandomMatrix(rng, d, d, sd)
+	p.Wv = RandomMatrix(rng, d, d, sd)
+	p.Wo = RandomMatrix(rng, d, d, sd)
+	p.Norm2 = RandomVector(rng, d, 1, 0.1)
+	if ln {
+		p.Norm2Bias = RandomVector(rng, d, 0, 0.1)
+	}
+	p.W1 = RandomMatrix(rng, d, f, sd)
+	p.W2 = RandomMatrix(rng, f, d, sf)
+	if c.MLP == ActSwiGLU {
+		p.W3 = RandomMatrix(rng, d, f, sd)
+	}
+	return p
+}
+
+// NewLayerParams draws a routed layer's parameters: the block as in
+// NewBlockParams, router w ~ N(0, 1/d), router bias ~ N(0, 0.1^2), and the
+// predictor's weights N(0, 1/d_in) with biases N(0, 0.1^2).
+func NewLayerParams(c Config, rng *rand.Rand) *LayerParams {
+	d := c.Block.D
+	p := &LayerParams{Block: NewBlockParams(c.Block, rng)}
+	if c.Router == RouterLinear || c.Router == RouterLinearBias {
+		p.Router = RandomVector(rng, d, 0, 1/math.Sqrt(float64(d)))
+	}
+	if c.Router == RouterLinearBias {
+		p.RouterBias = RandomVector(rng, 1, 0, 0.1)
+	}
+	if c.HasPredictor() {
+		h := c.PredictorWidth()
+		p.PredW1 = RandomMatrix(rng, d, h, 1/math.Sqrt(float64(d)))
+		p.PredB1 = RandomVector(rng, h, 0, 0.1)
+		p.PredW2 = RandomMatrix(rng, h, 1, 1/math.Sqrt(float64(h)))
+		p.PredB2 = RandomVector(rng, 1, 0, 0.1)
+	}
+	return p
+}
+
+func checkVec(name string, v []float64, n int, needed bool) error {
+	if !needed {
+		if v != nil {
+			return fmt.Errorf("params: %s is set (length %d) but the configuration does not use it; leave it nil", name, len(v))
+		}
+		return nil
+	}
+	if len(v) != n {
+		return fmt.Errorf("params: %s has length %d, want %d", name, len(v), n)
+	}
+	return nil
+}
+
+func checkMat(name string, m *mat.Dense, r, c int, needed bool) error {
+	if !needed {
+		if m != nil {
+			return fmt.Errorf("params: %s is set but the configuration does not use it; leave it nil", name)
+		}
+		return nil
+	}
+	if m == nil {
+		return fmt.Errorf("params: %s is nil, want a %d×%d matrix", name, r, c)
+	}
+	if mr, mc := m.Dims(); mr != r || mc != c {
+		return fmt.Errorf("params: %s is %d×%d, want %d×%d", name, mr, mc, r, c)
+	}
+	return nil
+}
+
+// Check reports the first block parameter whose presence or shape does not
+// match the configuration.
+func (p *BlockParams) Check(c BlockConfig) error {
+	d, f := c.D, c.DFF
+	ln := c.Norm == NormLayer
+	for _, e := range []error{
+		checkVec("Norm1", p.Norm1, d, true),
+		checkVec("Norm1Bias", p.Norm1Bias, d, ln),
+		checkMat("Wq", p.Wq, d, d, true),
+		checkMat("Wk", p.Wk, d, d, true),
+		checkMat("Wv", p.Wv, d, d, true),
+		checkMat("Wo", p.Wo, d, d, true),
+		checkVec("Norm2", p.Norm2, d, true),
+		checkVec("Norm2Bias", p.Norm2Bias, d, ln),
+		checkMat("W1", p.W1, d, f, true),
+		checkMat("W2", p.W2, f, d, true),
+		checkMat("W3", p.W3, d, f, c.MLP == ActSwiGLU),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Check reports the first layer parameter whose presence or shape does not
+// match the configuration.
+func (p *LayerParams) Check(c Config) error {
+	if err := p.Block.Check(c.Block); err != nil {
+		return err
+	}
+	d, h := c.Block.D, c.PredictorWidth()
+	pred := c.HasPredictor()
+	for _, e := range []error{
+		checkVec("Router", p.Router, d, c.Router == RouterLinear || c.Router == RouterLinearBias),
+		checkVec("RouterBias", p.RouterBias, 1, c.Router == RouterLinearBias),
+		checkMat("PredW1", p.PredW1, d, h, pred),
+		checkVec("PredB1", p.PredB1, h, pred),
+		checkMat("PredW2", p.PredW2, h, 1, pred),
+		checkVec("PredB2", p.PredB2, 1, pred),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// checkDense checks the parameters of a dense layer: a block and no router
+// or predictor.
+func (p *LayerParams) checkDense(c BlockConfig) error {
+	if err := p.Block.Check(c); err != nil {
+		return err
+	}
+	if p.Router != nil || p.RouterBias != nil || p.PredW1 != nil || p.PredB1 != nil || p.PredW2 != nil || p.PredB2 != nil {
+		return fmt.Errorf("params: a dense layer has router or predictor parameters; leave them nil")
+	}
+	return nil
+}
