@@ -1,0 +1,179 @@
+package golden
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// builder accumulates a case's arrays and their manifest entries.
+type builder struct {
+	m      *Manifest
+	arrays map[string]*Array
+}
+
+func newBuilder(m *Manifest) *builder {
+	return &builder{m: m, arrays: make(map[string]*Array)}
+}
+
+func (b *builder) add(name, role string, a *Array, tol *Tolerance) {
+	if _, dup := b.arrays[name]; dup {
+		panic("golden: array " + name + " added twice")
+	}
+	b.arrays[name] = a
+	b.m.Arrays = append(b.m.Arrays, ArrayInfo{Name: name, Role: role, DType: a.DType, Shape: a.Shape, Tolerance: tol})
+}
+
+// expect adds an expected array with the tolerance its kind calls for.
+func (b *builder) expect(name string, a *Array) {
+	b.add(name, RoleExpected, a, toleranceFor(name, a))
+}
+
+func (b *builder) build() *Case {
+	sort.SliceStable(b.m.Arrays, func(i, j int) bool { return roleOrder(b.m.Arrays[i].Role) < roleOrder(b.m.Arrays[j].Role) })
+	return &Case{Manifest: b.m, Arrays: b.arrays}
+}
+
+func roleOrder(role string) int {
+	switch role {
+	case RoleInput:
+		return 0
+	case RoleParam:
+		return 1
+	case RoleUpstream:
+		return 2
+	}
+	return 3
+}
+
+// batchArray flattens B matrices of S×c into a B×S×c array.
+func batchArray(ms []*mat.Dense) *Array {
+	r, c := ms[0].Dims()
+	v := make([]float64, 0, len(ms)*r*c)
+	for _, m := range ms {
+		for i := 0; i < r; i++ {
+			v = append(v, m.RawRowView(i)...)
+		}
+	}
+	return Float(v, len(ms), r, c)
+}
+
+// fieldArray flattens a B×S per-token field, writing 0 at padded positions
+// (which are judged nowhere).
+func fieldArray(f [][]float64, valid []int) *Array {
+	s := len(f[0])
+	v := make([]float64, 0, len(f)*s)
+	for b, row := range f {
+		for i, x := range row {
+			if i >= validLen(valid, b, s) || math.IsNaN(x) {
+				x = 0
+			}
+			v = append(v, x)
+		}
+	}
+	return Float(v, len(f), s)
+}
+
+func validLen(valid []int, b, s int) int {
+	if valid == nil {
+		return s
+	}
+	return valid[b]
+}
+
+// selectedArray is B×k_max ascending positions, padded with −1.
+func selectedArray(sel ref.Selection) *Array {
+	kmax := 1
+	for _, row := range sel.Rows {
+		kmax = max(kmax, len(row))
+	}
+	v := make([]int64, 0, len(sel.Rows)*kmax)
+	for _, row := range sel.Rows {
+		for j := 0; j < kmax; j++ {
+			p := int64(-1)
+			if j < len(row) {
+				p = int64(row[j])
+			}
+			v = append(v, p)
+		}
+	}
+	return Int(v, len(sel.Rows), kmax)
+}
+
+// intsArray returns a 1-D int64 array.
+func intsArray(v []int) *Array {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return Int(out, len(v))
+}
+
+// intGrid returns a B×S int64 array.
+func intGrid(v [][]int) *Array {
+	out := make([]int64, 0, len(v)*len(v[0]))
+	for _, row := range v {
+		for _, x := range row {
+			out = append(out, int64(x))
+		}
+	}
+	return Int(out, len(v), len(v[0]))
+}
+
+// tensorArray returns a parameter as an array of its own shape.
+func tensorArray(t ref.Tensor) *Array {
+	return Float(append([]float64(nil), t.Data...), t.Shape...)
+}
+
+// gradient is the frozen-routing finite-difference gradient of loss with
+// respect to data, shaped like it.
+func gradient(loss func() (float64, error), data []float64, shape []int) (*Array, error) {
+	g, err := ref.FDGradient(loss, data, ref.FDStep)
+	if err != nil {
+		return nil, err
+	}
+	return Float(g, shape...), nil
+}
+
+// gapsOf converts ref.BoundaryGaps to the manifest's form: −1 where a row
+// has no boundary.
+func gapsOf(g []float64) []float64 {
+	out := make([]float64, len(g))
+	for i, v := range g {
+		if math.IsInf(v, 1) {
+			v = -1
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// minGap returns the smallest real gap, +Inf if none.
+func minGap(g []float64) float64 {
+	m := math.Inf(1)
+	for _, v := range g {
+		if v >= 0 {
+			m = math.Min(m, v)
+		}
+	}
+	return m
+}
+
+// causalGaps returns, per row, the smallest |score| over valid tokens: how
+// far the causal routing rule score > 0 is from flipping.
+func causalGaps(score [][]float64, valid []int) []float64 {
+	out := make([]float64, len(score))
+	for b, row := range score {
+		out[b] = math.Inf(1)
+		for i := 0; i < validLen(valid, b, len(row)); i++ {
+			out[b] = math.Min(out[b], math.Abs(row[i]))
+		}
+	}
+	return gapsOf(out)
+}
+
+func errorf(name string, err error) error { return fmt.Errorf("generating %s: %w", name, err) }

@@ -1,0 +1,229 @@
+package golden
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// layerSpec is a layer case to generate.
+type layerSpec struct {
+	name, description string
+	catches           []string
+	seed              uint64
+	batch, seqLen     int
+	valid             []int
+	cfg               ref.Config
+	// ties makes the case test the tie rule: in every row the first token
+	// left out gets exactly the router weight of the last token selected.
+	ties bool
+}
+
+// layerDraw holds one draw of a layer case's parameters and inputs.
+type layerDraw struct {
+	p  *ref.LayerParams
+	in ref.LayerInputs
+	u  []*mat.Dense // upstream gradient of out, zero at padded positions
+}
+
+func drawLayer(s layerSpec, seed uint64) layerDraw {
+	rng := ref.NewRand(seed)
+	d := s.cfg.Block.D
+	var dr layerDraw
+	dr.p = ref.NewLayerParams(s.cfg, rng)
+	dr.in.Valid = s.valid
+	for b := 0; b < s.batch; b++ {
+		dr.in.X = append(dr.in.X, ref.RandomMatrix(rng, s.seqLen, d, 1))
+	}
+	if s.cfg.Router == ref.RouterRandom {
+		dr.in.Noise = ref.RandomField(rng, s.batch, s.seqLen)
+	}
+	if s.cfg.Jitter > 0 {
+		dr.in.Jitter = ref.RandomField(rng, s.batch, s.seqLen)
+	}
+	for b := 0; b < s.batch; b++ {
+		u := ref.RandomMatrix(rng, s.seqLen, d, 1)
+		for i := validLen(s.valid, b, s.seqLen); i < s.seqLen; i++ {
+			for j := 0; j < d; j++ {
+				u.Set(i, j, 0)
+			}
+		}
+		dr.u = append(dr.u, u)
+	}
+	return dr
+}
+
+// makeTies copies, in every row, the input of the last selected token onto
+// the first token left out, so that their router weights are equal.
+func makeTies(s layerSpec, dr layerDraw) error {
+	res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+	if err != nil {
+		return err
+	}
+	for b, row := range res.RouterWeights {
+		selected := make(map[int]bool)
+		for _, i := range res.Selection.Rows[b] {
+			selected[i] = true
+		}
+		last, first := -1, -1
+		for i := 0; i < validLen(s.valid, b, s.seqLen); i++ {
+			if selected[i] && (last < 0 || row[i] < row[last]) {
+				last = i
+			}
+			if !selected[i] && (first < 0 || row[i] > row[first]) {
+				first = i
+			}
+		}
+		if last < 0 || first < 0 {
+			return fmt.Errorf("row %d has no boundary to tie", b)
+		}
+		dr.in.X[b].SetRow(first, dr.in.X[b].RawRowView(last))
+	}
+	return nil
+}
+
+// genLayer generates a layer case, redrawing until every routing decision is
+// at least minCaseGap from a tie (unless the case tests ties).
+func genLayer(s layerSpec) (*Case, error) {
+	if err := s.cfg.Validate(); err != nil {
+		return nil, errorf(s.name, err)
+	}
+	for attempt := uint64(0); attempt < 100; attempt++ {
+		seed := s.seed + attempt
+		dr := drawLayer(s, seed)
+		if s.ties {
+			if err := makeTies(s, dr); err != nil {
+				return nil, errorf(s.name, err)
+			}
+		}
+		res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+		if err != nil {
+			return nil, errorf(s.name, err)
+		}
+		gaps := layerGaps(s.cfg, res, s.valid)
+		if !s.ties && minGap(gaps) < minCaseGap {
+			continue
+		}
+		c, err := layerCase(s, seed, dr, res, gaps)
+		if err != nil {
+			return nil, errorf(s.name, err)
+		}
+		return c, nil
+	}
+	return nil, errorf(s.name, fmt.Errorf("no draw in 100 keeps every routing gap above %v", minCaseGap))
+}
+
+// layerGaps is the distance of each row's routing decision from a flip.
+func layerGaps(cfg ref.Config, res *ref.LayerResult, valid []int) []float64 {
+	switch cfg.Causal {
+	case ref.CausalRouter:
+		return causalGaps(res.RouterWeights, valid)
+	case ref.CausalPredictor:
+		return causalGaps(res.PredictorLogits, valid)
+	}
+	return gapsOf(ref.BoundaryGaps(res.RouterWeights, res.Capacity, valid))
+}
+
+func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gaps []float64) (*Case, error) {
+	cfg := s.cfg
+	lc := layerConfigOf(cfg)
+	m := &Manifest{
+		Format: Format, Version: Version, Name: s.name, Kind: KindLayer,
+		Description: s.description, Catches: s.catches,
+		Config: CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &lc},
+		Loss:   "sum(upstream.out * out) + aux.total",
+		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties},
+		Provenance: Provenance{
+			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
+			Reference: "ref.LayerForward; gradients: ref.FDGradient of ref.LayerForwardFrozen",
+		},
+	}
+	b := newBuilder(m)
+	valid := s.valid
+	if valid == nil {
+		valid = make([]int, s.batch)
+		for i := range valid {
+			valid[i] = s.seqLen
+		}
+	}
+	b.add("input.x", RoleInput, batchArray(dr.in.X), nil)
+	b.add("input.valid", RoleInput, intsArray(valid), nil)
+	if dr.in.Noise != nil {
+		b.add("input.noise", RoleInput, fieldArray(dr.in.Noise, nil), nil)
+	}
+	if dr.in.Jitter != nil {
+		b.add("input.jitter", RoleInput, fieldArray(dr.in.Jitter, nil), nil)
+	}
+	params := dr.p.Tensors("")
+	for _, t := range params {
+		b.add("param."+t.Name, RoleParam, tensorArray(t), nil)
+	}
+	b.add("upstream.out", RoleUpstream, batchArray(dr.u), nil)
+
+	b.expect("expected.out", batchArray(res.Out))
+	b.expect("expected.router_logits", fieldArray(res.RouterWeights, s.valid))
+	b.expect("expected.selected", selectedArray(res.Selection))
+	b.expect("expected.weights", fieldArray(res.Weights, s.valid))
+	b.expect("expected.multipliers", fieldArray(res.Multipliers, s.valid))
+	b.expect("expected.targets", fieldArray(res.Targets, s.valid))
+	if cfg.HasPredictor() {
+		b.expect("expected.predictor_logits", fieldArray(res.PredictorLogits, s.valid))
+		b.expect("expected.predictor_accuracy", Scalar(res.PredictorAccuracy))
+		b.expect("expected.aux.predictor_bce", Scalar(res.PredictorBCE))
+	}
+	if cfg.Aux == ref.AuxRouterBCE {
+		b.expect("expected.aux.router_bce", Scalar(res.RouterBCE))
+	}
+	if cfg.LoadBalanceWeight > 0 {
+		b.expect("expected.aux.load_balance", Scalar(res.LoadBalance))
+	}
+	b.expect("expected.aux.total", Scalar(res.AuxLoss))
+
+	loss := func() (float64, error) {
+		r, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, res.Frozen)
+		if err != nil {
+			return 0, err
+		}
+		return dot(r.Out, dr.u) + r.AuxLoss, nil
+	}
+	l, err := loss()
+	if err != nil {
+		return nil, err
+	}
+	b.expect("expected.loss", Scalar(l))
+	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
+	for _, x := range dr.in.X {
+		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
+		if err != nil {
+			return nil, err
+		}
+		gx = append(gx, g...)
+	}
+	b.expect("grad.input.x", Float(gx, s.batch, s.seqLen, cfg.Block.D))
+	for _, t := range params {
+		g, err := gradient(loss, t.Data, t.Shape)
+		if err != nil {
+			return nil, err
+		}
+		b.expect("grad.param."+t.Name, g)
+	}
+	return b.build(), nil
+}
+
+// dot returns Σ a⊙b over a batch of equally shaped matrices, in row-major
+// order with every product rounded (no FMA fusion, see docs/design.md).
+func dot(a, b []*mat.Dense) float64 {
+	var s float64
+	for k := range a {
+		x, y := a[k].RawMatrix(), b[k].RawMatrix()
+		for i := 0; i < x.Rows; i++ {
+			xr, yr := x.Data[i*x.Stride:i*x.Stride+x.Cols], y.Data[i*y.Stride:i*y.Stride+y.Cols]
+			for j, v := range xr {
+				s += float64(v * yr[j])
+			}
+		}
+	}
+	return s
+}

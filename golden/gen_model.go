@@ -1,0 +1,198 @@
+package golden
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/ref"
+)
+
+// modelSpec is a model or decode case to generate.
+type modelSpec struct {
+	name, description string
+	catches           []string
+	seed              uint64
+	batch, seqLen     int
+	valid             []int
+	cfg               ref.ModelConfig
+	// decode makes a decode case: the full causal forward against
+	// token-by-token decoding, with no gradients.
+	decode bool
+}
+
+func drawModel(s modelSpec, seed uint64) (*ref.ModelParams, ref.ModelInputs) {
+	p := ref.NewModelParams(s.cfg, seed)
+	rng := ref.NewRand(seed ^ 0x5eed)
+	tokens, targets := ref.RandomTokens(rng, s.batch, s.seqLen, s.cfg.Vocab)
+	in := ref.ModelInputs{Tokens: tokens, Targets: targets, Valid: s.valid}
+	for b := range targets {
+		for i := validLen(s.valid, b, s.seqLen); i < s.seqLen; i++ {
+			tokens[b][i], targets[b][i] = 0, ref.IgnoreTarget
+		}
+	}
+	for _, l := range s.cfg.Layers {
+		var noise, jitter [][]float64
+		if l.Routed && l.Config.Router == ref.RouterRandom {
+			noise = ref.RandomField(rng, s.batch, s.seqLen)
+		}
+		if l.Routed && l.Config.Jitter > 0 {
+			jitter = ref.RandomField(rng, s.batch, s.seqLen)
+		}
+		in.Noise = append(in.Noise, noise)
+		in.Jitter = append(in.Jitter, jitter)
+	}
+	return p, in
+}
+
+// genModel generates a model or decode case, redrawing until every routing
+// decision of every routed layer is at least minCaseGap from a flip.
+func genModel(s modelSpec) (*Case, error) {
+	if err := s.cfg.Validate(); err != nil {
+		return nil, errorf(s.name, err)
+	}
+	for attempt := uint64(0); attempt < 100; attempt++ {
+		seed := s.seed + attempt
+		p, in := drawModel(s, seed)
+		res, err := ref.ModelForward(s.cfg, p, in)
+		if err != nil {
+			return nil, errorf(s.name, err)
+		}
+		var gaps [][]float64
+		smallest := 1.0
+		for l, lr := range res.Layers {
+			if lr == nil {
+				continue
+			}
+			g := layerGaps(s.cfg.Layers[l].Config, lr, s.valid)
+			gaps = append(gaps, g)
+			smallest = min(smallest, minGap(g))
+		}
+		if smallest < minCaseGap {
+			continue
+		}
+		c, err := modelCase(s, seed, p, in, res, gaps)
+		if err != nil {
+			return nil, errorf(s.name, err)
+		}
+		return c, nil
+	}
+	return nil, errorf(s.name, fmt.Errorf("no draw in 100 keeps every routing gap above %v", minCaseGap))
+}
+
+func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs, res *ref.ModelResult, gaps [][]float64) (*Case, error) {
+	cc := CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Vocab: s.cfg.Vocab, MaxLen: s.cfg.MaxLen}
+	for _, l := range s.cfg.Layers {
+		cc.Layers = append(cc.Layers, ModelLayerConfig{Routed: l.Routed, Layer: layerConfigOf(l.Config)})
+	}
+	kind, loss, reference := KindModel, "ce + sum over routed layers of L<l>.aux.total",
+		"ref.ModelForward; gradients: ref.FDGradient of ref.ModelForwardFrozen"
+	if s.decode {
+		kind, loss, reference = KindDecode, "none (inference only)", "ref.ModelForward in causal-routing mode and ref.Decoder"
+	}
+	m := &Manifest{
+		Format: Format, Version: Version, Name: s.name, Kind: kind,
+		Description: s.description, Catches: s.catches, Config: cc, Loss: loss,
+		Routing: Routing{Margin: RoutingMargin, Gaps: gaps},
+		Provenance: Provenance{
+			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed, Reference: reference,
+		},
+	}
+	b := newBuilder(m)
+	valid := s.valid
+	if valid == nil {
+		valid = make([]int, s.batch)
+		for i := range valid {
+			valid[i] = s.seqLen
+		}
+	}
+	b.add("input.tokens", RoleInput, intGrid(in.Tokens), nil)
+	b.add("input.targets", RoleInput, intGrid(in.Targets), nil)
+	b.add("input.valid", RoleInput, intsArray(valid), nil)
+	for l := range s.cfg.Layers {
+		if in.Noise[l] != nil {
+			b.add(fmt.Sprintf("input.noise.L%d", l), RoleInput, fieldArray(in.Noise[l], nil), nil)
+		}
+		if in.Jitter[l] != nil {
+			b.add(fmt.Sprintf("input.jitter.L%d", l), RoleInput, fieldArray(in.Jitter[l], nil), nil)
+		}
+	}
+	params := p.Tensors()
+	for _, t := range params {
+		b.add("param."+t.Name, RoleParam, tensorArray(t), nil)
+	}
+	b.expect("expected.logits", batchArray(res.Logits))
+	for l, lr := range res.Layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		b.expect(pre+"router_logits", fieldArray(lr.RouterWeights, s.valid))
+		b.expect(pre+"selected", selectedArray(lr.Selection))
+		if s.cfg.Layers[l].Config.HasPredictor() {
+			b.expect(pre+"predictor_logits", fieldArray(lr.PredictorLogits, s.valid))
+		}
+		if !s.decode {
+			b.expect(pre+"aux.total", Scalar(lr.AuxLoss))
+		}
+	}
+	if s.decode {
+		if err := addDecode(b, s, p, in); err != nil {
+			return nil, err
+		}
+		return b.build(), nil
+	}
+	b.expect("expected.ce", Scalar(res.CE))
+	b.expect("expected.loss", Scalar(res.Loss))
+	lossFn := func() (float64, error) {
+		r, err := ref.ModelForwardFrozen(s.cfg, p, in, res.Frozen)
+		if err != nil {
+			return 0, err
+		}
+		return r.Loss, nil
+	}
+	for _, t := range params {
+		g, err := gradient(lossFn, t.Data, t.Shape)
+		if err != nil {
+			return nil, err
+		}
+		b.expect("grad.param."+t.Name, g)
+	}
+	return b.build(), nil
+}
+
+// addDecode decodes each row token by token with ref.Decoder and adds the
+// logits and per-layer routing decisions it produced.
+func addDecode(b *builder, s modelSpec, p *ref.ModelParams, in ref.ModelInputs) error {
+	vocab := s.cfg.Vocab
+	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
+	routed := make([][][]int, len(s.cfg.Layers))
+	for l := range routed {
+		routed[l] = make([][]int, s.batch)
+	}
+	for row := 0; row < s.batch; row++ {
+		dec, err := ref.NewDecoder(s.cfg, p)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < s.seqLen; i++ {
+			st, err := dec.Step(in.Tokens[row][i])
+			if err != nil {
+				return err
+			}
+			logits = append(logits, st.Logits...)
+			for l, r := range st.Routed {
+				v := 0
+				if r {
+					v = 1
+				}
+				routed[l][row] = append(routed[l][row], v)
+			}
+		}
+	}
+	b.expect("expected.decode_logits", Float(logits, s.batch, s.seqLen, vocab))
+	for l, ml := range s.cfg.Layers {
+		if ml.Routed {
+			b.expect(fmt.Sprintf("expected.L%d.routed", l), intGrid(routed[l]))
+		}
+	}
+	return nil
+}

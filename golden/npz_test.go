@@ -1,0 +1,111 @@
+package golden
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestNPZRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.npz")
+	want := map[string]*Array{
+		"scalar":   Scalar(-0.5),
+		"vector":   Float([]float64{1, 2.5, -3}, 3),
+		"matrix":   Float([]float64{1, 2, 3, 4, 5, 6}, 2, 3),
+		"cube":     Float([]float64{1, 2, 3, 4, 5, 6, 7, 8}, 2, 2, 2),
+		"selected": Int([]int64{0, 3, -1, 2}, 2, 2),
+	}
+	if err := WriteNPZ(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadNPZ(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}
+
+// TestNPZReadByNumPy checks that numpy.load reads what WriteNPZ writes, and
+// that ReadNPZ reads what numpy.savez writes, including float32 and int32. It
+// needs Debian's python3-numpy, which .ci/run installs.
+func TestNPZReadByNumPy(t *testing.T) {
+	python := "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
+		t.Skipf("requires %s with numpy (apt-get install python3-numpy): %v", python, err)
+	}
+	dir := t.TempDir()
+	ours := filepath.Join(dir, "ours.npz")
+	if err := WriteNPZ(ours, map[string]*Array{
+		"expected.out": Float([]float64{1, 2, 3, 4, 5, 6}, 1, 2, 3),
+		"selected":     Int([]int64{4, 7}, 2),
+		"aux.total":    Scalar(0.25),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(dir, "theirs.npz")
+	script := `
+import sys, numpy as np
+z = np.load(sys.argv[1])
+assert z["expected.out"].shape == (1, 2, 3) and z["expected.out"].dtype == np.float64, z["expected.out"]
+assert z["expected.out"][0, 1, 2] == 6.0
+assert z["selected"].dtype == np.int64 and list(z["selected"]) == [4, 7]
+assert z["aux.total"].shape == () and float(z["aux.total"]) == 0.25
+np.savez(sys.argv[2], **{"out": np.arange(6, dtype=np.float32).reshape(2, 3),
+                         "selected": np.array([[1, 5]], dtype=np.int32)})
+`
+	out, err := exec.Command(python, "-c", script, ours, theirs).CombinedOutput()
+	if err != nil {
+		t.Fatalf("numpy: %v\n%s", err, out)
+	}
+	got, err := ReadNPZ(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*Array{
+		"out":      {Shape: []int{2, 3}, F: []float64{0, 1, 2, 3, 4, 5}, DType: "<f4"},
+		"selected": {Shape: []int{1, 2}, I: []int64{1, 5}, DType: "<i4"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("numpy.savez output read back (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadNPZErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.npz")
+	if err := WriteNPZ(good, map[string]*Array{"x": Float([]float64{1, 2, 3, 4}, 2, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		path string
+		want string
+	}{
+		{filepath.Join(dir, "missing.npz"), "missing.npz"},
+		{write("truncated.npz", raw[:len(raw)/2]), "truncated.npz: not a readable .npz archive"},
+		{write("text.npz", []byte("hello")), "text.npz: not a readable .npz archive"},
+		{write("empty.npz", nil), "empty.npz"},
+	} {
+		_, err := ReadNPZ(c.path)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ReadNPZ(%s) = %v, want an error containing %q", filepath.Base(c.path), err, c.want)
+		}
+	}
+}
