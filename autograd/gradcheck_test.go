@@ -32,6 +32,10 @@ type opCase struct {
 	positive bool
 	// noGrad lists inputs that are constants (integer-valued or masks).
 	noGrad map[int]bool
+	// linear says the reference is linear in each input taken alone (sums,
+	// products of different inputs, copies), so that central differences
+	// are exact up to round-off whatever the step.
+	linear bool
 	f32    func(tp *Tape, in []*Tensor) *Tensor
 	f64    func(in []m64) m64
 }
@@ -72,7 +76,7 @@ func binaryCase(op string) opGen {
 		r, c := dims(t, "rows"), dims(t, "cols")
 		bshape := rapid.SampledFrom([][2]int{{r, c}, {1, c}, {r, 1}, {1, 1}}).Draw(t, "bshape")
 		return opCase{
-			shapes: [][2]int{{r, c}, bshape}, lo: 0.1, hi: magnitude(t, 1e3),
+			linear: true, shapes: [][2]int{{r, c}, bshape}, lo: 0.1, hi: magnitude(t, 1e3),
 			f32: func(tp *Tape, in []*Tensor) *Tensor {
 				switch op {
 				case "Add":
@@ -117,7 +121,7 @@ func matmulCase(variant string) opGen {
 			sa, sb = [2]int{k, m}, [2]int{k, n}
 		}
 		return opCase{
-			shapes: [][2]int{sa, sb}, lo: 0, hi: magnitude(t, 1e3),
+			linear: true, shapes: [][2]int{sa, sb}, lo: 0, hi: magnitude(t, 1e3),
 			f32: func(tp *Tape, in []*Tensor) *Tensor {
 				switch variant {
 				case "NN":
@@ -157,7 +161,7 @@ func reduceCase(t *rapid.T) opCase {
 	axis := rapid.IntRange(-1, 1).Draw(t, "axis")
 	mean := rapid.Bool().Draw(t, "mean")
 	return opCase{
-		shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e4),
+		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e4),
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			switch {
 			case axis < 0 && mean:
@@ -241,7 +245,7 @@ func gatherCase(t *rapid.T) opCase {
 	r, c := dims(t, "rows"), dims(t, "cols")
 	idx := rapid.SliceOfN(rapid.IntRange(0, r-1), 1, 2*r).Draw(t, "idx")
 	return opCase{
-		shapes: [][2]int{{r, c}}, lo: 0, hi: 10,
+		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor { return tp.GatherRows(in[0], idx) },
 		f64: func(in []m64) m64 {
 			out := newM64(len(idx), c)
@@ -257,7 +261,7 @@ func scatterCase(t *rapid.T) opCase {
 	r, c := dims(t, "rows"), dims(t, "cols")
 	idx := rapid.SliceOfN(rapid.IntRange(0, r-1), 1, 2*r).Draw(t, "idx")
 	return opCase{
-		shapes: [][2]int{{r, c}, {len(idx), c}}, lo: 0, hi: 10,
+		linear: true, shapes: [][2]int{{r, c}, {len(idx), c}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor { return tp.ScatterAddRows(in[0], in[1], idx) },
 		f64: func(in []m64) m64 {
 			out := newM64(r, c)
@@ -281,7 +285,7 @@ func sliceConcatCase(t *rapid.T) opCase {
 	// back) exercises SliceCols, ConcatRows, ConcatCols, SliceRows and
 	// Reshape in one function.
 	return opCase{
-		shapes: [][2]int{{r, c}, {r2, c}, {r, c2}}, lo: 0, hi: 10,
+		linear: true, shapes: [][2]int{{r, c}, {r2, c}, {r, c2}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			stacked := tp.ConcatRows(in[1], in[0])
 			back := tp.SliceRows(stacked, r2, r2+r)
@@ -307,7 +311,7 @@ func headsCase(t *rapid.T) opCase {
 	// MergeHeads(Mul(SplitHeads(a), w)) with a weight per tall-layout element
 	// checks that each permutation and its backward are mutual inverses.
 	return opCase{
-		shapes: [][2]int{{T, h * dh}, {h * T, dh}}, lo: 0, hi: 10,
+		linear: true, shapes: [][2]int{{T, h * dh}, {h * T, dh}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			return tp.MergeHeads(tp.Mul(tp.SplitHeads(in[0], h), in[1]), h)
 		},
@@ -429,7 +433,7 @@ func scalarCase(t *rapid.T) opCase {
 	s := float32(rapid.Float64Range(-3, 3).Draw(t, "s"))
 	shift := rapid.Bool().Draw(t, "shift")
 	return opCase{
-		shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e3),
+		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e3),
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			if shift {
 				return tp.AddScalar(in[0], s)
@@ -497,19 +501,33 @@ func draw(rng *rand.Rand, shape [2]int, oc opCase) []float32 {
 }
 
 // fdGradient returns the central finite-difference gradient of f at x, one
-// coordinate at a time so that each step suits its coordinate's magnitude:
-// h = 1e-6·max(|x_i|, 1), which keeps the truncation error O(h²) small
-// against float32 round-off and the cancellation error O(1e-16/h) smaller.
-func fdGradient(f func([]float64) float64, x []float64) []float64 {
+// coordinate at a time so that each step suits its coordinate.
+//
+// For a nonlinear f the step is h = 1e-6·max(|x_i|, 1): the truncation error,
+// O(h²) relative to the scale on which f curves (|x_i| for log, sqrt and
+// rsqrt, order one for the others), stays near 1e-12, and the round-off
+// error, about 1e-16·|f|/h, near 1e-10 for the losses here. For an f linear in
+// x (linear set), central differences have no truncation error at all, and
+// the step is h = 1e-2·max(‖x‖∞, 1) to make the round-off error small even for
+// a small coordinate next to large ones.
+func fdGradient(f func([]float64) float64, x []float64, linear bool) []float64 {
+	var norm float64
+	for _, v := range x {
+		norm = math.Max(norm, math.Abs(v))
+	}
 	g := make([]float64, len(x))
 	xs := append([]float64(nil), x...)
 	for i, xi := range x {
+		step := 1e-6 * math.Max(math.Abs(xi), 1)
+		if linear {
+			step = 1e-2 * math.Max(norm, 1)
+		}
 		g[i] = fd.Derivative(func(h float64) float64 {
 			xs[i] = h
 			v := f(xs)
 			xs[i] = xi
 			return v
-		}, xi, &fd.Settings{Formula: fd.Central, Step: 1e-6 * math.Max(math.Abs(xi), 1)})
+		}, xi, &fd.Settings{Formula: fd.Central, Step: step})
 	}
 	return g
 }
@@ -589,7 +607,7 @@ func checkOp(t *rapid.T, oc opCase, fwdTol, gTol float64) (fwd, grad float64) {
 			}
 			return s
 		}
-		g64 := fdGradient(loss, in64[k].d)
+		g64 := fdGradient(loss, in64[k].d, oc.linear)
 		e, at := relErr(in32[k].Grad, g64)
 		if e > gTol {
 			t.Fatalf("gradient of input %d (%s): relative error %.3g > %.3g at element %d: got %v, finite differences %v",

@@ -132,8 +132,8 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 	m := &Manifest{
 		Format: Format, Version: Version, Name: s.name, Kind: KindLayer,
 		Description: s.description, Catches: s.catches,
-		Config: CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &lc},
-		Loss:   "sum(upstream.out * out) + aux.total",
+		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &lc},
+		Loss:    "sum(upstream.out * out) + aux.total",
 		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties},
 		Provenance: Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
