@@ -15,6 +15,9 @@ type Case struct {
 	Arrays   map[string]*Array
 }
 
+// ManifestPath returns the manifest file path of case name in dir.
+func ManifestPath(dir, name string) string { m, _ := Paths(dir, name); return m }
+
 // Paths returns the manifest and array file paths of case name in dir.
 func Paths(dir, name string) (manifest, arrays string) {
 	return filepath.Join(dir, name+".json"), filepath.Join(dir, name+".npz")

@@ -138,6 +138,9 @@ func (m *Manifest) validate() error {
 	default:
 		return fmt.Errorf("kind %q: want layer, model or decode", m.Kind)
 	}
+	if err := m.checkCatches(); err != nil {
+		return err
+	}
 	seen := make(map[string]bool)
 	for i, a := range m.Arrays {
 		if a.Name == "" {
@@ -183,4 +186,14 @@ func (m *Manifest) encode() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// checkCatches reports a name in catches that is not a known deviation.
+func (m *Manifest) checkCatches() error {
+	for _, c := range m.Catches {
+		if DeviationDescription(c) == "" {
+			return fmt.Errorf("catches: %q is not a deviation of SPEC.md section 11", c)
+		}
+	}
+	return nil
 }

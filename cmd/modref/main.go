@@ -3,14 +3,19 @@
 //
 // Usage:
 //
-//	modref mlp [-steps N] [-seed S]
+//	modref check [-dir DIR] [--candidate FILE.npz|DIR] [--json] [--junit FILE] [--allow-missing] [CASE...]
+//	modref list [-dir DIR]
+//	modref explain [-dir DIR] CASE
+//	modref gen [-dir DIR]
+//	modref mlp [-steps N] [-seed S] [-lr LR]
 //
-// mlp trains a tiny two-layer perceptron with the autograd engine on a
-// synthetic task and prints its loss: a check that the engine learns. The
-// oracle's own commands (check, diagnose, gen, list, explain) arrive with the
-// golden corpus.
+// check compares a candidate implementation's arrays with the golden corpus
+// (docs/golden-format.md), or, without a candidate, modref's own; list and
+// explain describe the cases; gen regenerates the corpus from ref; mlp trains
+// a tiny perceptron with the autograd engine and prints its loss.
 //
-// Exit status: 0 on success, 2 on bad usage or input.
+// Exit status: 0 on success, 1 when check finds a mismatch, 2 on bad usage
+// or input.
 package main
 
 import (
@@ -28,7 +33,13 @@ func main() {
 const usage = `usage: modref <command> [flags]
 
 commands:
-  mlp    train a tiny MLP with the autograd engine and print its loss
+  check     compare a candidate (or modref itself) with the golden corpus
+  list      list the corpus's cases
+  explain   show a case's configuration, equations and what it catches
+  gen       regenerate the corpus from ref
+  mlp       train a tiny MLP with the autograd engine and print its loss
+
+Run modref <command> -h for a command's flags.
 `
 
 // errUsage marks errors that come from how the command was called.
@@ -42,6 +53,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "check":
+		err = runCheck(args[1:], stdout, stderr)
+	case "list":
+		err = runList(args[1:], stdout, stderr)
+	case "explain":
+		err = runExplain(args[1:], stdout, stderr)
+	case "gen":
+		err = runGen(args[1:], stdout, stderr)
 	case "mlp":
 		err = runMLP(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -51,13 +70,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "modref: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	if err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(stderr, "modref %s: %v\n", args[0], err)
-		}
-		return 2
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errMismatch):
+		return 1
+	case !errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "modref %s: %v\n", args[0], err)
 	}
-	return 0
+	return 2
 }
 
 // parseFlags parses a command's flags, reporting errors as usage errors.

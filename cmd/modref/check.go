@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/modref/modref/golden"
+)
+
+// errMismatch marks a check that ran and found a candidate wrong (exit 1).
+var errMismatch = errors.New("mismatch")
+
+// runCheck implements `modref check`.
+func runCheck(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: modref check [flags] [CASE...]
+
+Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
+it judges one case; with --candidate DIR it judges every named case (all cases
+if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
+own implementation against the whole corpus.
+
+Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	candidate := fs.String("candidate", "", "candidate .npz file, or a directory of CASE.npz files")
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
+	allowMissing := fs.Bool("allow-missing", false, "report arrays missing from a candidate instead of failing with exit 2")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	names := fs.Args()
+	if len(names) == 0 {
+		all, err := golden.List(*dir)
+		if err != nil {
+			return err
+		}
+		names = all
+	}
+	single := false
+	if *candidate != "" {
+		fi, err := os.Stat(*candidate)
+		if err != nil {
+			return fmt.Errorf("candidate %s: %w", *candidate, errors.Unwrap(err))
+		}
+		single = !fi.IsDir()
+		if single && len(fs.Args()) != 1 {
+			return fmt.Errorf("--candidate %s is one file: name exactly one case to judge it against", *candidate)
+		}
+	}
+	var results []*golden.CaseResult
+	for _, name := range names {
+		c, err := golden.Load(*dir, name)
+		if err != nil {
+			return err
+		}
+		var cand map[string]*golden.Array
+		path := "modref's implementation"
+		switch {
+		case *candidate == "":
+			cand, err = selfCandidate(c)
+		case single:
+			path = *candidate
+			cand, err = golden.ReadNPZ(path)
+		default:
+			path = filepath.Join(*candidate, name+".npz")
+			cand, err = golden.ReadNPZ(path)
+		}
+		if err != nil {
+			return err
+		}
+		r, err := golden.Compare(c, cand, *allowMissing)
+		if err != nil {
+			return fmt.Errorf("%s (case %s): %w", path, name, err)
+		}
+		results = append(results, r)
+	}
+	if *junit != "" {
+		if err := writeJUnit(*junit, results); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	} else {
+		printResults(stdout, results, *candidate == "")
+	}
+	for _, r := range results {
+		if !r.Pass {
+			return errMismatch
+		}
+	}
+	return nil
+}
+
+// selfCandidate computes a case with modref's own implementation.
+func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
+	return golden.RefCandidate(c)
+}
+
+// printResults writes the table a person reads: one line per case, and one
+// per array that failed or is missing, with where and by how much.
+func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
+	if self {
+		fmt.Fprintln(w, "implementation: ref (float64), recomputed from each case's inputs and parameters")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")
+	passed := 0
+	for _, r := range results {
+		worst := golden.ArrayResult{}
+		for _, a := range r.Arrays {
+			if a.MaxAbs >= worst.MaxAbs {
+				worst = a
+			}
+		}
+		if r.Pass {
+			passed++
+			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, worst.MaxAbs, worst.MaxRel, worst.Where)
+			continue
+		}
+		for _, a := range r.Arrays {
+			switch a.Status {
+			case golden.StatusMissing:
+				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tmissing\n", r.Case, a.Name)
+			case golden.StatusFail:
+				fmt.Fprintf(tw, "%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
+					r.Case, a.Name, a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
+				for _, m := range a.Routing {
+					kind := "decisive flip"
+					if m.NearTie {
+						kind = "inside the near-tie margin"
+					}
+					fmt.Fprintf(tw, "\t  row %d: routed only by the candidate %v, only by the oracle %v; gap %.3g (%s)\t\t\t\t\t\t\n",
+						m.Row, m.OnlyCandidate, m.OnlyOracle, m.Gap, kind)
+				}
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
+}
+
+// junitSuite is the subset of the JUnit XML schema that CI dashboards read.
+type junitSuite struct {
+	XMLName  xml.Name    `xml:"testsuite"`
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	ClassName string        `xml:"classname,attr"`
+	Failure   *junitFailure `xml:"failure,omitempty"`
+}
+
+type junitFailure struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+// writeJUnit writes one test case per golden case.
+func writeJUnit(path string, results []*golden.CaseResult) error {
+	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
+	for _, r := range results {
+		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
+		if !r.Pass {
+			suite.Failures++
+			var lines []string
+			for _, a := range r.Arrays {
+				if a.Status != golden.StatusPass {
+					lines = append(lines, fmt.Sprintf("%s: %s, max abs %.3g at %v (got %.8g, want %.8g)", a.Name, a.Status, a.MaxAbs, a.Where, a.Got, a.Want))
+				}
+			}
+			jc.Failure = &junitFailure{Message: fmt.Sprintf("%d arrays outside tolerance", len(lines)), Text: strings.Join(lines, "\n")}
+		}
+		suite.Cases = append(suite.Cases, jc)
+	}
+	raw, err := xml.MarshalIndent(suite, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append([]byte(xml.Header), append(raw, '\n')...), 0o644); err != nil {
+		return fmt.Errorf("writing JUnit report: %w", err)
+	}
+	return nil
+}

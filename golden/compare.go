@@ -1,0 +1,263 @@
+package golden
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Status of one array's comparison.
+const (
+	StatusPass    = "pass"
+	StatusFail    = "fail"
+	StatusMissing = "missing"
+)
+
+// ArrayResult is the verdict on one array of a candidate.
+type ArrayResult struct {
+	// Name is the candidate's array name: the manifest's name without the
+	// "expected." prefix.
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// MaxAbs is the largest |candidate − expected| over the judged elements;
+	// MaxRel the largest |candidate − expected| / |expected| over elements
+	// with |expected| ≥ atol (0 when there are none).
+	MaxAbs float64 `json:"max_abs"`
+	MaxRel float64 `json:"max_rel"`
+	// Where is the index of the element furthest outside (or closest to
+	// leaving) the tolerance, with the two values there.
+	Where     []int     `json:"where"`
+	Got       float64   `json:"got"`
+	Want      float64   `json:"want"`
+	Tolerance Tolerance `json:"tolerance"`
+	// Routing explains a mismatch of selected positions.
+	Routing []RowMismatch `json:"routing,omitempty"`
+}
+
+// RowMismatch is a routing difference in one batch row of one layer.
+type RowMismatch struct {
+	Row int `json:"row"`
+	// OnlyCandidate lists positions the candidate routed and the oracle did
+	// not; OnlyOracle the other way round.
+	OnlyCandidate []int `json:"only_candidate"`
+	OnlyOracle    []int `json:"only_oracle"`
+	// Gap is the smallest difference, in the oracle's router weights (or
+	// causal scores), that the flip crossed; NearTie says it is within the
+	// case's near-tie margin, where two correct float32 implementations may
+	// disagree.
+	Gap     float64 `json:"gap"`
+	NearTie bool    `json:"near_tie"`
+}
+
+// CaseResult is the verdict on one case.
+type CaseResult struct {
+	Case   string        `json:"case"`
+	Pass   bool          `json:"pass"`
+	Arrays []ArrayResult `json:"arrays"`
+}
+
+// CandidateName returns the name a candidate uses for an expected array.
+func CandidateName(expected string) string { return strings.TrimPrefix(expected, "expected.") }
+
+// Compare judges a candidate's arrays against a case's expected arrays. A
+// missing array, one of the wrong shape, a float array where integers are
+// expected, or a NaN or infinite value is bad input and returns an error
+// naming the array, unless allowMissing lets missing arrays be reported as
+// such.
+func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, error) {
+	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != RoleExpected {
+			continue
+		}
+		name := CandidateName(info.Name)
+		got, ok := cand[name]
+		if !ok {
+			if !allowMissing {
+				return nil, fmt.Errorf("array %q is missing (the case expects it; --allow-missing reports it instead)", name)
+			}
+			res.Arrays = append(res.Arrays, ArrayResult{Name: name, Status: StatusMissing, Tolerance: *info.Tolerance})
+			res.Pass = false
+			continue
+		}
+		want := c.Arrays[info.Name]
+		if !sameShape(got.Shape, want.Shape) {
+			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
+		}
+		if want.IsInt() != got.IsInt() {
+			return nil, fmt.Errorf("array %q has dtype %s, want an integer array (%s)", name, got.DType, want.DType)
+		}
+		if k := got.firstNonFinite(); k >= 0 {
+			return nil, fmt.Errorf("array %q holds %v at %v", name, got.F[k], got.Index(k))
+		}
+		r := compareArray(c, info, got, want)
+		r.Name = name
+		if r.Status != StatusPass {
+			res.Pass = false
+		}
+		res.Arrays = append(res.Arrays, r)
+	}
+	return res, nil
+}
+
+// judged reports whether flat element k of an array of this shape is judged:
+// arrays whose leading dimensions are B×S are judged at valid positions only.
+func judged(c *Case, shape []int, k int) bool {
+	cfg := c.Manifest.Config
+	if cfg.ValidLengths == nil || len(shape) < 2 || shape[0] != cfg.Batch || shape[1] != cfg.SeqLen {
+		return true
+	}
+	inner := size(shape[2:])
+	b, i := k/(cfg.SeqLen*inner), (k/inner)%cfg.SeqLen
+	return i < cfg.ValidLengths[b]
+}
+
+func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
+	tol := *info.Tolerance
+	r := ArrayResult{Status: StatusPass, Tolerance: tol}
+	if want.IsInt() {
+		for k := range want.I {
+			if got.I[k] != want.I[k] && judged(c, want.Shape, k) {
+				r.Status = StatusFail
+				if r.Where == nil {
+					r.Where, r.Got, r.Want = want.Index(k), float64(got.I[k]), float64(want.I[k])
+				}
+				r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(got.I[k]-want.I[k])))
+			}
+		}
+		if r.Status == StatusFail {
+			r.Routing = routingMismatch(c, info.Name, got, want)
+		}
+		return r
+	}
+	worst := -1.0
+	for k, e := range want.F {
+		if !judged(c, want.Shape, k) {
+			continue
+		}
+		d := math.Abs(got.F[k] - e)
+		bound := tol.ATol + tol.RTol*math.Abs(e)
+		r.MaxAbs = math.Max(r.MaxAbs, d)
+		if math.Abs(e) >= tol.ATol && e != 0 {
+			r.MaxRel = math.Max(r.MaxRel, d/math.Abs(e))
+		}
+		ratio := math.Inf(1)
+		if bound > 0 {
+			ratio = d / bound
+		} else if d == 0 {
+			ratio = 0
+		}
+		if ratio > worst {
+			worst, r.Where, r.Got, r.Want = ratio, want.Index(k), got.F[k], e
+		}
+		if d > bound {
+			r.Status = StatusFail
+		}
+	}
+	if r.Status == StatusFail && strings.HasSuffix(info.Name, ".targets") {
+		r.Routing = routingMismatch(c, info.Name, got, want)
+	}
+	return r
+}
+
+// routingMismatch describes, row by row, how a candidate's routing differs
+// from the oracle's. It understands the three encodings of a decision:
+// selected positions (B×k, padded with −1), 0/1 routed flags and 0/1
+// targets (B×S).
+func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
+	prefix := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "selected"), "routed"), "targets")
+	scores := c.Arrays[prefix+"router_logits"]
+	causal := false
+	if l := c.layerConfig(prefix); l != nil && l.Causal != "off" {
+		causal = true
+		if l.Causal == "predictor" {
+			scores = c.Arrays[prefix+"predictor_logits"]
+		}
+	}
+	var out []RowMismatch
+	for b := 0; b < want.Shape[0]; b++ {
+		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected")), decisions(want, b, strings.HasSuffix(name, "selected"))
+		m := RowMismatch{Row: b, Gap: math.Inf(1)}
+		for p := range gs {
+			if !ws[p] {
+				m.OnlyCandidate = append(m.OnlyCandidate, p)
+			}
+		}
+		for p := range ws {
+			if !gs[p] {
+				m.OnlyOracle = append(m.OnlyOracle, p)
+			}
+		}
+		if m.OnlyCandidate == nil && m.OnlyOracle == nil {
+			continue
+		}
+		sort.Ints(m.OnlyCandidate)
+		sort.Ints(m.OnlyOracle)
+		if scores != nil {
+			s := scores.F[b*c.Manifest.Config.SeqLen : (b+1)*c.Manifest.Config.SeqLen]
+			m.Gap = flipGap(s, m.OnlyCandidate, m.OnlyOracle, causal)
+		}
+		m.NearTie = m.Gap < c.Manifest.Routing.Margin
+		out = append(out, m)
+	}
+	return out
+}
+
+// decisions returns the set of routed positions of row b.
+func decisions(a *Array, b int, positions bool) map[int]bool {
+	inner := size(a.Shape[1:])
+	set := make(map[int]bool)
+	for j := 0; j < inner; j++ {
+		var v float64
+		if a.I != nil {
+			v = float64(a.I[b*inner+j])
+		} else {
+			v = a.F[b*inner+j]
+		}
+		switch {
+		case positions && v >= 0:
+			set[int(v)] = true
+		case !positions && v != 0:
+			set[j] = true
+		}
+	}
+	return set
+}
+
+// flipGap is the smallest score difference a routing flip crossed: for
+// top-k, between a position only one side routed and one only the other
+// side routed; for causal routing, the distance of a flipped score from 0.
+func flipGap(s []float64, onlyCand, onlyOracle []int, causal bool) float64 {
+	gap := math.Inf(1)
+	if causal {
+		for _, p := range append(append([]int{}, onlyCand...), onlyOracle...) {
+			if p < len(s) {
+				gap = math.Min(gap, math.Abs(s[p]))
+			}
+		}
+		return gap
+	}
+	for _, p := range onlyCand {
+		for _, q := range onlyOracle {
+			if p < len(s) && q < len(s) {
+				gap = math.Min(gap, math.Abs(s[p]-s[q]))
+			}
+		}
+	}
+	return gap
+}
+
+// layerConfig returns the configuration of the routed layer an array name
+// prefix ("expected." or "expected.L<l>.") refers to.
+func (c *Case) layerConfig(prefix string) *LayerConfig {
+	cfg := c.Manifest.Config
+	if cfg.Layer != nil {
+		return cfg.Layer
+	}
+	var l int
+	if _, err := fmt.Sscanf(prefix, "expected.L%d.", &l); err != nil || l < 0 || l >= len(cfg.Layers) {
+		return nil
+	}
+	return &cfg.Layers[l].Layer
+}

@@ -1,0 +1,166 @@
+package golden
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// perfect returns a candidate holding the case's own expected values.
+func perfect(c *Case) map[string]*Array {
+	cand := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			a := *c.Arrays[info.Name]
+			a.F, a.I = slices.Clone(a.F), slices.Clone(a.I)
+			cand[CandidateName(info.Name)] = &a
+		}
+	}
+	return cand
+}
+
+func loadCase(t *testing.T, name string) *Case {
+	t.Helper()
+	c, err := Load("corpus", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func result(t *testing.T, r *CaseResult, name string) ArrayResult {
+	t.Helper()
+	for _, a := range r.Arrays {
+		if a.Name == name {
+			return a
+		}
+	}
+	t.Fatalf("no result for %s", name)
+	return ArrayResult{}
+}
+
+func TestComparePerfectCandidatePasses(t *testing.T) {
+	for _, name := range []string{"layer-paper", "layer-padding", "model-every-other", "decode-router"} {
+		c := loadCase(t, name)
+		r, err := Compare(c, perfect(c), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Pass {
+			t.Errorf("%s: the case's own values fail: %+v", name, r.Arrays)
+		}
+	}
+}
+
+func TestCompareFindsTheWorstElement(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand := perfect(c)
+	out := cand["out"]
+	k := 1*8*8 + 3*8 + 5 // element [1 3 5]
+	tol := result(t, mustCompare(t, c, perfect(c)), "out").Tolerance
+	bound := tol.ATol + tol.RTol*math.Abs(out.F[k])
+	out.F[k] += 2 * bound
+	out.F[0] += 0.5 * (tol.ATol + tol.RTol*math.Abs(out.F[0])) // inside the tolerance
+	r := mustCompare(t, c, cand)
+	a := result(t, r, "out")
+	if r.Pass || a.Status != StatusFail {
+		t.Fatalf("a change of twice the tolerance passed: %+v", a)
+	}
+	if !slices.Equal(a.Where, []int{1, 3, 5}) || math.Abs(a.MaxAbs-2*bound) > 1e-12 {
+		t.Errorf("worst element %v with error %v, want [1 3 5] with %v", a.Where, a.MaxAbs, 2*bound)
+	}
+	if other := result(t, r, "router_logits"); other.Status != StatusPass {
+		t.Errorf("router_logits was not changed but fails: %+v", other)
+	}
+}
+
+func TestCompareIgnoresPaddedPositions(t *testing.T) {
+	c := loadCase(t, "layer-padding") // row 1 has 6 valid tokens of 10
+	cand := perfect(c)
+	cand["router_logits"].F[1*10+7] += 100
+	cand["out"].F[(1*10+9)*8] += 100
+	if r := mustCompare(t, c, cand); !r.Pass {
+		t.Errorf("changes at padded positions failed the case: %+v", r.Arrays)
+	}
+	cand["router_logits"].F[1*10+5] += 100
+	if r := mustCompare(t, c, cand); result(t, r, "router_logits").Status != StatusFail {
+		t.Error("a change at a valid position passed")
+	}
+}
+
+func TestCompareReportsRoutingMismatch(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand := perfect(c)
+	sel := cand["selected"]
+	k := sel.Shape[1]
+	want := slices.Clone(sel.I[:k])
+	// Swap the oracle's weakest selected token in row 0 for its strongest
+	// unselected one.
+	r := c.Arrays["expected.router_logits"].F[:8]
+	weakest, strongest := -1, -1
+	for i := 0; i < 8; i++ {
+		if slices.Contains(want, int64(i)) {
+			if weakest < 0 || r[i] < r[weakest] {
+				weakest = i
+			}
+		} else if strongest < 0 || r[i] > r[strongest] {
+			strongest = i
+		}
+	}
+	row := slices.DeleteFunc(slices.Clone(want), func(p int64) bool { return p == int64(weakest) })
+	row = append(row, int64(strongest))
+	slices.Sort(row)
+	copy(sel.I[:k], row)
+	res := result(t, mustCompare(t, c, cand), "selected")
+	if res.Status != StatusFail || len(res.Routing) != 1 {
+		t.Fatalf("routing change not reported: %+v", res)
+	}
+	m := res.Routing[0]
+	if m.Row != 0 || !slices.Equal(m.OnlyCandidate, []int{strongest}) || !slices.Equal(m.OnlyOracle, []int{weakest}) {
+		t.Errorf("mismatch %+v, want row 0, candidate-only [%d], oracle-only [%d]", m, strongest, weakest)
+	}
+	if gap := r[weakest] - r[strongest]; math.Abs(m.Gap-gap) > 1e-15 || m.NearTie != (gap < c.Manifest.Routing.Margin) {
+		t.Errorf("gap %v near-tie %v, want %v", m.Gap, m.NearTie, gap)
+	}
+}
+
+func TestCompareBadCandidates(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	for _, tc := range []struct {
+		name string
+		edit func(map[string]*Array)
+		want string
+	}{
+		{"missing", func(m map[string]*Array) { delete(m, "grad.param.Wq") }, `array "grad.param.Wq" is missing`},
+		{"shape", func(m map[string]*Array) { m["out"].Shape = []int{2, 64} }, `array "out" has shape [2 64], want [2 8 8]`},
+		{"nan", func(m map[string]*Array) { m["aux.total"].F[0] = math.NaN() }, `array "aux.total" holds NaN`},
+		{"inf", func(m map[string]*Array) { m["out"].F[9] = math.Inf(-1) }, `array "out" holds -Inf at [0 1 1]`},
+		{"float selected", func(m map[string]*Array) {
+			s := m["selected"]
+			m["selected"] = &Array{Shape: s.Shape, F: make([]float64, len(s.I)), DType: "<f4"}
+		}, `array "selected" has dtype <f4, want an integer array`},
+	} {
+		cand := perfect(c)
+		tc.edit(cand)
+		_, err := Compare(c, cand, false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	cand := perfect(c)
+	delete(cand, "grad.param.Wq")
+	r, err := Compare(c, cand, true)
+	if err != nil || r.Pass || result(t, r, "grad.param.Wq").Status != StatusMissing {
+		t.Errorf("with allowMissing: %v, %+v", err, r)
+	}
+}
+
+func mustCompare(t *testing.T, c *Case, cand map[string]*Array) *CaseResult {
+	t.Helper()
+	r, err := Compare(c, cand, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

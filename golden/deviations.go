@@ -1,0 +1,32 @@
+package golden
+
+// Deviation is one of the known departures from the paper's equations
+// (SPEC.md section 11) that the oracle tells apart.
+type Deviation struct {
+	Name        string
+	Description string
+}
+
+// Deviations lists SPEC.md section 11 in order, with the names manifests use
+// in "catches".
+var Deviations = []Deviation{
+	{"residual_twice", "residual counted twice: out = x + g·(x + f), the block returned its own residual"},
+	{"residual_scaled", "residual scaled: out = g·(x + f) for selected tokens"},
+	{"unsorted_indices", "indices not sorted before the block: the causal mask follows router-score order, not positions"},
+	{"no_weighting", "no weighting: out = x + f, so the router gets no gradient from the LM loss"},
+	{"ste_m_plus_1", "straight-through weight w = g·m + (g − sg(g)), whose derivative is m + 1 instead of 1"},
+	{"predictor_no_stopgrad", "predictor fed x without stop-gradient: its loss sends gradient into the trunk"},
+	{"predictor_block_output", "predictor fed the block output instead of the layer input"},
+	{"capacity_off_by_one", "capacity off by one: a strict '>' against the k-th router weight selects k − 1 tokens"},
+	{"decode_mismatch", "incremental decoding differs from the full causal forward (misaligned cache, skipped tokens cached, or routing off at inference)"},
+}
+
+// DeviationDescription returns the description of a deviation name, or "".
+func DeviationDescription(name string) string {
+	for _, d := range Deviations {
+		if d.Name == name {
+			return d.Description
+		}
+	}
+	return ""
+}

@@ -1,0 +1,178 @@
+package golden
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// RefCandidate recomputes a case with ref from the case's own inputs and
+// parameters (not from the generator's seed) and returns the result as a
+// candidate: the expected arrays under their candidate names. A sound corpus
+// and ref give back the expected values exactly.
+func RefCandidate(c *Case) (map[string]*Array, error) {
+	re, err := recompute(c)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	cand := make(map[string]*Array)
+	for _, info := range re.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			cand[CandidateName(info.Name)] = re.Arrays[info.Name]
+		}
+	}
+	return cand, nil
+}
+
+// recompute runs the generator's computation on a case's inputs and
+// parameters.
+func recompute(c *Case) (*Case, error) {
+	m := c.Manifest
+	cfg := m.Config
+	valid := cfg.ValidLengths
+	switch m.Kind {
+	case KindLayer:
+		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.Layer.Ref(), ties: m.Routing.Ties}
+		dr, err := layerDrawOf(c, s)
+		if err != nil {
+			return nil, err
+		}
+		res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+		if err != nil {
+			return nil, err
+		}
+		return layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, valid))
+	case KindModel, KindDecode:
+		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.modelConfig(), decode: m.Kind == KindDecode}
+		p, in, err := modelDrawOf(c, s)
+		if err != nil {
+			return nil, err
+		}
+		res, err := ref.ModelForward(s.cfg, p, in)
+		if err != nil {
+			return nil, err
+		}
+		var gaps [][]float64
+		for l, lr := range res.Layers {
+			if lr != nil {
+				gaps = append(gaps, layerGaps(s.cfg.Layers[l].Config, lr, valid))
+			}
+		}
+		return modelCase(s, m.Provenance.Seed, p, in, res, gaps)
+	}
+	return nil, fmt.Errorf("kind %q", m.Kind)
+}
+
+// array returns a case array, or an error naming it.
+func (c *Case) array(name string) (*Array, error) {
+	a, ok := c.Arrays[name]
+	if !ok {
+		return nil, fmt.Errorf("array %q is missing", name)
+	}
+	return a, nil
+}
+
+// matrices splits a B×S×d array into B matrices of S×d (copies).
+func matrices(a *Array) []*mat.Dense {
+	b, s, d := a.Shape[0], a.Shape[1], a.Shape[2]
+	out := make([]*mat.Dense, b)
+	for i := range out {
+		out[i] = mat.NewDense(s, d, append([]float64(nil), a.F[i*s*d:(i+1)*s*d]...))
+	}
+	return out
+}
+
+// field splits a B×S array into rows (copies).
+func field(a *Array) [][]float64 {
+	b, s := a.Shape[0], a.Shape[1]
+	out := make([][]float64, b)
+	for i := range out {
+		out[i] = append([]float64(nil), a.F[i*s:(i+1)*s]...)
+	}
+	return out
+}
+
+// ints splits a B×S integer array into rows.
+func ints(a *Array) [][]int {
+	b, s := a.Shape[0], a.Shape[1]
+	out := make([][]int, b)
+	for i := range out {
+		out[i] = make([]int, s)
+		for j := range out[i] {
+			out[i][j] = int(a.I[i*s+j])
+		}
+	}
+	return out
+}
+
+// loadParams copies the case's param.<prefix><Name> arrays into ts.
+func loadParams(c *Case, ts []ref.Tensor) error {
+	for _, t := range ts {
+		a, err := c.array("param." + t.Name)
+		if err != nil {
+			return err
+		}
+		if len(a.F) != len(t.Data) {
+			return fmt.Errorf("array %q has %d values, the configuration needs %d", "param."+t.Name, len(a.F), len(t.Data))
+		}
+		copy(t.Data, a.F)
+	}
+	return nil
+}
+
+func layerDrawOf(c *Case, s layerSpec) (layerDraw, error) {
+	var dr layerDraw
+	dr.p = ref.NewLayerParams(s.cfg, ref.NewRand(0))
+	if err := loadParams(c, dr.p.Tensors("")); err != nil {
+		return dr, err
+	}
+	x, err := c.array("input.x")
+	if err != nil {
+		return dr, err
+	}
+	u, err := c.array("upstream.out")
+	if err != nil {
+		return dr, err
+	}
+	dr.in = ref.LayerInputs{X: matrices(x), Valid: s.valid}
+	dr.u = matrices(u)
+	if a, ok := c.Arrays["input.noise"]; ok {
+		dr.in.Noise = field(a)
+	}
+	if a, ok := c.Arrays["input.jitter"]; ok {
+		dr.in.Jitter = field(a)
+	}
+	return dr, nil
+}
+
+func modelDrawOf(c *Case, s modelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
+	p := ref.NewModelParams(s.cfg, 0)
+	if err := loadParams(c, p.Tensors()); err != nil {
+		return nil, ref.ModelInputs{}, err
+	}
+	tok, err := c.array("input.tokens")
+	if err != nil {
+		return nil, ref.ModelInputs{}, err
+	}
+	tgt, err := c.array("input.targets")
+	if err != nil {
+		return nil, ref.ModelInputs{}, err
+	}
+	in := ref.ModelInputs{Tokens: ints(tok), Targets: ints(tgt), Valid: s.valid}
+	for l := range s.cfg.Layers {
+		var noise, jitter [][]float64
+		if a, ok := c.Arrays[fmt.Sprintf("input.noise.L%d", l)]; ok {
+			noise = field(a)
+		}
+		if a, ok := c.Arrays[fmt.Sprintf("input.jitter.L%d", l)]; ok {
+			jitter = field(a)
+		}
+		in.Noise = append(in.Noise, noise)
+		in.Jitter = append(in.Jitter, jitter)
+	}
+	return p, in, nil
+}
