@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/xml"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modref/modref/golden"
+)
+
+const corpus = "../../golden/corpus"
+
+// writeCandidate writes the case's own expected values, changed by edit, as
+// a candidate file and returns its path.
+func writeCandidate(t *testing.T, name string, edit func(map[string]*golden.Array)) string {
+	t.Helper()
+	c, err := golden.Load(corpus, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := make(map[string]*golden.Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == golden.RoleExpected {
+			cand[golden.CandidateName(info.Name)] = c.Arrays[info.Name]
+		}
+	}
+	if edit != nil {
+		edit(cand)
+	}
+	path := filepath.Join(t.TempDir(), name+".npz")
+	if err := golden.WriteNPZ(path, cand); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// corpusDigest hashes every corpus file, to show that nothing wrote to it.
+func corpusDigest(t *testing.T) [32]byte {
+	t.Helper()
+	h := sha256.New()
+	entries, err := os.ReadDir(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(corpus, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write([]byte(e.Name()))
+		h.Write(raw)
+	}
+	var d [32]byte
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+func runCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCheckCandidate(t *testing.T) {
+	before := corpusDigest(t)
+	good := writeCandidate(t, "layer-paper", nil)
+	if code, out, errOut := runCmd("check", "-dir", corpus, "--candidate", good, "layer-paper"); code != 0 || !strings.Contains(out, "1 passed, 0 failed") {
+		t.Errorf("exact candidate: exit %d\n%s%s", code, out, errOut)
+	}
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+		m["grad.param.Wq"].F[5] += 1
+	})
+	junit := filepath.Join(t.TempDir(), "report.xml")
+	code, out, _ := runCmd("check", "-dir", corpus, "--candidate", bad, "--junit", junit, "layer-paper")
+	if code != 1 || !strings.Contains(out, "grad.param.Wq") || !strings.Contains(out, "[0 5]") || !strings.Contains(out, "FAIL") {
+		t.Errorf("changed gradient: exit %d, output\n%s", code, out)
+	}
+	raw, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suite junitSuite
+	if err := xml.Unmarshal(raw, &suite); err != nil {
+		t.Fatal(err)
+	}
+	if suite.Tests != 1 || suite.Failures != 1 || suite.Cases[0].Failure == nil || !strings.Contains(suite.Cases[0].Failure.Text, "grad.param.Wq") {
+		t.Errorf("JUnit report %+v", suite)
+	}
+	if code, out, _ := runCmd("check", "-dir", corpus, "--candidate", bad, "--json", "layer-paper"); code != 1 || !strings.Contains(out, `"status": "fail"`) {
+		t.Errorf("--json: exit %d\n%s", code, out)
+	}
+	if corpusDigest(t) != before {
+		t.Error("check changed the corpus")
+	}
+}
+
+func TestCheckCandidateDirectory(t *testing.T) {
+	a := writeCandidate(t, "layer-paper", nil)
+	dir := filepath.Dir(a)
+	b := writeCandidate(t, "layer-softmax", nil)
+	if err := os.Rename(b, filepath.Join(dir, "layer-softmax.npz")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd("check", "-dir", corpus, "--candidate", dir, "layer-paper", "layer-softmax"); code != 0 || !strings.Contains(out, "2 passed, 0 failed") {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
+	}
+	// A case with no file in the directory is bad input.
+	if code, _, errOut := runCmd("check", "-dir", corpus, "--candidate", dir, "layer-none"); code != 2 || !strings.Contains(errOut, "layer-none.npz") {
+		t.Errorf("missing candidate file: exit %d, %q", code, errOut)
+	}
+}
+
+func TestCheckBadInput(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.npz")
+	good := writeCandidate(t, "layer-paper", nil)
+	raw, _ := os.ReadFile(good)
+	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nan := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
+	missing := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--candidate", filepath.Join(dir, "nope.npz"), "layer-paper"}, []string{"nope.npz"}},
+		{[]string{"--candidate", corrupt, "layer-paper"}, []string{"corrupt.npz", "not a readable .npz"}},
+		{[]string{"--candidate", nan, "layer-paper"}, []string{`"out"`, "NaN", "[0 0 3]"}},
+		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
+		{[]string{"--candidate", good}, []string{"name exactly one case"}},
+		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"name exactly one case"}},
+		{[]string{"no-such-case"}, []string{"no-such-case.json"}},
+		{[]string{"--bogus"}, nil},
+	} {
+		code, _, errOut := runCmd(append([]string{"check", "-dir", corpus}, c.args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", c.args, code, errOut)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: stderr %q does not mention %q", c.args, errOut, w)
+			}
+		}
+		if strings.Contains(errOut, "goroutine") {
+			t.Errorf("%v: a stack trace on stderr", c.args)
+		}
+	}
+	if code, out, _ := runCmd("check", "-dir", corpus, "--candidate", missing, "--allow-missing", "layer-paper"); code != 1 || !strings.Contains(out, "missing") {
+		t.Errorf("--allow-missing: exit %d\n%s", code, out)
+	}
+}
+
+func TestListAndExplain(t *testing.T) {
+	code, out, _ := runCmd("list", "-dir", corpus)
+	if code != 0 || !strings.Contains(out, "layer-paper") || !strings.Contains(out, "decode-router") {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCmd("explain", "-dir", corpus, "layer-dense-ste")
+	for _, w := range []string{"ste_m_plus_1", "SPEC.md 7", "rotate-half", "w = g + sg(m·g − g)"} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Errorf("explain: exit %d, output lacks %q", code, w)
+		}
+	}
+	if code, _, _ := runCmd("explain", "-dir", corpus); code != 2 {
+		t.Errorf("explain without a case: exit %d", code)
+	}
+}
