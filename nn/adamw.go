@@ -82,7 +82,7 @@ func (o *AdamW) Step() {
 	for k, p := range o.params {
 		decay := 1.0
 		if p.Rows > 1 {
-			decay = 1 - o.LR*o.WeightDecay
+			decay = 1 - float64(o.LR*o.WeightDecay)
 		}
 		m, v := o.m[k], o.v[k]
 		for i, g32 := range p.Grad {
