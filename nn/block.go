@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/modref/modref/autograd"
@@ -46,8 +47,8 @@ func (c BlockConfig) validate() error {
 		return fmt.Errorf("nn: BlockConfig.Act is %q, must be %q or %q", c.Act, ActGELU, ActSwiGLU)
 	case c.Window < 0:
 		return fmt.Errorf("nn: BlockConfig.Window is %d, must be 0 (no window) or positive", c.Window)
-	case c.RoPEBase != 0 && !(c.RoPEBase > 1):
-		return fmt.Errorf("nn: BlockConfig.RoPEBase is %v, must be 0 (10000) or greater than 1", c.RoPEBase)
+	case c.RoPEBase != 0 && (!(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 1)):
+		return fmt.Errorf("nn: BlockConfig.RoPEBase is %v, must be 0 (10000) or a finite number greater than 1", c.RoPEBase)
 	}
 	return nil
 }
