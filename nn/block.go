@@ -61,10 +61,12 @@ func (c BlockConfig) validate() error {
 // Its update f(X) = Y − X = Attn(N1(X)) + MLP(N2(H)) is what a
 // Mixture-of-Depths layer scales by the router weight and adds back.
 type Block struct {
-	N1   Norm
+	// N1 normalises the attention's input and N2 the MLP's.
+	N1, N2 Norm
+	// Attn is the causal self-attention.
 	Attn *Attention
-	N2   Norm
-	MLP  *MLP
+	// MLP is the feed-forward network.
+	MLP *MLP
 }
 
 // NewBlock returns a block described by cfg, drawing its weights from rng in

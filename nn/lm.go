@@ -11,7 +11,9 @@ import (
 // of the sequences described by pos to new rows of the same shape. Block is
 // a Layer; a Mixture-of-Depths layer can be another.
 type Layer interface {
+	// Forward returns the layer's output for x.
 	Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor
+	// Params returns the layer's parameters.
 	Params() []*autograd.Tensor
 }
 
@@ -31,9 +33,12 @@ type Config struct {
 // LM is a decoder-only language model: token embedding, a stack of layers,
 // a final norm and a linear head, trained with next-token cross-entropy.
 type LM struct {
-	Embed  *Embedding
+	// Embed maps token ids to rows of width d.
+	Embed *Embedding
+	// Layers are applied in order; NewLM fills it with Blocks.
 	Layers []Layer
-	Norm   Norm
+	// Norm is the final normalisation, of the kind the blocks use.
+	Norm Norm
 	// Head is the d×vocab output weight (no bias), or nil when the
 	// embeddings are tied.
 	Head *Linear

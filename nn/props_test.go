@@ -295,3 +295,22 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("NewAdamW accepted a parameter without a gradient")
 	}
 }
+
+// TestRoPEShift checks rotary embeddings' defining property on attention:
+// scores depend on positions only through their differences, so shifting
+// every position of a subset by the same amount leaves the output unchanged
+// up to rounding.
+func TestRoPEShift(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 0))
+	a := NewAttention(12, 3, false, rng)
+	randomize(rng, a.Params())
+	x := input(rng, 5, 12)
+	pos := []int{0, 2, 3, 7, 8}
+	shifted := []int{37, 39, 40, 44, 45}
+	var tp autograd.Tape
+	want := toMat(a.Forward(&tp, x, [][]int{pos}))
+	got := a.Forward(&tp, x, [][]int{shifted})
+	if e, at := relErr(toMat(got).d, want.d); e > fwdTol {
+		t.Errorf("shifting positions by 37 changed element %d from %v to %v (relative %.3g)", at, want.d[at], got.Data[at], e)
+	}
+}
