@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -312,5 +313,32 @@ func TestRoPEShift(t *testing.T) {
 	got := a.Forward(&tp, x, [][]int{shifted})
 	if e, at := relErr(toMat(got).d, want.d); e > fwdTol {
 		t.Errorf("shifting positions by 37 changed element %d from %v to %v (relative %.3g)", at, want.d[at], got.Data[at], e)
+	}
+}
+
+// TestAttentionPanics checks that positions that do not fit the input are
+// reported with the operation's name and the fault.
+func TestAttentionPanics(t *testing.T) {
+	a := NewAttention(8, 2, false, rand.New(rand.NewPCG(1, 1)))
+	x := input(rand.New(rand.NewPCG(1, 2)), 3, 8)
+	for _, c := range []struct {
+		pos  [][]int
+		want string
+	}{
+		{[][]int{{0, 2, 2}}, "strictly ascending"},
+		{[][]int{{0, 3}, {-1}}, "negative"},
+		{[][]int{{0, 1}}, "want a 2x8 x"},
+		{[][]int{{}}, "at least one row"},
+	} {
+		func() {
+			defer func() {
+				msg := fmt.Sprint(recover())
+				if !strings.HasPrefix(msg, "nn.Attention.Forward: ") || !strings.Contains(msg, c.want) {
+					t.Errorf("positions %v: panic %q, want one from nn.Attention.Forward saying %q", c.pos, msg, c.want)
+				}
+			}()
+			var tp autograd.Tape
+			a.Forward(&tp, x, c.pos)
+		}()
 	}
 }
