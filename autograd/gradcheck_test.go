@@ -548,12 +548,15 @@ func relErr(got []float32, want []float64) (float64, int) {
 	return maxDiff / math.Max(maxWant, 1), at
 }
 
-// Tolerances on ‖float32 − float64‖∞ / ‖float64‖∞, measured by
-// TestMeasureOpErrors over thousands of rapid cases and set with the margins
-// explained in docs/tolerances.md.
+// Tolerances on ‖float32 − float64‖∞ / max(‖float64‖∞, 1). The worst errors
+// TestMeasureOpErrors saw over 3000 rapid cases per operation were 4.0e-6
+// forward (MatMulTN, a sum of up to 33 products of magnitude up to 1e3 with
+// cancellation) and 7.7e-6 for a gradient (Mul with a broadcast operand,
+// whose gradient sums up to 33 rounded products); each bound is five times
+// the worst seen. docs/tolerances.md has the table.
 const (
-	forwardTol = 1e-5
-	gradTol    = 1e-4
+	forwardTol = 2e-5
+	gradTol    = 4e-5
 )
 
 // checkOp runs one drawn case: the forward against the float64 reference,
