@@ -11,7 +11,7 @@ import (
 func RMSNorm(x, gamma []float64, eps float64) []float64 {
 	ms := 0.0
 	for _, v := range x {
-		ms += v * v
+		ms += float64(v * v)
 	}
 	ms /= float64(len(x))
 	inv := 1 / math.Sqrt(ms+eps)
@@ -32,13 +32,13 @@ func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
 	mean /= float64(len(x))
 	variance := 0.0
 	for _, v := range x {
-		variance += (v - mean) * (v - mean)
+		variance += float64((v - mean) * (v - mean))
 	}
 	variance /= float64(len(x))
 	inv := 1 / math.Sqrt(variance+eps)
 	y := make([]float64, len(x))
 	for j, v := range x {
-		y[j] = (v-mean)*inv*gamma[j] + beta[j]
+		y[j] = float64((v-mean)*inv*gamma[j]) + beta[j]
 	}
 	return y
 }
@@ -65,8 +65,8 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 	for j := 0; j < half; j++ {
 		theta := float64(pos) * math.Pow(base, -2*float64(j)/float64(dh))
 		cos, sin := math.Cos(theta), math.Sin(theta)
-		out[j] = u[j]*cos - u[j+half]*sin
-		out[j+half] = u[j+half]*cos + u[j]*sin
+		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
+		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
 	}
 	return out
 }
@@ -83,7 +83,7 @@ func vecMat(x []float64, w *mat.Dense) []float64 {
 	y := make([]float64, dout)
 	for i := 0; i < din; i++ {
 		for j := 0; j < dout; j++ {
-			y[j] += x[i] * w.At(i, j)
+			y[j] += float64(x[i] * w.At(i, j))
 		}
 	}
 	return y
@@ -148,13 +148,13 @@ func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos
 		for t, kt := range kv.Keys {
 			s := 0.0
 			for j := lo; j < hi; j++ {
-				s += q[j] * kt[j]
+				s += float64(q[j] * kt[j])
 			}
-			scores[t] = s * scale
+			scores[t] = float64(s * scale)
 		}
 		for t, pt := range Softmax(scores) {
 			for j := lo; j < hi; j++ {
-				ctx[j] += pt * kv.Values[t][j]
+				ctx[j] += float64(pt * kv.Values[t][j])
 			}
 		}
 	}

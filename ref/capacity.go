@@ -71,7 +71,7 @@ func CapacityFromRatio(c float64, s int) (int, error) {
 	if !(c > 0 && c <= 1) {
 		return 0, fmt.Errorf("capacity: ratio c = %v, want c in (0, 1]", c)
 	}
-	return clampInt(FloorRobust(c*float64(s)), 1, s), nil
+	return clampInt(FloorRobust(float64(c*float64(s))), 1, s), nil
 }
 
 // CapacityFromInteger is SPEC.md section 3, integer capacity (the paper's
@@ -98,7 +98,7 @@ func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if s == 1 {
 		return 1, nil
 	}
-	return 1 - (math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c), nil
+	return 1 - float64((math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c)), nil
 }
 
 // CapacityFromLog is SPEC.md section 3, logarithmic scaling:
@@ -109,7 +109,7 @@ func CapacityFromLog(c float64, s, maxLen int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return clampInt(FloorRobust(float64(s)*ratio), 1, s), nil
+	return clampInt(FloorRobust(float64(float64(s)*ratio)), 1, s), nil
 }
 
 // TokensFor returns k for a row of n valid tokens under this rule; a row with
@@ -172,7 +172,7 @@ func AnnealedRatio(c0, c1 float64, step, warmup int) (float64, error) {
 	if warmup == 0 {
 		return c1, nil
 	}
-	return c0 + (c1-c0)*math.Min(float64(step)/float64(warmup), 1), nil
+	return c0 + float64((c1-c0)*math.Min(float64(step)/float64(warmup), 1)), nil
 }
 
 // checkValid checks a valid-length slice against the batch shape.

@@ -109,7 +109,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 			if routed {
 				m := MLPUpdate(blk, &lp.Block, x)
 				for j := range x {
-					x[j] += g * m[j]
+					x[j] += float64(g * m[j])
 				}
 			}
 			continue
@@ -117,7 +117,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		if routed {
 			f := kv.BlockStep(blk, &lp.Block, x, dec.pos)
 			for j := range x {
-				x[j] += g * f[j]
+				x[j] += float64(g * f[j])
 			}
 		}
 	}

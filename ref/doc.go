@@ -31,4 +31,29 @@
 // constants sg(.) of SPEC.md sections 7 and 8, so that the finite-difference
 // derivative of a frozen forward equals what an autograd implementation must
 // return.
+//
+// # Reproducibility
+//
+// The Go specification lets a compiler fuse x*y + z into one fused
+// multiply-add (FMA) rounding, even across statements. The arm64, ppc64le,
+// s390x and riscv64 compilers do so, and so does the amd64 compiler with
+// GOAMD64=v3 or higher (the default v1 does not). This package therefore
+// writes every floating-point product that is then added or subtracted with an
+// explicit conversion, s += float64(q[j]*kt[j]), which the specification says
+// is rounded on its own and so forbids the fusion; a product that is stored or
+// passed on and added later (an attention score, a term of AuxLoss, the
+// argument of FloorRobust) is converted too. TestNoFusableProducts
+// (internal/fmacheck) enforces the rule for products added in the same
+// expression. The package's own arithmetic is then the same bits on every
+// architecture, and the float64 corpus generated from it differs only through
+// the standard library's math functions. Of those ref calls, Sqrt (a correctly
+// rounded instruction), Abs, Floor, Max and Min are exact everywhere. The
+// others are not: in Go 1.26, Exp has assembly on amd64 (taking an FMA path on
+// CPUs with AVX and FMA), arm64, loong64 and s390x; Log on amd64 and s390x;
+// Erf, Sin, Cos and Log1p on s390x (with the vector facility); Pow has none but
+// calls Exp and Log. Where they run as pure Go, that Go code is itself
+// compiled with FMA fusion on the architectures above, GOAMD64=v3 included. So
+// Exp, Log, Log1p, Erf, Sin, Cos and Pow may differ in the last bit, and the
+// corpus is bit-identical between builds with the same GOARCH and GOAMD64 (and,
+// on amd64, CPUs that agree on FMA support).
 package ref

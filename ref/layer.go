@@ -242,7 +242,7 @@ func routedRow(cfg Config, p *BlockParams, x *mat.Dense, v int, computed []int, 
 	for t, i := range computed {
 		for j := 0; j < d; j++ {
 			upd.Set(i, j, f.At(t, j))
-			out.Set(i, j, base.At(i, j)+mult[i]*f.At(t, j))
+			out.Set(i, j, base.At(i, j)+float64(mult[i]*f.At(t, j)))
 		}
 	}
 	return out, upd, nil
@@ -310,11 +310,11 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 	}
 	switch cfg.Aux {
 	case AuxRouterBCE:
-		res.AuxLoss = cfg.AuxWeight * res.RouterBCE
+		res.AuxLoss = float64(cfg.AuxWeight * res.RouterBCE)
 	case AuxPredictor:
-		res.AuxLoss = cfg.AuxWeight * res.PredictorBCE
+		res.AuxLoss = float64(cfg.AuxWeight * res.PredictorBCE)
 	}
-	res.AuxLoss += cfg.LoadBalanceWeight * res.LoadBalance
+	res.AuxLoss += float64(cfg.LoadBalanceWeight * res.LoadBalance)
 	res.FLOPs = RoutedLayerFLOPs(cfg, lengths, res.Capacity)
 	return res, nil
 }

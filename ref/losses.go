@@ -10,7 +10,7 @@ import (
 // BCEWithLogits is the binary cross-entropy of logit z against target t in
 // the stable form of SPEC.md section 8: max(z,0) - z*t + log(1 + exp(-|z|)).
 func BCEWithLogits(z, t float64) float64 {
-	return math.Max(z, 0) - z*t + math.Log1p(math.Exp(-math.Abs(z)))
+	return math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
 }
 
 // Targets is SPEC.md section 8: t[b][i] = 1 if token i of row b was selected
@@ -55,9 +55,9 @@ func PredictorLogit(p *LayerParams, x []float64) float64 {
 	for u := 0; u < h; u++ {
 		a := p.PredB1[u]
 		for j := range x {
-			a += x[j] * p.PredW1.At(j, u)
+			a += float64(x[j] * p.PredW1.At(j, u))
 		}
-		q += SiLU(a) * p.PredW2.At(u, 0)
+		q += float64(SiLU(a) * p.PredW2.At(u, 0))
 	}
 	return q
 }
@@ -119,7 +119,7 @@ func LoadBalanceLoss(r, m [][]float64, valid []int) float64 {
 				p += Sigmoid(r[b][i])
 			}
 		}
-		l += (f / float64(rows)) * (p / float64(rows))
+		l += float64((f / float64(rows)) * (p / float64(rows)))
 	}
 	return float64(s) * l
 }

@@ -117,7 +117,7 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 	v := make([]float64, n)
 	for i := range v {
-		v[i] = mean + std*rng.NormFloat64()
+		v[i] = mean + float64(std*rng.NormFloat64())
 	}
 	return v
 }

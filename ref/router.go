@@ -12,7 +12,7 @@ import (
 func RouterLinearWeight(w, x []float64) float64 {
 	r := 0.0
 	for j := range w {
-		r += w[j] * x[j]
+		r += float64(w[j] * x[j])
 	}
 	return r
 }
@@ -27,7 +27,7 @@ func RouterLinearBiasWeight(w []float64, b float64, x []float64) float64 {
 func RouterL2NormWeight(x []float64) float64 {
 	s := 0.0
 	for _, v := range x {
-		s += v * v
+		s += float64(v * v)
 	}
 	return math.Sqrt(s)
 }
@@ -35,7 +35,7 @@ func RouterL2NormWeight(x []float64) float64 {
 // Jittered is SPEC.md section 2, jitter: r + s*eps, with eps an explicit
 // N(0,1) draw.
 func Jittered(r, s, eps float64) float64 {
-	return r + s*eps
+	return r + float64(s*eps)
 }
 
 // RouterWeights computes the router weight r[b][i] of every position of every
@@ -169,7 +169,7 @@ func StraightThroughOffsets(g, m [][]float64) [][]float64 {
 	for b := range g {
 		off[b] = make([]float64, len(g[b]))
 		for i := range g[b] {
-			off[b][i] = m[b][i]*g[b][i] - g[b][i]
+			off[b][i] = float64(m[b][i]*g[b][i]) - g[b][i]
 		}
 	}
 	return off
