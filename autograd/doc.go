@@ -35,15 +35,19 @@
 //
 // The Go specification lets a compiler fuse x*y+z into one fused
 // multiply-add (FMA) rounding, and the compilers for arm64, ppc64le, s390x and
-// riscv64 do so while the amd64 compiler does not. Such fusion would change the
-// bits a build produces. This package writes every product that is then
-// added as an explicit conversion, float32(x*y)+z or float64(x*y)+z, which the
-// specification says rounds the product and so forbids the fusion: plain Go
-// code gives the same bits on every architecture. The matrix kernels (package
-// autograd/internal/kernel) call vek's AVX2 code, which does use FMA
-// instructions, on CPUs that have AVX2 and FMA, and plain Go elsewhere; bits
-// are reproducible for a given kernel path, and the two paths agree to the
-// tolerance documented in docs/tolerances.md.
+// riscv64 do so, as does the amd64 compiler when GOAMD64=v3 or higher. Such
+// fusion would change the bits a build produces. This package writes every
+// product that is then added as an explicit conversion, float32(x*y)+z or
+// float64(x*y)+z, which the specification says rounds the product and so
+// forbids the fusion: the package's own arithmetic gives the same bits on
+// every architecture. The matrix kernels (package autograd/internal/kernel)
+// call vek's AVX2 code, which does use FMA instructions, on CPUs that have
+// AVX2 and FMA, and plain Go elsewhere; bits are reproducible for a given
+// kernel path, and the two paths agree to the tolerance documented in
+// docs/tolerances.md. The standard library's math functions are the other
+// limit: math.Exp and math.Log have assembly on some architectures (on amd64
+// Exp picks an FMA path at run time), and their pure-Go code may itself be
+// fused, so their last bit can differ between architectures and builds.
 //
 // Transcendental functions (exp, log, erf, sqrt) are evaluated in float64 with
 // the standard library and rounded once to float32. Reductions other than the

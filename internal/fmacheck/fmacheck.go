@@ -3,11 +3,15 @@
 //
 // The Go specification allows x*y + z to be computed with one rounding
 // instead of two, and the compilers for arm64, ppc64le, s390x and riscv64 do
-// so; the amd64 compiler does not. Code that must give the same bits on every
+// so, as does the amd64 compiler with GOAMD64=v3 or higher. Code that must give the same bits on every
 // architecture writes such a product with an explicit conversion,
 // float64(x*y) + z, which the specification says must be rounded. modref's
 // packages run Check from a test so that an unconverted product cannot creep
 // in.
+//
+// Check looks at one expression at a time. The specification also allows
+// fusion across statements (t := x*y; r := t + z); such products must be
+// rounded explicitly by hand, and Check does not find them.
 package fmacheck
 
 import (
