@@ -35,6 +35,22 @@ CHOICES = {
     "padded_outputs": "every output at a padded position is 0 (so it contributes nothing to the loss)",
 }
 
+# Conventions of the golden format on which the committed corpus and
+# docs/golden-format.md have been seen to differ. The defaults follow the format
+# doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
+# reading, to show that a disagreement is exactly that one point.
+CONVENTIONS = {
+    # golden-format.md: "Values at padded positions are 0 in every expected array."
+    # 'input': out = x at a padded position (SPEC.md section 6, out_i = x_i when not selected).
+    "padded_out": "zero",
+    # golden-format.md: expected.weights is "g, 0 for tokens not routed".
+    # 'all': g at every valid token, routed or not (softmax: g is defined on selected tokens only).
+    "weights": "routed",
+    # SPEC.md section 8: t_i = 1 if token i was selected; read here as the top-k selection
+    # under the capacity (the paper's Sec. 3.5 targets). 'routed': t = the causal decision.
+    "causal_targets": "topk",
+}
+
 
 # --------------------------------------------------------------------------
 # Capacity (SPEC.md section 3)
@@ -312,8 +328,9 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         for i in sel[b]:
             m[b, i] = 1.0
     t = torch.zeros(B, S, dtype=DTYPE)
+    tsel = sel if CONVENTIONS["causal_targets"] == "routed" else topk
     for b in range(B):
-        for i in topk[b]:
+        for i in tsel[b]:
             t[b, i] = 1.0
 
     g = weights_of(r, m, vm, cfg.get("weighting", "raw"))
@@ -321,7 +338,6 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     mlp_only = bool(cfg.get("mlp_only", False))
 
     rows = []
-    w_out = torch.zeros(B, S, dtype=DTYPE)
     for b in range(B):
         n = int(valid[b])
         xb = x[b]
@@ -352,10 +368,17 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         else:
             raise ValueError("unknown compute %r" % compute)
         if n < S:
-            base = torch.cat([base, torch.zeros(S - n, d, dtype=DTYPE)], dim=0)
+            pad = xb[n:] if CONVENTIONS["padded_out"] == "input" else torch.zeros(S - n, d, dtype=DTYPE)
+            base = torch.cat([base, pad], dim=0)
         rows.append(base)
     out = torch.stack(rows, dim=0)
-    w_out = (g * m).detach()
+    multipliers = (g * m).detach()
+    if CONVENTIONS["weights"] == "routed":
+        w_out = multipliers
+    elif cfg.get("weighting", "raw") == "softmax":     # softmax g is only defined on selected tokens
+        w_out = multipliers
+    else:
+        w_out = (g * vm).detach()
 
     nvalid = vm.sum()
     aux = {}
@@ -386,6 +409,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         "router_logits": r,
         "selected": selected_array(sel),
         "weights": w_out,
+        "multipliers": multipliers,
         "targets": t,
         "aux": aux,
         "sel": sel,
@@ -418,7 +442,8 @@ def dense_layer(x, valid, P, cfg):
         pos = torch.arange(n)
         ob = x[b, :n] + block_update(x[b, :n], pos, P, cfg)
         if n < S:
-            ob = torch.cat([ob, torch.zeros(S - n, d, dtype=DTYPE)], dim=0)
+            pad = x[b, n:] if CONVENTIONS["padded_out"] == "input" else torch.zeros(S - n, d, dtype=DTYPE)
+            ob = torch.cat([ob, pad], dim=0)
         rows.append(ob)
     return torch.stack(rows, dim=0)
 
