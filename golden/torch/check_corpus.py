@@ -63,7 +63,7 @@ def load_case(json_path):
                        % (json_path, man.get("version")))
     npz_path = json_path[:-5] + ".npz"
     try:
-        with np.load(npz_path, allow_pickle=False) as z:
+        with open(npz_path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
             arrays = {k: np.array(z[k]) for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
         raise BadInput("%s: cannot read arrays: %s" % (npz_path, e))
@@ -293,8 +293,32 @@ def compare(man, arrays, values, grads, info):
             w = np.unravel_index(int(np.argmax(err / tol)), err.shape)
             note = "worst at %s: torch %.17g corpus %.17g" % (list(map(int, w)), got[w], exp[w])
         rows.append((nm, "ok" if ratio <= 1 else "FAIL", maxabs, maxrel, ratio, note))
+    rows.extend(compare_gaps(man, info))
     ok = all(r[1] == "ok" for r in rows)
     return ok, rows
+
+
+def compare_gaps(man, info):
+    """The manifest's routing gaps (one list per routed layer, one value per row) against
+    the ones computed here: r_(k) - r_(k+1) under top-k, min |logit| under causal routing."""
+    want = (man.get("routing") or {}).get("gaps")
+    if want is None:
+        return []
+    layers = sorted(k for k in info["gaps"] if k is not None)
+    mine = [info["gaps"][None]] if None in info["gaps"] else [info["gaps"][l] for l in layers]
+    if len(mine) != len(want) or any(len(a) != len(b) for a, b in zip(mine, want)):
+        return [("routing.gaps", "FAIL", math.nan, math.nan, math.inf,
+                 "manifest lists %s gaps, torch computed %s" % ([len(w) for w in want], [len(m) for m in mine]))]
+    err = 0.0
+    where = ""
+    for li, (a, b) in enumerate(zip(mine, want)):
+        for row, (ga, gb) in enumerate(zip(a, b)):
+            ga = 0.0 if ga is None else ga
+            e = abs(ga - float(gb))
+            if e > err:
+                err, where = e, "routed layer #%d row %d: torch %.17g manifest %.17g" % (li, row, ga, float(gb))
+    ok = err <= 1e-9
+    return [("routing.gaps", "ok" if ok else "FAIL", err, math.nan, err / 1e-9, "" if ok else where)]
 
 
 def routing_note(nm, got, exp, man, info):

@@ -320,6 +320,9 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         if z is None:
             raise ValueError("causal 'predictor' needs predictor parameters")
         sel = [[i for i in range(int(valid[b])) if float(z[b, i]) > 0.0] for b in range(B)]
+        # the decision's margin is the distance of the nearest logit to the threshold 0
+        gaps = [float(z[b, :int(valid[b])].detach().abs().min()) if int(valid[b]) > 0 else None
+                for b in range(B)]
     else:
         raise ValueError("unknown causal mode %r" % causal)
 
