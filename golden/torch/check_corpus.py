@@ -378,7 +378,16 @@ def main(argv):
                 return 2
             M.CONVENTIONS[k] = v
             continue
+        if a == "--deviate" or a.startswith("--deviate="):
+            name = a.split("=", 1)[1] if a.startswith("--deviate=") else next(it, "")
+            if name not in M.DEVIATIONS:
+                print("bad usage: unknown deviation %r (known: %s)" % (name, ", ".join(M.DEVIATIONS)))
+                return 2
+            M.DEVIATION = name
+            continue
         args.append(a)
+    if M.DEVIATION:
+        print("deviation planted in mod_torch: %s (cases listing it in 'catches' should FAIL)" % M.DEVIATION)
     nondefault = {k: v for k, v in M.CONVENTIONS.items() if v != DEFAULT_CONVENTIONS[k]}
     if nondefault:
         print("conventions: %s" % ", ".join("%s=%s" % kv for kv in sorted(nondefault.items())))

@@ -51,6 +51,14 @@ CONVENTIONS = {
     "causal_targets": "topk",
 }
 
+# A deliberate deviation of SPEC.md section 11, planted only by
+# check_corpus.py --deviate NAME to verify that the cases whose manifest lists NAME
+# in "catches" really fail under it. None in normal use.
+DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
+              "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
+              "capacity_off_by_one", "decode_mismatch")
+DEVIATION = None
+
 
 # --------------------------------------------------------------------------
 # Capacity (SPEC.md section 3)
@@ -182,7 +190,8 @@ def attention_qkv(h, pos, P, cfg):
 
 def attend(q, pos_q, k, v, pos_k, P):
     """Multi-head causal attention of queries q (n x H x dh) over keys k, v (m x H x dh):
-    query i sees key j iff pos_k[j] <= pos_q[i]. Returns n x d after Wo."""
+    query i sees key j iff pos_k[j] <= pos_q[i] (pos_* are the mask's positions). Returns
+    n x d after Wo."""
     n, H, dh = q.shape
     scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(dh)
     mask = pos_k[None, :] <= pos_q[:, None]               # n x m
@@ -192,11 +201,13 @@ def attend(q, pos_q, k, v, pos_k, P):
     return o @ P["Wo"]
 
 
-def attn_block(xs, pos, P, cfg):
-    """Attn(N1(xs)) for a sequence xs (n x d) at original positions pos."""
+def attn_block(xs, pos, P, cfg, mask_pos=None):
+    """Attn(N1(xs)) for a sequence xs (n x d) at original positions pos. The causal mask
+    follows pos too, unless mask_pos is given (only the unsorted_indices deviation does)."""
     h = norm(xs, P, "Norm1", cfg)
     q, k, v = attention_qkv(h, pos, P, cfg)
-    return attend(q, pos, k, v, pos, P)
+    mp = pos if mask_pos is None else mask_pos
+    return attend(q, mp, k, v, mp, P)
 
 
 def mlp(h, P, cfg):
@@ -213,9 +224,9 @@ def mlp_block(xs, P, cfg):
     return mlp(norm(xs, P, "Norm2", cfg), P, cfg)
 
 
-def block_update(xs, pos, P, cfg):
+def block_update(xs, pos, P, cfg, mask_pos=None):
     """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (SPEC.md section 5)."""
-    a = attn_block(xs, pos, P, cfg)
+    a = attn_block(xs, pos, P, cfg, mask_pos)
     hh = xs + a
     y = hh + mlp_block(hh, P, cfg)
     return y - xs
@@ -249,7 +260,7 @@ def router_logits(x, P, cfg, noise=None, jitter=None):
 
 def predictor_logits(x, P):
     """q = MLP_aux(sg(x)): Linear(d,h)+bias, SiLU, Linear(h,1)+bias. x: B x S x d."""
-    xs = x.detach()
+    xs = x if DEVIATION == "predictor_no_stopgrad" else x.detach()
     hid = silu(xs @ P["PredW1"] + P["PredB1"])
     return (hid @ P["PredW2"]).squeeze(-1) + P["PredB2"].reshape(())
 
@@ -307,6 +318,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         n = int(valid[b])
         k = capacity(cfg["capacity"], n)
+        if DEVIATION == "capacity_off_by_one":
+            k = max(k - 1, 0)
         topk.append(topk_select(r[b, :n].detach(), k))
         gaps.append(boundary_gap(r[b, :n].detach(), k))
 
@@ -336,7 +349,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         for i in tsel[b]:
             t[b, i] = 1.0
 
-    g = weights_of(r, m, vm, cfg.get("weighting", "raw"))
+    g = weights_of(r, m, vm, "none" if DEVIATION == "no_weighting" else cfg.get("weighting", "raw"))
     compute = cfg.get("compute", "gather")
     mlp_only = bool(cfg.get("mlp_only", False))
 
@@ -352,22 +365,44 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                 base = xp
                 if idx:
                     it = torch.tensor(idx, dtype=torch.long)
-                    upd = g[b, it][:, None] * mlp_block(xp[it], P, cfg)
+                    fm = mlp_block(xp[it], P, cfg)
+                    upd = g[b, it][:, None] * fm
+                    if DEVIATION == "residual_twice":
+                        upd = g[b, it][:, None] * (xp[it] + fm)
+                    elif DEVIATION == "residual_scaled":
+                        upd = g[b, it][:, None] * (xp[it] + fm) - xp[it]
                     base = xp.index_add(0, it, upd)
             else:
                 base = xb[:n]
                 if idx:
                     it = torch.tensor(idx, dtype=torch.long)
-                    f = block_update(xb[it], it, P, cfg)
-                    base = base.index_add(0, it, g[b, it][:, None] * f)
+                    if DEVIATION == "unsorted_indices":   # score order, mask by that order
+                        it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
+                    else:
+                        f = block_update(xb[it], it, P, cfg)
+                    upd = g[b, it][:, None] * f
+                    if DEVIATION == "residual_twice":
+                        upd = g[b, it][:, None] * (xb[it] + f)
+                    elif DEVIATION == "residual_scaled":
+                        upd = g[b, it][:, None] * (xb[it] + f) - xb[it]
+                    base = base.index_add(0, it, upd)
         elif compute == "dense":
             pos = torch.arange(n)
             w = g[b, :n] + (m[b, :n] * g[b, :n] - g[b, :n]).detach()
+            if DEVIATION == "ste_m_plus_1":
+                w = g[b, :n] * m[b, :n] + (g[b, :n] - g[b, :n].detach())
             if mlp_only:
-                xp = xb[:n] + attn_block(xb[:n], pos, P, cfg)
-                base = xp + w[:, None] * mlp_block(xp, P, cfg)
+                res_in = xb[:n] + attn_block(xb[:n], pos, P, cfg)
+                f = mlp_block(res_in, P, cfg)
             else:
-                base = xb[:n] + w[:, None] * block_update(xb[:n], pos, P, cfg)
+                res_in = xb[:n]
+                f = block_update(xb[:n], pos, P, cfg)
+            base = res_in + w[:, None] * f
+            if DEVIATION == "residual_twice":
+                base = res_in + w[:, None] * (res_in + f)
+            elif DEVIATION == "residual_scaled":
+                base = res_in + w[:, None] * (res_in + f) - m[b, :n, None] * res_in
         else:
             raise ValueError("unknown compute %r" % compute)
         if n < S:
@@ -391,6 +426,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     F = (m * vm).mean(dim=0)
     Pm = p.mean(dim=0)
     aux["load_balance"] = S * (F * Pm).sum()
+    if has_pred and DEVIATION == "predictor_block_output" and causal == "off":
+        q = predictor_logits(out, P) * vm
     if has_pred:
         aux["predictor_bce"] = (bce_with_logits(q, t) * vm).sum() / nvalid
     total = torch.zeros((), dtype=DTYPE)
@@ -562,6 +599,10 @@ def decode(tokens, valid, P, cfg_model):
                         routed[l][b, t] = 1
                     x = xp
                     continue
+                if not go and DEVIATION == "decode_mismatch":   # a skipped token cached
+                    h = norm(x, Pl, "Norm1", lc)
+                    _, k, v = attention_qkv(h, pos, Pl, lc)
+                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
                 if go:
                     routed[l][b, t] = 1
                     g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
