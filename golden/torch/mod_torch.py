@@ -106,13 +106,14 @@ def annealed_ratio(c0, c1, step, warmup):
 # --------------------------------------------------------------------------
 # Selection (SPEC.md section 4)
 
-def topk_select(r_row, k):
+def topk_select(r_row, k, row=None):
     """Positions of the k largest values of the 1-D tensor r_row, ties to the
     lower position, returned in ascending position order (a Python list)."""
     vals = [float(v) for v in r_row]
     for i, v in enumerate(vals):
         if math.isnan(v):
-            raise ValueError("NaN router weight at position %d" % i)
+            raise ValueError("NaN router weight at %sposition %d"
+                             % ("" if row is None else "row %d, " % row, i))
     order = sorted(range(len(vals)), key=lambda i: (-vals[i], i))
     return sorted(order[:k])
 
@@ -320,7 +321,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         k = capacity(cfg["capacity"], n)
         if DEVIATION == "capacity_off_by_one":
             k = max(k - 1, 0)
-        topk.append(topk_select(r[b, :n].detach(), k))
+        topk.append(topk_select(r[b, :n].detach(), k, row=b))
         gaps.append(boundary_gap(r[b, :n].detach(), k))
 
     causal = cfg.get("causal", "off") or "off"

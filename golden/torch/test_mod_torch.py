@@ -79,6 +79,12 @@ class TestSelection(unittest.TestCase):
     def test_nan_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "position 2"):
             M.topk_select(torch.tensor([1.0, 0.0, float("nan")]), 1)
+        cfg = layer_cfg(router="random")
+        noise = torch.zeros(2, 4)
+        noise[1, 3] = float("nan")
+        P = layer_params(cfg, torch.Generator().manual_seed(0))
+        with self.assertRaisesRegex(ValueError, "row 1, position 3"):
+            M.routed_layer(torch.zeros(2, 4, 8), [4, 4], P, cfg, noise=noise)
 
 
 class TestRope(unittest.TestCase):
