@@ -32,7 +32,9 @@ CHOICES = {
     "load_balance_padding": "m and p are 0 at padded positions; F_s and P_s are means over all B rows",
     "dense_padding": "dense (straight-through) compute attends over the valid tokens of the row only",
     "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
-    "padded_outputs": "every output at a padded position is 0 (so it contributes nothing to the loss)",
+    "padded_outputs": "a layer passes a padded token through unchanged (out = x, SPEC.md section 6); "
+                      "router logits, weights, targets, predictor logits and model logits are 0 there; "
+                      "padded tokens never enter attention, selection or any loss",
 }
 
 # Conventions of the golden format on which the committed corpus and
@@ -40,9 +42,6 @@ CHOICES = {
 # doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
 # reading, to show that a disagreement is exactly that one point.
 CONVENTIONS = {
-    # golden-format.md: "Values at padded positions are 0 in every expected array."
-    # 'input': out = x at a padded position (SPEC.md section 6, out_i = x_i when not selected).
-    "padded_out": "zero",
     # golden-format.md: expected.weights is "g, 0 for tokens not routed".
     # 'all': g at every valid token, routed or not (softmax: g is defined on selected tokens only).
     "weights": "routed",
@@ -407,8 +406,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         else:
             raise ValueError("unknown compute %r" % compute)
         if n < S:
-            pad = xb[n:] if CONVENTIONS["padded_out"] == "input" else torch.zeros(S - n, d, dtype=DTYPE)
-            base = torch.cat([base, pad], dim=0)
+            base = torch.cat([base, xb[n:]], dim=0)
         rows.append(base)
     out = torch.stack(rows, dim=0)
     multipliers = (g * m).detach()
@@ -483,8 +481,7 @@ def dense_layer(x, valid, P, cfg):
         pos = torch.arange(n)
         ob = x[b, :n] + block_update(x[b, :n], pos, P, cfg)
         if n < S:
-            pad = x[b, n:] if CONVENTIONS["padded_out"] == "input" else torch.zeros(S - n, d, dtype=DTYPE)
-            ob = torch.cat([ob, pad], dim=0)
+            ob = torch.cat([ob, x[b, n:]], dim=0)
         rows.append(ob)
     return torch.stack(rows, dim=0)
 

@@ -18,7 +18,7 @@ import mod_torch as M  # noqa: E402
 from test_mod_torch import layer_cfg, layer_params  # noqa: E402
 
 
-def write_case(d, name, mutate=None, version=1):
+def write_case(d, name, mutate=None, version=1, valid=(6, 6)):
     """A layer case whose expected values are mod_torch's own (autograd gradients)."""
     gen = torch.Generator().manual_seed(11)
     cfg = layer_cfg()
@@ -29,10 +29,11 @@ def write_case(d, name, mutate=None, version=1):
     leaves = [x] + list(P.values())
     for t in leaves:
         t.requires_grad_(True)
-    res = M.routed_layer(x, [6, 6], P, cfg)
+    U = U * M.valid_mask_of(list(valid), 2, 6)[:, :, None]
+    res = M.routed_layer(x, list(valid), P, cfg)
     loss = (U * res["out"]).sum() + res["aux"]["total"]
     gs = torch.autograd.grad(loss, leaves, allow_unused=True)
-    arrays = {"input.x": x, "input.valid": torch.tensor([6, 6]), "upstream.out": U,
+    arrays = {"input.x": x, "input.valid": torch.tensor(list(valid)), "upstream.out": U,
               "expected.out": res["out"], "expected.selected": res["selected"],
               "expected.router_logits": res["router_logits"], "expected.aux.total": res["aux"]["total"],
               "grad.input.x": gs[0]}
@@ -92,6 +93,21 @@ class TestChecker(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("ROUTING", out)
         self.assertIn("torch-only", out)
+
+    def test_padded_positions_are_not_judged_but_stored_as_zero(self):
+        def junk_out(a):
+            a["expected.out"][1, 5] = 123.0
+        write_case(self.dir, "pad-ok", junk_out, valid=(6, 4))
+        rc, out = run([self.dir])
+        self.assertEqual(rc, 0, out)
+
+        def junk_logit(a):
+            a["expected.router_logits"][1, 5] = 0.5
+        write_case(self.dir, "pad-bad", junk_logit, valid=(6, 4))
+        rc, out = run([self.dir])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("expected.router_logits@padding", out)
+        self.assertIn("[1, 5]", out)
 
     def test_unknown_version_is_bad_input(self):
         write_case(self.dir, "v2", version=2)
