@@ -318,7 +318,10 @@ def compare(man, arrays, values, grads, info):
 def compare_gaps(man, info):
     """The manifest's routing gaps (one list per routed layer, one value per row) against
     the ones computed here: r_(k) - r_(k+1) under top-k, min |logit| under causal routing."""
-    want = (man.get("routing") or {}).get("gaps")
+    routing = man.get("routing") or {}
+    want = routing.get("gaps")
+    if want is None and routing.get("min_gap") is not None:   # the doc's example: one list, one layer
+        want = [routing["min_gap"]]
     if want is None:
         return []
     layers = sorted(k for k in info["gaps"] if k is not None)
