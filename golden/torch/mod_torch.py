@@ -1,0 +1,616 @@
+"""A float64 PyTorch implementation of Mixture-of-Depths, written from SPEC.md.
+
+This module is the independent cross-check of modref's golden corpus. It is
+written from /work/shared/SPEC.md (sections 2-10) and docs/golden-format.md
+only; it does not read or translate any Go code. Every choice that SPEC.md
+leaves open is listed in CHOICES below and in golden/torch/README.md.
+
+Conventions (docs/golden-format.md):
+- row vectors, y = x @ W with W of shape d_in x d_out;
+- RoPE "rotate-half": coordinate j pairs with j + d_h/2, angle
+  pos * base**(-2j/d_h), at each token's ORIGINAL position;
+- padding on the right: row b has valid tokens 0..V_b-1.
+
+Only the standard library, numpy and torch are used.
+"""
+
+import math
+
+import torch
+
+DTYPE = torch.float64
+
+# Decisions SPEC.md leaves open, made here from SPEC.md / the paper.
+CHOICES = {
+    "capacity_floor_eps": "k = largest integer <= c*n + 1e-9 (ratio and log rules), clamp to [1, n]",
+    "capacity_padding": "each capacity rule is applied to the row's valid length V_b in place of S "
+                        "(integer: k_b = min(C, V_b)); k_b = 0 when V_b = 0",
+    "jitter": "r = r_router + jitter * eps; the jittered r is used for selection, weights and aux losses",
+    "mlp_only_router_input": "the router (and predictor) read the layer input x, not x' after attention",
+    "swiglu": "MLP(x) = (silu(x W1) * (x W3)) W2",
+    "layernorm": "(x - mean) / sqrt(biased var + eps) * gamma + beta",
+    "load_balance_padding": "m and p are 0 at padded positions; F_s and P_s are means over all B rows",
+    "dense_padding": "dense (straight-through) compute attends over the valid tokens of the row only",
+    "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
+    "padded_outputs": "a layer passes a padded token through unchanged (out = x, SPEC.md section 6); "
+                      "router logits, weights, targets, predictor logits and model logits are 0 there; "
+                      "padded tokens never enter attention, selection or any loss",
+}
+
+# Conventions of the golden format on which the committed corpus and
+# docs/golden-format.md have been seen to differ. The defaults follow the format
+# doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
+# reading, to show that a disagreement is exactly that one point.
+CONVENTIONS = {
+    # golden-format.md: expected.weights is "g, 0 for tokens not routed".
+    # 'all': g at every valid token, routed or not (softmax: g is defined on selected tokens only).
+    "weights": "routed",
+    # SPEC.md section 8: t_i = 1 if token i was selected; read here as the top-k selection
+    # under the capacity (the paper's Sec. 3.5 targets). 'routed': t = the causal decision.
+    "causal_targets": "topk",
+}
+
+# A deliberate deviation of SPEC.md section 11, planted only by
+# check_corpus.py --deviate NAME to verify that the cases whose manifest lists NAME
+# in "catches" really fail under it. None in normal use.
+DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
+              "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
+              "capacity_off_by_one", "decode_mismatch")
+DEVIATION = None
+
+
+# --------------------------------------------------------------------------
+# Capacity (SPEC.md section 3)
+
+def robust_floor(v):
+    """The largest integer k with k <= v + 1e-9 (so 0.29*100 -> 29)."""
+    return int(math.floor(v + 1e-9))
+
+
+def capacity(cap, n):
+    """Number of tokens to select among n valid tokens, for a capacity config dict."""
+    if n <= 0:
+        return 0
+    kind = cap["kind"]
+    if kind == "ratio":
+        c = float(cap["ratio"])
+        if not (0.0 < c <= 1.0):
+            raise ValueError("capacity ratio %r outside (0, 1]" % c)
+        k = robust_floor(c * n)
+    elif kind == "integer":
+        k = int(cap["tokens"])
+        if k < 1:
+            raise ValueError("integer capacity %d < 1" % k)
+        k = min(k, n)
+    elif kind == "log":
+        c = float(cap["ratio"])
+        smax = int(cap["max_len"])
+        if n == 1:
+            ratio = 1.0
+        else:
+            ratio = 1.0 - (math.log(n) / math.log(smax)) * (1.0 - c)
+        k = robust_floor(n * ratio)
+    else:
+        raise ValueError("unknown capacity kind %r" % kind)
+    return max(1, min(k, n))
+
+
+def annealed_ratio(c0, c1, step, warmup):
+    """c(step) = c0 + (c1 - c0) * min(step / warmup, 1)."""
+    if warmup <= 0:
+        return c1
+    return c0 + (c1 - c0) * min(step / warmup, 1.0)
+
+
+# --------------------------------------------------------------------------
+# Selection (SPEC.md section 4)
+
+def topk_select(r_row, k, row=None):
+    """Positions of the k largest values of the 1-D tensor r_row, ties to the
+    lower position, returned in ascending position order (a Python list)."""
+    vals = [float(v) for v in r_row]
+    for i, v in enumerate(vals):
+        if math.isnan(v):
+            raise ValueError("NaN router weight at %sposition %d"
+                             % ("" if row is None else "row %d, " % row, i))
+    order = sorted(range(len(vals)), key=lambda i: (-vals[i], i))
+    return sorted(order[:k])
+
+
+def boundary_gap(r_row, k):
+    """r_(k) - r_(k+1) of a row (None when there is no (k+1)-th value)."""
+    vals = sorted((float(v) for v in r_row), reverse=True)
+    if k < 1 or k >= len(vals):
+        return None
+    return vals[k - 1] - vals[k]
+
+
+# --------------------------------------------------------------------------
+# Building blocks
+
+def rms_norm(x, gamma, eps):
+    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * gamma
+
+
+def layer_norm(x, gamma, beta, eps):
+    mu = x.mean(dim=-1, keepdim=True)
+    xc = x - mu
+    var = (xc * xc).mean(dim=-1, keepdim=True)
+    return xc / torch.sqrt(var + eps) * gamma + beta
+
+
+def norm(x, P, which, cfg):
+    """which is 'Norm1', 'Norm2' or 'FinalNorm'."""
+    eps = float(cfg.get("norm_eps", 1e-6))
+    kind = cfg.get("norm", "rmsnorm")
+    if kind == "rmsnorm":
+        return rms_norm(x, P[which], eps)
+    if kind == "layernorm":
+        return layer_norm(x, P[which], P[which + "Bias"], eps)
+    raise ValueError("unknown norm %r" % kind)
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def silu(x):
+    return x * torch.sigmoid(x)
+
+
+def rope(x, pos, base):
+    """Rotate-half RoPE. x: n x H x d_h, pos: n (original positions)."""
+    dh = x.shape[-1]
+    half = dh // 2
+    j = torch.arange(half, dtype=DTYPE)
+    inv = torch.pow(torch.tensor(float(base), dtype=DTYPE), -2.0 * j / dh)
+    ang = pos.to(DTYPE)[:, None] * inv[None, :]          # n x half
+    cos = torch.cos(ang)[:, None, :]
+    sin = torch.sin(ang)[:, None, :]
+    x1 = x[..., :half]
+    x2 = x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention_qkv(h, pos, P, cfg):
+    """Projections of normalised tokens h (n x d) at positions pos: q, k, v as n x H x d_h,
+    with RoPE applied to q and k when positions are rope."""
+    n, d = h.shape
+    H = int(cfg["heads"])
+    dh = d // H
+    q = (h @ P["Wq"]).reshape(n, H, dh)
+    k = (h @ P["Wk"]).reshape(n, H, dh)
+    v = (h @ P["Wv"]).reshape(n, H, dh)
+    if cfg.get("positions", "rope") == "rope":
+        base = float(cfg.get("rope_base", 10000))
+        q = rope(q, pos, base)
+        k = rope(k, pos, base)
+    return q, k, v
+
+
+def attend(q, pos_q, k, v, pos_k, P):
+    """Multi-head causal attention of queries q (n x H x dh) over keys k, v (m x H x dh):
+    query i sees key j iff pos_k[j] <= pos_q[i] (pos_* are the mask's positions). Returns
+    n x d after Wo."""
+    n, H, dh = q.shape
+    scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(dh)
+    mask = pos_k[None, :] <= pos_q[:, None]               # n x m
+    scores = scores.masked_fill(~mask[None, :, :], float("-inf"))
+    a = torch.softmax(scores, dim=-1)
+    o = torch.einsum("hij,jhd->ihd", a, v).reshape(n, H * dh)
+    return o @ P["Wo"]
+
+
+def attn_block(xs, pos, P, cfg, mask_pos=None):
+    """Attn(N1(xs)) for a sequence xs (n x d) at original positions pos. The causal mask
+    follows pos too, unless mask_pos is given (only the unsorted_indices deviation does)."""
+    h = norm(xs, P, "Norm1", cfg)
+    q, k, v = attention_qkv(h, pos, P, cfg)
+    mp = pos if mask_pos is None else mask_pos
+    return attend(q, mp, k, v, mp, P)
+
+
+def mlp(h, P, cfg):
+    kind = cfg.get("mlp", "gelu")
+    if kind == "gelu":
+        return gelu(h @ P["W1"]) @ P["W2"]
+    if kind == "swiglu":
+        return (silu(h @ P["W1"]) * (h @ P["W3"])) @ P["W2"]
+    raise ValueError("unknown mlp %r" % kind)
+
+
+def mlp_block(xs, P, cfg):
+    """MLP(N2(xs))."""
+    return mlp(norm(xs, P, "Norm2", cfg), P, cfg)
+
+
+def block_update(xs, pos, P, cfg, mask_pos=None):
+    """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (SPEC.md section 5)."""
+    a = attn_block(xs, pos, P, cfg, mask_pos)
+    hh = xs + a
+    y = hh + mlp_block(hh, P, cfg)
+    return y - xs
+
+
+# --------------------------------------------------------------------------
+# Router, predictor, weights, aux losses
+
+def router_logits(x, P, cfg, noise=None, jitter=None):
+    """r (B x S) before masking. x: B x S x d."""
+    kind = cfg.get("router", "linear")
+    if kind == "linear":
+        r = x @ P["Router"]
+    elif kind == "linear_bias":
+        r = x @ P["Router"] + P["RouterBias"].reshape(())
+    elif kind == "l2norm":
+        r = torch.sqrt((x * x).sum(dim=-1))
+    elif kind == "random":
+        if noise is None:
+            raise ValueError("router 'random' needs the input.noise array")
+        r = noise.clone()
+    else:
+        raise ValueError("unknown router %r" % kind)
+    s = float(cfg.get("jitter", 0) or 0)
+    if s != 0.0:
+        if jitter is None:
+            raise ValueError("jitter %g needs the input.jitter array" % s)
+        r = r + s * jitter
+    return r
+
+
+def predictor_logits(x, P):
+    """q = MLP_aux(sg(x)): Linear(d,h)+bias, SiLU, Linear(h,1)+bias. x: B x S x d."""
+    xs = x if DEVIATION == "predictor_no_stopgrad" else x.detach()
+    hid = silu(xs @ P["PredW1"] + P["PredB1"])
+    return (hid @ P["PredW2"]).squeeze(-1) + P["PredB2"].reshape(())
+
+
+def bce_with_logits(z, t):
+    """Stable elementwise BCEWithLogits: max(z,0) - z t + log(1 + exp(-|z|))."""
+    return torch.clamp(z, min=0) - z * t + torch.log1p(torch.exp(-torch.abs(z)))
+
+
+def weights_of(r, m, valid_mask, kind):
+    """g (B x S) from router logits r and the 0/1 selection mask m (float)."""
+    if kind == "raw":
+        return r
+    if kind == "sigmoid":
+        return torch.sigmoid(r)
+    if kind == "none":
+        return torch.ones_like(r)
+    if kind == "softmax":
+        # g_i = exp(r_i) / sum_{j selected in the row} exp(r_j); the row max is a
+        # constant shift that cancels, used only for numerical range.
+        big = torch.where(m > 0, r, torch.full_like(r, -1e300))
+        shift = big.max(dim=-1, keepdim=True).values.detach()
+        shift = torch.where(torch.isfinite(shift) & (shift > -1e299), shift, torch.zeros_like(shift))
+        e = torch.exp(r - shift)
+        den = (e * m).sum(dim=-1, keepdim=True)
+        den = torch.where(den > 0, den, torch.ones_like(den))
+        return e / den
+    raise ValueError("unknown weighting %r" % kind)
+
+
+# --------------------------------------------------------------------------
+# One routed layer (SPEC.md sections 2-9)
+
+def valid_mask_of(valid, B, S):
+    pos = torch.arange(S)[None, :]
+    return (pos < torch.as_tensor(valid, dtype=torch.long)[:, None]).to(DTYPE)
+
+
+def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
+    """Forward of one routed layer.
+
+    x: B x S x d (float64 tensor, may require grad); valid: list of V_b;
+    P: dict name -> tensor (unprefixed names); cfg: the manifest's layer object.
+    Returns a dict of tensors / python values (see keys below).
+    """
+    B, S, d = x.shape
+    vm = valid_mask_of(valid, B, S)                      # B x S
+    r = router_logits(x, P, cfg, noise, jitter) * vm      # padded r are 0 (never used)
+    has_pred = "PredW1" in P
+    q = predictor_logits(x, P) * vm if has_pred else None
+
+    # top-k selection under the capacity (also the aux targets)
+    topk = []
+    gaps = []
+    for b in range(B):
+        n = int(valid[b])
+        k = capacity(cfg["capacity"], n)
+        if DEVIATION == "capacity_off_by_one":
+            k = max(k - 1, 0)
+        topk.append(topk_select(r[b, :n].detach(), k, row=b))
+        gaps.append(boundary_gap(r[b, :n].detach(), k))
+
+    causal = cfg.get("causal", "off") or "off"
+    if causal == "off":
+        sel = topk
+    elif causal in ("router", "predictor"):
+        if cfg.get("weighting") == "softmax":
+            raise ValueError("softmax weighting is not causal and is rejected in causal mode")
+        z = r if causal == "router" else q
+        if z is None:
+            raise ValueError("causal 'predictor' needs predictor parameters")
+        sel = [[i for i in range(int(valid[b])) if float(z[b, i]) > 0.0] for b in range(B)]
+        # the decision's margin is the distance of the nearest logit to the threshold 0
+        gaps = [float(z[b, :int(valid[b])].detach().abs().min()) if int(valid[b]) > 0 else None
+                for b in range(B)]
+    else:
+        raise ValueError("unknown causal mode %r" % causal)
+
+    m = torch.zeros(B, S, dtype=DTYPE)
+    for b in range(B):
+        for i in sel[b]:
+            m[b, i] = 1.0
+    t = torch.zeros(B, S, dtype=DTYPE)
+    tsel = sel if CONVENTIONS["causal_targets"] == "routed" else topk
+    for b in range(B):
+        for i in tsel[b]:
+            t[b, i] = 1.0
+
+    g = weights_of(r, m, vm, "none" if DEVIATION == "no_weighting" else cfg.get("weighting", "raw"))
+    compute = cfg.get("compute", "gather")
+    mlp_only = bool(cfg.get("mlp_only", False))
+
+    rows = []
+    for b in range(B):
+        n = int(valid[b])
+        xb = x[b]
+        if compute == "gather":
+            idx = sel[b]
+            if mlp_only:
+                pos = torch.arange(n)
+                xp = xb[:n] + attn_block(xb[:n], pos, P, cfg)   # dense attention over valid tokens
+                base = xp
+                if idx:
+                    it = torch.tensor(idx, dtype=torch.long)
+                    fm = mlp_block(xp[it], P, cfg)
+                    upd = g[b, it][:, None] * fm
+                    if DEVIATION == "residual_twice":
+                        upd = g[b, it][:, None] * (xp[it] + fm)
+                    elif DEVIATION == "residual_scaled":
+                        upd = g[b, it][:, None] * (xp[it] + fm) - xp[it]
+                    base = xp.index_add(0, it, upd)
+            else:
+                base = xb[:n]
+                if idx:
+                    it = torch.tensor(idx, dtype=torch.long)
+                    if DEVIATION == "unsorted_indices":   # score order, mask by that order
+                        it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
+                    else:
+                        f = block_update(xb[it], it, P, cfg)
+                    upd = g[b, it][:, None] * f
+                    if DEVIATION == "residual_twice":
+                        upd = g[b, it][:, None] * (xb[it] + f)
+                    elif DEVIATION == "residual_scaled":
+                        upd = g[b, it][:, None] * (xb[it] + f) - xb[it]
+                    base = base.index_add(0, it, upd)
+        elif compute == "dense":
+            pos = torch.arange(n)
+            w = g[b, :n] + (m[b, :n] * g[b, :n] - g[b, :n]).detach()
+            if DEVIATION == "ste_m_plus_1":
+                w = g[b, :n] * m[b, :n] + (g[b, :n] - g[b, :n].detach())
+            if mlp_only:
+                res_in = xb[:n] + attn_block(xb[:n], pos, P, cfg)
+                f = mlp_block(res_in, P, cfg)
+            else:
+                res_in = xb[:n]
+                f = block_update(xb[:n], pos, P, cfg)
+            base = res_in + w[:, None] * f
+            if DEVIATION == "residual_twice":
+                base = res_in + w[:, None] * (res_in + f)
+            elif DEVIATION == "residual_scaled":
+                base = res_in + w[:, None] * (res_in + f) - m[b, :n, None] * res_in
+        else:
+            raise ValueError("unknown compute %r" % compute)
+        if n < S:
+            base = torch.cat([base, xb[n:]], dim=0)
+        rows.append(base)
+    out = torch.stack(rows, dim=0)
+    multipliers = (g * m).detach()
+    if CONVENTIONS["weights"] == "routed":
+        w_out = multipliers
+    elif cfg.get("weighting", "raw") == "softmax":     # softmax g is only defined on selected tokens
+        w_out = multipliers
+    else:
+        w_out = (g * vm).detach()
+
+    nvalid = vm.sum()
+    aux = {}
+    bce = (bce_with_logits(r, t) * vm).sum() / nvalid if nvalid > 0 else r.sum() * 0
+    aux["router_bce"] = bce
+    p = torch.sigmoid(r) * vm
+    F = (m * vm).mean(dim=0)
+    Pm = p.mean(dim=0)
+    aux["load_balance"] = S * (F * Pm).sum()
+    if has_pred and DEVIATION == "predictor_block_output" and causal == "off":
+        q = predictor_logits(out, P) * vm
+    if has_pred:
+        aux["predictor_bce"] = (bce_with_logits(q, t) * vm).sum() / nvalid
+    total = torch.zeros((), dtype=DTYPE)
+    akind = cfg.get("aux", "none") or "none"
+    aw = float(cfg.get("aux_weight", 0) or 0)
+    if akind == "router_bce":
+        total = total + aw * aux["router_bce"]
+    elif akind == "predictor":
+        total = total + aw * aux["predictor_bce"]
+    elif akind != "none":
+        raise ValueError("unknown aux %r" % akind)
+    lbw = float(cfg.get("load_balance_weight", 0) or 0)
+    if lbw != 0.0:
+        total = total + lbw * aux["load_balance"]
+    aux["total"] = total
+
+    res = {
+        "out": out,
+        "router_logits": r,
+        "selected": selected_array(sel),
+        "weights": w_out,
+        "multipliers": multipliers,
+        "targets": t,
+        "aux": aux,
+        "sel": sel,
+        "topk": topk,
+        "gaps": gaps,
+        "mask": m,
+    }
+    if has_pred:
+        res["predictor_logits"] = q
+        corr = (((q > 0).to(DTYPE) == t).to(DTYPE) * vm).sum()
+        res["predictor_accuracy"] = (corr / nvalid).detach()
+    return res
+
+
+def selected_array(sel):
+    kmax = max([len(s) for s in sel] + [0])
+    a = torch.full((len(sel), kmax), -1, dtype=torch.long)
+    for b, s in enumerate(sel):
+        for j, i in enumerate(s):
+            a[b, j] = i
+    return a
+
+
+def dense_layer(x, valid, P, cfg):
+    """A dense (unrouted) pre-norm block applied to every valid token: x + f(x)."""
+    B, S, d = x.shape
+    rows = []
+    for b in range(B):
+        n = int(valid[b])
+        pos = torch.arange(n)
+        ob = x[b, :n] + block_update(x[b, :n], pos, P, cfg)
+        if n < S:
+            ob = torch.cat([ob, x[b, n:]], dim=0)
+        rows.append(ob)
+    return torch.stack(rows, dim=0)
+
+
+# --------------------------------------------------------------------------
+# The small language model (SPEC.md section 10 patterns; embedding, head, CE)
+
+def layer_params(P, l):
+    pre = "L%d." % l
+    return {k[len(pre):]: v for k, v in P.items() if k.startswith(pre)}
+
+
+def embed(tokens, P, cfg_model, valid):
+    B, S = tokens.shape
+    h = P["Embed"][tokens.clamp(min=0)]
+    if "PosEmbed" in P:
+        h = h + P["PosEmbed"][:S][None, :, :]
+    return h * valid_mask_of(valid, B, S)[:, :, None]
+
+
+def final_cfg(cfg_model):
+    """Norm settings of the final norm: those of the first layer (all layers share them)."""
+    return cfg_model["layers"][0]["layer"]
+
+
+def model_forward(tokens, valid, P, cfg_model, noises=None, jitters=None):
+    """Full-sequence forward of the LM. Returns dict with logits (B x S x V) and per-layer results."""
+    noises = noises or {}
+    jitters = jitters or {}
+    B, S = tokens.shape
+    h = embed(tokens, P, cfg_model, valid)
+    per_layer = {}
+    aux_total = torch.zeros((), dtype=DTYPE)
+    for l, spec in enumerate(cfg_model["layers"]):
+        Pl = layer_params(P, l)
+        lc = spec["layer"]
+        if spec.get("routed", False):
+            res = routed_layer(h, valid, Pl, lc, noises.get(l), jitters.get(l))
+            per_layer[l] = res
+            aux_total = aux_total + res["aux"]["total"]
+            h = res["out"]
+        else:
+            h = dense_layer(h, valid, Pl, lc)
+    fc = final_cfg(cfg_model)
+    hn = norm(h, P, "FinalNorm", fc)
+    logits = (hn @ P["Head"]) * valid_mask_of(valid, B, S)[:, :, None]
+    return {"logits": logits, "layers": per_layer, "aux_total": aux_total, "hidden": h}
+
+
+def cross_entropy(logits, targets):
+    """Mean CE over targets != -1 (ignore index -1)."""
+    Vn = logits.shape[-1]
+    lf = logits.reshape(-1, Vn)
+    tf = targets.reshape(-1)
+    keep = tf != -1
+    if int(keep.sum()) == 0:
+        return lf.sum() * 0
+    lse = torch.logsumexp(lf[keep], dim=-1)
+    picked = lf[keep].gather(1, tf[keep][:, None]).squeeze(1)
+    return (lse - picked).mean()
+
+
+# --------------------------------------------------------------------------
+# Token-by-token decoding with per-layer caches (SPEC.md section 9)
+
+def decode(tokens, valid, P, cfg_model):
+    """Decode each row token by token. A routed layer's cache holds only the tokens
+    routed through it (keys already rotated at their original positions); a dense
+    layer caches every token. Returns (logits B x S x V, routed dict l -> B x S)."""
+    B, S = tokens.shape
+    L = len(cfg_model["layers"])
+    Vn = P["Head"].shape[1]
+    logits = torch.zeros(B, S, Vn, dtype=DTYPE)
+    routed = {l: torch.zeros(B, S, dtype=torch.long)
+              for l, s in enumerate(cfg_model["layers"]) if s.get("routed", False)}
+    fc = final_cfg(cfg_model)
+    for b in range(B):
+        # cache[l] = (list of k (H x dh), list of v, list of positions)
+        cache = [([], [], []) for _ in range(L)]
+        for t in range(int(valid[b])):
+            pos = torch.tensor([t])
+            x = P["Embed"][int(tokens[b, t])][None, :]
+            if "PosEmbed" in P:
+                x = x + P["PosEmbed"][t][None, :]
+            for l, spec in enumerate(cfg_model["layers"]):
+                Pl = layer_params(P, l)
+                lc = spec["layer"]
+                kc, vc, pc = cache[l]
+                if not spec.get("routed", False):
+                    h = norm(x, Pl, "Norm1", lc)
+                    q, k, v = attention_qkv(h, pos, Pl, lc)
+                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    hh = x + a
+                    x = hh + mlp_block(hh, Pl, lc)
+                    continue
+                mode = lc.get("causal", "off")
+                if mode not in ("router", "predictor"):
+                    raise ValueError("decode needs causal routing at layer %d" % l)
+                if lc.get("weighting") == "softmax":
+                    raise ValueError("softmax weighting is not causal")
+                r = router_logits(x[None], Pl, dict(lc, jitter=0))[0]      # 1
+                z = r if mode == "router" else predictor_logits(x[None], Pl)[0]
+                go = float(z[0]) > 0.0
+                if lc.get("mlp_only", False):
+                    h = norm(x, Pl, "Norm1", lc)
+                    q, k, v = attention_qkv(h, pos, Pl, lc)
+                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
+                    xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    if go:
+                        g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
+                        xp = xp + g[:, None] * mlp_block(xp, Pl, lc)
+                        routed[l][b, t] = 1
+                    x = xp
+                    continue
+                if not go and DEVIATION == "decode_mismatch":   # a skipped token cached
+                    h = norm(x, Pl, "Norm1", lc)
+                    _, k, v = attention_qkv(h, pos, Pl, lc)
+                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
+                if go:
+                    routed[l][b, t] = 1
+                    g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
+                    h = norm(x, Pl, "Norm1", lc)
+                    q, k, v = attention_qkv(h, pos, Pl, lc)
+                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    hh = x + a
+                    y = hh + mlp_block(hh, Pl, lc)
+                    x = x + g[:, None] * (y - x)
+            hn = norm(x, P, "FinalNorm", fc)
+            logits[b, t] = (hn @ P["Head"])[0]
+    return logits, routed
