@@ -9,7 +9,7 @@ import (
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 1
+const GeneratorVersion = 2
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"
@@ -55,8 +55,9 @@ func layerSpecs() []layerSpec {
 			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Jitter, c.Weighting = 0.1, ref.WeightSigmoid })),
 		ls("layer-softmax", "Softmax of r over each row's selected tokens as the weight (the blog seed's choice).",
 			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Weighting = ref.WeightSoftmax })),
+		// With g = 1, g·(x + f) = x + g·f: residual_scaled changes nothing here.
 		ls("layer-none", "No weighting, g = 1: the router receives no gradient from the output.",
-			[]string{"residual_twice", "residual_scaled", "unsorted_indices", "capacity_off_by_one"},
+			[]string{"residual_twice", "unsorted_indices", "capacity_off_by_one"},
 			with(paper(0.5), func(c *ref.Config) { c.Weighting = ref.WeightNone })),
 		ls("layer-dense-ste", "Dense compute with the straight-through weight w = g + sg(m·g − g) (SPEC.md section 7), sigmoid g.",
 			[]string{"ste_m_plus_1", "residual_twice", "capacity_off_by_one"},

@@ -24,6 +24,7 @@ func Choices() []Choice {
 		{"load balancing with padding", "padded entries contribute 0; means divide by B"},
 		{"predictor", "Linear(d,h)+bias, SiLU, Linear(h,1)+bias on sg(layer input), h = d/2"},
 		{"causal routing", "softmax weighting and dense compute rejected; decoder rejects random router and jitter"},
+		{"causal targets", "under causal routing tokens are routed by r > 0 or q > 0, but the auxiliary targets stay the top-k choice under the layer's capacity (what the paper trains the router and predictor to predict)"},
 		{"decoding cache", "per layer: original positions, RoPE-rotated keys, values; routed layers cache only routed tokens, MLP-only attention caches all"},
 		{"FLOPs", "matmuls only (2mnk); attention scores over the full n*n square (causal half NOT subtracted); tokens = valid tokens; router and predictor on every valid token"},
 		{"init", "math/rand/v2 PCG(seed, seed^0x9e3779b97f4a7c15); weights N(0, 1/d_in); gains 1+N(0, 0.01)"},

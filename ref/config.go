@@ -223,11 +223,10 @@ func (c Config) Validate() error {
 	if !(c.Jitter >= 0) || math.IsInf(c.Jitter, 0) {
 		return fmt.Errorf("config: Jitter = %v, want a finite value >= 0", c.Jitter)
 	}
-	if c.Causal == CausalOff {
-		// Causal routing has no capacity limit; the rule is checked only when used.
-		if err := c.Capacity.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
+	// Causal routing has no capacity limit, but its auxiliary targets are
+	// still the top-k choice under the capacity, so the rule is always needed.
+	if err := c.Capacity.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	switch c.Weighting {
 	case WeightRaw, WeightSigmoid, WeightSoftmax, WeightNone:

@@ -19,8 +19,14 @@ type LayerInputs struct {
 // the parameters and of X, so its central finite differences are the
 // gradients an autograd implementation must produce.
 type Frozen struct {
-	// Selection is the frozen routing decision (it also fixes the targets t).
+	// Selection is the frozen routing decision.
 	Selection Selection
+	// TopK is the top-k selection under the layer's capacity whose indicator
+	// is the auxiliary target t (SPEC.md section 8). It equals Selection,
+	// except under causal routing (section 9): routing then follows r > 0 or
+	// q > 0, while the router and the predictor still learn to predict the
+	// top-k choice (the paper's Sec. 3.5).
+	TopK Selection
 	// STEOffset is sg(m g - g) of SPEC.md section 7 (dense compute only; nil
 	// otherwise).
 	STEOffset [][]float64
@@ -40,7 +46,7 @@ type LayerResult struct {
 	// Multipliers are the factors applied to Update: g for the selected tokens
 	// (gather), the straight-through w (dense), 0 for tokens not routed.
 	Multipliers       [][]float64
-	Targets           [][]float64 // t = 1 if selected
+	Targets           [][]float64 // t = 1 if among the top-k (Frozen.TopK)
 	PredictorLogits   [][]float64 // q; nil without a predictor
 	PredictorAccuracy float64     // fraction with 1[q>0] == t; 0 without a predictor
 	RouterBCE         float64     // mean BCE(r, t) over valid tokens
@@ -88,31 +94,43 @@ func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, err
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	var sel Selection
+	topk, err := selectTopK(cfg, r, rows, s, in.Valid)
+	if err != nil {
+		return nil, err
+	}
+	sel := topk
 	switch cfg.Causal {
 	case CausalRouter:
 		sel, err = SelectCausal(r, in.Valid)
 	case CausalPredictor:
 		sel, err = SelectCausal(PredictorLogits(p, in.X), in.Valid)
-	default:
-		var k []int
-		k, err = RowCapacities(cfg.Capacity, rows, s, in.Valid)
-		if err != nil {
-			return nil, fmt.Errorf("layer: %w", err)
-		}
-		sel, err = SelectTopK(r, k, in.Valid)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	fz := freeze(cfg, in, sel, r)
+	fz := freeze(cfg, in, sel, topk, r)
 	return layerApply(cfg, p, in, fz, r)
+}
+
+// selectTopK is the top-k selection of SPEC.md section 4 under the layer's
+// capacity rule.
+func selectTopK(cfg Config, r [][]float64, rows, s int, valid []int) (Selection, error) {
+	k, err := RowCapacities(cfg.Capacity, rows, s, valid)
+	if err != nil {
+		return Selection{}, fmt.Errorf("layer: %w", err)
+	}
+	sel, err := SelectTopK(r, k, valid)
+	if err != nil {
+		return Selection{}, fmt.Errorf("layer: %w", err)
+	}
+	return sel, nil
 }
 
 // NewFrozen builds the Frozen of a given selection (for instance one made by
 // hand for a golden case) at the current parameters and inputs: the
-// straight-through offsets sg(m g - g) (dense compute) and the predictor's
-// stop-gradient input sg(x).
+// straight-through offsets sg(m g - g) (dense compute), the predictor's
+// stop-gradient input sg(x), and the targets' top-k selection (sel itself,
+// or under causal routing the top-k under the layer's capacity).
 func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Frozen, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
@@ -128,12 +146,19 @@ func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Froze
 	if err != nil {
 		return Frozen{}, fmt.Errorf("layer: %w", err)
 	}
-	return freeze(cfg, in, sel, r), nil
+	topk := sel
+	if cfg.Causal != CausalOff {
+		if topk, err = selectTopK(cfg, r, rows, s, in.Valid); err != nil {
+			return Frozen{}, err
+		}
+	}
+	return freeze(cfg, in, sel, topk, r), nil
 }
 
-// freeze records sel with the stop-gradient constants at router weights r.
-func freeze(cfg Config, in LayerInputs, sel Selection, r [][]float64) Frozen {
-	fz := Frozen{Selection: sel}
+// freeze records sel and the targets' top-k selection with the
+// stop-gradient constants at router weights r.
+func freeze(cfg Config, in LayerInputs, sel, topk Selection, r [][]float64) Frozen {
+	fz := Frozen{Selection: sel, TopK: topk}
 	if cfg.Compute == ComputeDense {
 		g := OutputWeights(cfg.Weighting, r, sel, in.Valid)
 		fz.STEOffset = StraightThroughOffsets(g, sel.Mask())
@@ -162,6 +187,9 @@ func LayerForwardFrozen(cfg Config, p *LayerParams, in LayerInputs, fz Frozen) (
 	}
 	if err := fz.Selection.Validate(rows, in.Valid); err != nil {
 		return nil, fmt.Errorf("layer: frozen %w", err)
+	}
+	if err := fz.TopK.Validate(rows, in.Valid); err != nil {
+		return nil, fmt.Errorf("layer: frozen top-k (targets) %w", err)
 	}
 	if cfg.Compute == ComputeDense {
 		if err := checkShape2("frozen STEOffset", fz.STEOffset, rows, s); err != nil {
@@ -260,7 +288,7 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 		Selection:     sel,
 		Capacity:      make([]int, rows),
 		Weights:       OutputWeights(cfg.Weighting, r, sel, in.Valid),
-		Targets:       Targets(sel),
+		Targets:       Targets(fz.TopK),
 		Frozen:        fz,
 	}
 	// The multiplier of the update: g on the selected tokens (gather), the

@@ -2,6 +2,7 @@ package ref
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -384,5 +385,33 @@ func TestNewFrozenHandSelection(t *testing.T) {
 	assertClose(t, "out", res.Out[0].RawMatrix().Data, []float64{0.5, 0.5, 1, -1, -1, -1, -1, -0.5}, 1e-15)
 	if _, err := NewFrozen(cfg, p, in, Selection{S: 4, Rows: [][]int{{3, 0}}}); err == nil || !strings.Contains(err.Error(), "not strictly ascending") {
 		t.Errorf("descending hand selection: %v", err)
+	}
+}
+
+// TestCausalTargetsAreTopK checks SPEC.md sections 8 and 9 together: under
+// causal routing a token is routed iff r > 0, but the auxiliary targets are
+// still the top-k choice under the layer's capacity. Router weights
+// (2, 1, 0.5, -3) route tokens 0, 1 and 2; capacity 0.5 of 4 makes the
+// targets the top two, tokens 0 and 1.
+func TestCausalTargetsAreTopK(t *testing.T) {
+	cfg := DefaultConfig(DefaultBlockConfig(4, 1, 8), 0.5)
+	cfg.Router, cfg.Causal, cfg.Aux, cfg.AuxWeight = RouterRandom, CausalRouter, AuxRouterBCE, 1
+	p := NewLayerParams(cfg, NewRand(1))
+	in := LayerInputs{X: []*mat.Dense{RandomMatrix(NewRand(2), 4, 4, 1)}, Noise: [][]float64{{2, 1, 0.5, -3}}}
+	res, err := LayerForward(cfg, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Selection.Rows[0]; !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("routed %v, want [0 1 2] (r > 0)", got)
+	}
+	if got := res.Targets[0]; !slices.Equal(got, []float64{1, 1, 0, 0}) {
+		t.Errorf("targets %v, want [1 1 0 0] (top 2 of 4)", got)
+	}
+	// router_bce against those targets, by hand: mean of
+	// softplus(-2), softplus(-1), softplus(0.5), softplus(-3).
+	want := (math.Log1p(math.Exp(-2)) + math.Log1p(math.Exp(-1)) + 0.5 + math.Log1p(math.Exp(-0.5)) + math.Log1p(math.Exp(-3))) / 4
+	if math.Abs(res.RouterBCE-want) > 1e-15 {
+		t.Errorf("router_bce %v, want %v", res.RouterBCE, want)
 	}
 }

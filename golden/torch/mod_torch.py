@@ -42,9 +42,10 @@ CHOICES = {
 # doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
 # reading, to show that a disagreement is exactly that one point.
 CONVENTIONS = {
-    # golden-format.md: expected.weights is "g, 0 for tokens not routed".
-    # 'all': g at every valid token, routed or not (softmax: g is defined on selected tokens only).
-    "weights": "routed",
+    # golden-format.md: expected.weights is g at every valid token (softmax: g is
+    # defined on selected tokens only, 0 elsewhere). 'routed': g only where routed,
+    # the format doc's first wording, kept to show the difference.
+    "weights": "all",
     # SPEC.md section 8: t_i = 1 if token i was selected; read here as the top-k selection
     # under the capacity (the paper's Sec. 3.5 targets). 'routed': t = the causal decision.
     "causal_targets": "topk",
