@@ -9,7 +9,7 @@ import (
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 2
+const GeneratorVersion = 3
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"

@@ -84,7 +84,7 @@ def load_case(json_path):
 def tens(a):
     if a.dtype.kind in "iu":
         return torch.from_numpy(np.ascontiguousarray(a)).to(torch.long)
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).clone()
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).to(M.DTYPE)
 
 
 # --------------------------------------------------------------------------
@@ -217,9 +217,9 @@ def run_case(man, arrays):
     env = {}
     for k, a in arrays.items():
         if not k.startswith("expected.") and not k.startswith("grad."):
-            env[k] = tens(a) if a.dtype.kind == "f" else tens(a).to(torch.float64)
+            env[k] = tens(a) if a.dtype.kind == "f" else tens(a).to(M.DTYPE)
     for k, v in values.items():
-        if torch.is_tensor(v) and v.dtype == torch.float64:
+        if torch.is_tensor(v) and v.dtype == M.DTYPE:
             env[k] = v
             env["expected." + k] = v
     formula = man.get("loss")

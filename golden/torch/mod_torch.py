@@ -282,7 +282,7 @@ def weights_of(r, m, valid_mask, kind):
     if kind == "softmax":
         # g_i = exp(r_i) / sum_{j selected in the row} exp(r_j); the row max is a
         # constant shift that cancels, used only for numerical range.
-        big = torch.where(m > 0, r, torch.full_like(r, -1e300))
+        big = torch.where(m > 0, r, torch.full_like(r, float("-inf")))
         shift = big.max(dim=-1, keepdim=True).values.detach()
         shift = torch.where(torch.isfinite(shift) & (shift > -1e299), shift, torch.zeros_like(shift))
         e = torch.exp(r - shift)

@@ -1,0 +1,67 @@
+"""Write a candidate for `modref check` from the PyTorch MoD implementation.
+
+Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
+           [--dtype float32|float64] [--deviate NAME]
+
+This is what a PyTorch user's CI does with modref: load a golden case's
+inputs and parameters, run their own MoD layer or model on them, compute the
+gradients of the case's loss, and save every array under the candidate names
+of docs/golden-format.md (the expected.* names without the prefix, and the
+grad.* names). Here the "user's implementation" is mod_torch; --dtype float32
+runs it in float32, as a production implementation would, and --deviate NAME
+plants one of the deviations of SPEC.md section 11, to see `modref diagnose`
+name it. Exit status: 0 on success, 2 on bad input or usage.
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_corpus as C  # noqa: E402
+import mod_torch as M  # noqa: E402
+
+
+def main(argv):
+    args, dtype, deviation = [], "float64", None
+    it = iter(argv)
+    for a in it:
+        if a == "--dtype":
+            dtype = next(it, "")
+        elif a == "--deviate":
+            deviation = next(it, "")
+        else:
+            args.append(a)
+    if len(args) != 2 or dtype not in ("float32", "float64") or (deviation is not None and deviation not in M.DEVIATIONS):
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    case_json, out = args
+    M.DTYPE = torch.float32 if dtype == "float32" else torch.float64
+    torch.set_default_dtype(M.DTYPE)
+    M.DEVIATION = deviation
+    try:
+        man, arrays = C.load_case(case_json)
+        values, grads, _ = C.run_case(man, arrays)
+    except C.BadInput as e:
+        print("candidate: %s: %s" % (case_json, e), file=sys.stderr)
+        return 2
+    wanted = [a["name"] for a in man["arrays"] if a["role"] == "expected"]
+    cand = {}
+    for name in wanted:
+        key = name[len("expected."):] if name.startswith("expected.") else name
+        v = grads.get(name) if name.startswith("grad.") else values.get(key)
+        if v is None:
+            print("candidate: %s: the implementation produced no %s" % (case_json, key), file=sys.stderr)
+            return 2
+        a = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+        if a.dtype.kind == "f":
+            a = a.astype(np.float32 if dtype == "float32" else np.float64)
+        cand[key] = a
+    np.savez(out, **cand)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
