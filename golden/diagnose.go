@@ -115,6 +115,9 @@ func notEmulated(name, reason string) emulation { return emulation{name: name, r
 
 // emulate recomputes the case under every deviation, by kind.
 func emulate(c *Case) ([]emulation, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, err
+	}
 	switch c.Manifest.Kind {
 	case KindLayer:
 		return emulateLayerCase(c)
@@ -246,4 +249,31 @@ func candidateOf(c *Case) map[string]*Array {
 		}
 	}
 	return cand
+}
+
+// checkInputShapes checks that the arrays the emulations read have the
+// shapes the case's sizes call for (a manifest can list them consistently
+// wrong).
+func checkInputShapes(c *Case) error {
+	cfg := c.Manifest.Config
+	bs := []int{cfg.Batch, cfg.SeqLen}
+	want := map[string][]int{}
+	if c.Manifest.Kind == KindLayer {
+		if cfg.Layer == nil {
+			return fmt.Errorf("a layer case needs config.layer")
+		}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.DModel}
+		want["input.x"], want["upstream.out"], want["input.noise"], want["input.jitter"] = bsd, bsd, bs, bs
+	} else {
+		want["input.tokens"], want["input.targets"] = bs, bs
+		for l := range cfg.Layers {
+			want[fmt.Sprintf("input.noise.L%d", l)], want[fmt.Sprintf("input.jitter.L%d", l)] = bs, bs
+		}
+	}
+	for name, shape := range want {
+		if a, ok := c.Arrays[name]; ok && !sameShape(a.Shape, shape) {
+			return fmt.Errorf("array %q has shape %v, the configuration needs %v", name, a.Shape, shape)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package golden
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -9,13 +10,21 @@ import (
 	"github.com/modref/modref/ref"
 )
 
+// emulations caches emulate's results by case name: the tests share them
+// to keep the finite-difference passes few.
+var emulations = map[string][]emulation{}
+
 // emulated returns the case's emulations, failing the test on an error.
 func emulated(t *testing.T, c *Case) []emulation {
 	t.Helper()
+	if ems, ok := emulations[c.Manifest.Name]; ok {
+		return ems
+	}
 	ems, err := emulate(c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	emulations[c.Manifest.Name] = ems
 	return ems
 }
 
@@ -152,6 +161,13 @@ func TestDiagnoseBadCandidate(t *testing.T) {
 	cand["weights"].F[2] = math.Inf(1)
 	if _, err := Diagnose(c, cand); err == nil {
 		t.Error("a candidate with Inf: no error")
+	}
+	// A case whose manifest and arrays agree on a shape its sizes contradict.
+	x := *c.Arrays["input.x"]
+	x.Shape = []int{2, 64}
+	c.Arrays["input.x"] = &x
+	if _, err := Diagnose(c, perfect(c)); err == nil || !strings.Contains(err.Error(), "input.x") {
+		t.Errorf("input.x of shape [2 64]: error %v", err)
 	}
 }
 
