@@ -137,7 +137,7 @@ func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
 			continue
 		}
 		d := math.Abs(got.F[k] - e)
-		bound := tol.ATol + tol.RTol*math.Abs(e)
+		bound := tol.ATol + float64(tol.RTol*math.Abs(e))
 		r.MaxAbs = math.Max(r.MaxAbs, d)
 		if math.Abs(e) >= tol.ATol && e != 0 {
 			r.MaxRel = math.Max(r.MaxRel, d/math.Abs(e))

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	modref check [-dir DIR] [--candidate FILE.npz|DIR] [--json] [--junit FILE] [--allow-missing] [CASE...]
+//	modref diagnose [-dir DIR] --candidate FILE.npz CASE
 //	modref list [-dir DIR]
 //	modref explain [-dir DIR] CASE
 //	modref gen [-dir DIR]
@@ -34,6 +35,7 @@ const usage = `usage: modref <command> [flags]
 
 commands:
   check     compare a candidate (or modref itself) with the golden corpus
+  diagnose  name the deviation of SPEC.md section 11 a failing candidate matches
   list      list the corpus's cases
   explain   show a case's configuration, equations and what it catches
   gen       regenerate the corpus from ref
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "check":
 		err = runCheck(args[1:], stdout, stderr)
+	case "diagnose":
+		err = runDiagnose(args[1:], stdout, stderr)
 	case "list":
 		err = runList(args[1:], stdout, stderr)
 	case "explain":

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modref/modref/golden"
+)
+
+// writeDeviant writes the candidate an implementation with the deviation
+// would produce for a case and returns its path.
+func writeDeviant(t *testing.T, name, deviation string) string {
+	t.Helper()
+	c, err := golden.Load(corpus, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := golden.DeviantCandidate(c, deviation, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+".npz")
+	if err := golden.WriteNPZ(path, cand); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDiagnoseNamesTheDeviation(t *testing.T) {
+	before := corpusDigest(t)
+	path := writeDeviant(t, "layer-paper", "no_weighting")
+	code, out, errOut := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.HasPrefix(lines[1], "oracle: does not match") {
+		t.Errorf("the second line is %q, want the oracle's verdict", lines[1])
+	}
+	for _, want := range []string{
+		"no_weighting            MATCHES         18/18",
+		"residual_twice          does not match",
+		"ste_m_plus_1            not emulated",
+		"verdict: the candidate does not match the oracle; it matches no_weighting\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The case may come first, and a directory stands for DIR/CASE.npz.
+	if code, out, _ := runCmd("diagnose", "layer-paper", "-dir", corpus, "--candidate", filepath.Dir(path)); code != 1 || !strings.Contains(out, "it matches no_weighting") {
+		t.Errorf("case first, candidate directory: exit %d\n%s", code, out)
+	}
+	if corpusDigest(t) != before {
+		t.Error("diagnose changed the corpus")
+	}
+}
+
+func TestDiagnoseCorrectCandidate(t *testing.T) {
+	good := writeCandidate(t, "layer-none", nil)
+	code, out, errOut := runCmd("diagnose", "-dir", corpus, "--candidate", good, "layer-none")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"oracle: matches (18/18", "cannot tell it from the oracle",
+		"verdict: the candidate matches the oracle (on this case it cannot be told from residual_scaled, no_weighting)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDiagnoseNoMatch(t *testing.T) {
+	bad := writeCandidate(t, "decode-router", func(m map[string]*golden.Array) { m["decode_logits"].F[7] += 1 })
+	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "decode-router")
+	if code != 1 || !strings.Contains(out, "verdict: the candidate matches neither the oracle nor any emulated deviation") {
+		t.Errorf("exit %d\n%s", code, out)
+	}
+}
+
+func TestDiagnoseBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good := writeCandidate(t, "layer-paper", nil)
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := filepath.Join(dir, "corrupt.npz")
+	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nan := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
+	missing := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--candidate", filepath.Join(dir, "nope.npz"), "layer-paper"}, []string{"nope.npz"}},
+		{[]string{"--candidate", corrupt, "layer-paper"}, []string{"corrupt.npz", "not a readable .npz"}},
+		{[]string{"--candidate", nan, "layer-paper"}, []string{`"out"`, "NaN", "[0 0 3]"}},
+		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
+		{[]string{"--candidate", good, "no-such-case"}, []string{"no-such-case.json"}},
+		{[]string{"--candidate", good}, []string{"usage: modref diagnose"}},
+		{[]string{"layer-paper"}, []string{"usage: modref diagnose"}},
+		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"usage: modref diagnose"}},
+		{[]string{"--bogus"}, nil},
+	} {
+		code, out, errOut := runCmd(append([]string{"diagnose", "-dir", corpus}, c.args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", c.args, code, errOut)
+		}
+		if out != "" {
+			t.Errorf("%v: output on stdout %q", c.args, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: stderr %q does not mention %q", c.args, errOut, w)
+			}
+		}
+		if strings.Contains(errOut, "goroutine") {
+			t.Errorf("%v: a stack trace on stderr", c.args)
+		}
+	}
+}

@@ -1,0 +1,279 @@
+package golden
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+)
+
+// OracleName is the name of the first result of Diagnose: the candidate
+// judged against the case itself.
+const OracleName = "oracle"
+
+// DeviationResult is the verdict on a candidate under one deviation of
+// SPEC.md section 11: the case recomputed as an implementation with that
+// deviation would compute it, and the candidate judged against those values
+// with the case's tolerances.
+type DeviationResult struct {
+	// Name is a deviation name of Deviations, or OracleName.
+	Name string `json:"name"`
+	// Variant says which form of the deviation was emulated when it has
+	// several (decode_mismatch); empty otherwise.
+	Variant string `json:"variant,omitempty"`
+	// Emulated is false when the deviation cannot be reproduced for this
+	// case; Reason then says why.
+	Emulated bool   `json:"emulated"`
+	Reason   string `json:"reason,omitempty"`
+	// Distinct reports that the deviant values differ from the oracle's
+	// beyond the case's tolerances, so that this case can tell the deviation
+	// apart from a correct implementation. It is false for the oracle.
+	Distinct bool `json:"distinct"`
+	// Match reports that every array of the candidate is within tolerance of
+	// the deviant values; Matching of Total arrays are.
+	Match    bool `json:"match"`
+	Matching int  `json:"matching"`
+	Total    int  `json:"total"`
+	// Worst is the array furthest outside its tolerance (or, when all match,
+	// closest to leaving it), judged against the deviant values.
+	Worst ArrayResult `json:"worst"`
+}
+
+// Diagnose judges a candidate against a case and against the case
+// recomputed under every deviation of SPEC.md section 11 that can be
+// emulated for the case's kind (docs/golden-format.md, "Diagnosing a failing
+// candidate"). The first result is the oracle (Name OracleName); then one
+// result per deviation in the order of Deviations (decode_mismatch once per
+// variant). Bad input in the candidate (a missing array, a wrong shape or
+// dtype, NaN or Inf) is an error, as in Compare.
+func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
+	if _, err := Compare(c, cand, false); err != nil {
+		return nil, err
+	}
+	ems, err := emulate(c)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return diagnoseWith(c, cand, ems)
+}
+
+// diagnoseWith is Diagnose with the emulations already made.
+func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]DeviationResult, error) {
+	oracle, err := Compare(c, cand, false)
+	if err != nil {
+		return nil, err
+	}
+	out := []DeviationResult{summarize(DeviationResult{Name: OracleName, Emulated: true}, oracle)}
+	for _, em := range ems {
+		r, err := judge(c, cand, em)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// DeviantCandidate returns the candidate an implementation with deviation
+// name (and, for decode_mismatch, the named variant; "" is the first) would
+// write for the case: every array a candidate provides, under its candidate
+// name. It is an error if the deviation is not emulated for the case.
+func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) {
+	ems, err := emulate(c)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	for _, em := range ems {
+		if em.name != name || (variant != "" && em.variant != variant) {
+			continue
+		}
+		if em.reason != "" {
+			return nil, fmt.Errorf("case %s: %s is not emulated: %s", c.Manifest.Name, name, em.reason)
+		}
+		dc, err := deviantCase(c, em)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+		}
+		return candidateOf(dc), nil
+	}
+	return nil, fmt.Errorf("case %s: no deviation %q (variant %q)", c.Manifest.Name, name, variant)
+}
+
+// emulation is a case's expected arrays recomputed under one deviation, or
+// the reason it cannot be.
+type emulation struct {
+	name, variant string
+	// reason is set when the deviation is not emulated for the case.
+	reason string
+	// arrays maps every expected array name of the manifest to its deviant
+	// value.
+	arrays map[string]*Array
+}
+
+// notEmulated is an emulation that could not be made, and why.
+func notEmulated(name, reason string) emulation { return emulation{name: name, reason: reason} }
+
+// emulate recomputes the case under every deviation, by kind.
+func emulate(c *Case) ([]emulation, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, err
+	}
+	switch c.Manifest.Kind {
+	case KindLayer:
+		return emulateLayerCase(c)
+	case KindModel:
+		return emulateModelCase(c)
+	case KindDecode:
+		return emulateDecodeCase(c)
+	}
+	return nil, fmt.Errorf("kind %q has no emulation", c.Manifest.Kind)
+}
+
+// deviantCase is the case with its expected arrays replaced by an
+// emulation's: inputs, parameters, manifest and tolerances stay.
+func deviantCase(c *Case, em emulation) (*Case, error) {
+	arrays := make(map[string]*Array, len(c.Arrays))
+	for name, a := range c.Arrays {
+		arrays[name] = a
+	}
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != RoleExpected {
+			continue
+		}
+		a, ok := em.arrays[info.Name]
+		if !ok {
+			return nil, fmt.Errorf("emulating %s: array %q was not recomputed", em.name, info.Name)
+		}
+		if !sameShape(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
+			return nil, fmt.Errorf("emulating %s: array %q recomputed as %s %v, the case has %s %v",
+				em.name, info.Name, a.DType, a.Shape, info.DType, info.Shape)
+		}
+		arrays[info.Name] = a
+	}
+	return &Case{Manifest: c.Manifest, Arrays: arrays}, nil
+}
+
+// judge compares the candidate with one emulation.
+func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, error) {
+	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason}
+	if em.reason != "" {
+		return r, nil
+	}
+	r.Emulated = true
+	dc, err := deviantCase(c, em)
+	if err != nil {
+		return r, err
+	}
+	// The deviant values themselves, judged as a candidate against the case,
+	// tell whether the case can see the deviation at all.
+	vs, err := Compare(c, candidateOf(dc), false)
+	if err != nil {
+		return r, fmt.Errorf("emulating %s: %w", em.name, err)
+	}
+	r.Distinct = !vs.Pass
+	res, err := Compare(dc, cand, false)
+	if err != nil {
+		return r, err
+	}
+	return summarize(r, res), nil
+}
+
+// summarize fills the match counts and the worst array from a comparison.
+func summarize(r DeviationResult, res *CaseResult) DeviationResult {
+	r.Match, r.Total = res.Pass, len(res.Arrays)
+	worst := -1.0
+	for _, a := range res.Arrays {
+		if a.Status == StatusPass {
+			r.Matching++
+		}
+		if e := Excess(a); e > worst {
+			worst, r.Worst = e, a
+		}
+	}
+	return r
+}
+
+// Excess is how far an array's worst element is from its expected value, in
+// units of the tolerance there: above 1 the array fails. An integer array
+// that differs has infinite excess.
+func Excess(a ArrayResult) float64 {
+	if a.Status == StatusMissing {
+		return math.Inf(1)
+	}
+	d := math.Abs(a.Got - a.Want)
+	bound := a.Tolerance.ATol + float64(a.Tolerance.RTol*math.Abs(a.Want))
+	switch {
+	case d == 0:
+		return 0
+	case bound == 0:
+		return math.Inf(1)
+	}
+	return d / bound
+}
+
+// emulateEach fills ems[i].arrays by compute(i) for every emulation that has
+// no reason not to be made, on up to GOMAXPROCS goroutines (each computation
+// owns its copy of the case's parameters and inputs, so the results do not
+// depend on the schedule). The first error in list order is returned.
+func emulateEach(ems []emulation, compute func(i int) (map[string]*Array, error)) error {
+	errs := make([]error, len(ems))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range ems {
+		if ems[i].reason != "" {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ems[i].arrays, errs[i] = compute(i)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("emulating %s: %w", ems[i].name, err)
+		}
+	}
+	return nil
+}
+
+// candidateOf returns a case's expected arrays under their candidate names.
+func candidateOf(c *Case) map[string]*Array {
+	cand := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			cand[CandidateName(info.Name)] = c.Arrays[info.Name]
+		}
+	}
+	return cand
+}
+
+// checkInputShapes checks that the arrays the emulations read have the
+// shapes the case's sizes call for (a manifest can list them consistently
+// wrong).
+func checkInputShapes(c *Case) error {
+	cfg := c.Manifest.Config
+	bs := []int{cfg.Batch, cfg.SeqLen}
+	want := map[string][]int{}
+	if c.Manifest.Kind == KindLayer {
+		if cfg.Layer == nil {
+			return fmt.Errorf("a layer case needs config.layer")
+		}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.DModel}
+		want["input.x"], want["upstream.out"], want["input.noise"], want["input.jitter"] = bsd, bsd, bs, bs
+	} else {
+		want["input.tokens"], want["input.targets"] = bs, bs
+		for l := range cfg.Layers {
+			want[fmt.Sprintf("input.noise.L%d", l)], want[fmt.Sprintf("input.jitter.L%d", l)] = bs, bs
+		}
+	}
+	for name, shape := range want {
+		if a, ok := c.Arrays[name]; ok && !sameShape(a.Shape, shape) {
+			return fmt.Errorf("array %q has shape %v, the configuration needs %v", name, a.Shape, shape)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,492 @@
+package golden
+
+import (
+	"fmt"
+	"sort"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// predictorFeed is what a deviant layer feeds its predictor.
+type predictorFeed int
+
+const (
+	// feedFrozenInput is SPEC.md section 8: sg(x).
+	feedFrozenInput predictorFeed = iota
+	// feedLiveInput is x without stop-gradient: the predictor's loss reaches
+	// the trunk.
+	feedLiveInput
+	// feedOutput is sg(out), the layer's output.
+	feedOutput
+)
+
+// layerDeviation is a deviation of a routed layer (SPEC.md section 11),
+// built from ref's pieces without changing ref: the layer is evaluated with
+// ref.LayerForwardFrozen and then corrected, so that its finite-difference
+// gradient with the routing frozen is the deviant implementation's gradient.
+// In a model every routed layer has the deviation. The zero value is the
+// oracle.
+type layerDeviation struct {
+	name string
+	// skip says why the deviation cannot be emulated for a routed layer of
+	// configuration cfg, or returns "".
+	skip func(cfg ref.Config) string
+	// offByOne selects k − 1 tokens per row (at least 0) instead of k.
+	offByOne bool
+	// scoreOrder records each row's selected positions in router-score
+	// order for output.
+	scoreOrder bool
+	feed       predictorFeed
+	// output replaces the layer's output (and the multipliers it reports)
+	// from the live ref result; nil keeps ref's.
+	output func(l *layerRun)
+}
+
+// layerState is a routed layer's decision and the constants frozen with it
+// at the unperturbed parameters, made by the first evaluation.
+type layerState struct {
+	decided bool
+	fz      ref.Frozen
+	// g0 is the output weight g at the unperturbed point: sg(g).
+	g0 [][]float64
+	// order is each row's selected positions in router-score order.
+	order [][]int
+}
+
+// layerRun is one evaluation of a routed layer under a deviation.
+type layerRun struct {
+	cfg ref.Config
+	p   *ref.LayerParams
+	in  ref.LayerInputs
+	st  *layerState
+	res *ref.LayerResult
+	// out and mult are the deviant output and the factors applied to the
+	// block's update.
+	out  []*mat.Dense
+	mult [][]float64
+}
+
+// layerDeviations lists the emulated layer deviations, named as in
+// Deviations.
+func layerDeviations() []layerDeviation {
+	return []layerDeviation{
+		{name: "residual_twice", output: residualTwice},
+		{name: "residual_scaled", output: residualScaled},
+		{name: "unsorted_indices", skip: skipUnsorted, scoreOrder: true, output: scoreOrderOutput},
+		{name: "no_weighting", output: noWeighting},
+		{name: "ste_m_plus_1", skip: skipUnlessDense, output: steMPlusOne},
+		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
+		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
+		{name: "capacity_off_by_one", skip: skipUnlessTopK, offByOne: true},
+	}
+}
+
+func skipUnsorted(cfg ref.Config) string {
+	switch {
+	case cfg.Causal != ref.CausalOff:
+		return "causal routing picks tokens by sign in position order; there is no top-k whose indices could come out unsorted"
+	case cfg.Compute == ref.ComputeDense:
+		return "dense compute runs the block on every token in position order; the selection only masks the weight"
+	case cfg.MLPOnly:
+		return "MLP-only routing routes a per-token MLP and runs attention over every token in position order, so the order of the selected tokens changes nothing"
+	}
+	return ""
+}
+
+func skipUnlessDense(cfg ref.Config) string {
+	if cfg.Compute != ref.ComputeDense {
+		return "the straight-through weight exists only with dense compute (SPEC.md section 7)"
+	}
+	return ""
+}
+
+func skipUnlessPredictor(cfg ref.Config) string {
+	if !cfg.HasPredictor() {
+		return "the layer has no predictor"
+	}
+	return ""
+}
+
+func skipBlockOutput(cfg ref.Config) string {
+	if why := skipUnlessPredictor(cfg); why != "" {
+		return why
+	}
+	if cfg.Causal == ref.CausalPredictor {
+		return "the predictor decides the routing, so it runs before the block and cannot be fed its output"
+	}
+	return ""
+}
+
+func skipUnlessTopK(cfg ref.Config) string {
+	if cfg.Causal != ref.CausalOff {
+		return "causal routing has no capacity k (SPEC.md section 9)"
+	}
+	return ""
+}
+
+// run evaluates a routed layer under the deviation, deciding the routing on
+// the first call.
+func (d *layerDeviation) run(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
+	if !st.decided {
+		if err := d.decide(cfg, p, in, st); err != nil {
+			return nil, err
+		}
+	}
+	fz := st.fz
+	if d.feed == feedLiveInput {
+		fz.PredictorInput = in.X
+	}
+	res, err := ref.LayerForwardFrozen(cfg, p, in, fz)
+	if err != nil {
+		return nil, err
+	}
+	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, mult: res.Multipliers}
+	if d.output != nil {
+		d.output(l)
+	}
+	return l, nil
+}
+
+// decide makes the routing decision at the current (unperturbed) point, as
+// the deviant implementation would, and freezes it with its constants.
+func (d *layerDeviation) decide(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
+	if d.offByOne {
+		r, err := ref.RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
+		if err != nil {
+			return err
+		}
+		s, _ := in.X[0].Dims()
+		k, err := ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
+		if err != nil {
+			return err
+		}
+		for b := range k {
+			k[b] = max(k[b]-1, 0)
+		}
+		sel, err := ref.SelectTopK(r, k, in.Valid)
+		if err != nil {
+			return err
+		}
+		if st.fz, err = ref.NewFrozen(cfg, p, in, sel); err != nil {
+			return err
+		}
+	} else {
+		res, err := ref.LayerForward(cfg, p, in)
+		if err != nil {
+			return err
+		}
+		st.fz = res.Frozen
+	}
+	res, err := ref.LayerForwardFrozen(cfg, p, in, st.fz)
+	if err != nil {
+		return err
+	}
+	st.g0 = res.Weights
+	if d.scoreOrder {
+		st.order = scoreOrder(res.RouterWeights, st.fz.Selection)
+	}
+	if d.feed == feedOutput {
+		st.fz.PredictorInput = make([]*mat.Dense, len(res.Out))
+		for b, o := range res.Out {
+			st.fz.PredictorInput[b] = mat.DenseCopyOf(o)
+		}
+	}
+	st.decided = true
+	return nil
+}
+
+// scoreOrder lists each row's selected positions by descending router
+// weight, ties to the lower position: the order top-k returns them in.
+func scoreOrder(r [][]float64, sel ref.Selection) [][]int {
+	order := make([][]int, len(sel.Rows))
+	for b, pos := range sel.Rows {
+		o := append([]int(nil), pos...)
+		sort.SliceStable(o, func(i, j int) bool { return r[b][o[i]] > r[b][o[j]] })
+		order[b] = o
+	}
+	return order
+}
+
+// base is the residual the block's update is added to: x, or for MLP-only
+// routing x' = x + Attn(N1(x)), recovered as out − mult·f.
+func (l *layerRun) base() []*mat.Dense {
+	if !l.cfg.MLPOnly {
+		return l.in.X
+	}
+	out := make([]*mat.Dense, len(l.res.Out))
+	for b, o := range l.res.Out {
+		s, d := o.Dims()
+		out[b] = mat.NewDense(s, d, nil)
+		for i := 0; i < s; i++ {
+			for j := 0; j < d; j++ {
+				out[b].Set(i, j, o.At(i, j)-float64(l.res.Multipliers[b][i]*l.res.Update[b].At(i, j)))
+			}
+		}
+	}
+	return out
+}
+
+// eachRow returns new outputs whose row i of batch row b is
+// f(b, i, base row, ref's out row, update row, multiplier).
+func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64) []float64) []*mat.Dense {
+	base := l.base()
+	res := make([]*mat.Dense, len(l.res.Out))
+	for b, o := range l.res.Out {
+		s, d := o.Dims()
+		res[b] = mat.NewDense(s, d, nil)
+		for i := 0; i < s; i++ {
+			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.res.Update[b].RawRowView(i), l.res.Multipliers[b][i]))
+		}
+	}
+	return res
+}
+
+// residualTwice is out = x + g·(x + f): ref's out plus mult·x wherever the
+// block ran (mult is g on selected tokens, the straight-through w in dense
+// compute, 0 elsewhere).
+func residualTwice(l *layerRun) {
+	l.out = l.eachRow(func(_, _ int, x, out, _ []float64, mult float64) []float64 {
+		row := make([]float64, len(out))
+		for j := range row {
+			row[j] = out[j] + float64(mult*x[j])
+		}
+		return row
+	})
+}
+
+// residualScaled is out = g·(x + f) for the selected tokens, x (or, in dense
+// compute, ref's x + w·f) for the others.
+func residualScaled(l *layerRun) {
+	m := l.res.Frozen.Selection.Mask()
+	l.out = l.eachRow(func(b, i int, x, out, upd []float64, mult float64) []float64 {
+		if m[b][i] == 0 {
+			return out
+		}
+		row := make([]float64, len(out))
+		for j := range row {
+			row[j] = mult * (x[j] + upd[j])
+		}
+		return row
+	})
+}
+
+// noWeighting is out = x + f for the selected tokens (x + m·f in dense
+// compute); the reported multipliers are m, the factor applied.
+func noWeighting(l *layerRun) {
+	m := l.res.Frozen.Selection.Mask()
+	l.mult = m
+	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
+		row := make([]float64, len(x))
+		for j := range row {
+			row[j] = x[j] + float64(m[b][i]*upd[j])
+		}
+		return row
+	})
+}
+
+// steMPlusOne is dense compute with the weight found in the wild,
+// w = g·m + (g − sg(g)), with sg(g) the weight at the unperturbed point: its
+// value is m·g, as SPEC.md section 7's, but dw/dg = m + 1 instead of 1.
+// (Equivalently the loss gains Σ_i m_i c_i g_i with c_i = Σ_j U_ij f_ij
+// held constant; the tests check that form.)
+func steMPlusOne(l *layerRun) {
+	m := l.res.Frozen.Selection.Mask()
+	g, g0 := l.res.Weights, l.st.g0
+	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
+		w := float64(g[b][i]*m[b][i]) + (g[b][i] - g0[b][i])
+		row := make([]float64, len(x))
+		for j := range row {
+			row[j] = x[j] + float64(w*upd[j])
+		}
+		return row
+	})
+}
+
+// scoreOrderOutput runs the block on each row's selected tokens in
+// router-score order, so that the causal mask follows the scores, while RoPE
+// still uses every token's original position. ref's KV cache needs
+// ascending positions, so token t of the score-ordered sequence at original
+// position p_t is fed at position t with Wq and Wk rotated by p_t − t:
+// RoPE(x·Wq·R(p_t − t), t) = RoPE(x·Wq, p_t), since rotations in the same
+// planes add their angles.
+func scoreOrderOutput(l *layerRun) {
+	blk := l.cfg.Block
+	out := make([]*mat.Dense, len(l.in.X))
+	for b, x := range l.in.X {
+		o := mat.DenseCopyOf(x)
+		var kv ref.KVCache
+		for t, i := range l.st.order[b] {
+			f := kv.BlockStep(blk, rotatedBlock(blk, &l.p.Block, i-t), x.RawRowView(i), t)
+			g := l.res.Multipliers[b][i]
+			for j, v := range f {
+				o.Set(i, j, x.At(i, j)+float64(g*v))
+			}
+		}
+		out[b] = o
+	}
+	l.out = out
+}
+
+// rotatedBlock returns the block's parameters with the columns of Wq and Wk
+// rotated by RoPE at position delta, head by head (unchanged without RoPE).
+func rotatedBlock(c ref.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
+	if c.Positions != ref.PositionRoPE || delta == 0 {
+		return p
+	}
+	q := *p
+	q.Wq, q.Wk = rotateHeads(c, p.Wq, delta), rotateHeads(c, p.Wk, delta)
+	return &q
+}
+
+func rotateHeads(c ref.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
+	rows, cols := w.Dims()
+	dh := c.D / c.Heads
+	out := mat.NewDense(rows, cols, nil)
+	for i := 0; i < rows; i++ {
+		src, dst := w.RawRowView(i), out.RawRowView(i)
+		for h := 0; h < c.Heads; h++ {
+			copy(dst[h*dh:(h+1)*dh], ref.RoPE(src[h*dh:(h+1)*dh], delta, c.RoPEBase))
+		}
+	}
+	return out
+}
+
+// findLayerDeviation returns the emulation of a deviation name.
+func findLayerDeviation(name string) (layerDeviation, bool) {
+	for _, d := range layerDeviations() {
+		if d.name == name {
+			return d, true
+		}
+	}
+	return layerDeviation{}, false
+}
+
+// layerSpecOf is the generator's description of a layer case.
+func layerSpecOf(c *Case) layerSpec {
+	m := c.Manifest
+	cfg := m.Config
+	return layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.Layer.Ref(), ties: m.Routing.Ties}
+}
+
+// emulateLayerCase recomputes a layer case under each deviation.
+func emulateLayerCase(c *Case) ([]emulation, error) {
+	if c.Manifest.Config.Layer == nil {
+		return nil, fmt.Errorf("layer case without a layer configuration")
+	}
+	s := layerSpecOf(c)
+	if err := s.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var ems []emulation
+	devs := make([]layerDeviation, len(Deviations))
+	for i, dev := range Deviations {
+		ld, ok := findLayerDeviation(dev.Name)
+		switch {
+		case !ok:
+			ems = append(ems, notEmulated(dev.Name, "a layer case has no incremental decoding (decode cases test it)"))
+		case ld.skip != nil && ld.skip(s.cfg) != "":
+			ems = append(ems, notEmulated(dev.Name, ld.skip(s.cfg)))
+		default:
+			ems = append(ems, emulation{name: dev.Name})
+		}
+		devs[i] = ld
+	}
+	err := emulateEach(ems, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	return ems, err
+}
+
+// layerArrays computes a layer case's expected arrays under deviation d, as
+// the generator does for the oracle: forward values at the case's inputs and
+// parameters, gradients of sum(upstream.out * out) + aux.total by
+// ref.FDGradient with the routing frozen.
+func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, error) {
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	var st layerState
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		return nil, err
+	}
+	selected, err := selectedLike(c, "expected.selected", l.res.Selection)
+	if err != nil {
+		return nil, err
+	}
+	res := l.res
+	arrays := map[string]*Array{
+		"expected.out":              batchArray(l.out),
+		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
+		"expected.selected":         selected,
+		"expected.weights":          fieldArray(res.Weights, s.valid),
+		"expected.multipliers":      fieldArray(l.mult, s.valid),
+		"expected.targets":          fieldArray(res.Targets, s.valid),
+		"expected.aux.router_bce":   Scalar(res.RouterBCE),
+		"expected.aux.load_balance": Scalar(res.LoadBalance),
+		"expected.aux.total":        Scalar(res.AuxLoss),
+	}
+	if s.cfg.HasPredictor() {
+		arrays["expected.predictor_logits"] = fieldArray(res.PredictorLogits, s.valid)
+		arrays["expected.predictor_accuracy"] = Scalar(res.PredictorAccuracy)
+		arrays["expected.aux.predictor_bce"] = Scalar(res.PredictorBCE)
+	}
+	loss := func() (float64, error) {
+		l, err := d.run(s.cfg, dr.p, dr.in, &st)
+		if err != nil {
+			return 0, err
+		}
+		return dot(l.out, dr.u) + l.res.AuxLoss, nil
+	}
+	v, err := loss()
+	if err != nil {
+		return nil, err
+	}
+	arrays["expected.loss"] = Scalar(v)
+	gx := make([]float64, 0, s.batch*s.seqLen*s.cfg.Block.D)
+	for _, x := range dr.in.X {
+		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
+		if err != nil {
+			return nil, fmt.Errorf("gradient of input.x: %w", err)
+		}
+		gx = append(gx, g...)
+	}
+	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	for _, t := range dr.p.Tensors("") {
+		g, err := gradient(loss, t.Data, t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
+		}
+		arrays["grad.param."+t.Name] = g
+	}
+	return arrays, nil
+}
+
+// selectedLike is a selection as a B×k_max array padded with −1 to the width
+// of the case's array name (a deviant selection may be narrower).
+func selectedLike(c *Case, name string, sel ref.Selection) (*Array, error) {
+	want, err := c.array(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(want.Shape) != 2 {
+		return nil, fmt.Errorf("array %q has shape %v, want B×k", name, want.Shape)
+	}
+	width := want.Shape[1]
+	v := make([]int64, 0, len(sel.Rows)*width)
+	for b, row := range sel.Rows {
+		if len(row) > width {
+			return nil, fmt.Errorf("row %d selects %d tokens, more than the %d columns of %q", b, len(row), width, name)
+		}
+		for j := 0; j < width; j++ {
+			p := int64(-1)
+			if j < len(row) {
+				p = int64(row[j])
+			}
+			v = append(v, p)
+		}
+	}
+	return Int(v, len(sel.Rows), width), nil
+}

@@ -1,0 +1,350 @@
+package golden
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// modelSpecOf is the generator's description of a model or decode case.
+func modelSpecOf(c *Case) modelSpec {
+	m := c.Manifest
+	cfg := m.Config
+	return modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.modelConfig(), decode: m.Kind == KindDecode}
+}
+
+// modelRun is one evaluation of a model with every routed layer under a
+// deviation.
+type modelRun struct {
+	logits []*mat.Dense
+	layers []*layerRun // nil for dense layers
+	ce     float64
+	loss   float64
+}
+
+// runModel is ref.ModelForward with each routed layer evaluated by d.run:
+// embedding, the layers, final norm, head, mean cross-entropy over the valid
+// positions with a target, plus the routed layers' auxiliary losses. The
+// inputs must have passed ref.ModelForward.
+func (d *layerDeviation) runModel(cfg ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs, st []layerState) (*modelRun, error) {
+	blk := cfg.Block()
+	mr := &modelRun{layers: make([]*layerRun, len(cfg.Layers))}
+	x := ref.Embed(p, in.Tokens, in.Valid)
+	aux := 0.0
+	for l, ml := range cfg.Layers {
+		if !ml.Routed {
+			var err error
+			if x, err = ref.DenseLayerForward(blk, &p.Layers[l].Block, x, in.Valid); err != nil {
+				return nil, fmt.Errorf("layer %d: %w", l, err)
+			}
+			continue
+		}
+		li := ref.LayerInputs{X: x, Valid: in.Valid, Noise: layerInput(in.Noise, l), Jitter: layerInput(in.Jitter, l)}
+		lr, err := d.run(ml.Config, p.Layers[l], li, &st[l])
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		mr.layers[l] = lr
+		aux += lr.res.AuxLoss
+		x = lr.out
+	}
+	n := 0
+	for b, xb := range x {
+		s, _ := xb.Dims()
+		logits := mat.NewDense(s, cfg.Vocab, nil)
+		for i := 0; i < s; i++ {
+			logits.SetRow(i, ref.HeadLogits(blk, p, xb.RawRowView(i)))
+			if i < validLen(in.Valid, b, s) && in.Targets[b][i] != ref.IgnoreTarget {
+				mr.ce += ref.CrossEntropy(logits.RawRowView(i), in.Targets[b][i])
+				n++
+			}
+		}
+		mr.logits = append(mr.logits, logits)
+	}
+	if n > 0 {
+		mr.ce /= float64(n)
+	}
+	mr.loss = mr.ce + aux
+	return mr, nil
+}
+
+func layerInput(a [][][]float64, l int) [][]float64 {
+	if a == nil {
+		return nil
+	}
+	return a[l]
+}
+
+// emulateModelCase recomputes a model case under each deviation, every
+// routed layer having it.
+func emulateModelCase(c *Case) ([]emulation, error) {
+	s := modelSpecOf(c)
+	p, in, err := modelDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	// ref checks the configuration, parameters and inputs once.
+	if _, err := ref.ModelForward(s.cfg, p, in); err != nil {
+		return nil, err
+	}
+	var ems []emulation
+	devs := make([]layerDeviation, len(Deviations))
+	for i, dev := range Deviations {
+		ld, ok := findLayerDeviation(dev.Name)
+		switch {
+		case !ok:
+			ems = append(ems, notEmulated(dev.Name, "a model case has no incremental decoding (decode cases test it)"))
+		case skipModel(s.cfg, ld) != "":
+			ems = append(ems, notEmulated(dev.Name, skipModel(s.cfg, ld)))
+		default:
+			ems = append(ems, emulation{name: dev.Name})
+		}
+		devs[i] = ld
+	}
+	err = emulateEach(ems, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	return ems, err
+}
+
+// skipModel says why a deviation cannot be emulated for some routed layer of
+// the model, or returns "".
+func skipModel(cfg ref.ModelConfig, d layerDeviation) string {
+	for l, ml := range cfg.Layers {
+		if !ml.Routed || d.skip == nil {
+			continue
+		}
+		if why := d.skip(ml.Config); why != "" {
+			return fmt.Sprintf("layer %d: %s", l, why)
+		}
+	}
+	return ""
+}
+
+// modelArrays computes a model case's expected arrays under deviation d:
+// forward values with each routed layer's routing decided by the deviant
+// model itself, and gradients of the loss by ref.FDGradient with those
+// decisions frozen.
+func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, error) {
+	p, in, err := modelDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	st := make([]layerState, len(s.cfg.Layers))
+	mr, err := d.runModel(s.cfg, p, in, st)
+	if err != nil {
+		return nil, err
+	}
+	arrays := map[string]*Array{
+		"expected.logits": batchArray(mr.logits),
+		"expected.ce":     Scalar(mr.ce),
+		"expected.loss":   Scalar(mr.loss),
+	}
+	for l, lr := range mr.layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		sel, err := selectedLike(c, pre+"selected", lr.res.Selection)
+		if err != nil {
+			return nil, err
+		}
+		arrays[pre+"selected"] = sel
+		arrays[pre+"router_logits"] = fieldArray(lr.res.RouterWeights, s.valid)
+		arrays[pre+"aux.total"] = Scalar(lr.res.AuxLoss)
+		if lr.cfg.HasPredictor() {
+			arrays[pre+"predictor_logits"] = fieldArray(lr.res.PredictorLogits, s.valid)
+		}
+	}
+	loss := func() (float64, error) {
+		mr, err := d.runModel(s.cfg, p, in, st)
+		if err != nil {
+			return 0, err
+		}
+		return mr.loss, nil
+	}
+	for _, t := range p.Tensors() {
+		g, err := gradient(loss, t.Data, t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
+		}
+		arrays["grad.param."+t.Name] = g
+	}
+	return arrays, nil
+}
+
+// decodeVariant is a way incremental decoding can differ from the full
+// causal forward (SPEC.md section 11, decode_mismatch).
+type decodeVariant struct {
+	name string
+	// routeAll routes every token through every routed layer: routing off
+	// at inference.
+	routeAll bool
+	// cacheSkipped appends a skipped token's keys and values to the layer's
+	// cache.
+	cacheSkipped bool
+	// slotPositions rotates a routed token at its slot in the layer's cache
+	// instead of its original position.
+	slotPositions bool
+}
+
+func decodeVariants() []decodeVariant {
+	return []decodeVariant{
+		{name: "routing off at inference", routeAll: true},
+		{name: "skipped tokens cached", cacheSkipped: true},
+		{name: "cache slots misaligned: RoPE at the cache slot, not the position", slotPositions: true},
+	}
+}
+
+// emulateDecodeCase recomputes a decode case's token-by-token arrays under
+// each decode_mismatch variant; the full causal forward stays the oracle's.
+func emulateDecodeCase(c *Case) ([]emulation, error) {
+	s := modelSpecOf(c)
+	p, in, err := modelDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ref.NewDecoder(s.cfg, p); err != nil {
+		return nil, err
+	}
+	var ems []emulation
+	for _, dev := range Deviations {
+		if dev.Name != "decode_mismatch" {
+			ems = append(ems, notEmulated(dev.Name, "a decode case judges only decoding against the full forward; layer and model cases test this deviation"))
+			continue
+		}
+		for _, v := range decodeVariants() {
+			arrays, err := decodeArrays(c, s, p, in, v)
+			if err != nil {
+				return nil, fmt.Errorf("emulating %s (%s): %w", dev.Name, v.name, err)
+			}
+			ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
+		}
+	}
+	return ems, nil
+}
+
+// decodeArrays is a decode case's expected arrays with expected.decode_logits
+// and expected.L<l>.routed recomputed by a decoder with variant v.
+func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant) (map[string]*Array, error) {
+	arrays := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			arrays[info.Name] = c.Arrays[info.Name]
+		}
+	}
+	vocab := s.cfg.Vocab
+	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
+	routed := make([][][]int, len(s.cfg.Layers))
+	for l := range routed {
+		routed[l] = make([][]int, s.batch)
+	}
+	for b, tokens := range in.Tokens {
+		caches := make([]ref.KVCache, len(s.cfg.Layers))
+		for pos, tok := range tokens {
+			x, err := v.step(s.cfg, p, caches, tok, pos, routed, b)
+			if err != nil {
+				return nil, fmt.Errorf("row %d: %w", b, err)
+			}
+			logits = append(logits, ref.HeadLogits(s.cfg.Block(), p, x)...)
+		}
+	}
+	arrays["expected.decode_logits"] = Float(logits, s.batch, s.seqLen, vocab)
+	for l, ml := range s.cfg.Layers {
+		if ml.Routed {
+			arrays[fmt.Sprintf("expected.L%d.routed", l)] = intGrid(routed[l])
+		}
+	}
+	return arrays, nil
+}
+
+// step decodes token tok at position pos through every layer, as ref.Decoder
+// does but with the variant's fault, appends each layer's routing decision
+// to routed[l][b] and returns the residual stream after the last layer.
+func (v decodeVariant) step(cfg ref.ModelConfig, p *ref.ModelParams, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
+	if tok < 0 || tok >= cfg.Vocab {
+		return nil, fmt.Errorf("token %d at position %d, want 0 <= id < vocab = %d", tok, pos, cfg.Vocab)
+	}
+	blk := cfg.Block()
+	x := ref.EmbedToken(p, tok, pos)
+	add := func(g float64, f []float64) {
+		for j := range x {
+			x[j] += float64(g * f[j])
+		}
+	}
+	for l, ml := range cfg.Layers {
+		lp, kv := p.Layers[l], &caches[l]
+		if !ml.Routed {
+			add(1, kv.BlockStep(blk, &lp.Block, x, pos))
+			routed[l][b] = append(routed[l][b], 1)
+			continue
+		}
+		lc := ml.Config
+		r, err := decodeRouterWeight(lc, lp, x)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		score := r
+		if lc.Causal == ref.CausalPredictor {
+			score = ref.PredictorLogit(lp, x)
+		}
+		if math.IsNaN(score) {
+			return nil, fmt.Errorf("layer %d: causal routing score is NaN at position %d", l, pos)
+		}
+		on := score > 0 || v.routeAll
+		g, err := decodeWeight(lc.Weighting, r)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		flag := 0
+		if on {
+			flag = 1
+		}
+		routed[l][b] = append(routed[l][b], flag)
+		switch {
+		case lc.MLPOnly:
+			add(1, kv.AttentionStep(blk, &lp.Block, x, pos))
+			if on {
+				add(g, ref.MLPUpdate(blk, &lp.Block, x))
+			}
+		case on:
+			at := pos
+			if v.slotPositions {
+				at = len(kv.Positions)
+			}
+			add(g, kv.BlockStep(blk, &lp.Block, x, at))
+		case v.cacheSkipped:
+			kv.AttentionStep(blk, &lp.Block, x, pos)
+		}
+	}
+	return x, nil
+}
+
+// decodeRouterWeight is r for one token of a decodable layer (no noise, no
+// jitter).
+func decodeRouterWeight(c ref.Config, p *ref.LayerParams, x []float64) (float64, error) {
+	switch c.Router {
+	case ref.RouterLinear:
+		return ref.RouterLinearWeight(p.Router, x), nil
+	case ref.RouterLinearBias:
+		return ref.RouterLinearBiasWeight(p.Router, p.RouterBias[0], x), nil
+	case ref.RouterL2Norm:
+		return ref.RouterL2NormWeight(x), nil
+	}
+	return 0, fmt.Errorf("router %q cannot decode", c.Router)
+}
+
+// decodeWeight is g of SPEC.md section 6 for the causal weightings.
+func decodeWeight(w ref.Weighting, r float64) (float64, error) {
+	switch w {
+	case ref.WeightRaw:
+		return r, nil
+	case ref.WeightSigmoid:
+		return ref.Sigmoid(r), nil
+	case ref.WeightNone:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("weighting %q cannot decode", w)
+}

@@ -1,0 +1,450 @@
+package golden
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// emulations caches emulate's results by case name: the tests share them
+// to keep the finite-difference passes few.
+var emulations = map[string][]emulation{}
+
+// emulated returns the case's emulations, failing the test on an error.
+func emulated(t *testing.T, c *Case) []emulation {
+	t.Helper()
+	if ems, ok := emulations[c.Manifest.Name]; ok {
+		return ems
+	}
+	ems, err := emulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emulations[c.Manifest.Name] = ems
+	return ems
+}
+
+// find returns the emulation of a deviation (the first variant).
+func find(t *testing.T, ems []emulation, name string) emulation {
+	t.Helper()
+	for _, em := range ems {
+		if em.name == name {
+			if em.reason != "" {
+				t.Fatalf("%s is not emulated: %s", name, em.reason)
+			}
+			return em
+		}
+	}
+	t.Fatalf("no emulation of %s", name)
+	return emulation{}
+}
+
+func label(r DeviationResult) string {
+	if r.Variant != "" {
+		return r.Name + " (" + r.Variant + ")"
+	}
+	return r.Name
+}
+
+// TestDiagnoseNamesEachDeviation builds, for every deviation emulated on a
+// few cases, a candidate that has it, and requires Diagnose to name exactly
+// that deviation and not the oracle; the case's own values match the oracle
+// and no deviation that changes an array.
+func TestDiagnoseNamesEachDeviation(t *testing.T) {
+	want := map[string][]string{
+		"layer-paper":      {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-dense-ste":  {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
+		"layer-predictor":  {"predictor_no_stopgrad", "predictor_block_output"},
+		"layer-mlp-only":   {"residual_twice", "residual_scaled", "no_weighting"},
+		"model-predictor":  {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
+		"decode-predictor": {"decode_mismatch"},
+	}
+	for name, devs := range want {
+		c := loadCase(t, name)
+		ems := emulated(t, c)
+		seen := make(map[string]bool)
+		for _, em := range ems {
+			if em.reason != "" {
+				continue
+			}
+			seen[em.name] = true
+			dc, err := deviantCase(c, em)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, err := diagnoseWith(c, candidateOf(dc), ems)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rs[1+indexOf(ems, em)].Distinct {
+				continue
+			}
+			for _, r := range rs {
+				self := r.Name == em.name && r.Variant == em.variant
+				if r.Match != self {
+					t.Errorf("%s, candidate with %s: %s match = %v (%d/%d arrays, worst %s)",
+						name, label(DeviationResult{Name: em.name, Variant: em.variant}), label(r), r.Match, r.Matching, r.Total, r.Worst.Name)
+				}
+			}
+		}
+		for _, d := range devs {
+			if !seen[d] {
+				t.Errorf("%s: %s is not emulated", name, d)
+			}
+			for _, em := range ems {
+				if em.name == d && em.reason == "" {
+					r, err := judge(c, perfect(c), em)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !r.Distinct || r.Match {
+						t.Errorf("%s: %s distinct = %v, the case's own values match it = %v", name, label(r), r.Distinct, r.Match)
+					}
+				}
+			}
+		}
+	}
+}
+
+func indexOf(ems []emulation, em emulation) int {
+	for i, e := range ems {
+		if e.name == em.name && e.variant == em.variant {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestDiagnosePerfectCandidate runs Diagnose itself: the case's own values
+// match the oracle, and a deviation matches only where this case cannot
+// tell it from the oracle (layer-none: with g = 1, no weighting and a
+// scaled residual change nothing).
+func TestDiagnosePerfectCandidate(t *testing.T) {
+	c := loadCase(t, "layer-none")
+	rs, err := Diagnose(c, perfect(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Name != OracleName || !rs[0].Match || rs[0].Matching != rs[0].Total {
+		t.Fatalf("oracle result %+v", rs[0])
+	}
+	indistinct := map[string]bool{}
+	for _, r := range rs[1:] {
+		if r.Emulated && r.Match != !r.Distinct {
+			t.Errorf("%s: match %v, distinct %v", r.Name, r.Match, r.Distinct)
+		}
+		if r.Emulated && !r.Distinct {
+			indistinct[r.Name] = true
+		}
+		if !r.Emulated && r.Reason == "" {
+			t.Errorf("%s is not emulated and says no reason", r.Name)
+		}
+	}
+	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || len(indistinct) != 2 {
+		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting and residual_scaled", indistinct)
+	}
+}
+
+// TestDiagnoseBadCandidate: bad input is an error, as in Compare.
+func TestDiagnoseBadCandidate(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand := perfect(c)
+	delete(cand, "out")
+	if _, err := Diagnose(c, cand); err == nil {
+		t.Error("a candidate without out: no error")
+	}
+	cand = perfect(c)
+	cand["weights"].F[2] = math.Inf(1)
+	if _, err := Diagnose(c, cand); err == nil {
+		t.Error("a candidate with Inf: no error")
+	}
+	// A case whose manifest and arrays agree on a shape its sizes contradict.
+	x := *c.Arrays["input.x"]
+	x.Shape = []int{2, 64}
+	c.Arrays["input.x"] = &x
+	if _, err := Diagnose(c, perfect(c)); err == nil || !strings.Contains(err.Error(), "input.x") {
+		t.Errorf("input.x of shape [2 64]: error %v", err)
+	}
+}
+
+// TestOracleEmulationReproducesCases: with no deviation the emulation
+// machinery (the layer run, the model loop, the decoder) gives back every
+// stored array bit for bit, so a deviation's arrays differ from the case's
+// only by the deviation.
+func TestOracleEmulationReproducesCases(t *testing.T) {
+	var oracle layerDeviation
+	for _, name := range []string{"layer-mlp-only", "model-every-other", "decode-router"} {
+		c := loadCase(t, name)
+		var arrays map[string]*Array
+		var err error
+		switch c.Manifest.Kind {
+		case KindLayer:
+			arrays, err = layerArrays(c, layerSpecOf(c), &oracle)
+		case KindModel:
+			arrays, err = modelArrays(c, modelSpecOf(c), &oracle)
+		case KindDecode:
+			s := modelSpecOf(c)
+			p, in, derr := modelDrawOf(c, s)
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			arrays, err = decodeArrays(c, s, p, in, decodeVariant{})
+			if a, b := arrays["expected.decode_logits"], c.Arrays["expected.decode_logits"]; a == b {
+				t.Fatal("decode_logits not recomputed")
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range c.Manifest.Arrays {
+			if info.Role != RoleExpected {
+				continue
+			}
+			got, want := arrays[info.Name], c.Arrays[info.Name]
+			if got == nil {
+				t.Errorf("%s: %s not computed", name, info.Name)
+				continue
+			}
+			for k := range want.F {
+				if got.F[k] != want.F[k] {
+					t.Errorf("%s: %s%v = %v, stored %v", name, info.Name, want.Index(k), got.F[k], want.F[k])
+					break
+				}
+			}
+			for k := range want.I {
+				if got.I[k] != want.I[k] {
+					t.Errorf("%s: %s%v = %v, stored %v", name, info.Name, want.Index(k), got.I[k], want.I[k])
+					break
+				}
+			}
+		}
+	}
+}
+
+// at returns element [b i j] of a B×S×d array, or [b i] of a B×S one.
+func at(a *Array, idx ...int) float64 {
+	k := 0
+	for d, i := range idx {
+		k = k*a.Shape[d] + i
+	}
+	return a.F[k]
+}
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1, math.Abs(b)) }
+
+// TestDeviantOutputsByHand checks residual_twice, no_weighting and
+// capacity_off_by_one on layer-paper against values worked out from the
+// case's stored arrays alone (g = r with raw weighting, f = (out − x)/g at
+// a routed token), not from the emulation code.
+func TestDeviantOutputsByHand(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	ems := emulated(t, c)
+	x, out, g := c.Arrays["input.x"], c.Arrays["expected.out"], c.Arrays["expected.weights"]
+	sel, r := c.Arrays["expected.selected"], c.Arrays["expected.router_logits"]
+	d, k := x.Shape[2], sel.Shape[1]
+	twice := find(t, ems, "residual_twice").arrays["expected.out"]
+	plain := find(t, ems, "no_weighting").arrays["expected.out"]
+	for b := 0; b < 2; b++ {
+		routed := int(sel.I[b*k+1])
+		var skipped int
+		for skipped = 0; skipped < x.Shape[1]; skipped++ {
+			if at(c.Arrays["expected.targets"], b, skipped) == 0 {
+				break
+			}
+		}
+		for j := 0; j < d; j++ {
+			xi, oi, gi := at(x, b, routed, j), at(out, b, routed, j), at(g, b, routed)
+			if w := oi + gi*xi; !near(at(twice, b, routed, j), w, 1e-12) {
+				t.Errorf("residual_twice out[%d %d %d] = %v, by hand x + g·(x + f) = %v", b, routed, j, at(twice, b, routed, j), w)
+			}
+			if w := xi + (oi-xi)/gi; !near(at(plain, b, routed, j), w, 1e-9) {
+				t.Errorf("no_weighting out[%d %d %d] = %v, by hand x + f = %v", b, routed, j, at(plain, b, routed, j), w)
+			}
+			for _, a := range []*Array{twice, plain} {
+				if at(a, b, skipped, j) != at(x, b, skipped, j) {
+					t.Errorf("out[%d %d %d] of a skipped token changed", b, skipped, j)
+				}
+			}
+		}
+	}
+	// Off by one: each row drops its selected token with the smallest r,
+	// which then keeps x, and the selection narrows by one, padded with −1.
+	off := find(t, ems, "capacity_off_by_one").arrays
+	for b := 0; b < 2; b++ {
+		drop := int(sel.I[b*k])
+		for j := 1; j < k; j++ {
+			if p := int(sel.I[b*k+j]); at(r, b, p) < at(r, b, drop) {
+				drop = p
+			}
+		}
+		var want []int64
+		for j := 0; j < k; j++ {
+			if p := sel.I[b*k+j]; int(p) != drop {
+				want = append(want, p)
+			}
+		}
+		want = append(want, -1)
+		for j := 0; j < k; j++ {
+			if off["expected.selected"].I[b*k+j] != want[j] {
+				t.Errorf("row %d: off-by-one selection %v, by hand %v", b, off["expected.selected"].I[b*k:(b+1)*k], want)
+				break
+			}
+		}
+		for j := 0; j < d; j++ {
+			if at(off["expected.out"], b, drop, j) != at(x, b, drop, j) {
+				t.Errorf("row %d: dropped token %d still updated", b, drop)
+			}
+		}
+		if at(off["expected.targets"], b, drop) != 0 || at(off["expected.multipliers"], b, drop) != 0 {
+			t.Errorf("row %d: dropped token %d keeps its target or multiplier", b, drop)
+		}
+	}
+}
+
+// TestUnsortedIndicesByHand: with the causal mask in score order, the token
+// of each row with the largest router weight attends to itself alone, so
+// its update is ref's block on that one token at its own position.
+func TestUnsortedIndicesByHand(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := find(t, emulated(t, c), "unsorted_indices").arrays["expected.out"]
+	sel, r, g := c.Arrays["expected.selected"], c.Arrays["expected.router_logits"], c.Arrays["expected.weights"]
+	k := sel.Shape[1]
+	for b := 0; b < 2; b++ {
+		top := int(sel.I[b*k])
+		for j := 1; j < k; j++ {
+			if p := int(sel.I[b*k+j]); at(r, b, p) > at(r, b, top) {
+				top = p
+			}
+		}
+		xi := mat.NewDense(1, s.cfg.Block.D, append([]float64(nil), dr.in.X[b].RawRowView(top)...))
+		f, err := ref.BlockUpdate(s.cfg.Block, &dr.p.Block, xi, []int{top})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < s.cfg.Block.D; j++ {
+			want := xi.At(0, j) + at(g, b, top)*f.At(0, j)
+			if !near(at(got, b, top, j), want, 1e-12) {
+				t.Errorf("row %d, top token %d, [%d]: %v, by hand %v", b, top, j, at(got, b, top, j), want)
+			}
+		}
+	}
+}
+
+// TestScoreOrderRotation: fed in ascending position order, the score-order
+// block (positions 0..k−1 with Wq, Wk rotated by p_t − t) gives ref's output:
+// the rotation trick preserves RoPE at the original positions.
+func TestScoreOrderRotation(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oracle layerDeviation
+	var st layerState
+	l, err := oracle.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.order = l.res.Selection.Rows
+	scoreOrderOutput(l)
+	for b, o := range l.out {
+		if !mat.EqualApprox(o, l.res.Out[b], 1e-12) {
+			t.Errorf("row %d: rotated positions change the output", b)
+		}
+	}
+}
+
+// TestSTEMPlusOneGradient derives the straight-through deviation's gradient
+// independently. With w = g·m + (g − sg(g)), dw/dg = m + 1, one more than
+// SPEC.md section 7's 1 on the selected tokens, so the gradient gains
+// Σ_i m_i c_i ∂g_i/∂θ with c_i = ∂loss/∂w_i = Σ_j U_ij f_ij. With raw
+// weights g_i = r_i = w_router·x_i, so ∂g_i/∂w_router = x_i and
+// ∂g_i/∂x_i = w_router; f_i = (out_i − x_i)/g_i at a selected token. All
+// of it comes from the stored arrays of layer-dense-ste-raw.
+func TestSTEMPlusOneGradient(t *testing.T) {
+	// The derivative of the formula itself, by central differences.
+	for _, m := range []float64{0, 1} {
+		g0 := 0.7
+		w := func(g float64) float64 { return g*m + (g - g0) }
+		h := 1e-6
+		if d := (w(g0+h) - w(g0-h)) / (2 * h); !near(d, m+1, 1e-9) {
+			t.Errorf("m = %v: dw/dg = %v, want m + 1", m, d)
+		}
+	}
+	c := loadCase(t, "layer-dense-ste-raw")
+	dev := find(t, emulated(t, c), "ste_m_plus_1").arrays
+	x, out, u := c.Arrays["input.x"], c.Arrays["expected.out"], c.Arrays["upstream.out"]
+	g, tg, wr := c.Arrays["expected.weights"], c.Arrays["expected.targets"], c.Arrays["param.Router"]
+	rows, s, d := x.Shape[0], x.Shape[1], x.Shape[2]
+	dRouter := make([]float64, d)
+	dx := make([]float64, rows*s*d)
+	for b := 0; b < rows; b++ {
+		for i := 0; i < s; i++ {
+			if at(tg, b, i) == 0 {
+				continue
+			}
+			ci := 0.0
+			for j := 0; j < d; j++ {
+				ci += at(u, b, i, j) * (at(out, b, i, j) - at(x, b, i, j)) / at(g, b, i)
+			}
+			for j := 0; j < d; j++ {
+				dRouter[j] += ci * at(x, b, i, j)
+				dx[(b*s+i)*d+j] = ci * wr.F[j]
+			}
+		}
+	}
+	check := func(name string, delta []float64) {
+		got, base := dev[name], c.Arrays[name]
+		for k := range delta {
+			if diff := got.F[k] - base.F[k]; math.Abs(diff-delta[k]) > 1e-6*math.Max(1, math.Abs(delta[k])) {
+				t.Errorf("%s%v: deviant − oracle = %v, by hand %v", name, base.Index(k), diff, delta[k])
+				return
+			}
+		}
+	}
+	check("grad.param.Router", dRouter)
+	check("grad.input.x", dx)
+	for _, name := range []string{"expected.out", "expected.loss", "grad.param.Wq"} {
+		for k, v := range c.Arrays[name].F {
+			if math.Abs(dev[name].F[k]-v) > 1e-6*math.Max(1, math.Abs(v)) {
+				t.Errorf("%s%v changed: %v, oracle %v", name, c.Arrays[name].Index(k), dev[name].F[k], v)
+				break
+			}
+		}
+	}
+}
+
+// TestDeviantCandidate: the exported candidate of a deviation is named by
+// Diagnose; an unknown or unemulated deviation is an error.
+func TestDeviantCandidate(t *testing.T) {
+	c := loadCase(t, "decode-router")
+	cand, err := DeviantCandidate(c, "decode_mismatch", "skipped tokens cached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Match != (r.Variant == "skipped tokens cached") {
+			t.Errorf("%s: match %v", label(r), r.Match)
+		}
+	}
+	if _, err := DeviantCandidate(c, "residual_twice", ""); err == nil {
+		t.Error("residual_twice on a decode case: no error")
+	}
+	if _, err := DeviantCandidate(c, "bogus", ""); err == nil {
+		t.Error("an unknown deviation: no error")
+	}
+}
