@@ -82,6 +82,12 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			continue
 		}
 		want := c.Arrays[info.Name]
+		if r, ok := compareSelectedWidths(c, info, got, want); ok {
+			r.Name = name
+			res.Pass = res.Pass && r.Status == StatusPass
+			res.Arrays = append(res.Arrays, r)
+			continue
+		}
 		if !sameShape(got.Shape, want.Shape) {
 			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
 		}
@@ -99,6 +105,24 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 		res.Arrays = append(res.Arrays, r)
 	}
 	return res, nil
+}
+
+// compareSelectedWidths judges a list of selected positions (B×k, padded
+// with −1) whose width differs from the oracle's: an implementation that
+// selects a different number of tokens writes a different k. It compares
+// the sets row by row; ok is false when the arrays are not such lists.
+func compareSelectedWidths(c *Case, info ArrayInfo, got, want *Array) (ArrayResult, bool) {
+	if !strings.HasSuffix(info.Name, "selected") || !got.IsInt() || len(got.Shape) != 2 || len(want.Shape) != 2 ||
+		got.Shape[0] != want.Shape[0] || got.Shape[1] == want.Shape[1] {
+		return ArrayResult{}, false
+	}
+	r := ArrayResult{Status: StatusPass, Tolerance: *info.Tolerance}
+	if r.Routing = routingMismatch(c, info.Name, got, want); r.Routing != nil {
+		r.Status = StatusFail
+		r.Where = []int{r.Routing[0].Row}
+		r.Got, r.Want = float64(got.Shape[1]), float64(want.Shape[1])
+	}
+	return r, true
 }
 
 // judged reports whether flat element k of an array of this shape is judged:

@@ -164,3 +164,33 @@ func mustCompare(t *testing.T, c *Case, cand map[string]*Array) *CaseResult {
 	}
 	return r
 }
+
+// TestCompareSelectedOfAnotherWidth checks that a candidate selecting a
+// different number of tokens is a routing mismatch, not bad input, and that
+// extra −1 padding alone is no mismatch.
+func TestCompareSelectedOfAnotherWidth(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	want := c.Arrays["expected.selected"]
+	rows, k := want.Shape[0], want.Shape[1]
+	narrow := &Array{Shape: []int{rows, k - 1}, DType: "<i8"}
+	wide := &Array{Shape: []int{rows, k + 1}, DType: "<i8"}
+	for b := 0; b < rows; b++ {
+		narrow.I = append(narrow.I, want.I[b*k:b*k+k-1]...)
+		wide.I = append(append(wide.I, want.I[b*k:(b+1)*k]...), -1)
+	}
+	cand := perfect(c)
+	cand["selected"] = wide
+	if r := result(t, mustCompare(t, c, cand), "selected"); r.Status != StatusPass {
+		t.Errorf("extra -1 padding: %+v", r)
+	}
+	cand["selected"] = narrow
+	r := result(t, mustCompare(t, c, cand), "selected")
+	if r.Status != StatusFail || len(r.Routing) != rows {
+		t.Fatalf("k-1 tokens per row: %+v", r)
+	}
+	for b, m := range r.Routing {
+		if len(m.OnlyCandidate) != 0 || len(m.OnlyOracle) != 1 || int64(m.OnlyOracle[0]) != want.I[b*k+k-1] {
+			t.Errorf("row %d: %+v, want only the oracle's last position %d", b, m, want.I[b*k+k-1])
+		}
+	}
+}

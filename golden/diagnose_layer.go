@@ -63,9 +63,10 @@ type layerRun struct {
 	st  *layerState
 	res *ref.LayerResult
 	// out and mult are the deviant output and the factors applied to the
-	// block's update.
-	out  []*mat.Dense
-	mult [][]float64
+	// block's update; weights, when set, replaces the reported g.
+	out     []*mat.Dense
+	mult    [][]float64
+	weights [][]float64
 }
 
 // layerDeviations lists the emulated layer deviations, named as in
@@ -273,10 +274,18 @@ func residualScaled(l *layerRun) {
 }
 
 // noWeighting is out = x + f for the selected tokens (x + m·f in dense
-// compute); the reported multipliers are m, the factor applied.
+// compute); the reported multipliers are m, the factor applied, and the
+// reported weights g = 1, as SPEC.md section 6's "none" weighting has it.
 func noWeighting(l *layerRun) {
 	m := l.res.Frozen.Selection.Mask()
 	l.mult = m
+	l.weights = make([][]float64, len(m))
+	for b := range m {
+		l.weights[b] = make([]float64, len(m[b]))
+		for i := range l.weights[b] {
+			l.weights[b][i] = 1
+		}
+	}
 	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
 		row := make([]float64, len(x))
 		for j := range row {
@@ -417,11 +426,15 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	res := l.res
+	weights := res.Weights
+	if l.weights != nil {
+		weights = l.weights
+	}
 	arrays := map[string]*Array{
 		"expected.out":              batchArray(l.out),
 		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
 		"expected.selected":         selected,
-		"expected.weights":          fieldArray(res.Weights, s.valid),
+		"expected.weights":          fieldArray(weights, s.valid),
 		"expected.multipliers":      fieldArray(l.mult, s.valid),
 		"expected.targets":          fieldArray(res.Targets, s.valid),
 		"expected.aux.router_bce":   Scalar(res.RouterBCE),

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,18 +147,25 @@ func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 				fmt.Fprintf(tw, "%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
 					r.Case, a.Name, a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
-					kind := "decisive flip"
-					if m.NearTie {
-						kind = "inside the near-tie margin"
-					}
-					fmt.Fprintf(tw, "\t  row %d: routed only by the candidate %v, only by the oracle %v; gap %.3g (%s)\t\t\t\t\t\t\n",
-						m.Row, m.OnlyCandidate, m.OnlyOracle, m.Gap, kind)
+					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
+						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))
 				}
 			}
 		}
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
+}
+
+// describeFlip says how far a routing difference is from a tie.
+func describeFlip(m golden.RowMismatch) string {
+	switch {
+	case math.IsInf(m.Gap, 1):
+		return "a different number of tokens (no flip between two tokens)"
+	case m.NearTie:
+		return fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	}
+	return fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
 }
 
 // junitSuite is the subset of the JUnit XML schema that CI dashboards read.
