@@ -51,14 +51,7 @@ func (tp *Tape) Len() int { return len(tp.nodes) }
 // alloc returns a tape-owned rows×cols tensor whose Data is to be written in
 // full by the caller; it has a zeroed Grad when grad is true.
 func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
-	var t *Tensor
-	if tp.used < len(tp.pool) {
-		t = tp.pool[tp.used]
-	} else {
-		t = new(Tensor)
-		tp.pool = append(tp.pool, t)
-	}
-	tp.used++
+	t := tp.slot()
 	if t.view {
 		t.Data, t.view = nil, false
 	}
@@ -76,15 +69,18 @@ func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
 
 // view returns a tape-owned tensor that shares data and grad with another.
 func (tp *Tape) view(rows, cols int, data, grad []float32) *Tensor {
-	var t *Tensor
-	if tp.used < len(tp.pool) {
-		t = tp.pool[tp.used]
-	} else {
-		t = new(Tensor)
-		tp.pool = append(tp.pool, t)
-	}
-	tp.used++
+	t := tp.slot()
 	t.Rows, t.Cols, t.Data, t.Grad, t.view = rows, cols, data, grad, true
+	return t
+}
+
+// slot returns the next tensor of the pool, adding one if the pool is used up.
+func (tp *Tape) slot() *Tensor {
+	if tp.used == len(tp.pool) {
+		tp.pool = append(tp.pool, new(Tensor))
+	}
+	t := tp.pool[tp.used]
+	tp.used++
 	return t
 }
 

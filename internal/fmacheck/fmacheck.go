@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // Finding is one expression a compiler could fuse.
@@ -106,4 +107,17 @@ func Check(dir string) ([]Finding, error) {
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].Pos.String() < found[j].Pos.String() })
 	return found, nil
+}
+
+// Require fails t for every fusable expression Check finds in the package in
+// dir, naming where it is; each package calls it from a test.
+func Require(t testing.TB, dir string) {
+	t.Helper()
+	found, err := Check(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("a compiler may fuse this into an FMA; write the product as float32(x*y) or float64(x*y): %s", f)
+	}
 }

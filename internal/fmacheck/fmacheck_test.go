@@ -1,6 +1,7 @@
 package fmacheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,5 +36,30 @@ func f(x, y, z float32, a, b int) (float32, int) {
 	}
 	if found[0].Pos.Line != 4 || found[1].Pos.Line != 5 {
 		t.Errorf("positions %v and %v, want lines 4 and 5", found[0].Pos, found[1].Pos)
+	}
+}
+
+// recorder is a testing.TB that records errors instead of failing.
+type recorder struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+func TestRequireReportsEachFinding(t *testing.T) {
+	dir := t.TempDir()
+	src := "package p\n\nfunc f(x, y, z float64) float64 { return x*y + z }\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{TB: t}
+	Require(r, dir)
+	if len(r.errors) != 1 || !strings.Contains(r.errors[0], "p.go:3") || !strings.Contains(r.errors[0], "x*y + z") {
+		t.Errorf("Require reported %q, want one error at p.go:3 naming x*y + z", r.errors)
 	}
 }
