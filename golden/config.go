@@ -1,6 +1,10 @@
 package golden
 
-import "github.com/modref/modref/ref"
+import (
+	"fmt"
+
+	"github.com/modref/modref/ref"
+)
 
 // CaseConfig is a case's configuration in SPEC.md's terms
 // (docs/golden-format.md, "config").
@@ -14,6 +18,34 @@ type CaseConfig struct {
 	Vocab  int                `json:"vocab,omitempty"`
 	MaxLen int                `json:"max_len,omitempty"`
 	Layers []ModelLayerConfig `json:"layers,omitempty"`
+}
+
+// validate checks what a reader relies on before it looks at any array: the
+// sizes, the valid lengths, and that a layer case has a layer and a model
+// case layers. The routing choices themselves are ref's to validate.
+func (c CaseConfig) validate(kind string) error {
+	if c.Batch < 1 || c.SeqLen < 1 {
+		return fmt.Errorf("batch = %d, seq_len = %d: want both >= 1", c.Batch, c.SeqLen)
+	}
+	if c.ValidLengths != nil {
+		if len(c.ValidLengths) != c.Batch {
+			return fmt.Errorf("valid_lengths has %d entries, want one per batch row (%d)", len(c.ValidLengths), c.Batch)
+		}
+		for b, v := range c.ValidLengths {
+			if v < 0 || v > c.SeqLen {
+				return fmt.Errorf("valid_lengths[%d] = %d, want 0 <= V_b <= seq_len = %d", b, v, c.SeqLen)
+			}
+		}
+	}
+	switch {
+	case kind == KindLayer && c.Layer == nil:
+		return fmt.Errorf("a layer case needs \"layer\"")
+	case kind != KindLayer && len(c.Layers) == 0:
+		return fmt.Errorf("a %s case needs \"layers\"", kind)
+	case kind != KindLayer && c.Vocab < 2:
+		return fmt.Errorf("vocab = %d, want >= 2", c.Vocab)
+	}
+	return nil
 }
 
 // ModelLayerConfig is one layer of a model: routed or dense.

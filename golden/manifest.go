@@ -138,6 +138,9 @@ func (m *Manifest) validate() error {
 	default:
 		return fmt.Errorf("kind %q: want layer, model or decode", m.Kind)
 	}
+	if err := m.Config.validate(m.Kind); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	if err := m.checkCatches(); err != nil {
 		return err
 	}
