@@ -1,0 +1,151 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/modref/modref/autograd"
+)
+
+// Attention is causal multi-head self-attention with rotary position
+// embeddings, over any strictly ascending subset of each sequence's tokens.
+//
+// For the rows X of one sequence, at positions p, and each head:
+// Q, K, V = X·Wq, X·Wk, X·Wv split into heads; Q and K rotated by RoPE at
+// the positions p; a token at position p_i attends to the tokens of the
+// subset at positions p_j ≤ p_i (and, with a Window w > 0, p_j > p_i − w)
+// with weights softmax_j(q_i·k_j / sqrt(d_h)); the heads are concatenated and
+// projected by Wo. Tokens outside the subset are invisible.
+type Attention struct {
+	// Wq, Wk, Wv and Wo are the d×d projections; they have no bias unless
+	// made with one.
+	Wq, Wk, Wv, Wo *Linear
+	// Heads is the number of heads; d_h = d/Heads.
+	Heads int
+	// Window, when positive, limits each token to the keys at positions in
+	// (p − Window, p]; 0 means no limit.
+	Window int
+	// RoPE rotates queries and keys.
+	RoPE *RoPE
+
+	// Work buffers, reused from call to call.
+	flat  []int              // the positions of all rows, sequence after sequence
+	mask  []bool             // one sequence's mask, repeated for each head
+	parts []*autograd.Tensor // per-head scores or outputs of one sequence
+	seqs  []*autograd.Tensor // per-sequence outputs
+}
+
+// NewAttention returns attention over rows of width d with the given number
+// of heads, projections drawn from N(0, InitStd²) in the order Wq, Wk, Wv,
+// Wo, biases if bias is set, no window and RoPE base 10000. It panics unless
+// d and heads are positive and d/heads is a whole, even number.
+func NewAttention(d, heads int, bias bool, rng *rand.Rand) *Attention {
+	if d <= 0 || heads <= 0 || d%heads != 0 || (d/heads)%2 != 0 {
+		panic(fmt.Sprintf("nn.NewAttention: width %d and %d heads: want positive sizes and an even head width d/heads", d, heads))
+	}
+	return &Attention{
+		Wq:    NewLinear(d, d, bias, rng),
+		Wk:    NewLinear(d, d, bias, rng),
+		Wv:    NewLinear(d, d, bias, rng),
+		Wo:    NewLinear(d, d, bias, rng),
+		Heads: heads,
+		RoPE:  NewRoPE(d / heads),
+	}
+}
+
+// Forward returns the attention output for x, the stacked rows of the
+// sequences described by pos (see the package comment): a matrix of x's
+// shape. There must be at least one row.
+func (a *Attention) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
+	n := a.flatten(x, pos)
+	h := a.Heads
+	dh := x.Cols / h
+	q := tp.SplitHeads(a.Wq.Forward(tp, x), h)
+	k := tp.SplitHeads(a.Wk.Forward(tp, x), h)
+	v := tp.SplitHeads(a.Wv.Forward(tp, x), h)
+	q = tp.Scale(a.RoPE.Apply(tp, q, a.flat), float32(1/math.Sqrt(float64(dh))))
+	k = a.RoPE.Apply(tp, k, a.flat)
+	a.seqs = a.seqs[:0]
+	off := 0
+	for _, p := range pos {
+		if len(p) > 0 {
+			a.seqs = append(a.seqs, a.attend(tp, q, k, v, n, off, p))
+			off += len(p)
+		}
+	}
+	return a.Wo.Forward(tp, tp.ConcatRows(a.seqs...))
+}
+
+// attend returns the merged heads, len(p)×d, of the sequence whose rows
+// start at row off of each head's block of n rows in q, k and v.
+func (a *Attention) attend(tp *autograd.Tape, q, k, v *autograd.Tensor, n, off int, p []int) *autograd.Tensor {
+	m := len(p)
+	a.parts = a.parts[:0]
+	for hd := 0; hd < a.Heads; hd++ {
+		r := hd*n + off
+		a.parts = append(a.parts, tp.MatMulNT(tp.SliceRows(q, r, r+m), tp.SliceRows(k, r, r+m)))
+	}
+	scores := tp.ConcatRows(a.parts...) // (Heads·m)×m
+	probs := tp.Softmax(tp.MaskedFill(scores, a.causalMask(p), float32(math.Inf(-1))))
+	a.parts = a.parts[:0]
+	for hd := 0; hd < a.Heads; hd++ {
+		r := hd*n + off
+		a.parts = append(a.parts, tp.MatMul(tp.SliceRows(probs, hd*m, (hd+1)*m), tp.SliceRows(v, r, r+m)))
+	}
+	return tp.ConcatCols(a.parts...)
+}
+
+// causalMask returns the (Heads·m)×m mask of one sequence at positions p:
+// entry (i, j) of each head's block is true (hidden) when key j is after
+// query i or, with a window, Window or more positions before it.
+func (a *Attention) causalMask(p []int) []bool {
+	m := len(p)
+	if cap(a.mask) < a.Heads*m*m {
+		a.mask = make([]bool, a.Heads*m*m)
+	}
+	a.mask = a.mask[:a.Heads*m*m]
+	blk := a.mask[:m*m]
+	for i, pi := range p {
+		for j, pj := range p {
+			blk[i*m+j] = pj > pi || (a.Window > 0 && pi-pj >= a.Window)
+		}
+	}
+	for hd := 1; hd < a.Heads; hd++ {
+		copy(a.mask[hd*m*m:], blk)
+	}
+	return a.mask
+}
+
+// flatten checks x and pos against each other, lists every row's position
+// in a.flat, and returns the number of rows.
+func (a *Attention) flatten(x *autograd.Tensor, pos [][]int) int {
+	d := a.Wq.W.Rows
+	a.flat = a.flat[:0]
+	for b, p := range pos {
+		for i, pi := range p {
+			if pi < 0 {
+				panic(fmt.Sprintf("nn.Attention.Forward: position %d at index %d of sequence %d is negative", pi, i, b))
+			}
+			if i > 0 && pi <= p[i-1] {
+				panic(fmt.Sprintf("nn.Attention.Forward: positions of sequence %d must be strictly ascending; have %d after %d at index %d",
+					b, pi, p[i-1], i))
+			}
+		}
+		a.flat = append(a.flat, p...)
+	}
+	if x.Cols != d || x.Rows != len(a.flat) || x.Rows == 0 {
+		panic(fmt.Sprintf("nn.Attention.Forward: x is %dx%d, positions list %d tokens: want a %dx%d x with at least one row",
+			x.Rows, x.Cols, len(a.flat), len(a.flat), d))
+	}
+	return x.Rows
+}
+
+// Params returns Wq, Wk, Wv and Wo's parameters, in that order.
+func (a *Attention) Params() []*autograd.Tensor {
+	var ps []*autograd.Tensor
+	for _, l := range []*Linear{a.Wq, a.Wk, a.Wv, a.Wo} {
+		ps = append(ps, l.Params()...)
+	}
+	return ps
+}

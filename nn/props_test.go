@@ -1,0 +1,297 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/modref/modref/autograd"
+)
+
+// maskedFullAttention is attention over all n rows of x at positions
+// 0..n−1 in which the keys not in sel are hidden, composed here from a's
+// weights and autograd operations: the definition that attention over a
+// gathered subset must reproduce.
+func maskedFullAttention(tp *autograd.Tape, a *Attention, x *autograd.Tensor, sel []int) *autograd.Tensor {
+	n, h := x.Rows, a.Heads
+	dh := x.Cols / h
+	pos := make([]int, n)
+	keep := make([]bool, n)
+	for i := range pos {
+		pos[i] = i
+	}
+	for _, s := range sel {
+		keep[s] = true
+	}
+	q := tp.SplitHeads(a.Wq.Forward(tp, x), h)
+	k := tp.SplitHeads(a.Wk.Forward(tp, x), h)
+	v := tp.SplitHeads(a.Wv.Forward(tp, x), h)
+	q = tp.Scale(a.RoPE.Apply(tp, q, pos), float32(1/math.Sqrt(float64(dh))))
+	k = a.RoPE.Apply(tp, k, pos)
+	mask := make([]bool, n*n)
+	for i := range n {
+		for j := range n {
+			// A row that is not selected keeps its own key, so that its
+			// softmax is defined; those rows are not compared.
+			hidden := !keep[j] && j != i
+			mask[i*n+j] = hidden || j > i || (a.Window > 0 && i-j >= a.Window)
+		}
+	}
+	var heads []*autograd.Tensor
+	for hd := range h {
+		s := tp.MatMulNT(tp.SliceRows(q, hd*n, (hd+1)*n), tp.SliceRows(k, hd*n, (hd+1)*n))
+		p := tp.Softmax(tp.MaskedFill(s, mask, float32(math.Inf(-1))))
+		heads = append(heads, tp.MatMul(p, tp.SliceRows(v, hd*n, (hd+1)*n)))
+	}
+	return a.Wo.Forward(tp, tp.ConcatCols(heads...))
+}
+
+// TestSubsetEqualsMaskedFull checks that attention over a gathered subset at
+// its original positions equals full attention with the other keys hidden,
+// on the selected rows.
+func TestSubsetEqualsMaskedFull(t *testing.T) {
+	for _, window := range []int{0, 4} {
+		rng := rand.New(rand.NewPCG(11, uint64(window)))
+		a := NewAttention(12, 3, false, rng)
+		a.Window = window
+		randomize(rng, a.Params())
+		x := input(rng, 10, 12)
+		sel := []int{1, 2, 5, 8, 9}
+		var tp autograd.Tape
+		full := maskedFullAttention(&tp, a, x, sel)
+		sub := a.Forward(&tp, tp.GatherRows(x, sel), [][]int{sel})
+		want := newMat(len(sel), full.Cols)
+		for r, s := range sel {
+			copy(want.row(r), toMat(full).row(s))
+		}
+		e, at := relErr(toMat(sub).d, want.d)
+		t.Logf("window %d: relative difference %.3g", window, e)
+		if e > fwdTol {
+			t.Errorf("window %d: subset and masked full attention differ by %.3g at element %d: %v vs %v",
+				window, e, at, sub.Data[at], want.d[at])
+		}
+	}
+}
+
+// TestBatchEqualsSequences checks that sequences in a batch do not see each
+// other: attention over the stacked subsets of subsetPos gives, bit for bit,
+// what attention over each sequence alone gives.
+func TestBatchEqualsSequences(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 0))
+	a := NewAttention(12, 3, true, rng)
+	randomize(rng, a.Params())
+	x := input(rng, 9, 12)
+	var tp autograd.Tape
+	batched := a.Forward(&tp, x, subsetPos)
+	off := 0
+	for b, p := range subsetPos {
+		if len(p) == 0 {
+			continue
+		}
+		alone := a.Forward(&tp, tp.SliceRows(x, off, off+len(p)), [][]int{p})
+		for i, v := range alone.Data {
+			if w := batched.Data[off*12+i]; math.Float32bits(v) != math.Float32bits(w) {
+				t.Fatalf("sequence %d, element %d: alone %v, in the batch %v", b, i, v, w)
+			}
+		}
+		off += len(p)
+	}
+}
+
+// TestCausality checks that changing the tokens after position t leaves the
+// logits at positions up to t, and the other sequences' logits, bit for bit
+// unchanged.
+func TestCausality(t *testing.T) {
+	for _, window := range []int{0, 3} {
+		cfg := Config{Vocab: 13, Layers: 2, Block: BlockConfig{D: 16, Heads: 2, DFF: 24, Window: window}}
+		m, err := NewLM(cfg, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(13, 0))
+		randomize(rng, m.Params())
+		const batch, seqLen = 2, 8
+		pos := Positions(batch, seqLen)
+		tokens := make([]int, batch*seqLen)
+		for i := range tokens {
+			tokens[i] = rng.IntN(cfg.Vocab)
+		}
+		var tp autograd.Tape
+		before := append([]float32(nil), m.Logits(&tp, tokens, pos).Data...)
+		for pt := 0; pt < seqLen-1; pt++ {
+			changed := append([]int(nil), tokens...)
+			for s := pt + 1; s < seqLen; s++ {
+				changed[s] = (changed[s] + 1 + rng.IntN(cfg.Vocab-1)) % cfg.Vocab
+			}
+			tp.Reset()
+			after := m.Logits(&tp, changed, pos).Data
+			for i, v := range after {
+				row := i / cfg.Vocab
+				if row > pt && row < seqLen {
+					continue // a changed token or one after it
+				}
+				if math.Float32bits(v) != math.Float32bits(before[i]) {
+					t.Fatalf("window %d: changing tokens after %d changed logit %d of token %d: %v to %v",
+						window, pt, i%cfg.Vocab, row, before[i], v)
+				}
+			}
+		}
+	}
+}
+
+// trainStep is one AdamW step of m on a fixed batch, on a reused tape.
+func trainStep(tp *autograd.Tape, m *LM, opt *AdamW, tokens, targets []int, pos [][]int) float32 {
+	tp.Reset()
+	opt.ZeroGrad()
+	loss := m.Loss(tp, tokens, pos, targets)
+	tp.Backward(loss)
+	opt.Step()
+	return loss.Data[0]
+}
+
+// tinyLM returns a small model, its AdamW optimiser and a fixed batch of
+// random tokens with next-token targets.
+func tinyLM(t testing.TB, seed uint64) (*LM, *AdamW, []int, []int, [][]int) {
+	cfg := Config{Vocab: 16, Layers: 2, Block: BlockConfig{D: 32, Heads: 4, DFF: 64}}
+	m, err := NewLM(cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := DefaultAdamW()
+	oc.LR = 1e-2
+	opt, err := NewAdamW(m.Params(), oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch, seqLen = 4, 16
+	rng := rand.New(rand.NewPCG(seed, 7))
+	tokens := make([]int, batch*seqLen)
+	for i := range tokens {
+		tokens[i] = rng.IntN(cfg.Vocab)
+	}
+	return m, opt, tokens, nextTokens(tokens, batch, seqLen), Positions(batch, seqLen)
+}
+
+// TestTrainingLossFalls trains a tiny model for 50 AdamW steps on one fixed
+// batch of random tokens, which it can only learn by memorising them, and
+// expects the loss to fall below a third of its start (about ln 16).
+func TestTrainingLossFalls(t *testing.T) {
+	m, opt, tokens, targets, pos := tinyLM(t, 1)
+	var tp autograd.Tape
+	first := trainStep(&tp, m, opt, tokens, targets, pos)
+	var loss float32
+	for range 49 {
+		loss = trainStep(&tp, m, opt, tokens, targets, pos)
+	}
+	t.Logf("loss %.4f after 1 step, %.4f after 50", first, loss)
+	if !(loss < first/3) {
+		t.Errorf("loss %.4f after 50 steps, want below a third of the first step's %.4f", loss, first)
+	}
+}
+
+// TestStepAllocs checks that a training step on a reused tape allocates
+// nothing after its first run.
+func TestStepAllocs(t *testing.T) {
+	m, opt, tokens, targets, pos := tinyLM(t, 2)
+	var tp autograd.Tape
+	trainStep(&tp, m, opt, tokens, targets, pos)
+	if n := testing.AllocsPerRun(5, func() { trainStep(&tp, m, opt, tokens, targets, pos) }); n != 0 {
+		t.Errorf("a training step allocates %v times after warm-up, want 0", n)
+	}
+}
+
+// TestAdamW checks three steps against the update written out in float64:
+// a matrix (decayed) and a row vector (not decayed), with one coordinate
+// whose gradient is always zero so that only the decay moves it.
+func TestAdamW(t *testing.T) {
+	cfg := AdamWConfig{LR: 0.1, Beta1: 0.8, Beta2: 0.95, Eps: 1e-3, WeightDecay: 0.5}
+	w := autograd.NewParam(2, 2, []float32{1, -2, 0.5, 3})
+	b := autograd.NewParam(1, 3, []float32{0.25, -1, 2})
+	opt, err := NewAdamW([]*autograd.Tensor{w, b}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := [][]float32{{0.3, -1.2, 0, 2}, {-0.7, 0, 0.05}}
+	want := [][]float64{{1, -2, 0.5, 3}, {0.25, -1, 2}}
+	m := [][]float64{make([]float64, 4), make([]float64, 3)}
+	v := [][]float64{make([]float64, 4), make([]float64, 3)}
+	for step := 1; step <= 3; step++ {
+		for k, p := range []*autograd.Tensor{w, b} {
+			for i := range p.Grad {
+				g := float64(grads[k][i]) * float64(step)
+				p.Grad[i] = float32(g)
+				if k == 0 {
+					want[k][i] *= 1 - cfg.LR*cfg.WeightDecay
+				}
+				m[k][i] = cfg.Beta1*m[k][i] + (1-cfg.Beta1)*g
+				v[k][i] = cfg.Beta2*v[k][i] + (1-cfg.Beta2)*g*g
+				mh := m[k][i] / (1 - math.Pow(cfg.Beta1, float64(step)))
+				vh := v[k][i] / (1 - math.Pow(cfg.Beta2, float64(step)))
+				want[k][i] -= cfg.LR * mh / (math.Sqrt(vh) + cfg.Eps)
+			}
+		}
+		opt.Step()
+		for k, p := range []*autograd.Tensor{w, b} {
+			for i, got := range p.Data {
+				if d := math.Abs(float64(got) - want[k][i]); d > 1e-6*math.Max(math.Abs(want[k][i]), 1) {
+					t.Errorf("step %d, parameter %d, element %d: %v, want %v", step, k, i, got, want[k][i])
+				}
+			}
+		}
+	}
+}
+
+// TestConfigErrors checks that each invalid configuration is an error naming
+// its field.
+func TestConfigErrors(t *testing.T) {
+	good := Config{Vocab: 10, Layers: 1, Block: BlockConfig{D: 8, Heads: 2, DFF: 16}}
+	if _, err := NewLM(good, 1); err != nil {
+		t.Fatalf("valid configuration: %v", err)
+	}
+	for _, c := range []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"Vocab", func(c *Config) { c.Vocab = 0 }},
+		{"Layers", func(c *Config) { c.Layers = -1 }},
+		{"D", func(c *Config) { c.Block.D = 0 }},
+		{"Heads", func(c *Config) { c.Block.Heads = 0 }},
+		{"Heads", func(c *Config) { c.Block.Heads = 3 }},
+		{"Heads", func(c *Config) { c.Block.Heads = 8 }}, // head width 1 is odd
+		{"DFF", func(c *Config) { c.Block.DFF = -4 }},
+		{"Norm", func(c *Config) { c.Block.Norm = "batchnorm" }},
+		{"Act", func(c *Config) { c.Block.Act = "relu" }},
+		{"Window", func(c *Config) { c.Block.Window = -1 }},
+		{"RoPEBase", func(c *Config) { c.Block.RoPEBase = 1 }},
+		{"RoPEBase", func(c *Config) { c.Block.RoPEBase = math.NaN() }},
+	} {
+		cfg := good
+		c.edit(&cfg)
+		_, err := NewLM(cfg, 1)
+		if err == nil || !strings.Contains(err.Error(), "."+c.field+" ") {
+			t.Errorf("%+v: error %v, want one naming %s", cfg, err, c.field)
+		}
+	}
+	w := autograd.NewParam(1, 1, nil)
+	for _, c := range []struct {
+		field string
+		edit  func(*AdamWConfig)
+	}{
+		{"LR", func(c *AdamWConfig) { c.LR = 0 }},
+		{"Beta1", func(c *AdamWConfig) { c.Beta1 = 1 }},
+		{"Beta2", func(c *AdamWConfig) { c.Beta2 = -0.1 }},
+		{"Eps", func(c *AdamWConfig) { c.Eps = 0 }},
+		{"WeightDecay", func(c *AdamWConfig) { c.WeightDecay = math.NaN() }},
+	} {
+		cfg := DefaultAdamW()
+		c.edit(&cfg)
+		_, err := NewAdamW([]*autograd.Tensor{w}, cfg)
+		if err == nil || !strings.Contains(err.Error(), "."+c.field+" ") {
+			t.Errorf("%+v: error %v, want one naming %s", cfg, err, c.field)
+		}
+	}
+	if _, err := NewAdamW([]*autograd.Tensor{autograd.New(1, 1, nil)}, DefaultAdamW()); err == nil {
+		t.Error("NewAdamW accepted a parameter without a gradient")
+	}
+}
