@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -21,8 +23,13 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	if testing.Verbose() {
-		for kind, v := range measured.max {
-			fmt.Printf("measured: %s: largest |got − want| / max(‖want‖∞, 1) = %.3g\n", kind, v)
+		kinds := make([]string, 0, len(measured.max))
+		for kind := range measured.max {
+			kinds = append(kinds, kind)
+		}
+		sort.Strings(kinds)
+		for _, kind := range kinds {
+			fmt.Printf("measured: %s: largest |got − want| / max(‖want‖∞, 1) = %.3g\n", kind, measured.max[kind])
 		}
 	}
 	os.Exit(code)
@@ -104,6 +111,7 @@ func compare(tb reporter, kind, what string, got []float32, want []float64, keep
 		tb.Errorf("%s: %d of %d values out of tolerance", what, bad, len(want))
 	}
 	record(kind, worst)
+	record(kind+": "+strings.TrimLeft(strings.TrimPrefix(what, "grad "), "L0123456789. "), worst)
 	return bad
 }
 

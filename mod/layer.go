@@ -175,13 +175,15 @@ func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	vidx := bt.rowsOf(nil, vpos)
 
 	// Router weights r over every row, 0 at padded ones.
-	xv := x
-	if padded {
-		xv = tp.GatherRows(x, vidx)
-	}
-	r := l.routerLogits(tp, xv, in, vidx)
-	if padded {
+	var r *autograd.Tensor
+	switch {
+	case len(vidx) == 0:
+		r = autograd.New(x.Rows, 1, nil)
+	case padded:
+		r = l.routerLogits(tp, tp.GatherRows(x, vidx), in, vidx)
 		r = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), r, vidx)
+	default:
+		r = l.routerLogits(tp, x, in, vidx)
 	}
 	var q *autograd.Tensor
 	if l.Predictor != nil {
