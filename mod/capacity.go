@@ -45,7 +45,7 @@ func Capacity(c ref.Capacity, n, s int) (int, error) {
 		}
 		ratio := 1.0
 		if n > 1 {
-			ratio = 1 - (math.Log(float64(n))/math.Log(float64(c.MaxLen)))*(1-c.Ratio)
+			ratio = 1 - float64((math.Log(float64(n))/math.Log(float64(c.MaxLen)))*(1-c.Ratio))
 		}
 		return min(max(floorRobust(float64(n)*ratio), 1), n), nil
 	default: // ref.CapacityRatio

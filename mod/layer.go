@@ -238,8 +238,7 @@ func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		for j, k := range vidx {
 			m[j] = res.Targets[k]
 		}
-		// w = g + sg(m·g − g): m·g forward, derivative 1 with respect to g.
-		mult = tp.Add(gv, tp.StopGradient(tp.Sub(tp.Mul(gv, autograd.New(len(vidx), 1, m)), gv)))
+		mult = straightThrough(tp, gv, autograd.New(len(vidx), 1, m))
 	} else {
 		mult = g
 		if cfg.Weighting != ref.WeightSoftmax {
@@ -255,6 +254,14 @@ func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		res.ComputeFraction = float64(res.Routed) / float64(n)
 	}
 	return res, nil
+}
+
+// straightThrough is the weight of SPEC.md section 7,
+// w = g + sg(m·g − g): its value is m·g exactly (g + (g − g) = g and
+// g + (0 − g) = 0 in floating point) and its derivative with respect to g
+// is 1 for every token, selected (m = 1) or not.
+func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
+	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
 }
 
 // apply is Eq. 1: out = base + mult·f at the rows cidx (positions cpos),
