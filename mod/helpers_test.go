@@ -68,6 +68,7 @@ type reporter interface {
 	Errorf(format string, args ...any)
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+	Skip(args ...any)
 }
 
 // tol is an allclose bound relative to the scale of the expected array:

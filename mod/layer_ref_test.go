@@ -167,7 +167,7 @@ func decisive(cfg ref.Config, res *ref.LayerResult, valid []int) bool {
 
 // checkLayerAgainstRef runs mod's layer and compares every result and
 // gradient with ref's at mod's routing decision.
-func checkLayerAgainstRef(t *rapid.T, c layerCase) {
+func checkLayerAgainstRef(t reporter, c layerCase) {
 	l := layerFromRef(t, c.cfg, c.p)
 	in := layerInputs(c.in)
 	var tp autograd.Tape
