@@ -16,7 +16,7 @@ import (
 //
 // and sets res.AuxLoss to their weighted sum.
 func (l *Layer) losses(tp *autograd.Tape, res *LayerResult, bt batch, padded bool, r, q *autograd.Tensor) {
-	cfg := l.Config
+	cfg := l.cfg
 	var valid []bool
 	if padded {
 		valid = make([]bool, len(res.Targets))

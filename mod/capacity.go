@@ -55,3 +55,20 @@ func Capacity(c ref.Capacity, n, s int) (int, error) {
 		return min(max(floorRobust(c.Ratio*float64(n)), 1), n), nil
 	}
 }
+
+// AnnealedRatio is the capacity annealing schedule of SPEC.md section 3,
+// c(step) = c0 + (c1 − c0)·min(step/warmup, 1), with warmup = 0 meaning c1
+// at every step; set it each step with Layer.SetCapacity. Ratios outside
+// (0, 1] and negative steps or warmups are errors.
+func AnnealedRatio(c0, c1 float64, step, warmup int) (float64, error) {
+	if !(c0 > 0 && c0 <= 1) || !(c1 > 0 && c1 <= 1) {
+		return 0, fmt.Errorf("mod: capacity annealing: c0 = %v, c1 = %v, want both in (0, 1]", c0, c1)
+	}
+	if step < 0 || warmup < 0 {
+		return 0, fmt.Errorf("mod: capacity annealing: step = %d, warmup = %d, want both >= 0", step, warmup)
+	}
+	if warmup == 0 {
+		return c1, nil
+	}
+	return c0 + float64((c1-c0)*math.Min(float64(step)/float64(warmup), 1)), nil
+}

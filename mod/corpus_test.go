@@ -122,7 +122,7 @@ func runModelCase(t *testing.T, c *golden.Case) map[string][]float64 {
 // decodeCase decodes every sequence token by token and adds the decoded
 // logits and per-layer routing decisions to got.
 func decodeCase(t *testing.T, c *golden.Case, m *Model, in ModelInputs, got map[string][]float64) {
-	rows, s, vocab := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, m.Config.Vocab
+	rows, s, vocab := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, m.Config().Vocab
 	logits := make([]float64, rows*s*vocab)
 	routed := make([][]float64, len(m.Layers))
 	for l := range routed {

@@ -52,7 +52,7 @@ func NewDecoder(m *Model) (*Decoder, error) {
 		if rl == nil {
 			continue
 		}
-		c := rl.Config
+		c := rl.cfg
 		switch {
 		case c.Causal == ref.CausalOff:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
@@ -72,11 +72,11 @@ func NewDecoder(m *Model) (*Decoder, error) {
 // cached there.
 func (dec *Decoder) Step(token int) (*StepResult, error) {
 	m, pos := dec.m, dec.pos
-	if token < 0 || token >= m.Config.Vocab {
-		return nil, fmt.Errorf("mod: decoder: token %d at position %d, want 0 <= id < vocab = %d", token, pos, m.Config.Vocab)
+	if token < 0 || token >= m.cfg.Vocab {
+		return nil, fmt.Errorf("mod: decoder: token %d at position %d, want 0 <= id < vocab = %d", token, pos, m.cfg.Vocab)
 	}
-	if m.PosEmbed != nil && pos >= m.Config.MaxLen {
-		return nil, fmt.Errorf("mod: decoder: position %d has no learned position embedding (MaxLen = %d)", pos, m.Config.MaxLen)
+	if m.PosEmbed != nil && pos >= m.cfg.MaxLen {
+		return nil, fmt.Errorf("mod: decoder: position %d has no learned position embedding (MaxLen = %d)", pos, m.cfg.MaxLen)
 	}
 	tp := &dec.tp
 	tp.Reset()
@@ -100,7 +100,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		score := r.Data[0]
 		if rl.Predictor != nil {
 			res.PredictorLogits[l] = rl.Predictor.Logits(tp, tp.StopGradient(x)).Data[0]
-			if rl.Config.Causal == ref.CausalPredictor {
+			if rl.cfg.Causal == ref.CausalPredictor {
 				score = res.PredictorLogits[l]
 			}
 		}
@@ -110,7 +110,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		routed := score > 0
 		res.Routed[l] = routed
 		g := rl.weights(tp, r, nil, nil)
-		if rl.Config.MLPOnly {
+		if rl.cfg.MLPOnly {
 			x = tp.Add(x, rl.blk.attnStep(tp, c, x, pos))
 			if routed {
 				x = tp.Add(x, tp.Mul(rl.blk.MLPUpdate(tp, x), g))

@@ -89,6 +89,29 @@ func TestInputErrors(t *testing.T) {
 	}
 }
 
+// TestModelNaNError checks that a NaN router weight deep in a model is an
+// error naming the layer, the row and the position.
+func TestModelNaNError(t *testing.T) {
+	routing := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
+	routing.Router = ref.RouterRandom
+	mc, err := ref.NewModelConfig(8, 0, 3, routing, ref.Pattern{Kind: ref.PatternList, Layers: []int{1}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(mc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, targets := ref.RandomTokens(ref.NewRand(1), 2, 4, 8)
+	noise := make([]float32, 8)
+	noise[3] = float32(math.NaN())
+	var tp autograd.Tape
+	_, err = m.Forward(&tp, ModelInputs{Tokens: tokens, Targets: targets, Noise: [][]float32{nil, noise, nil}})
+	if want := "mod: model layer 1: row 0: router weight is NaN at position 3"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
 // TestCapacityMatchesRef checks every capacity rule, with the float-robust
 // floor (c = 0.29 of 100 gives 29) and padding, against ref's.
 func TestCapacityMatchesRef(t *testing.T) {
@@ -151,5 +174,33 @@ func TestFLOPsMatchRef(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSetCapacity checks capacity annealing against ref's schedule and that
+// an invalid capacity is refused with the layer unchanged.
+func TestSetCapacity(t *testing.T) {
+	l, err := NewLayer(ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5), rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range 12 {
+		got, err := AnnealedRatio(1, 0.125, step, 8)
+		want, werr := ref.AnnealedRatio(1, 0.125, step, 8)
+		if err != nil || werr != nil || math.Abs(got-want) > 1e-15 {
+			t.Fatalf("step %d: ratio %v (%v), ref %v (%v)", step, got, err, want, werr)
+		}
+		if err := l.SetCapacity(ref.Capacity{Kind: ref.CapacityRatio, Ratio: got}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.SetCapacity(ref.Capacity{Kind: ref.CapacityRatio, Ratio: 1.5}); err == nil || !strings.Contains(err.Error(), "Ratio = 1.5") {
+		t.Errorf("SetCapacity(1.5): error %v, want one naming Ratio", err)
+	}
+	if got := l.Config().Capacity.Ratio; got != 0.125 {
+		t.Errorf("after a refused SetCapacity the ratio is %v, want 0.125", got)
+	}
+	if _, err := AnnealedRatio(0, 1, 0, 1); err == nil {
+		t.Error("AnnealedRatio(c0 = 0): no error")
 	}
 }

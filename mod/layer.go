@@ -16,8 +16,6 @@ import (
 // A Layer keeps work buffers between calls and is not safe for concurrent
 // use, as an autograd.Tape is not.
 type Layer struct {
-	// Config names every routing choice; it is checked by NewLayer.
-	Config ref.Config
 	// Router is the d×1 router weight w (linear and linear_bias routers;
 	// nil otherwise) and RouterBias the 1×1 bias b (linear_bias only).
 	Router, RouterBias *autograd.Tensor
@@ -25,6 +23,7 @@ type Layer struct {
 	// the configuration uses one (Aux = predictor or Causal = predictor).
 	Predictor *Predictor
 
+	cfg   ref.Config // every routing choice, checked by NewLayer
 	blk   *block
 	order []int // selection work buffer
 }
@@ -47,14 +46,23 @@ func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tens
 // N(0, nn.InitStd²) with a zero bias, then the predictor's Linear maps as
 // nn.NewLinear draws them. An invalid cfg is an error naming the field.
 func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("mod: %w", err)
-	}
-	blk, err := newBlock(cfg.Block, rng)
+	l, err := newLayer(cfg, rng)
 	if err != nil {
 		return nil, fmt.Errorf("mod: %w", err)
 	}
-	l := &Layer{Config: cfg, blk: blk}
+	return l, nil
+}
+
+// newLayer is NewLayer with errors not prefixed by the package name.
+func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	blk, err := newBlock(cfg.Block, rng)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layer{cfg: cfg, blk: blk}
 	d := cfg.Block.D
 	if cfg.Router == ref.RouterLinear || cfg.Router == ref.RouterLinearBias {
 		w := make([]float32, d)
@@ -71,6 +79,22 @@ func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 		l.Predictor = &Predictor{In: nn.NewLinear(d, h, true, rng), Out: nn.NewLinear(h, 1, true, rng)}
 	}
 	return l, nil
+}
+
+// Config returns the layer's configuration.
+func (l *Layer) Config() ref.Config { return l.cfg }
+
+// SetCapacity changes the capacity rule, for instance each training step of
+// a capacity annealing schedule (see AnnealedRatio), or returns an error
+// naming the field that cannot work; the layer is then unchanged.
+func (l *Layer) SetCapacity(c ref.Capacity) error {
+	cfg := l.cfg
+	cfg.Capacity = c
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("mod: %w", err)
+	}
+	l.cfg = cfg
+	return nil
 }
 
 // Block returns the layer's transformer block f.
@@ -147,28 +171,37 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 		return bt, err
 	}
 	n := in.Batch * in.SeqLen
-	if d := l.Config.Block.D; in.X == nil || in.X.Rows != n || in.X.Cols != d {
+	if d := l.cfg.Block.D; in.X == nil || in.X.Rows != n || in.X.Cols != d {
 		shape := "nil"
 		if in.X != nil {
 			shape = fmt.Sprintf("%dx%d", in.X.Rows, in.X.Cols)
 		}
 		return bt, fmt.Errorf("X is %s, want (B·S)×d = %dx%d", shape, n, d)
 	}
-	if err := checkField("Noise", in.Noise, l.Config.Router == ref.RouterRandom, "Router = random", n); err != nil {
+	if err := checkField("Noise", in.Noise, l.cfg.Router == ref.RouterRandom, "Router = random", n); err != nil {
 		return bt, err
 	}
-	return bt, checkField("Jitter", in.Jitter, l.Config.Jitter > 0, "Jitter > 0", n)
+	return bt, checkField("Jitter", in.Jitter, l.cfg.Jitter > 0, "Jitter > 0", n)
 }
 
 // Forward runs the layer on a batch (SPEC.md sections 2 to 9). An input
 // that does not fit, a capacity rule that cannot hold for these lengths, or
 // a NaN router weight (naming its row and position) is an error.
 func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
-	bt, err := l.check(in)
+	res, err := l.forward(tp, in)
 	if err != nil {
 		return nil, fmt.Errorf("mod: layer: %w", err)
 	}
-	cfg := l.Config
+	return res, nil
+}
+
+// forward is Forward with errors not prefixed by the package name.
+func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
+	bt, err := l.check(in)
+	if err != nil {
+		return nil, err
+	}
+	cfg := l.cfg
 	x := in.X
 	padded := bt.padded()
 	vpos := bt.validPositions()
@@ -208,7 +241,7 @@ func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("mod: layer: row %d: %w", b, err)
+			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
 		res.Capacity[b] = len(res.Selected[b])
 		res.Routed += len(res.Selected[b])
@@ -271,7 +304,7 @@ func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor 
 func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, bt batch, padded bool, vidx []int, vpos [][]int,
 	cidx []int, cpos [][]int, mult *autograd.Tensor) *autograd.Tensor {
 	base := x
-	if l.Config.MLPOnly && len(vidx) > 0 {
+	if l.cfg.MLPOnly && len(vidx) > 0 {
 		if padded {
 			base = tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, vidx), vpos), vidx)
 		} else {
@@ -284,14 +317,14 @@ func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, bt batch, padded bo
 	// Every row, in order: no gather or scatter needed.
 	all := len(cidx) == x.Rows
 	xs := base
-	if !l.Config.MLPOnly {
+	if !l.cfg.MLPOnly {
 		xs = x
 	}
 	if !all {
 		xs = tp.GatherRows(xs, cidx)
 	}
 	var f *autograd.Tensor
-	if l.Config.MLPOnly {
+	if l.cfg.MLPOnly {
 		f = l.blk.MLPUpdate(tp, xs)
 	} else {
 		f = l.blk.update(tp, xs, cpos)
@@ -308,7 +341,7 @@ func (l *Layer) report(res *LayerResult, bt batch, r, g, q *autograd.Tensor, cid
 	n := bt.rows * bt.s
 	res.RouterLogits = append([]float32(nil), r.Data...)
 	res.Weights = make([]float32, n)
-	if l.Config.Weighting == ref.WeightSoftmax {
+	if l.cfg.Weighting == ref.WeightSoftmax {
 		for j, k := range selIdx {
 			res.Weights[k] = g.Data[j]
 		}

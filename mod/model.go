@@ -15,8 +15,6 @@ import (
 // norm and a linear head, trained with next-token cross-entropy plus the
 // routed layers' auxiliary losses.
 type Model struct {
-	// Config describes the model; it is checked by NewModel.
-	Config ref.ModelConfig
 	// Embed is the vocab×d token embedding table.
 	Embed *nn.Embedding
 	// PosEmbed is the MaxLen×d table of learned position embeddings, nil
@@ -28,7 +26,8 @@ type Model struct {
 	Norm nn.Norm
 	Head *nn.Linear
 
-	dense []*block // the dense layers' blocks, nil at routed positions
+	cfg   ref.ModelConfig // checked by NewModel
+	dense []*block        // the dense layers' blocks, nil at routed positions
 }
 
 // NewModel returns the model described by cfg, its parameters drawn from
@@ -41,7 +40,7 @@ func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
 	}
 	blk := cfg.Block()
 	rng := rand.New(rand.NewPCG(seed, 0))
-	m := &Model{Config: cfg, Embed: nn.NewEmbedding(cfg.Vocab, blk.D, rng)}
+	m := &Model{cfg: cfg, Embed: nn.NewEmbedding(cfg.Vocab, blk.D, rng)}
 	if blk.Positions == ref.PositionLearned {
 		m.PosEmbed = nn.NewEmbedding(cfg.MaxLen, blk.D, rng).W
 	}
@@ -50,7 +49,7 @@ func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
 	for l, ml := range cfg.Layers {
 		var err error
 		if ml.Routed {
-			m.Layers[l], err = NewLayer(ml.Config, rng)
+			m.Layers[l], err = newLayer(ml.Config, rng)
 		} else {
 			m.dense[l], err = newBlock(blk, rng)
 		}
@@ -67,6 +66,10 @@ func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
 	m.Head = nn.NewLinear(blk.D, cfg.Vocab, false, rng)
 	return m, nil
 }
+
+// Config returns the model's configuration, as given to NewModel (a
+// routed layer's capacity may since have changed, see Layer.SetCapacity).
+func (m *Model) Config() ref.ModelConfig { return m.cfg }
 
 // Block returns layer l's transformer block, routed or dense.
 func (m *Model) Block(l int) *nn.Block {
@@ -140,8 +143,8 @@ func (m *Model) check(in ModelInputs) (batch, error) {
 	if err != nil {
 		return bt, err
 	}
-	if m.PosEmbed != nil && bt.s > m.Config.MaxLen {
-		return bt, fmt.Errorf("sequence length S = %d exceeds MaxLen = %d learned position embeddings", bt.s, m.Config.MaxLen)
+	if m.PosEmbed != nil && bt.s > m.cfg.MaxLen {
+		return bt, fmt.Errorf("sequence length S = %d exceeds MaxLen = %d learned position embeddings", bt.s, m.cfg.MaxLen)
 	}
 	if len(in.Targets) != bt.rows {
 		return bt, fmt.Errorf("Targets has %d sequences, want B = %d", len(in.Targets), bt.rows)
@@ -151,11 +154,11 @@ func (m *Model) check(in ModelInputs) (batch, error) {
 			return bt, fmt.Errorf("sequence %d has %d tokens and %d targets, want S = %d of each", b, len(in.Tokens[b]), len(in.Targets[b]), bt.s)
 		}
 		for i := range bt.validLen(b) {
-			if id := in.Tokens[b][i]; id < 0 || id >= m.Config.Vocab {
-				return bt, fmt.Errorf("Tokens[%d][%d] = %d, want 0 <= id < vocab = %d", b, i, id, m.Config.Vocab)
+			if id := in.Tokens[b][i]; id < 0 || id >= m.cfg.Vocab {
+				return bt, fmt.Errorf("Tokens[%d][%d] = %d, want 0 <= id < vocab = %d", b, i, id, m.cfg.Vocab)
 			}
-			if id := in.Targets[b][i]; id != autograd.IgnoreIndex && (id < 0 || id >= m.Config.Vocab) {
-				return bt, fmt.Errorf("Targets[%d][%d] = %d, want 0 <= id < vocab = %d or -1", b, i, id, m.Config.Vocab)
+			if id := in.Targets[b][i]; id != autograd.IgnoreIndex && (id < 0 || id >= m.cfg.Vocab) {
+				return bt, fmt.Errorf("Targets[%d][%d] = %d, want 0 <= id < vocab = %d or -1", b, i, id, m.cfg.Vocab)
 			}
 		}
 	}
@@ -199,7 +202,7 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 	vpos := bt.validPositions()
 	vidx := bt.rowsOf(nil, vpos)
 	x := m.embed(tp, in.Tokens, bt, padded, vpos, vidx)
-	blk := m.Config.Block()
+	blk := m.cfg.Block()
 	res := &ModelResult{Layers: make([]*LayerResult, len(m.Layers))}
 	var aux []*autograd.Tensor
 	for l, rl := range m.Layers {
@@ -208,7 +211,7 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 			res.FLOPs.Layers = append(res.FLOPs.Layers, denseFLOPs(blk, bt.lengths()))
 			continue
 		}
-		lr, err := rl.Forward(tp, LayerInputs{X: x, Batch: bt.rows, SeqLen: bt.s, Valid: in.Valid,
+		lr, err := rl.forward(tp, LayerInputs{X: x, Batch: bt.rows, SeqLen: bt.s, Valid: in.Valid,
 			Noise: layerField(in.Noise, l), Jitter: layerField(in.Jitter, l)})
 		if err != nil {
 			return nil, fmt.Errorf("mod: model layer %d: %w", l, err)
@@ -277,7 +280,7 @@ func denseForward(tp *autograd.Tape, blk *block, x *autograd.Tensor, padded bool
 
 // totalFLOPs adds the head and the totals to f.
 func (m *Model) totalFLOPs(f *ModelFLOPs, bt batch) {
-	f.Head = 2 * int64(bt.count()) * int64(m.Config.Block().D) * int64(m.Config.Vocab)
+	f.Head = 2 * int64(bt.count()) * int64(m.cfg.Block().D) * int64(m.cfg.Vocab)
 	f.Total, f.Dense = f.Head, f.Head
 	for _, lf := range f.Layers {
 		f.Total += lf.Total

@@ -13,7 +13,7 @@ import (
 // len(vidx)×1.
 func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInputs, vidx []int) *autograd.Tensor {
 	var r *autograd.Tensor
-	switch l.Config.Router {
+	switch l.cfg.Router {
 	case ref.RouterLinear:
 		r = tp.MatMul(xv, l.Router)
 	case ref.RouterLinearBias:
@@ -23,7 +23,7 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 	case ref.RouterRandom:
 		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
 	}
-	if s := l.Config.Jitter; s > 0 {
+	if s := l.cfg.Jitter; s > 0 {
 		r = tp.Add(r, autograd.New(len(vidx), 1, pick(in.Jitter, vidx, float32(s))))
 	}
 	return r
@@ -58,7 +58,7 @@ func checkField(name string, v []float32, used bool, why string, n int) error {
 // (selIdx lists their flat rows, sequence after sequence; sel their
 // positions).
 func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selIdx []int) *autograd.Tensor {
-	switch l.Config.Weighting {
+	switch l.cfg.Weighting {
 	case ref.WeightSigmoid:
 		return tp.Sigmoid(r)
 	case ref.WeightNone:
