@@ -68,7 +68,7 @@ func runLayerCase(t *testing.T, c *golden.Case) map[string][]float64 {
 		"expected.aux.total":          {res.Aux},
 	}
 	u := c.Arrays["upstream.out"]
-	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, narrow(u.F))))
+	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
 	if res.AuxLoss != nil {
 		loss = tp.Add(loss, res.AuxLoss)
 	}
@@ -258,5 +258,3 @@ func widen(v []float32) []float64 {
 	}
 	return out
 }
-
-func narrow(v []float64) []float32 { return to32(v) }

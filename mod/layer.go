@@ -223,29 +223,9 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		q = l.Predictor.Logits(tp, tp.StopGradient(x))
 	}
 
-	// The routing decision.
-	res := &LayerResult{Selected: make([][]int, bt.rows), Capacity: make([]int, bt.rows)}
-	for b := range bt.rows {
-		v := bt.validLen(b)
-		row := r.Data[b*bt.s : b*bt.s+v]
-		var err error
-		switch cfg.Causal {
-		case ref.CausalRouter:
-			res.Selected[b], err = selectCausal([]int{}, row)
-		case ref.CausalPredictor:
-			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
-		default:
-			var k int
-			if k, err = Capacity(cfg.Capacity, v, bt.s); err == nil {
-				res.Selected[b], l.order, err = selectTopK([]int{}, l.order, row, k)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("row %d: %w", b, err)
-		}
-		res.Capacity[b] = len(res.Selected[b])
-		res.Routed += len(res.Selected[b])
-		res.Skipped += v - len(res.Selected[b])
+	res, err := l.decide(bt, r, q)
+	if err != nil {
+		return nil, err
 	}
 	sel := res.Selected
 	selIdx := bt.rowsOf(nil, sel)
@@ -295,6 +275,37 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 // is 1 for every token, selected (m = 1) or not.
 func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
+}
+
+// decide makes the routing decision of SPEC.md sections 4 and 9 from the
+// router weights r (or the predictor logits q, for Causal = predictor): the
+// selected positions of every sequence, its capacity and the counts of
+// routed and skipped tokens.
+func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
+	res := &LayerResult{Selected: make([][]int, bt.rows), Capacity: make([]int, bt.rows)}
+	for b := range bt.rows {
+		v := bt.validLen(b)
+		row := r.Data[b*bt.s : b*bt.s+v]
+		var err error
+		switch l.cfg.Causal {
+		case ref.CausalRouter:
+			res.Selected[b], err = selectCausal([]int{}, row)
+		case ref.CausalPredictor:
+			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
+		default:
+			var k int
+			if k, err = Capacity(l.cfg.Capacity, v, bt.s); err == nil {
+				res.Selected[b], l.order, err = selectTopK([]int{}, l.order, row, k)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %w", b, err)
+		}
+		res.Capacity[b] = len(res.Selected[b])
+		res.Routed += len(res.Selected[b])
+		res.Skipped += v - len(res.Selected[b])
+	}
+	return res, nil
 }
 
 // apply is Eq. 1: out = base + mult·f at the rows cidx (positions cpos),
