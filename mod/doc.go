@@ -11,7 +11,9 @@
 // package. Only the types and their Validate methods are used; every
 // computation is done here, in float32. NewLayer, NewModel and NewDecoder
 // return an error naming the field at fault for a configuration that cannot
-// work; nothing panics later because of the configuration.
+// work; nothing panics later because of the configuration. A routed layer's
+// capacity rule can be changed between steps with Layer.SetCapacity (for
+// the annealing schedule AnnealedRatio), which checks it the same way.
 //
 // # Layout
 //
@@ -44,6 +46,13 @@
 // losses, predictor logits and accuracy, the numbers of tokens routed and
 // skipped, the compute fraction, and the layer's forward FLOPs against its
 // dense twin (counted with the conventions of ref's FLOPs functions).
+//
+// # Parameters
+//
+// Layer.Params and Model.Params name every parameter as ref and the golden
+// corpus do ("Wq", "L1.Router", "Embed", ...). LoadParams fills them from
+// float64 values; LayerFromCase and ModelFromCase build a layer or a model
+// with its inputs from a golden case.
 //
 // # Decoding
 //

@@ -10,8 +10,11 @@ import (
 // ref.ModelParams.Tensors give it, which the golden corpus uses too
 // ("Wq", "L1.Router", "Embed", ...).
 type Param struct {
+	// Name is the parameter's name, with its layer prefix in a model.
 	Name string
-	T    *autograd.Tensor
+	// T is the tensor, whose shape may differ from ref's (a length-d vector
+	// is 1×d or d×1 here) but whose values are in the same row-major order.
+	T *autograd.Tensor
 }
 
 // Params returns the layer's parameters with their names, each prefixed by
