@@ -18,7 +18,8 @@ const corpusDir = "../golden/corpus"
 // valid positions for arrays whose leading dimensions are B×S, integer
 // arrays (selections, routing decisions) exactly. With -v it prints the
 // largest error found as a fraction of the manifest's bound (atol +
-// rtol·|expected|), for forward values and gradients.
+// rtol·|expected|), for forward values and gradients, and, marked
+// "(scaled)", the largest |got − expected| / max(‖expected‖∞, 1).
 func TestCorpus(t *testing.T) {
 	names, err := golden.List(corpusDir)
 	if err != nil {
@@ -182,7 +183,15 @@ func judgeCase(t *testing.T, c *golden.Case, got map[string][]float64) {
 		if strings.HasPrefix(info.Name, "grad.") {
 			kind = "corpus gradient"
 		}
-		bad, worst := 0, 0.0
+		scale := 1.0
+		for k := range g {
+			if inner == 0 || (k/inner)%cfg.SeqLen < int(valid[(k/inner)/cfg.SeqLen]) {
+				if !want.IsInt() {
+					scale = math.Max(scale, math.Abs(want.F[k]))
+				}
+			}
+		}
+		bad, worst, worstScaled := 0, 0.0, 0.0
 		for k := range g {
 			if inner > 0 && (k/inner)%cfg.SeqLen >= int(valid[(k/inner)/cfg.SeqLen]) {
 				continue
@@ -200,6 +209,7 @@ func judgeCase(t *testing.T, c *golden.Case, got map[string][]float64) {
 				ratio = diff / bound // +Inf for an exact array
 			}
 			worst = math.Max(worst, ratio)
+			worstScaled = math.Max(worstScaled, diff/scale)
 			if !(ratio <= 1) {
 				if bad < 4 {
 					t.Errorf("%s%v = %.9g, want %.9g: difference %.3g exceeds %.3g", info.Name, want.Index(k), g[k], e, diff, bound)
@@ -213,6 +223,7 @@ func judgeCase(t *testing.T, c *golden.Case, got map[string][]float64) {
 		measured.Lock()
 		for _, key := range []string{kind, kind + ": " + arrayKind(info.Name)} {
 			measured.max[key] = math.Max(measured.max[key], worst)
+			measured.max[key+" (scaled)"] = math.Max(measured.max[key+" (scaled)"], worstScaled)
 		}
 		measured.Unlock()
 	}

@@ -20,7 +20,8 @@ import (
 // TestMain runs the tests and, with -v, prints the largest error measured
 // per kind of comparison: for comparisons with ref (layer, model, decode),
 // |got − want| / max(‖want‖∞, 1); for the golden corpus, |got − want| over
-// the manifest's bound atol + rtol·|want|.
+// the manifest's bound atol + rtol·|want|, and that scaled difference too
+// where marked "(scaled)".
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
