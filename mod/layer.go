@@ -258,7 +258,7 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 			mult = tp.GatherRows(g, selIdx)
 		}
 	}
-	res.Out = l.apply(tp, x, bt, padded, vidx, vpos, cidx, cpos, mult)
+	res.Out = l.apply(tp, x, padded, vidx, vpos, cidx, cpos, mult)
 
 	l.report(res, bt, r, g, q, cidx, mult, selIdx)
 	l.losses(tp, res, bt, padded, r, q)
@@ -312,7 +312,7 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 // base elsewhere, where base is x, or x + Attn(N1(x)) over the valid tokens
 // for MLP-only routing, and f is the block's update of the tokens cidx as
 // sequences (MLP-only: MLP(N2(base)) of each).
-func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, bt batch, padded bool, vidx []int, vpos [][]int,
+func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int,
 	cidx []int, cpos [][]int, mult *autograd.Tensor) *autograd.Tensor {
 	base := x
 	if l.cfg.MLPOnly && len(vidx) > 0 {
