@@ -207,12 +207,12 @@ func checkModelFLOPs(t reporter, got ModelFLOPs, want ref.ModelFLOPs) {
 // choice, position encoding and padding, and checks mod's forward, FLOPs
 // and gradients against ref.
 func TestModelMatchesRef(t *testing.T) {
-	rapidChecks(60)
+	rapidChecks(40)
 	rapid.Check(t, func(t *rapid.T) { checkModelAgainstRef(t, drawModelCase(t, false), rapid.Uint64().Draw(t, "fd seed")) })
 }
 
 // TestCausalModelMatchesRef is TestModelMatchesRef in causal routing mode.
 func TestCausalModelMatchesRef(t *testing.T) {
-	rapidChecks(60)
+	rapidChecks(40)
 	rapid.Check(t, func(t *rapid.T) { checkModelAgainstRef(t, drawModelCase(t, true), rapid.Uint64().Draw(t, "fd seed")) })
 }
