@@ -10,7 +10,8 @@ import (
 )
 
 // TestLayerCombinations checks every router × weighting × compute mode ×
-// auxiliary objective against ref, forward and every gradient, on one
+// auxiliary objective against ref, forward and every parameter's gradient
+// (at 8 coordinates each; TestLayerMatchesRef checks every coordinate), on one
 // padded batch (B = 2, S = 6, valid lengths 6 and 4), so that each
 // combination is covered on every run and not only when rapid draws it.
 func TestLayerCombinations(t *testing.T) {
@@ -28,7 +29,7 @@ func TestLayerCombinations(t *testing.T) {
 							cfg.AuxWeight = 0.1
 						}
 						cfg.LoadBalanceWeight = 0.01
-						checkLayerAgainstRef(t, fixedLayerCase(cfg, 2, 6, []int{6, 4}, 11))
+						checkLayerAgainstRef(t, fixedLayerCase(cfg, 2, 6, []int{6, 4}, 11), 8)
 					})
 				}
 			}

@@ -79,6 +79,7 @@ func TestDecodeEqualsFullForward(t *testing.T) {
 // TestDecodePatterns pins decoding to named layer patterns with a linear
 // router and router_bce, so that each pattern is covered on every run.
 func TestDecodePatterns(t *testing.T) {
+	rapidChecks(20)
 	for _, pat := range []ref.Pattern{
 		{Kind: ref.PatternAll},
 		{Kind: ref.PatternEveryOther},

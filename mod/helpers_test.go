@@ -24,6 +24,7 @@ import (
 // where marked "(scaled)".
 func TestMain(m *testing.M) {
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { userChecks = userChecks || f.Name == "rapid.checks" })
 	code := m.Run()
 	if testing.Verbose() {
 		kinds := make([]string, 0, len(measured.max))
@@ -38,12 +39,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// userChecks is set when -rapid.checks is given on the command line.
+var userChecks bool
+
 // rapidChecks makes rapid draw n cases per property unless -rapid.checks is
 // given on the command line, so that the suite stays fast.
 func rapidChecks(n int) {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
+	if !userChecks {
 		if err := flag.Set("rapid.checks", fmt.Sprint(n)); err != nil {
 			panic(err)
 		}

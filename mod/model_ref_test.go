@@ -176,17 +176,7 @@ func checkModelAgainstRef(t reporter, c modelCase, fdSeed uint64) {
 		if mp[i].Name != pt.Name {
 			t.Fatalf("parameter %d is %s in mod, %s in ref", i, mp[i].Name, pt.Name)
 		}
-		var got32 []float32
-		var fd []float64
-		for range min(fdCoordinates, len(pt.Data)) {
-			k := rng.IntN(len(pt.Data))
-			g, err := ref.FDDerivative(refLoss, pt.Data, k, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got32, fd = append(got32, mp[i].T.Grad[k]), append(fd, g)
-		}
-		compare(t, "model gradient", "grad "+pt.Name, got32, fd, nil, modelGradTol)
+		fdCompare(t, "model gradient", "grad "+pt.Name, mp[i].T.Grad, pt.Data, refLoss, fdCoordinates, rng, modelGradTol)
 	}
 }
 
