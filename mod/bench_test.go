@@ -1,0 +1,84 @@
+package mod
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/ref"
+)
+
+// BenchmarkModStep measures one forward and backward pass of a whole MoD
+// language model's loss on a reused tape (no optimiser step) at the sizes of
+// issue 4 (vocabulary 256, d_ff = 4d, RMSNorm, GELU, RoPE), each dense, MoD
+// on every other layer at capacity 12.5%, and MoD on every layer at 12.5%
+// (linear router, raw weighting, gather compute). It reports the forward
+// FLOPs ratio to the dense model as flops/dense. The large size runs only
+// without -short.
+func BenchmarkModStep(b *testing.B) {
+	sizes := []struct {
+		name                         string
+		d, heads, seqLen, batch, lay int
+	}{
+		{"small-d64-h4-S64-B4-L4", 64, 4, 64, 4, 4},
+		{"medium-d256-h8-S256-B8-L4", 256, 8, 256, 8, 4},
+		{"large-d512-h8-S1024-B2-L4", 512, 8, 1024, 2, 4},
+	}
+	patterns := []struct {
+		name    string
+		pattern ref.Pattern
+	}{
+		{"dense", ref.Pattern{Kind: ref.PatternList}},
+		{"mod-every-other-12.5", ref.Pattern{Kind: ref.PatternEveryOther}},
+		{"mod-all-12.5", ref.Pattern{Kind: ref.PatternAll}},
+	}
+	for _, size := range sizes {
+		for _, pat := range patterns {
+			b.Run(size.name+"/"+pat.name, func(b *testing.B) {
+				if size.d == 512 && testing.Short() {
+					b.Skip("large size skipped with -short")
+				}
+				routing := ref.DefaultConfig(ref.DefaultBlockConfig(size.d, size.heads, 4*size.d), 0.125)
+				cfg, err := ref.NewModelConfig(256, 0, size.lay, routing, pat.pattern, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m, err := NewModel(cfg, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				in := ModelInputs{Tokens: make([][]int, size.batch), Targets: make([][]int, size.batch)}
+				for r := range size.batch {
+					row := make([]int, size.seqLen+1)
+					for i := range row {
+						row[i] = rng.IntN(cfg.Vocab)
+					}
+					in.Tokens[r], in.Targets[r] = row[:size.seqLen], row[1:]
+				}
+				params := Tensors(m.Params())
+				var tp autograd.Tape
+				var ratio float64
+				step := func() {
+					tp.Reset()
+					for _, p := range params {
+						p.ZeroGrad()
+					}
+					res, err := m.Forward(&tp, in)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tp.Backward(res.Loss)
+					ratio = res.FLOPs.Ratio
+				}
+				step()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					step()
+				}
+				b.ReportMetric(ratio, "flops/dense")
+			})
+		}
+	}
+}

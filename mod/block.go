@@ -1,0 +1,151 @@
+package mod
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/nn"
+	"github.com/modref/modref/ref"
+)
+
+// block is the pre-norm transformer block f of SPEC.md section 5, an
+// nn.Block, with the position encoding of its configuration: rotary
+// embeddings at the original positions, or none inside the block when the
+// model adds learned absolute position embeddings at its input.
+type block struct {
+	*nn.Block
+	rope bool
+	// mask is the work buffer of the position-free attention's causal mask.
+	mask []bool
+	// parts collects per-head or per-sequence tensors.
+	parts, seqs []*autograd.Tensor
+}
+
+// newBlock returns the block described by c, its weights drawn from rng in
+// the order of ref.BlockParams.Tensors. c must be valid.
+func newBlock(c ref.BlockConfig, rng *rand.Rand) (*block, error) {
+	nb, err := nn.NewBlock(nn.BlockConfig{
+		D: c.D, Heads: c.Heads, DFF: c.DFF,
+		Norm: nn.NormKind(c.Norm), Act: nn.Activation(c.MLP), RoPEBase: c.RoPEBase,
+	}, rng)
+	if err != nil {
+		return nil, err
+	}
+	setEps(nb.N1, c.NormEps)
+	setEps(nb.N2, c.NormEps)
+	return &block{Block: nb, rope: c.Positions != ref.PositionLearned}, nil
+}
+
+// setEps sets the ε of an nn norm to the configuration's.
+func setEps(n nn.Norm, eps float64) {
+	switch n := n.(type) {
+	case *nn.RMSNorm:
+		n.Eps = eps
+	case *nn.LayerNorm:
+		n.Eps = eps
+	}
+}
+
+// update returns f(X) = Attn(N1(X)) + MLP(N2(X + Attn(N1(X)))) for the
+// stacked sequences x at positions pos (see package nn).
+func (b *block) update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
+	if b.rope {
+		return b.Update(tp, x, pos)
+	}
+	a := b.attnUpdate(tp, x, pos)
+	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
+}
+
+// attnUpdate returns Attn(N1(X)) without the residual.
+func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
+	if b.rope {
+		return b.AttnUpdate(tp, x, pos)
+	}
+	return b.attendNoRoPE(tp, b.N1.Forward(tp, x), pos)
+}
+
+// attendNoRoPE is nn.Attention without the rotation: causal multi-head
+// attention of each sequence's rows over its own rows at positions <= their
+// own, scale 1/sqrt(d_h), for models with learned absolute positions.
+// (nn.Attention always rotates; see the design notes.)
+func (b *block) attendNoRoPE(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
+	at := b.Attn
+	h := at.Heads
+	n := x.Rows
+	q := tp.Scale(tp.SplitHeads(at.Wq.Forward(tp, x), h), float32(1/math.Sqrt(float64(x.Cols/h))))
+	k := tp.SplitHeads(at.Wk.Forward(tp, x), h)
+	v := tp.SplitHeads(at.Wv.Forward(tp, x), h)
+	b.seqs = b.seqs[:0]
+	off := 0
+	for _, p := range pos {
+		m := len(p)
+		if m == 0 {
+			continue
+		}
+		b.parts = b.parts[:0]
+		for hd := 0; hd < h; hd++ {
+			r := hd*n + off
+			b.parts = append(b.parts, tp.MatMulNT(tp.SliceRows(q, r, r+m), tp.SliceRows(k, r, r+m)))
+		}
+		probs := tp.Softmax(tp.MaskedFill(tp.ConcatRows(b.parts...), b.causalMask(p, h), float32(math.Inf(-1))))
+		b.parts = b.parts[:0]
+		for hd := 0; hd < h; hd++ {
+			r := hd*n + off
+			b.parts = append(b.parts, tp.MatMul(tp.SliceRows(probs, hd*m, (hd+1)*m), tp.SliceRows(v, r, r+m)))
+		}
+		b.seqs = append(b.seqs, tp.ConcatCols(b.parts...))
+		off += m
+	}
+	if off != n {
+		panic(fmt.Sprintf("mod: attention over %d rows with positions for %d", n, off))
+	}
+	return at.Wo.Forward(tp, tp.ConcatRows(b.seqs...))
+}
+
+// causalMask returns the (h·m)×m mask hiding, in each head's block, the keys
+// at positions after the query's.
+func (b *block) causalMask(p []int, h int) []bool {
+	m := len(p)
+	if cap(b.mask) < h*m*m {
+		b.mask = make([]bool, h*m*m)
+	}
+	b.mask = b.mask[:h*m*m]
+	for i, pi := range p {
+		for j, pj := range p {
+			b.mask[i*m+j] = pj > pi
+		}
+	}
+	for hd := 1; hd < h; hd++ {
+		copy(b.mask[hd*m*m:], b.mask[:m*m])
+	}
+	return b.mask
+}
+
+// named returns the block's parameters with ref's names, prefixed.
+func (b *block) named(prefix string) []Param {
+	var ps []Param
+	add := func(name string, t *autograd.Tensor) { ps = append(ps, Param{prefix + name, t}) }
+	addNorm := func(name string, n nn.Norm) {
+		switch n := n.(type) {
+		case *nn.RMSNorm:
+			add(name, n.Gain)
+		case *nn.LayerNorm:
+			add(name, n.Gain)
+			add(name+"Bias", n.Bias)
+		}
+	}
+	addNorm("Norm1", b.N1)
+	add("Wq", b.Attn.Wq.W)
+	add("Wk", b.Attn.Wk.W)
+	add("Wv", b.Attn.Wv.W)
+	add("Wo", b.Attn.Wo.W)
+	addNorm("Norm2", b.N2)
+	add("W1", b.MLP.W1.W)
+	add("W2", b.MLP.W2.W)
+	if b.MLP.W3 != nil {
+		add("W3", b.MLP.W3.W)
+	}
+	return ps
+}

@@ -1,0 +1,69 @@
+// Package mod is the fast float32 Mixture-of-Depths implementation of
+// modref (Raposo et al. 2024, arXiv 2404.02258): a routed layer and a small
+// language model on the autograd engine and the blocks of package nn, with
+// every choice of ../shared/SPEC.md named in the configuration.
+//
+// # Configuration
+//
+// The configuration types are those of package ref (ref.Config,
+// ref.BlockConfig, ref.Capacity, ref.Pattern, ref.ModelConfig), so that one
+// vocabulary describes the float64 reference, the golden corpus and this
+// package. Only the types and their Validate methods are used; every
+// computation is done here, in float32. NewLayer, NewModel and NewDecoder
+// return an error naming the field at fault for a configuration that cannot
+// work; nothing panics later because of the configuration. A routed layer's
+// capacity rule can be changed between steps with Layer.SetCapacity (for
+// the annealing schedule AnnealedRatio), which checks it the same way.
+//
+// # Layout
+//
+// A batch of B sequences of S tokens is a (B·S)×d matrix, sequence after
+// sequence (row b·S+i is token i of sequence b). Padding is on the right:
+// sequence b has V_b valid tokens at positions 0..V_b−1 (LayerInputs.Valid,
+// nil when every token is valid). Padded rows are never routed, never
+// attended to, count in no loss and cost no FLOPs; a layer passes them
+// through unchanged. Per-token inputs and outputs (router noise and jitter
+// eps, router logits, weights, targets) are B·S values in the same order.
+//
+// # The routed layer (SPEC.md sections 2 to 9)
+//
+// A routed layer computes the router weight r of every valid token
+// (linear, linear_bias, l2norm or random, plus jitter), selects in each row
+// the k_b tokens with the largest r (ties to the lower position, listed in
+// ascending position) or, in causal routing, the tokens with r > 0 or q > 0,
+// and then either gathers the selected tokens, runs the block over them as a
+// sequence at their original positions and scatter-adds g·f back onto the
+// residual stream (gather compute), or runs the block over every token and
+// multiplies its update by the straight-through weight w = g + sg(m·g − g)
+// (dense compute). With MLP-only routing, attention runs over every token
+// and only the MLP is routed. A NaN router weight is an error naming its row
+// and position.
+//
+// # Results
+//
+// Every forward returns, per routed layer, what a user inspects: router
+// logits, the selected positions of every row, targets, the auxiliary
+// losses, predictor logits and accuracy, the numbers of tokens routed and
+// skipped, the compute fraction, and the layer's forward FLOPs against its
+// dense twin (counted with the conventions of ref's FLOPs functions).
+//
+// # Parameters
+//
+// Layer.Params and Model.Params name every parameter as ref and the golden
+// corpus do ("Wq", "L1.Router", "Embed", ...). LoadParams fills them from
+// float64 values; LayerFromCase and ModelFromCase build a layer or a model
+// with its inputs from a golden case.
+//
+// # Decoding
+//
+// A Decoder generates token by token in causal routing mode (SPEC.md section
+// 9) with one key-value cache per layer that holds only the tokens routed
+// through that layer, at their original positions; its logits equal those
+// of the full-sequence causal forward.
+//
+// # Reproducibility
+//
+// Code in this package follows autograd's rule: every floating-point
+// product that is then added is written float32(x*y) + z or float64(x*y) + z,
+// so that no compiler may fuse it into a fused multiply-add.
+package mod

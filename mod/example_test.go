@@ -1,0 +1,48 @@
+package mod_test
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/nn"
+	"github.com/modref/modref/ref"
+)
+
+// A four-layer MoD language model routing every other layer at capacity
+// 12.5% (the paper's setting), one AdamW training step, and what the first
+// routed layer reports.
+func Example() {
+	routing := ref.DefaultConfig(ref.DefaultBlockConfig(16, 2, 64), 0.125)
+	cfg, err := ref.NewModelConfig(32, 0, 4, routing, ref.Pattern{Kind: ref.PatternEveryOther}, nil)
+	if err != nil {
+		panic(err)
+	}
+	m, err := mod.NewModel(cfg, 1)
+	if err != nil {
+		panic(err)
+	}
+	opt, err := nn.NewAdamW(mod.Tensors(m.Params()), nn.DefaultAdamW())
+	if err != nil {
+		panic(err)
+	}
+	tokens := [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}}
+	targets := [][]int{append(tokens[0][1:], -1), append(tokens[1][1:], -1)}
+
+	var tp autograd.Tape
+	res, err := m.Forward(&tp, mod.ModelInputs{Tokens: tokens, Targets: targets})
+	if err != nil {
+		panic(err)
+	}
+	tp.Backward(res.Loss)
+	opt.Step()
+
+	l0 := res.Layers[0]
+	fmt.Printf("layer 0: %d routed, %d skipped, compute fraction %.3f\n", l0.Routed, l0.Skipped, l0.ComputeFraction)
+	fmt.Printf("selected positions per row: %d and %d\n", len(l0.Selected[0]), len(l0.Selected[1]))
+	fmt.Printf("model FLOPs / dense model: %.3f\n", res.FLOPs.Ratio)
+	// Output:
+	// layer 0: 4 routed, 28 skipped, compute fraction 0.125
+	// selected positions per row: 2 and 2
+	// model FLOPs / dense model: 0.572
+}

@@ -1,0 +1,82 @@
+package mod
+
+import "github.com/modref/modref/ref"
+
+// LayerFLOPs is the forward cost of one layer over a batch, in the
+// conventions of SPEC.md section 10 as ref states them: matrix products
+// only, 2·m·n·k each; a sequence counts its valid tokens; attention scores
+// and values over the full n×n square (the causal half is not subtracted);
+// router (2·d per token, 0 for random) and predictor (2·d·h + 2·h per token)
+// on every valid token; the dense twin is the same block on every valid
+// token without router or predictor.
+type LayerFLOPs struct {
+	Router          int64 // router weights r
+	Predictor       int64 // auxiliary predictor q
+	Projections     int64 // Q, K, V and output projections: 8·n·d²
+	AttentionScores int64 // Q·Kᵀ and P·V: 4·n²·d
+	MLP             int64 // 4·n·d·d_ff (GELU) or 6·n·d·d_ff (SwiGLU)
+	Total           int64 // the sum of the above
+	DenseTwin       int64 // the same block run densely
+}
+
+// blockFLOPs adds the cost of attention over attnN tokens and the MLP over
+// mlpN tokens to f.
+func blockFLOPs(f *LayerFLOPs, c ref.BlockConfig, attnN, mlpN int) {
+	d, n := int64(c.D), int64(attnN)
+	f.Projections += 8 * n * d * d
+	f.AttentionScores += 4 * n * n * d
+	mats := int64(2)
+	if c.MLP == ref.ActSwiGLU {
+		mats = 3
+	}
+	f.MLP += mats * 2 * int64(mlpN) * d * int64(c.DFF)
+}
+
+// denseFLOPs is a dense block over sequences of the given valid lengths.
+func denseFLOPs(c ref.BlockConfig, lengths []int) LayerFLOPs {
+	var f LayerFLOPs
+	for _, n := range lengths {
+		blockFLOPs(&f, c, n, n)
+	}
+	f.Total = f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = f.Total
+	return f
+}
+
+// layerFLOPs is a routed layer over sequences of the given valid lengths
+// with routed[b] tokens routed in sequence b: gather compute counts the
+// routed tokens, dense compute every valid one, and MLP-only routing every
+// valid token in attention and the routed ones in the MLP.
+func layerFLOPs(c ref.Config, lengths, routed []int) LayerFLOPs {
+	var f LayerFLOPs
+	d := int64(c.Block.D)
+	for b, n := range lengths {
+		attnN, mlpN := routed[b], routed[b]
+		if c.Compute == ref.ComputeDense {
+			attnN, mlpN = n, n
+		}
+		if c.MLPOnly {
+			attnN = n
+		}
+		blockFLOPs(&f, c.Block, attnN, mlpN)
+		if c.Router != ref.RouterRandom {
+			f.Router += 2 * d * int64(n)
+		}
+		if c.HasPredictor() {
+			h := int64(c.PredictorWidth())
+			f.Predictor += (2*d*h + 2*h) * int64(n)
+		}
+	}
+	f.Total = f.Router + f.Predictor + f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = denseFLOPs(c.Block, lengths).Total
+	return f
+}
+
+// ModelFLOPs is the forward cost of a whole model (SPEC.md section 10).
+type ModelFLOPs struct {
+	Layers []LayerFLOPs // per layer, routed or dense
+	Head   int64        // the LM head, 2·d·vocab per valid token
+	Total  int64        // every layer plus the head
+	Dense  int64        // the dense model: every layer's dense twin plus the head
+	Ratio  float64      // Total / Dense
+}

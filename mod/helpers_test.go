@@ -1,0 +1,261 @@
+package mod
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/ref"
+)
+
+// TestMain runs the tests and, with -v, prints the largest error measured
+// per kind of comparison: for comparisons with ref (layer, model, decode),
+// |got − want| / max(‖want‖∞, 1); for the golden corpus, |got − want| over
+// the manifest's bound atol + rtol·|want|, and that scaled difference too
+// where marked "(scaled)".
+func TestMain(m *testing.M) {
+	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { userChecks = userChecks || f.Name == "rapid.checks" })
+	code := m.Run()
+	if testing.Verbose() {
+		kinds := make([]string, 0, len(measured.max))
+		for kind := range measured.max {
+			kinds = append(kinds, kind)
+		}
+		sort.Strings(kinds)
+		for _, kind := range kinds {
+			fmt.Printf("measured: %s: %.3g\n", kind, measured.max[kind])
+		}
+	}
+	os.Exit(code)
+}
+
+// userChecks is set when -rapid.checks is given on the command line.
+var userChecks bool
+
+// rapidChecks makes rapid draw n cases per property unless -rapid.checks is
+// given on the command line, so that the suite stays fast.
+func rapidChecks(n int) {
+	if !userChecks {
+		if err := flag.Set("rapid.checks", fmt.Sprint(n)); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// measured records the largest scaled error seen per kind of comparison,
+// for the tolerance report that TestMain prints with -v.
+var measured = struct {
+	sync.Mutex
+	max map[string]float64
+}{max: map[string]float64{}}
+
+func record(kind string, ratio float64) {
+	measured.Lock()
+	defer measured.Unlock()
+	measured.max[kind] = math.Max(measured.max[kind], ratio)
+}
+
+// reporter is what both *testing.T and *rapid.T offer.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// tol is an allclose bound relative to the scale of the expected array:
+// |got − want| <= tol.scale·max(‖want‖∞, 1) + tol.rel·|want|.
+type tol struct{ scale, rel float64 }
+
+// compare checks got against want at the elements where keep is nil or
+// true, reports the index and size of every difference beyond t (at most a
+// few), and records the largest ratio of difference to bound under kind.
+// It returns the number of elements out of tolerance.
+func compare(tb reporter, kind, what string, got []float32, want []float64, keep func(int) bool, t tol) int {
+	tb.Helper()
+	if len(got) != len(want) {
+		tb.Errorf("%s: %d values, want %d", what, len(got), len(want))
+		return 1
+	}
+	scale := 1.0
+	for k, w := range want {
+		if keep == nil || keep(k) {
+			scale = math.Max(scale, math.Abs(w))
+		}
+	}
+	bad, worst := 0, 0.0
+	for k, w := range want {
+		if keep != nil && !keep(k) {
+			continue
+		}
+		diff := math.Abs(float64(got[k]) - w)
+		bound := t.scale*scale + t.rel*math.Abs(w)
+		ratio := diff / bound
+		if math.IsNaN(ratio) {
+			ratio = math.Inf(1)
+		}
+		worst = math.Max(worst, diff/scale)
+		if ratio > 1 {
+			if bad < 4 {
+				tb.Errorf("%s[%d] = %.9g, want %.9g: difference %.3g exceeds %.3g (scale %.3g)", what, k, got[k], w, diff, bound, scale)
+			}
+			bad++
+		}
+	}
+	if bad > 4 {
+		tb.Errorf("%s: %d of %d values out of tolerance", what, bad, len(want))
+	}
+	record(kind, worst)
+	record(kind+": "+strings.TrimLeft(strings.TrimPrefix(what, "grad "), "L0123456789. "), worst)
+	return bad
+}
+
+// round32 rounds every value to float32, so that ref and mod see the same
+// inputs and parameters.
+func round32(v []float64) {
+	for i, x := range v {
+		v[i] = float64(float32(x))
+	}
+}
+
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// flatBatch stacks B matrices S×c into B·S·c values.
+func flatBatch(ms []*mat.Dense) []float64 {
+	var v []float64
+	for _, m := range ms {
+		r, c := m.Dims()
+		for i := 0; i < r; i++ {
+			v = append(v, m.RawRowView(i)[:c]...)
+		}
+	}
+	return v
+}
+
+// flatField stacks a B×S field.
+func flatField(f [][]float64) []float64 {
+	if f == nil {
+		return nil
+	}
+	var v []float64
+	for _, row := range f {
+		v = append(v, row...)
+	}
+	return v
+}
+
+// paramValues returns ref's parameters by name.
+func paramValues(ts []ref.Tensor) map[string][]float64 {
+	m := make(map[string][]float64, len(ts))
+	for _, t := range ts {
+		m[t.Name] = t.Data
+	}
+	return m
+}
+
+// roundParams rounds ref's parameters to float32 in place.
+func roundParams(ts []ref.Tensor) {
+	for _, t := range ts {
+		round32(t.Data)
+	}
+}
+
+// layerFromRef returns a mod layer holding ref's parameters p.
+func layerFromRef(tb reporter, cfg ref.Config, p *ref.LayerParams) *Layer {
+	tb.Helper()
+	l, err := NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := LoadParams(l.Params(""), paramValues(p.Tensors(""))); err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// modelFromRef returns a mod model holding ref's parameters p.
+func modelFromRef(tb reporter, cfg ref.ModelConfig, p *ref.ModelParams) *Model {
+	tb.Helper()
+	m, err := NewModel(cfg, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := LoadParams(m.Params(), paramValues(p.Tensors())); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// layerInputs converts ref's inputs to mod's, X as a parameter so that it
+// receives a gradient.
+func layerInputs(in ref.LayerInputs) LayerInputs {
+	s, _ := in.X[0].Dims()
+	x := to32(flatBatch(in.X))
+	li := LayerInputs{X: autograd.NewParam(len(in.X)*s, len(x)/(len(in.X)*s), x), Batch: len(in.X), SeqLen: s, Valid: in.Valid}
+	if in.Noise != nil {
+		li.Noise = to32(flatField(in.Noise))
+	}
+	if in.Jitter != nil {
+		li.Jitter = to32(flatField(in.Jitter))
+	}
+	return li
+}
+
+// selection returns mod's selection as ref's.
+func selection(s int, sel [][]int) ref.Selection {
+	rows := make([][]int, len(sel))
+	for b, p := range sel {
+		rows[b] = append([]int{}, p...)
+	}
+	return ref.Selection{S: s, Rows: rows}
+}
+
+// validMask returns keep(k) for flat index k of a B×S×c array: whether its
+// position is valid.
+func validMask(valid []int, s, c int) func(int) bool {
+	return func(k int) bool {
+		if valid == nil {
+			return true
+		}
+		p := k / c
+		return p%s < valid[p/s]
+	}
+}
+
+func intsEqual(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// dot returns Σ a⊙b over a batch of matrices and u.
+func dot(a []*mat.Dense, u []float64) float64 {
+	var s float64
+	for i, v := range flatBatch(a) {
+		s += float64(v * u[i])
+	}
+	return s
+}

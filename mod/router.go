@@ -1,0 +1,89 @@
+package mod
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/ref"
+)
+
+// routerLogits returns r (SPEC.md section 2) for the rows xv of the valid
+// tokens, whose flat rows are vidx: w·x (linear), w·x + b (linear_bias),
+// ‖x‖₂ (l2norm) or the noise input (random), plus s·eps with jitter. It is
+// len(vidx)×1.
+func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInputs, vidx []int) *autograd.Tensor {
+	var r *autograd.Tensor
+	switch l.cfg.Router {
+	case ref.RouterLinear:
+		r = tp.MatMul(xv, l.Router)
+	case ref.RouterLinearBias:
+		r = tp.Add(tp.MatMul(xv, l.Router), l.RouterBias)
+	case ref.RouterL2Norm:
+		r = tp.Sqrt(tp.Sum(tp.Mul(xv, xv), 1))
+	case ref.RouterRandom:
+		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
+	}
+	if s := l.cfg.Jitter; s > 0 {
+		r = tp.Add(r, autograd.New(len(vidx), 1, pick(in.Jitter, vidx, float32(s))))
+	}
+	return r
+}
+
+// pick returns scale·v[k] for every k in idx.
+func pick(v []float32, idx []int, scale float32) []float32 {
+	out := make([]float32, len(idx))
+	for j, k := range idx {
+		out[j] = scale * v[k]
+	}
+	return out
+}
+
+// checkField checks a per-token input: present with B·S values exactly when
+// the configuration uses it.
+func checkField(name string, v []float32, used bool, why string, n int) error {
+	switch {
+	case used && v == nil:
+		return fmt.Errorf("%s is nil but %s needs it (B·S = %d N(0,1) draws)", name, why, n)
+	case used && len(v) != n:
+		return fmt.Errorf("%s has %d values, want B·S = %d", name, len(v), n)
+	case !used && v != nil:
+		return fmt.Errorf("%s is given but the configuration does not use it; pass nil", name)
+	}
+	return nil
+}
+
+// weights returns the output weight g of SPEC.md section 6 at every row of
+// r (raw: r, sigmoid: σ(r), none: 1), and for softmax weighting the softmax
+// of each sequence's selected router weights, one row per selected token
+// (selIdx lists their flat rows, sequence after sequence; sel their
+// positions).
+func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selIdx []int) *autograd.Tensor {
+	switch l.cfg.Weighting {
+	case ref.WeightSigmoid:
+		return tp.Sigmoid(r)
+	case ref.WeightNone:
+		ones := make([]float32, r.Rows)
+		for i := range ones {
+			ones[i] = 1
+		}
+		return autograd.New(r.Rows, 1, ones)
+	case ref.WeightSoftmax:
+		if len(selIdx) == 0 {
+			return autograd.New(0, 1, nil)
+		}
+		rs := tp.GatherRows(r, selIdx)
+		parts := make([]*autograd.Tensor, 0, len(sel))
+		off := 0
+		for _, p := range sel {
+			k := len(p)
+			if k == 0 {
+				continue
+			}
+			row := tp.Reshape(tp.SliceRows(rs, off, off+k), 1, k)
+			parts = append(parts, tp.Reshape(tp.Softmax(row), k, 1))
+			off += k
+		}
+		return tp.ConcatRows(parts...)
+	}
+	return r // ref.WeightRaw
+}
