@@ -129,14 +129,6 @@ func round32(v []float64) {
 	}
 }
 
-func to32(v []float64) []float32 {
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = float32(x)
-	}
-	return out
-}
-
 // flatBatch stacks B matrices S×c into B·S·c values.
 func flatBatch(ms []*mat.Dense) []float64 {
 	var v []float64
@@ -218,8 +210,8 @@ func layerInputs(in ref.LayerInputs) LayerInputs {
 	return li
 }
 
-// selection returns mod's selection as ref's.
-func selection(s int, sel [][]int) ref.Selection {
+// refSelection returns mod's selection as ref's.
+func refSelection(s int, sel [][]int) ref.Selection {
 	rows := make([][]int, len(sel))
 	for b, p := range sel {
 		rows[b] = append([]int{}, p...)

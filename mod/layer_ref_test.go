@@ -189,7 +189,7 @@ func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 			}
 		}
 	}
-	fz, err := ref.NewFrozen(c.cfg, c.p, c.in, selection(in.SeqLen, res.Selected))
+	fz, err := ref.NewFrozen(c.cfg, c.p, c.in, refSelection(in.SeqLen, res.Selected))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/mod"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).
@@ -29,7 +30,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
 if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own implementation against the whole corpus.
+own float32 implementation (mod/) against the corpus.
 
 Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
 
@@ -113,16 +114,17 @@ flags:
 	return nil
 }
 
-// selfCandidate computes a case with modref's own implementation.
+// selfCandidate computes a case with modref's own implementation, the
+// float32 autograd one in mod/.
 func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
-	return golden.RefCandidate(c)
+	return mod.Candidate(c)
 }
 
 // printResults writes the table a person reads: one line per case, and one
 // per array that failed or is missing, with where and by how much.
 func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 	if self {
-		fmt.Fprintln(w, "implementation: ref (float64), recomputed from each case's inputs and parameters")
+		fmt.Fprintln(w, "implementation: modref's mod/ (float32 autograd), run on each case's inputs and parameters")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/xml"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -169,5 +170,19 @@ func TestListAndExplain(t *testing.T) {
 	}
 	if code, _, _ := runCmd("explain", "-dir", corpus); code != 2 {
 		t.Errorf("explain without a case: exit %d", code)
+	}
+}
+
+// TestCheckSelf is the README's main job: modref's own float32
+// implementation against the whole corpus.
+func TestCheckSelf(t *testing.T) {
+	names, err := golden.List(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd("check", "-dir", corpus)
+	want := fmt.Sprintf("%d passed, 0 failed", len(names))
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "mod/") {
+		t.Errorf("exit %d, want 0 and %q\n%s%s", code, want, out, errOut)
 	}
 }
