@@ -37,8 +37,8 @@ func (c *layerCase) String() string {
 }
 
 var (
-	routers    = []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}
-	ratios     = []float64{0.01, 0.125, 0.25, 0.29, 0.5, 0.57, 0.75, 1}
+	routers = []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}
+	ratios  = []float64{0.01, 0.125, 0.25, 0.29, 0.5, 0.57, 0.75, 1}
 )
 
 // genCapacity draws a valid capacity rule for padded length s.
