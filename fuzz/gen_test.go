@@ -20,6 +20,7 @@ type layerOpts struct {
 	weighting ref.Weighting  // fixed weighting when set
 	noPadding bool
 	noMLPOnly bool
+	unitScale bool // activations N(0,1), no extreme magnitudes
 }
 
 // layerCase is one drawn routed layer: configuration, parameters, inputs.
@@ -83,8 +84,11 @@ func genValid(src Source, rows, s int, noPadding bool) []int {
 
 // genMatrix draws an s×d matrix of scaled N(0,1) values; some rows repeat an
 // earlier row, so that router weights tie.
-func genMatrix(src Source, rng *rand.Rand, s, d int) *mat.Dense {
-	scale := src.Pick(scalePalette, "scale")
+func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale bool) *mat.Dense {
+	scale := 1.0
+	if !unitScale {
+		scale = src.Pick(scalePalette, "scale")
+	}
 	x := ref.RandomMatrix(rng, s, d, 1)
 	x.Scale(scale, x)
 	for i := 1; i < s; i++ {
@@ -149,7 +153,7 @@ func genLayer(src Source, o layerOpts) *layerCase {
 	c.p = ref.NewLayerParams(cfg, c.rng)
 	c.in.Valid = genValid(src, c.rows, c.s, o.noPadding)
 	for range c.rows {
-		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D))
+		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale))
 	}
 	if cfg.Router == ref.RouterRandom {
 		c.in.Noise = genField(src, c.rng, c.rows, c.s)

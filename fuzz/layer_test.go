@@ -111,7 +111,7 @@ func causalRoutingProp(impl Impl) func(failer, Source) {
 // differently), noise and jitter.
 func changeFuture(src Source, c *layerCase, in ref.LayerInputs, cut int) {
 	for b := range in.X {
-		fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D)
+		fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D, false)
 		for i := cut + 1; i < c.s; i++ {
 			in.X[b].SetRow(i, fresh.RawRowView(i))
 			if in.Noise != nil {
