@@ -12,17 +12,28 @@ targets=$(go test ./fuzz -list '^Fuzz' | grep '^Fuzz')
 failed=()
 for t in $targets; do
   log=$(mktemp)
+  corpus=fuzz/testdata/fuzz/$t
+  before=$(ls "$corpus" 2>/dev/null | sort)
   # Minimising a new interesting input defaults to 60 s, which would eat a
   # short run; 200 executions are enough to keep the cache small.
   if go test ./fuzz -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime=200x >"$log" 2>&1; then
     status=ok
   else
     status=FAIL
-    failed+=("$t")
+    after=$(ls "$corpus" 2>/dev/null | sort)
+    # Go 1.26's fuzzing coordinator can report "context deadline exceeded"
+    # when -fuzztime expires while a worker is mid-call, with no failing
+    # input (golang/go#75804, fixed in Go 1.27). That and only that is not
+    # a failure: any failing input is written to testdata/fuzz/<Name>/.
+    if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" && [ "$before" = "$after" ]; then
+      status="ok (end-of-fuzztime race, golang/go#75804)"
+    else
+      failed+=("$t")
+    fi
   fi
   # The last progress line: "fuzz: elapsed: 5s, execs: 12345 (2469/sec), ..."
   last=$(grep -E '^fuzz: elapsed: .*execs: ' "$log" | tail -n 1 || true)
-  printf '%-24s %-4s %s\n' "$t" "$status" "${last#fuzz: }"
+  printf '%-24s %s  %s\n' "$t" "${last#fuzz: }" "$status"
   if [ "$status" = FAIL ]; then
     cat "$log"
   fi
@@ -32,3 +43,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz targets failed: ${failed[*]}"
   exit 1
 fi
+echo "all fuzz targets passed"
