@@ -1,13 +1,18 @@
 package fuzz
 
 import (
+	"archive/zip"
+	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -155,6 +160,84 @@ func checkArrays(t *testing.T, arrays map[string]*golden.Array) {
 	}
 }
 
+// npzHeaderBug is a bug in golden found by FuzzReadNPZ and FuzzCompare and
+// reported in issue 6.
+const npzHeaderBug = "golden bug (issue 6 report): ReadNPZ bounds an array's data (maxArrayBytes) but not its .npy header: " +
+	"a version-2 header declares its length as a uint32, npyio allocates that many bytes and scans them, " +
+	"so a 198-byte .npz declaring 0xF0000000 makes ReadNPZ allocate 7.5 GiB and run 9 s before returning an error " +
+	"(a recovered slice-bounds panic inside npyio); under fuzzing the worker dies"
+
+// npzHeaderLimit is the header length above which an input meets the
+// precondition of npzHeaderBug: numpy writes headers of a few hundred bytes.
+const npzHeaderLimit = 1 << 20
+
+// knownNPZHeaderBug reports whether an .npz holds an entry whose .npy header
+// declares a length above npzHeaderLimit, so that the loader targets skip
+// exactly those inputs and keep searching for other failures.
+func knownNPZHeaderBug(data []byte) bool {
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return false
+	}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			continue
+		}
+		var h [12]byte
+		n, _ := io.ReadFull(rc, h[:])
+		rc.Close()
+		if n < 12 || string(h[:6]) != "\x93NUMPY" {
+			continue
+		}
+		if h[6] >= 2 && binary.LittleEndian.Uint32(h[8:12]) > npzHeaderLimit {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNPZHeaderLengthBug reproduces npzHeaderBug with a 256 MiB declared
+// header (to keep the test short) and is skipped, naming the bug, while
+// ReadNPZ allocates at least that much for it.
+func TestNPZHeaderLengthBug(t *testing.T) {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.Create("x.npy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const declared = 1 << 28
+	h := binary.LittleEndian.AppendUint32([]byte("\x93NUMPY\x02\x00"), declared)
+	h = append(h, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }\n"...)
+	if _, err := w.Write(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !knownNPZHeaderBug(buf.Bytes()) {
+		t.Fatal("knownNPZHeaderBug does not recognise the reproduction")
+	}
+	p := filepath.Join(t.TempDir(), "x.npz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err = golden.ReadNPZ(p)
+	runtime.ReadMemStats(&m1)
+	alloc := m1.TotalAlloc - m0.TotalAlloc
+	if err == nil {
+		t.Fatalf("ReadNPZ accepted a header that declares %d bytes in a %d-byte file", declared, buf.Len())
+	}
+	if alloc < declared {
+		t.Logf("ReadNPZ allocated %d MiB for a %d-byte file: the bug is fixed (error: %v)", alloc>>20, buf.Len(), err)
+		return
+	}
+	t.Skipf("%s: here a %d-byte file declaring %d MiB allocated %d MiB (error: %v)", npzHeaderBug, buf.Len(), declared>>20, alloc>>20, err)
+}
+
 // FuzzReadNPZ: golden.ReadNPZ on arbitrary file contents returns arrays
 // that are well formed, or an error naming the file; it never panics and
 // never writes.
@@ -162,6 +245,9 @@ func FuzzReadNPZ(f *testing.F) {
 	guardWrites(f)
 	dir := scratchDir(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if knownNPZHeaderBug(data) {
+			t.Skip(npzHeaderBug)
+		}
 		before := writeTemp(t, dir, map[string][]byte{"c.npz": data})
 		path := filepath.Join(dir, "c.npz")
 		arrays, err := golden.ReadNPZ(path)
@@ -228,6 +314,9 @@ func FuzzLoad(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, manifest, arrays, mut []byte) {
 		if !caseName.MatchString(name) {
 			name = "case"
+		}
+		if knownNPZHeaderBug(arrays) {
+			t.Skip(npzHeaderBug)
 		}
 		before := writeTemp(t, dir, map[string][]byte{name + ".json": manifest, name + ".npz": arrays})
 		c, err := golden.Load(dir, name)
@@ -445,6 +534,9 @@ func FuzzCompare(f *testing.F) {
 		var cand map[string]*golden.Array
 		changed := true
 		if asNPZ {
+			if knownNPZHeaderBug(data) {
+				t.Skip(npzHeaderBug)
+			}
 			before := writeTemp(t, dir, map[string][]byte{"cand.npz": data})
 			cand, err = golden.ReadNPZ(filepath.Join(dir, "cand.npz"))
 			checkUnwritten(t, dir, before, "ReadNPZ")

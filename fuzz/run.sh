@@ -31,9 +31,21 @@ for t in $targets; do
       failed+=("$t")
     fi
   fi
-  # The last progress line: "fuzz: elapsed: 5s, execs: 12345 (2469/sec), ..."
+  # The last progress line, "fuzz: elapsed: 5s, execs: 12345 (2469/sec), ...",
+  # whose rate is over its last interval only; the mean over the run is
+  # execs / elapsed.
   last=$(grep -E '^fuzz: elapsed: .*execs: ' "$log" | tail -n 1 || true)
-  printf '%-24s %s  %s\n' "$t" "${last#fuzz: }" "$status"
+  mean=$(echo "$last" | awk '{
+    match($0, /elapsed: [0-9hms]+/); e = substr($0, RSTART + 9, RLENGTH - 9)
+    secs = 0; n = ""
+    for (i = 1; i <= length(e); i++) {
+      c = substr(e, i, 1)
+      if (c ~ /[0-9]/) n = n c
+      else { secs += n * (c == "h" ? 3600 : c == "m" ? 60 : 1); n = "" }
+    }
+    match($0, /execs: [0-9]+/); x = substr($0, RSTART + 7, RLENGTH - 7)
+    if (secs > 0) printf "%d", x / secs }')
+  printf '%-24s %-8s %s  [%s]\n' "$t" "${mean:-?}/s" "${last#fuzz: }" "$status"
   if [ "$status" = FAIL ]; then
     cat "$log"
   fi
