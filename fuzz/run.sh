@@ -3,12 +3,13 @@
 # committed seed corpus (testdata/fuzz/<Name>/), one after the other, and
 # fails if any target fails. Prints each target's last progress line
 # (execs and execs/sec). .ci/run calls it; FUZZTIME overrides the time per
-# target (default 5s), e.g. FUZZTIME=1h bash fuzz/run.sh on a bigger machine.
+# target (default 5s), e.g. FUZZTIME=1h bash fuzz/run.sh on a bigger machine;
+# FUZZTARGETS="FuzzSelection FuzzLoad" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-5s}
-targets=$(go test ./fuzz -list '^Fuzz' | grep '^Fuzz')
+targets=${FUZZTARGETS:-$(go test ./fuzz -list '^Fuzz' | grep '^Fuzz')}
 failed=()
 for t in $targets; do
   log=$(mktemp)
