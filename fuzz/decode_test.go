@@ -94,7 +94,9 @@ func decoderSM(impl Impl) func(*rapid.T) {
 			steps = append(steps, st)
 			decodeCount.steps++
 			decodeCount.longest = max(decodeCount.longest, len(tokens))
-			compareDecode(t, impl, mc, mp, tokens, steps)
+			if err := compareDecode(impl, mc, mp, tokens, steps); err != nil {
+				t.Fatalf("%v", err)
+			}
 		}
 		// Three names for appending make it three times as likely as
 		// starting over, so that sequences grow to several tokens.
@@ -121,14 +123,14 @@ func decoderSM(impl Impl) func(*rapid.T) {
 
 // compareDecode checks every step's logits and routing against the full
 // forward of tokens.
-func compareDecode(t *rapid.T, impl Impl, mc ref.ModelConfig, mp *ref.ModelParams, tokens []int, steps []*ref.StepResult) {
+func compareDecode(impl Impl, mc ref.ModelConfig, mp *ref.ModelParams, tokens []int, steps []*ref.StepResult) error {
 	tg := make([]int, len(tokens))
 	for i := range tg {
 		tg[i] = ref.IgnoreTarget
 	}
 	full, err := impl.Model(mc, mp, ref.ModelInputs{Tokens: [][]int{tokens}, Targets: [][]int{tg}})
 	if err != nil {
-		t.Fatalf("%s: full forward of %v: %v", impl.Name, tokens, err)
+		return fmt.Errorf("%s: full forward of %v: %v", impl.Name, tokens, err)
 	}
 	for i, st := range steps {
 		for l, ml := range mc.Layers {
@@ -137,7 +139,7 @@ func compareDecode(t *rapid.T, impl Impl, mc ref.ModelConfig, mp *ref.ModelParam
 			}
 			want := isSelected(full.Layers[l].Selection, 0, i)
 			if st.Routed[l] != want {
-				t.Fatalf("%s: tokens %v: position %d layer %d routed = %v when decoding, %v in the full causal forward", impl.Name, tokens, i, l, st.Routed[l], want)
+				return fmt.Errorf("%s: tokens %v: position %d layer %d routed = %v when decoding, %v in the full causal forward", impl.Name, tokens, i, l, st.Routed[l], want)
 			}
 			if want {
 				decodeCount.routed++
@@ -148,11 +150,63 @@ func compareDecode(t *rapid.T, impl Impl, mc ref.ModelConfig, mp *ref.ModelParam
 		row := full.Logits[0].RawRowView(i)
 		for v := range row {
 			if !same(st.Logits[v], row[v]) {
-				t.Fatalf("%s: tokens %v: position %d logit %d = %v when decoding, %v in the full causal forward (difference %.3g)",
+				return fmt.Errorf("%s: tokens %v: position %d logit %d = %v when decoding, %v in the full causal forward (difference %.3g)",
 					impl.Name, tokens, i, v, st.Logits[v], row[v], st.Logits[v]-row[v])
 			}
 		}
 	}
+	return nil
+}
+
+// routingOffAtInference is the deviation of SPEC.md section 11 "routing
+// disabled at inference": its decoder runs every layer densely.
+var routingOffAtInference = Impl{
+	Name:  "ref decoding with routing disabled",
+	Model: ref.ModelForward,
+	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+		dense := ref.ModelConfig{Vocab: c.Vocab, MaxLen: c.MaxLen}
+		dp := *p
+		dp.Layers = nil
+		for l, ml := range c.Layers {
+			dense.Layers = append(dense.Layers, ref.ModelLayer{Config: ml.Config})
+			dp.Layers = append(dp.Layers, &ref.LayerParams{Block: p.Layers[l].Block})
+		}
+		d, err := ref.NewDecoder(dense, &dp)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	},
+}
+
+// TestDecoderPropertyCatchesDisabledRouting shows that the comparison the
+// state machine makes fails for a decoder that ignores routing.
+func TestDecoderPropertyCatchesDisabledRouting(t *testing.T) {
+	for k := range 50 {
+		mc, mp, err := genCausalModel(&byteSource{data: seedBytes(uint64(5000+k), 128)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := routingOffAtInference.NewDecoder(mc, mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tokens []int
+		var steps []*ref.StepResult
+		for i := range 6 {
+			tok := (i*7 + k) % mc.Vocab
+			st, err := dec.Step(tok)
+			if err != nil {
+				break // past MaxLen learned positions
+			}
+			tokens, steps = append(tokens, tok), append(steps, st)
+			if err := compareDecode(routingOffAtInference, mc, mp, tokens, steps); err != nil {
+				t.Logf("caught on model %d: %v", k, err)
+				return
+			}
+		}
+	}
+	t.Fatal("decoding with routing disabled matched the full causal forward on 50 models: the decoding property could not fail")
 }
 
 func TestDecoderMatchesFullForward(t *testing.T) {

@@ -40,8 +40,11 @@ func TestWriteSeeds(t *testing.T) {
 	for _, name := range targets[:10] {
 		seeds[name] = byteSeeds(256)
 	}
-	for k := range 6 {
-		seeds["FuzzDecoder"] = append(seeds["FuzzDecoder"], []any{seedBytes(uint64(2000+k), 512<<(k%3))})
+	// rapid.MakeFuzz skips an input that runs out before the state machine
+	// ends; 8 KiB and more almost never do (measured: 5 of 20 random 512-byte
+	// inputs ran to the end, 20 of 20 at 8 KiB).
+	for k := range 4 {
+		seeds["FuzzDecoder"] = append(seeds["FuzzDecoder"], []any{seedBytes(uint64(2000+k), 8192<<(k%2))})
 	}
 	read := func(name string) []byte {
 		raw, err := os.ReadFile(filepath.Join(corpusDir, name))
