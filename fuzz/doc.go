@@ -23,8 +23,9 @@ type Impl struct {
 	// padded positions never chosen, NaN an error naming row and position).
 	SelectTopK func(r [][]float64, k []int, valid []int) (ref.Selection, error)
 	// Layer is one routed layer with its own routing decision. Properties
-	// read only Out and Selection of the result, and Frozen where they replay
-	// a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
+	// read Out and Selection of the result, the losses RouterBCE,
+	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
+	// replay a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
 	// Frozen.PredictorInput, as ref.LayerForward fills them).
 	Layer func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
 	// LayerFrozen is the layer with the routing decision taken from fz.
