@@ -12,14 +12,9 @@ import (
 
 // layerOpts restricts the layer configurations genLayer draws.
 type layerOpts struct {
-	causal    bool // Causal = router or predictor (else off)
+	causal    bool // Causal = router or predictor, gather, no softmax
 	topK      bool // Causal = off
-	gather    bool // Compute = gather only
-	noSoftmax bool
-	router    ref.RouterKind // fixed router when set
-	weighting ref.Weighting  // fixed weighting when set
 	noPadding bool
-	noMLPOnly bool
 	unitScale bool // activations N(0,1), no extreme magnitudes
 }
 
@@ -104,30 +99,23 @@ func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale bool) *mat.Dense 
 func genLayer(src Source, o layerOpts) *layerCase {
 	c := &layerCase{rows: src.Int(1, 3, "B"), s: src.Int(1, 8, "S")}
 	cfg := ref.Config{Block: genBlock(src), Aux: ref.AuxNone, Causal: ref.CausalOff, Compute: ref.ComputeGather}
-	cfg.Router = o.router
-	if cfg.Router == "" {
-		cfg.Router = routers[src.Int(0, len(routers)-1, "router")]
-	}
-	if o.causal {
-		for cfg.Router == ref.RouterRandom {
-			cfg.Router = routers[src.Int(0, 2, "causal router")]
-		}
+	cfg.Router = routers[src.Int(0, len(routers)-1, "router")]
+	if o.causal && cfg.Router == ref.RouterRandom {
+		// The random router's noise is a training input (ref.NewDecoder).
+		cfg.Router = routers[src.Int(0, 2, "causal router")]
 	}
 	cfg.Capacity = genCapacity(src, c.s)
-	cfg.Weighting = o.weighting
-	if cfg.Weighting == "" {
-		// softmax is last, so that n-1 choices leave it out.
-		ws := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax}
-		n := len(ws)
-		if o.causal || o.noSoftmax {
-			n--
-		}
-		cfg.Weighting = ws[src.Int(0, n-1, "weighting")]
+	// softmax is last, so that n-1 choices leave it out.
+	ws := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax}
+	n := len(ws)
+	if o.causal {
+		n--
 	}
-	if !o.causal && !o.gather && src.Int(0, 2, "dense") == 0 {
+	cfg.Weighting = ws[src.Int(0, n-1, "weighting")]
+	if !o.causal && src.Int(0, 2, "dense") == 0 {
 		cfg.Compute = ref.ComputeDense
 	}
-	if !o.noMLPOnly && src.Int(0, 3, "mlp only") == 0 {
+	if src.Int(0, 3, "mlp only") == 0 {
 		cfg.MLPOnly = true
 	}
 	switch {
