@@ -46,7 +46,12 @@ for t in $targets; do
     }
     match($0, /execs: [0-9]+/); x = substr($0, RSTART + 7, RLENGTH - 7)
     if (secs > 0) printf "%d", x / secs }')
-  printf '%-24s %-8s %s  [%s]\n' "$t" "${mean:-?}/s" "${last#fuzz: }" "$status"
+  if [ -z "$last" ]; then
+    # The whole -fuzztime went to replaying the seeds and the inputs cached
+    # by earlier runs (gathering baseline coverage), which did run them all.
+    last="no new executions: the time went to replaying the seeds and cached inputs"
+  fi
+  printf '%-24s %-8s %s  [%s]\n' "$t" "${mean:--}/s" "${last#fuzz: }" "$status"
   if [ "$status" = FAIL ]; then
     cat "$log"
   fi
