@@ -48,7 +48,8 @@ for t in $targets; do
     if (secs > 0) printf "%d", x / secs }')
   if [ -z "$last" ]; then
     # The whole -fuzztime went to replaying the seeds and the inputs cached
-    # by earlier runs (gathering baseline coverage), which did run them all.
+    # by earlier runs (gathering baseline coverage); the cache grows with
+    # every run (go clean -fuzzcache empties it).
     last="no new executions: the time went to replaying the seeds and cached inputs"
   fi
   printf '%-24s %-8s %s  [%s]\n' "$t" "${mean:--}/s" "${last#fuzz: }" "$status"
