@@ -1,0 +1,61 @@
+// Package fuzz holds the fuzz targets and property tests of modref (issue 6):
+// the routing invariants of Mixture-of-Depths (SPEC.md sections 3, 4, 6, 7,
+// 8 and 9) checked over random small configurations, and the loaders of the
+// golden corpus checked against arbitrary bytes. docs/fuzzing.md lists every
+// invariant, why it holds and which target checks it.
+//
+// The package's only non-test code is Impl, the seam through which a second
+// implementation of the routed layer (the fast mod/ package) is put under
+// the same properties as ref/: a property takes an Impl and reads only the
+// fields of ref's result types that Impl documents.
+package fuzz
+
+import "github.com/modref/modref/ref"
+
+// Impl is one implementation of the routing computations under test. ref/
+// is the first (Ref); another implementation joins by adapting its API to
+// these functions and being added to Impls in the tests.
+type Impl struct {
+	// Name identifies the implementation in failure messages.
+	Name string
+	// SelectTopK is the top-k selection of SPEC.md section 4 (ref.SelectTopK's
+	// contract: k[b] tokens of row b, ties to the lower position, ascending,
+	// padded positions never chosen, NaN an error naming row and position).
+	SelectTopK func(r [][]float64, k []int, valid []int) (ref.Selection, error)
+	// Layer is one routed layer with its own routing decision. Properties
+	// read Out and Selection of the result, the losses RouterBCE,
+	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
+	// replay a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
+	// Frozen.PredictorInput, as ref.LayerForward fills them).
+	Layer func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
+	// LayerFrozen is the layer with the routing decision taken from fz.
+	// Properties read Out, and PredictorBCE for the predictor's gradient.
+	LayerFrozen func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
+	// Model is the full-sequence model forward; properties read Logits and,
+	// per routed layer, Layers[l].Selection.
+	Model func(c ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error)
+	// NewDecoder starts token-by-token decoding (SPEC.md section 9).
+	NewDecoder func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error)
+}
+
+// Stepper is a decoder: Step feeds the next token of the sequence. Properties
+// read Logits and Routed of the result.
+type Stepper interface {
+	Step(token int) (*ref.StepResult, error)
+}
+
+// Ref is ref/ as an Impl.
+var Ref = Impl{
+	Name:        "ref",
+	SelectTopK:  ref.SelectTopK,
+	Layer:       ref.LayerForward,
+	LayerFrozen: ref.LayerForwardFrozen,
+	Model:       ref.ModelForward,
+	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+		d, err := ref.NewDecoder(c, p)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	},
+}

@@ -1,0 +1,232 @@
+package fuzz
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref"
+)
+
+// layerOpts restricts the layer configurations genLayer draws.
+type layerOpts struct {
+	causal    bool // Causal = router or predictor, gather, no softmax
+	topK      bool // Causal = off
+	noPadding bool
+	unitScale bool // activations N(0,1), no extreme magnitudes
+}
+
+// layerCase is one drawn routed layer: configuration, parameters, inputs.
+type layerCase struct {
+	cfg  ref.Config
+	p    *ref.LayerParams
+	in   ref.LayerInputs
+	rng  *rand.Rand
+	rows int
+	s    int
+}
+
+func (c *layerCase) String() string {
+	return fmt.Sprintf("B=%d S=%d valid=%v cfg=%+v", c.rows, c.s, c.in.Valid, c.cfg)
+}
+
+var (
+	routers = []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}
+	ratios  = []float64{0.01, 0.125, 0.25, 0.29, 0.5, 0.57, 0.75, 1}
+)
+
+// genCapacity draws a valid capacity rule for padded length s.
+func genCapacity(src Source, s int) ref.Capacity {
+	switch src.Int(0, 2, "capacity kind") {
+	case 1:
+		return ref.Capacity{Kind: ref.CapacityInteger, Tokens: src.Int(1, s, "C")}
+	case 2:
+		return ref.Capacity{Kind: ref.CapacityLog, Ratio: src.Pick(ratios, "c"), MaxLen: max(2, s+src.Int(0, 8, "S_max - S"))}
+	}
+	return ref.Capacity{Kind: ref.CapacityRatio, Ratio: src.Pick(ratios, "c")}
+}
+
+// genBlock draws a small block shape.
+func genBlock(src Source) ref.BlockConfig {
+	shapes := [][2]int{{2, 1}, {4, 1}, {4, 2}, {8, 2}, {8, 4}, {6, 3}}
+	sh := shapes[src.Int(0, len(shapes)-1, "d, heads")]
+	b := ref.DefaultBlockConfig(sh[0], sh[1], src.Int(1, 8, "d_ff"))
+	if src.Int(0, 3, "layernorm") == 0 {
+		b.Norm = ref.NormLayer
+	}
+	if src.Int(0, 3, "swiglu") == 0 {
+		b.MLP = ref.ActSwiGLU
+	}
+	if src.Int(0, 4, "learned positions") == 0 {
+		b.Positions = ref.PositionLearned
+	}
+	return b
+}
+
+// genValid draws right-padding valid lengths (nil: no padding).
+func genValid(src Source, rows, s int, noPadding bool) []int {
+	if noPadding || src.Int(0, 2, "padding") != 0 {
+		return nil
+	}
+	v := make([]int, rows)
+	for b := range v {
+		v[b] = src.Int(0, s, "V_b")
+	}
+	return v
+}
+
+// genMatrix draws an s×d matrix of scaled N(0,1) values; some rows repeat an
+// earlier row, so that router weights tie.
+func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale bool) *mat.Dense {
+	scale := 1.0
+	if !unitScale {
+		scale = src.Pick(scalePalette, "scale")
+	}
+	x := ref.RandomMatrix(rng, s, d, 1)
+	x.Scale(scale, x)
+	for i := 1; i < s; i++ {
+		if src.Int(0, 7, "repeat row") == 0 {
+			x.SetRow(i, x.RawRowView(src.Int(0, i-1, "repeated")))
+		}
+	}
+	return x
+}
+
+// genLayer draws a valid routed layer configuration, its parameters and
+// finite inputs.
+func genLayer(src Source, o layerOpts) *layerCase {
+	c := &layerCase{rows: src.Int(1, 3, "B"), s: src.Int(1, 8, "S")}
+	cfg := ref.Config{Block: genBlock(src), Aux: ref.AuxNone, Causal: ref.CausalOff, Compute: ref.ComputeGather}
+	cfg.Router = routers[src.Int(0, len(routers)-1, "router")]
+	if o.causal && cfg.Router == ref.RouterRandom {
+		// The random router's noise is a training input (ref.NewDecoder).
+		cfg.Router = routers[src.Int(0, 2, "causal router")]
+	}
+	cfg.Capacity = genCapacity(src, c.s)
+	// softmax is last, so that n-1 choices leave it out.
+	ws := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax}
+	n := len(ws)
+	if o.causal {
+		n--
+	}
+	cfg.Weighting = ws[src.Int(0, n-1, "weighting")]
+	if !o.causal && src.Int(0, 2, "dense") == 0 {
+		cfg.Compute = ref.ComputeDense
+	}
+	if src.Int(0, 3, "mlp only") == 0 {
+		cfg.MLPOnly = true
+	}
+	switch {
+	case o.causal:
+		cfg.Causal = []ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}[src.Int(0, 1, "causal")]
+	case o.topK:
+	default:
+		if cfg.Weighting != ref.WeightSoftmax && cfg.Compute == ref.ComputeGather && cfg.Router != ref.RouterRandom && src.Int(0, 3, "causal") == 0 {
+			cfg.Causal = []ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}[src.Int(0, 1, "causal kind")]
+		}
+	}
+	switch src.Int(0, 2, "aux") {
+	case 1:
+		cfg.Aux, cfg.AuxWeight = ref.AuxRouterBCE, 0.5
+	case 2:
+		cfg.Aux, cfg.AuxWeight = ref.AuxPredictor, 0.5
+	}
+	if !o.causal && src.Int(0, 4, "jitter") == 0 {
+		cfg.Jitter = 0.5
+	}
+	c.cfg = cfg
+	c.rng = ref.NewRand(src.Uint64("seed"))
+	c.p = ref.NewLayerParams(cfg, c.rng)
+	c.in.Valid = genValid(src, c.rows, c.s, o.noPadding)
+	for range c.rows {
+		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale))
+	}
+	if cfg.Router == ref.RouterRandom {
+		c.in.Noise = genField(src, c.rng, c.rows, c.s)
+	}
+	if cfg.Jitter > 0 {
+		c.in.Jitter = ref.RandomField(c.rng, c.rows, c.s)
+	}
+	return c
+}
+
+// genField draws a B×S field of N(0,1) values with some entries from
+// routerPalette's finite values (ties, float32 limits).
+func genField(src Source, rng *rand.Rand, rows, s int) [][]float64 {
+	f := ref.RandomField(rng, rows, s)
+	for b := range f {
+		for i := range f[b] {
+			if src.Int(0, 3, "palette value") == 0 {
+				f[b][i] = src.Pick(finitePalette, "value")
+			}
+		}
+	}
+	return f
+}
+
+var finitePalette = func() []float64 {
+	var out []float64
+	for _, v := range routerPalette {
+		if !math.IsInf(v, 0) {
+			out = append(out, v)
+		}
+	}
+	return out
+}()
+
+// validLen is V_b.
+func validLen(valid []int, b, s int) int {
+	if valid == nil {
+		return s
+	}
+	return valid[b]
+}
+
+// same reports whether two float64 values are equal as values (±0 equal),
+// or both NaN: "bit-identical" up to the sign of zero, which x + 0 may flip.
+func same(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+
+// rowDiff returns the first column where rows a and b of two matrices
+// differ, or -1.
+func rowDiff(a, b *mat.Dense, i int) int {
+	ra, rb := a.RawRowView(i), b.RawRowView(i)
+	for j := range ra {
+		if !same(ra[j], rb[j]) {
+			return j
+		}
+	}
+	return -1
+}
+
+func isSelected(sel ref.Selection, b, i int) bool {
+	for _, p := range sel.Rows[b] {
+		if p == i {
+			return true
+		}
+	}
+	return false
+}
+
+// copyInputs deep-copies layer inputs.
+func copyInputs(in ref.LayerInputs) ref.LayerInputs {
+	out := ref.LayerInputs{Valid: in.Valid}
+	for _, x := range in.X {
+		out.X = append(out.X, mat.DenseCopyOf(x))
+	}
+	out.Noise = copyField(in.Noise)
+	out.Jitter = copyField(in.Jitter)
+	return out
+}
+
+func copyField(f [][]float64) [][]float64 {
+	if f == nil {
+		return nil
+	}
+	out := make([][]float64, len(f))
+	for b := range f {
+		out[b] = append([]float64(nil), f[b]...)
+	}
+	return out
+}

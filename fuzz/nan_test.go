@@ -1,0 +1,65 @@
+package fuzz
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/modref/modref/ref"
+)
+
+var nanCount struct{ rejected, padded atomic.Int64 }
+
+// nanLayerProp is SPEC.md section 4 at the layer: a NaN that reaches a
+// valid token's router weight (through x, or the random router's noise) is
+// an error naming its row and position; a NaN in a padded position is never
+// selected, never attended to, and leaves every valid output free of NaN.
+func nanLayerProp(impl Impl) func(failer, Source) {
+	return func(t failer, src Source) {
+		c := genLayer(src, layerOpts{})
+		b := src.Int(0, c.rows-1, "NaN row")
+		i := src.Int(0, c.s-1, "NaN position")
+		v := validLen(c.in.Valid, b, c.s)
+		if c.cfg.Router == ref.RouterRandom {
+			c.in.Noise[b][i] = math.NaN()
+		} else {
+			c.in.X[b].Set(i, src.Int(0, c.cfg.Block.D-1, "NaN column"), math.NaN())
+		}
+		res, err := impl.Layer(c.cfg, c.p, c.in)
+		if i < v {
+			want := fmt.Sprintf("row %d, position %d", b, i)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s: NaN router weight at row %d position %d (V_b = %d): got error %v, want one naming %q\n%s", impl.Name, b, i, v, err, want, c)
+			}
+			nanCount.rejected.Add(1)
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: a NaN at padded row %d position %d (V_b = %d) was not ignored: %v\n%s", impl.Name, b, i, v, err, c)
+		}
+		nanCount.padded.Add(1)
+		for bb := 0; bb < c.rows; bb++ {
+			for ii := 0; ii < validLen(c.in.Valid, bb, c.s); ii++ {
+				for j := 0; j < c.cfg.Block.D; j++ {
+					if math.IsNaN(res.Out[bb].At(ii, j)) {
+						t.Fatalf("%s: a NaN at padded row %d position %d reached the valid output at row %d position %d column %d\n%s", impl.Name, b, i, bb, ii, j, c)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestNaNRouterWeightsAtTheLayer(t *testing.T) {
+	for range 3 {
+		check(t, nanLayerProp(Ref))
+	}
+	t.Logf("rejected: %d, NaN in padding ignored: %d", nanCount.rejected.Load(), nanCount.padded.Load())
+	if nanCount.rejected.Load() == 0 || nanCount.padded.Load() == 0 {
+		t.Fatal("the generator did not produce both a NaN at a valid position and one in padding")
+	}
+}
+
+func FuzzNaNLayer(f *testing.F) { f.Fuzz(fuzzBytes(nanLayerProp(Ref))) }
