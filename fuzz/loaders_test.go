@@ -162,7 +162,7 @@ func checkArrays(t *testing.T, arrays map[string]*golden.Array) {
 
 // npzHeaderBug is a bug in golden found by FuzzReadNPZ and FuzzCompare and
 // reported in issue 6.
-const npzHeaderBug = "golden bug (issue 6 report): ReadNPZ bounds an array's data (maxArrayBytes) but not its .npy header: " +
+const npzHeaderBug = "golden bug found by fuzzing (issue 6), fixed: ReadNPZ bounds an array's data (maxArrayBytes) but not its .npy header: " +
 	"a version-2 header declares its length as a uint32, npyio allocates that many bytes and scans them, " +
 	"so a 198-byte .npz declaring 0xF0000000 makes ReadNPZ allocate 7.5 GiB and run 9 s before returning an error " +
 	"(a recovered slice-bounds panic inside npyio); under fuzzing the worker dies"
@@ -172,8 +172,8 @@ const npzHeaderBug = "golden bug (issue 6 report): ReadNPZ bounds an array's dat
 const npzHeaderLimit = 1 << 20
 
 // knownNPZHeaderBug reports whether an .npz holds an entry whose .npy header
-// declares a length above npzHeaderLimit, so that the loader targets skip
-// exactly those inputs and keep searching for other failures.
+// declares a length above npzHeaderLimit: the precondition of the bug, which
+// TestNPZHeaderLengthBug checks its reproduction meets.
 func knownNPZHeaderBug(data []byte) bool {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
@@ -198,7 +198,7 @@ func knownNPZHeaderBug(data []byte) bool {
 }
 
 // TestNPZHeaderLengthBug reproduces npzHeaderBug with a 64 MiB declared
-// header (to keep the test short) and is skipped, naming the bug, while
+// header (to keep the test short) and fails, naming the bug, while
 // ReadNPZ allocates at least that much for it.
 func TestNPZHeaderLengthBug(t *testing.T) {
 	var buf bytes.Buffer
@@ -235,7 +235,7 @@ func TestNPZHeaderLengthBug(t *testing.T) {
 		t.Logf("ReadNPZ allocated %d MiB for a %d-byte file: the bug is fixed (error: %v)", alloc>>20, buf.Len(), err)
 		return
 	}
-	t.Skipf("%s: here a %d-byte file declaring %d MiB allocated %d MiB (error: %v)", npzHeaderBug, buf.Len(), declared>>20, alloc>>20, err)
+	t.Fatalf("%s: here a %d-byte file declaring %d MiB allocated %d MiB (error: %v)", npzHeaderBug, buf.Len(), declared>>20, alloc>>20, err)
 }
 
 // FuzzReadNPZ: golden.ReadNPZ on arbitrary file contents returns arrays
@@ -245,9 +245,6 @@ func FuzzReadNPZ(f *testing.F) {
 	guardWrites(f)
 	dir := scratchDir(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if knownNPZHeaderBug(data) {
-			t.Skip(npzHeaderBug)
-		}
 		before := writeTemp(t, dir, map[string][]byte{"c.npz": data})
 		path := filepath.Join(dir, "c.npz")
 		arrays, err := golden.ReadNPZ(path)
@@ -315,17 +312,11 @@ func FuzzLoad(f *testing.F) {
 		if !caseName.MatchString(name) {
 			name = "case"
 		}
-		if knownNPZHeaderBug(arrays) {
-			t.Skip(npzHeaderBug)
-		}
 		before := writeTemp(t, dir, map[string][]byte{name + ".json": manifest, name + ".npz": arrays})
 		c, err := golden.Load(dir, name)
 		checkUnwritten(t, dir, before, "Load")
 		if err != nil {
 			return
-		}
-		if knownValidLengthsBug(c) {
-			t.Skip(validLengthsBug)
 		}
 		res, err := golden.Compare(c, selfCandidate(c), false)
 		if err != nil {
@@ -344,20 +335,12 @@ func FuzzLoad(f *testing.F) {
 
 // validLengthsBug is a bug in golden found by FuzzLoad and reported in
 // issue 6 (not fixed here: fuzz/ does not change golden/).
-const validLengthsBug = "golden bug (issue 6 report): Load accepts config.valid_lengths with fewer entries than config.batch, " +
+const validLengthsBug = "golden bug found by fuzzing (issue 6), fixed: Load accepts config.valid_lengths with fewer entries than config.batch, " +
 	"and Compare then panics with index out of range in judged (golden/compare.go) on any B×S expected array"
 
-// knownValidLengthsBug reports whether a loaded case meets the precondition
-// of validLengthsBug, so that FuzzLoad skips exactly those inputs and keeps
-// searching for other failures.
-func knownValidLengthsBug(c *golden.Case) bool {
-	cfg := c.Manifest.Config
-	return cfg.ValidLengths != nil && len(cfg.ValidLengths) < cfg.Batch
-}
-
 // TestValidLengthsBug reproduces validLengthsBug on the corpus's padding case
-// with one valid length removed. It is skipped while the bug stands; remove
-// the skip (and knownValidLengthsBug) when golden validates valid_lengths.
+// with one valid length removed; it fails, naming the bug, if Load accepts it
+// and Compare panics again.
 func TestValidLengthsBug(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(corpusDir, "layer-padding.json"))
 	if err != nil {
@@ -391,16 +374,16 @@ func TestValidLengthsBug(t *testing.T) {
 		t.Log("Compare no longer panics: the bug is fixed")
 		return
 	}
-	t.Skipf("%s: %v", validLengthsBug, panicked)
+	t.Fatalf("%s: %v", validLengthsBug, panicked)
 }
 
 // nilLayerBug is a second bug in golden, found while writing FuzzLoad's
 // properties and reported in issue 6.
-const nilLayerBug = "golden bug (issue 6 report): Load accepts a kind \"layer\" manifest whose config.layer is null or absent, " +
+const nilLayerBug = "golden bug found by fuzzing (issue 6), fixed: Load accepts a kind \"layer\" manifest whose config.layer is null or absent, " +
 	"and RefCandidate (used by modref check) then panics with a nil pointer dereference in recompute (golden/run.go)"
 
 // TestNilLayerBug reproduces nilLayerBug on layer-paper with config.layer
-// set to null. Skipped while the bug stands.
+// set to null; it fails, naming the bug, if it comes back.
 func TestNilLayerBug(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(corpusDir, "layer-paper.json"))
 	if err != nil {
@@ -439,7 +422,7 @@ func TestNilLayerBug(t *testing.T) {
 		t.Log("RefCandidate no longer panics: the bug is fixed")
 		return
 	}
-	t.Skipf("%s: %v", nilLayerBug, panicked)
+	t.Fatalf("%s: %v", nilLayerBug, panicked)
 }
 
 // The cases FuzzCompare judges candidates against: a plain layer, padding
@@ -534,9 +517,6 @@ func FuzzCompare(f *testing.F) {
 		var cand map[string]*golden.Array
 		changed := true
 		if asNPZ {
-			if knownNPZHeaderBug(data) {
-				t.Skip(npzHeaderBug)
-			}
 			before := writeTemp(t, dir, map[string][]byte{"cand.npz": data})
 			cand, err = golden.ReadNPZ(filepath.Join(dir, "cand.npz"))
 			checkUnwritten(t, dir, before, "ReadNPZ")

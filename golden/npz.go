@@ -1,8 +1,11 @@
 package golden
 
 import (
+	"archive/zip"
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -51,6 +54,9 @@ func decodeNPZ(raw []byte) (arrays map[string]*Array, err error) {
 			arrays, err = nil, fmt.Errorf("corrupt .npz data (%v)", r)
 		}
 	}()
+	if err := checkHeaders(raw); err != nil {
+		return nil, err
+	}
 	rd, err := npz.NewReader(bytes.NewReader(raw), int64(len(raw)))
 	if err != nil {
 		return nil, fmt.Errorf("not a readable .npz archive: %w", err)
@@ -71,6 +77,39 @@ func decodeNPZ(raw []byte) (arrays map[string]*Array, err error) {
 		arrays[name] = a
 	}
 	return arrays, nil
+}
+
+// maxHeaderBytes bounds the length an .npy header may declare; numpy writes
+// headers of a few hundred bytes, and npyio allocates whatever is declared.
+const maxHeaderBytes = 1 << 16
+
+// checkHeaders refuses an archive with an .npy entry whose header declares
+// more than maxHeaderBytes, before npyio would allocate it.
+func checkHeaders(raw []byte) error {
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		return fmt.Errorf("not a readable .npz archive: %w", err)
+	}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			return fmt.Errorf("array %q: %w", strings.TrimSuffix(f.Name, ".npy"), err)
+		}
+		var h [12]byte
+		n, _ := io.ReadFull(rc, h[:])
+		rc.Close()
+		if n < 10 || string(h[:6]) != "\x93NUMPY" {
+			return fmt.Errorf("array %q: not an .npy entry (no \\x93NUMPY magic)", strings.TrimSuffix(f.Name, ".npy"))
+		}
+		size := uint64(binary.LittleEndian.Uint16(h[8:10]))
+		if h[6] >= 2 && n == 12 {
+			size = uint64(binary.LittleEndian.Uint32(h[8:12]))
+		}
+		if size > maxHeaderBytes {
+			return fmt.Errorf("array %q: its .npy header declares %d bytes, more than the %d accepted", strings.TrimSuffix(f.Name, ".npy"), size, maxHeaderBytes)
+		}
+	}
+	return nil
 }
 
 func readArray(rd *npz.Reader, key string) (*Array, error) {
