@@ -32,12 +32,15 @@ type opCase struct {
 	positive bool
 	// noGrad lists inputs that are constants (integer-valued or masks).
 	noGrad map[int]bool
-	// linear says the reference is linear in each input taken alone (sums,
-	// products of different inputs, copies), so that central differences
-	// are exact up to round-off whatever the step.
-	linear bool
-	f32    func(tp *Tape, in []*Tensor) *Tensor
-	f64    func(in []m64) m64
+	// abs, set for operations linear in each input taken alone (sums,
+	// products of different inputs, copies), is the same computation on
+	// magnitudes: every input replaced by its absolute value and every
+	// subtraction by an addition, so that abs(|x|) is Σ|terms|, the scale of
+	// float32 round-off in a sum that may cancel. Central differences of such
+	// operations are also exact up to round-off whatever the step.
+	abs func(in []m64) m64
+	f32 func(tp *Tape, in []*Tensor) *Tensor
+	f64 func(in []m64) m64
 }
 
 // magnitude draws the scale of the inputs: ordinary values, or large ones
@@ -76,7 +79,13 @@ func binaryCase(op string) opGen {
 		r, c := dims(t, "rows"), dims(t, "cols")
 		bshape := rapid.SampledFrom([][2]int{{r, c}, {1, c}, {r, 1}, {1, 1}}).Draw(t, "bshape")
 		return opCase{
-			linear: true, shapes: [][2]int{{r, c}, bshape}, lo: 0.1, hi: magnitude(t, 1e3),
+			abs: func(in []m64) m64 {
+				if op == "Sub" {
+					return binary64("Add", absAll(in))
+				}
+				return binary64(op, absAll(in))
+			},
+			shapes: [][2]int{{r, c}, bshape}, lo: 0.1, hi: magnitude(t, 1e3),
 			f32: func(tp *Tape, in []*Tensor) *Tensor {
 				switch op {
 				case "Add":
@@ -86,26 +95,47 @@ func binaryCase(op string) opGen {
 				}
 				return tp.Mul(in[0], in[1])
 			},
-			f64: func(in []m64) m64 {
-				a, b := in[0], in[1]
-				out := newM64(a.r, a.c)
-				for i := 0; i < a.r; i++ {
-					for j := 0; j < a.c; j++ {
-						x, y := a.at(i, j), b.at(min(i, b.r-1), min(j, b.c-1))
-						switch op {
-						case "Add":
-							out.d[i*a.c+j] = x + y
-						case "Sub":
-							out.d[i*a.c+j] = x - y
-						default:
-							out.d[i*a.c+j] = x * y
-						}
-					}
-				}
-				return out
-			},
+			f64: func(in []m64) m64 { return binary64(op, in) },
 		}
 	}
+}
+
+// binary64 is the float64 reference of Add, Sub and Mul with broadcasting.
+func binary64(op string, in []m64) m64 {
+	a, b := in[0], in[1]
+	out := newM64(a.r, a.c)
+	for i := 0; i < a.r; i++ {
+		for j := 0; j < a.c; j++ {
+			x, y := a.at(i, j), b.at(min(i, b.r-1), min(j, b.c-1))
+			switch op {
+			case "Add":
+				out.d[i*a.c+j] = x + y
+			case "Sub":
+				out.d[i*a.c+j] = x - y
+			default:
+				out.d[i*a.c+j] = x * y
+			}
+		}
+	}
+	return out
+}
+
+// absAll returns the inputs with every value replaced by its magnitude.
+func absAll(in []m64) []m64 {
+	out := make([]m64, len(in))
+	for k, m := range in {
+		out[k] = newM64(m.r, m.c)
+		for i, v := range m.d {
+			out[k].d[i] = math.Abs(v)
+		}
+	}
+	return out
+}
+
+// onMagnitudes is the abs form of an operation without subtractions: the
+// same computation on the magnitudes of its inputs.
+func onMagnitudes(f func([]m64) m64) func([]m64) m64 {
+	return func(in []m64) m64 { return f(absAll(in)) }
 }
 
 func matmulCase(variant string) opGen {
@@ -121,7 +151,7 @@ func matmulCase(variant string) opGen {
 			sa, sb = [2]int{k, m}, [2]int{k, n}
 		}
 		return opCase{
-			linear: true, shapes: [][2]int{sa, sb}, lo: 0, hi: magnitude(t, 1e3),
+			shapes: [][2]int{sa, sb}, lo: 0, hi: magnitude(t, 1e3),
 			f32: func(tp *Tape, in []*Tensor) *Tensor {
 				switch variant {
 				case "NN":
@@ -161,7 +191,7 @@ func reduceCase(t *rapid.T) opCase {
 	axis := rapid.IntRange(-1, 1).Draw(t, "axis")
 	mean := rapid.Bool().Draw(t, "mean")
 	return opCase{
-		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e4),
+		shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e4),
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			switch {
 			case axis < 0 && mean:
@@ -245,7 +275,7 @@ func gatherCase(t *rapid.T) opCase {
 	r, c := dims(t, "rows"), dims(t, "cols")
 	idx := rapid.SliceOfN(rapid.IntRange(0, r-1), 1, 2*r).Draw(t, "idx")
 	return opCase{
-		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: 10,
+		shapes: [][2]int{{r, c}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor { return tp.GatherRows(in[0], idx) },
 		f64: func(in []m64) m64 {
 			out := newM64(len(idx), c)
@@ -261,7 +291,7 @@ func scatterCase(t *rapid.T) opCase {
 	r, c := dims(t, "rows"), dims(t, "cols")
 	idx := rapid.SliceOfN(rapid.IntRange(0, r-1), 1, 2*r).Draw(t, "idx")
 	return opCase{
-		linear: true, shapes: [][2]int{{r, c}, {len(idx), c}}, lo: 0, hi: 10,
+		shapes: [][2]int{{r, c}, {len(idx), c}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor { return tp.ScatterAddRows(in[0], in[1], idx) },
 		f64: func(in []m64) m64 {
 			out := newM64(r, c)
@@ -285,7 +315,7 @@ func sliceConcatCase(t *rapid.T) opCase {
 	// back) exercises SliceCols, ConcatRows, ConcatCols, SliceRows and
 	// Reshape in one function.
 	return opCase{
-		linear: true, shapes: [][2]int{{r, c}, {r2, c}, {r, c2}}, lo: 0, hi: 10,
+		shapes: [][2]int{{r, c}, {r2, c}, {r, c2}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			stacked := tp.ConcatRows(in[1], in[0])
 			back := tp.SliceRows(stacked, r2, r2+r)
@@ -311,7 +341,7 @@ func headsCase(t *rapid.T) opCase {
 	// MergeHeads(Mul(SplitHeads(a), w)) with a weight per tall-layout element
 	// checks that each permutation and its backward are mutual inverses.
 	return opCase{
-		linear: true, shapes: [][2]int{{T, h * dh}, {h * T, dh}}, lo: 0, hi: 10,
+		shapes: [][2]int{{T, h * dh}, {h * T, dh}}, lo: 0, hi: 10,
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			return tp.MergeHeads(tp.Mul(tp.SplitHeads(in[0], h), in[1]), h)
 		},
@@ -433,12 +463,23 @@ func scalarCase(t *rapid.T) opCase {
 	s := float32(rapid.Float64Range(-3, 3).Draw(t, "s"))
 	shift := rapid.Bool().Draw(t, "shift")
 	return opCase{
-		linear: true, shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e3),
+		shapes: [][2]int{{r, c}}, lo: 0, hi: magnitude(t, 1e3),
 		f32: func(tp *Tape, in []*Tensor) *Tensor {
 			if shift {
 				return tp.AddScalar(in[0], s)
 			}
 			return tp.Scale(in[0], s)
+		},
+		abs: func(in []m64) m64 {
+			out := newM64(in[0].r, in[0].c)
+			for i, v := range in[0].d {
+				if shift {
+					out.d[i] = math.Abs(v) + math.Abs(float64(s))
+				} else {
+					out.d[i] = math.Abs(v) * math.Abs(float64(s))
+				}
+			}
+			return out
 		},
 		f64: func(in []m64) m64 {
 			out := newM64(in[0].r, in[0].c)
@@ -458,6 +499,16 @@ func gelu64(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
 
 func sigmoid64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
+// linearOp marks an operation that is linear in each input taken alone and
+// has no subtraction: its abs form is the same computation on magnitudes.
+func linearOp(gen opGen) opGen {
+	return func(t *rapid.T) opCase {
+		oc := gen(t)
+		oc.abs = onMagnitudes(oc.f64)
+		return oc
+	}
+}
+
 // opCases lists every operation with a backward pass.
 var opCases = map[string]opGen{
 	"Add":         binaryCase("Add"),
@@ -471,16 +522,16 @@ var opCases = map[string]opGen{
 	"Sigmoid":     elementwise("Sigmoid", (*Tape).Sigmoid, sigmoid64, 0, 40, false),
 	"SiLU":        elementwise("SiLU", (*Tape).SiLU, func(x float64) float64 { return x * sigmoid64(x) }, 0, 40, false),
 	"GELU":        elementwise("GELU", (*Tape).GELU, gelu64, 0, 12, false),
-	"MatMul":      matmulCase("NN"),
-	"MatMulNT":    matmulCase("NT"),
-	"MatMulTN":    matmulCase("TN"),
-	"Reduce":      reduceCase,
+	"MatMul":      linearOp(matmulCase("NN")),
+	"MatMulNT":    linearOp(matmulCase("NT")),
+	"MatMulTN":    linearOp(matmulCase("TN")),
+	"Reduce":      linearOp(reduceCase),
 	"Softmax":     softmaxCase(false),
 	"LogSoftmax":  softmaxCase(true),
-	"Gather":      gatherCase,
-	"ScatterAdd":  scatterCase,
-	"SliceConcat": sliceConcatCase,
-	"Heads":       headsCase,
+	"Gather":      linearOp(gatherCase),
+	"ScatterAdd":  linearOp(scatterCase),
+	"SliceConcat": linearOp(sliceConcatCase),
+	"Heads":       linearOp(headsCase),
 	"MaskedFill":  maskedSoftmaxCase,
 	"CrossEnt":    crossEntropyCase,
 	"BCE":         bceCase,
@@ -532,20 +583,28 @@ func fdGradient(f func([]float64) float64, x []float64, linear bool) []float64 {
 	return g
 }
 
-// relErr returns ‖got − want‖∞ / max(‖want‖∞, 1) and the index of the
-// largest difference: a relative error for values of order one or more and
-// an absolute one below, as an rtol = atol comparison would be.
-func relErr(got []float32, want []float64) (float64, int) {
-	var maxDiff, maxWant float64
+// relErr returns ‖got − want‖∞ / max(scale, 1) and the index of the largest
+// difference: a relative error for values of order one or more and an
+// absolute one below, as an rtol = atol comparison would be. The scale is
+// ‖want‖∞, or for a sum that may cancel the largest Σ|terms|.
+func relErr(got []float32, want []float64, scale float64) (float64, int) {
+	var maxDiff float64
 	at := -1
 	for i, w := range want {
 		d := math.Abs(float64(got[i]) - w)
 		if d > maxDiff || math.IsNaN(d) {
 			maxDiff, at = d, i
 		}
-		maxWant = math.Max(maxWant, math.Abs(w))
 	}
-	return maxDiff / math.Max(maxWant, 1), at
+	return maxDiff / math.Max(scale, 1), at
+}
+
+func maxAbs(v []float64) float64 {
+	var m float64
+	for _, x := range v {
+		m = math.Max(m, math.Abs(x))
+	}
+	return m
 }
 
 // Tolerances on ‖float32 − float64‖∞ / max(‖float64‖∞, 1). The worst errors
@@ -584,7 +643,11 @@ func checkOp(t *rapid.T, oc opCase, fwdTol, gTol float64) (fwd, grad float64) {
 	if out.Rows != want.r || out.Cols != want.c {
 		t.Fatalf("forward shape %s, reference %dx%d", out.shape(), want.r, want.c)
 	}
-	fwd, at := relErr(out.Data, want.d)
+	scale := maxAbs(want.d)
+	if oc.abs != nil {
+		scale = maxAbs(oc.abs(in64).d)
+	}
+	fwd, at := relErr(out.Data, want.d, scale)
 	if fwd > fwdTol {
 		t.Fatalf("forward: relative error %.3g > %.3g at element %d: got %v, want %v",
 			fwd, fwdTol, at, out.Data[at], want.d[at])
@@ -610,8 +673,23 @@ func checkOp(t *rapid.T, oc opCase, fwdTol, gTol float64) (fwd, grad float64) {
 			}
 			return s
 		}
-		g64 := fdGradient(loss, in64[k].d, oc.linear)
-		e, at := relErr(in32[k].Grad, g64)
+		g64 := fdGradient(loss, in64[k].d, oc.abs != nil)
+		gscale := maxAbs(g64)
+		if oc.abs != nil {
+			// The gradient of Σ|upstream|·abs(|x|): Σ|terms| per element.
+			mags := absAll(in64)
+			lossAbs := func(x []float64) float64 {
+				args := append([]m64(nil), mags...)
+				args[k] = m64{mags[k].r, mags[k].c, x}
+				var s float64
+				for i, v := range oc.abs(args).d {
+					s += v * math.Abs(up64[i])
+				}
+				return s
+			}
+			gscale = maxAbs(fdGradient(lossAbs, mags[k].d, true))
+		}
+		e, at := relErr(in32[k].Grad, g64, gscale)
 		if e > gTol {
 			t.Fatalf("gradient of input %d (%s): relative error %.3g > %.3g at element %d: got %v, finite differences %v",
 				k, in32[k].shape(), e, gTol, at, in32[k].Grad[at], g64[at])
