@@ -2,22 +2,106 @@
 // its time in: the three matrix products a layer and its backward pass need.
 //
 // Every matrix is row-major. Each kernel overwrites its destination; callers
-// that accumulate (gradients) add the result themselves. A row of the result
-// depends only on the matching row of the left operand and the whole right
-// operand, never on how many rows there are, so a token's result does not
-// depend on the other tokens in a batch.
+// that accumulate (gradients) add the result themselves. A product with k = 0
+// is an empty sum: the destination is set to zero.
+//
+// # Speed
+//
+// On amd64 machines with AVX2 and FMA the kernels run on the AVX2 code of
+// github.com/viterin/vek: MatMulNN and MatMulTN on its row-streaming matrix
+// kernel (MatMulTN first gathers 16 columns of a at a time into a small
+// panel), MatMulNT on its dot product. Elsewhere they run on plain Go loops.
+// Products of at least [parallelMinFlops] multiply-adds are split into blocks
+// of rows that the caller and a fixed pool of worker goroutines share; smaller
+// ones run on the caller alone. No call allocates once the pool is warm.
+//
+// # What is bit-reproducible
+//
+// Every element of a result is computed by one sequence of float32
+// operations that depends only on the operands' values and on k (and, for
+// MatMulNN with n = 1, on n), never on m, on GOMAXPROCS, or on how the rows
+// were shared between goroutines. So, for the same binary path:
+//   - results are bit-identical across runs and across any GOMAXPROCS;
+//   - row i of MatMulNN and MatMulNT depends only on row i of a and on b, so
+//     a token's result does not depend on the other tokens in the batch;
+//   - row i of MatMulTN depends only on column i of a and on b, so it does
+//     not depend on the other columns of a; its reduction runs over k in
+//     order p = 0, 1, …, k-1, so it does depend on k and on the order of the
+//     rows of a and b (when k counts tokens, as in a weight gradient, adding
+//     or reordering tokens changes the bits, as any float sum would).
+//
+// The two paths differ in rounding: vek's AVX2 kernels fuse each
+// multiply-add (FMA, one rounding) and its dot product keeps 32 partial sums,
+// while the Go loops round every product (written float32(x*y), which the Go
+// specification forbids the compiler to fuse) and every sum in order. The
+// AVX2 path and the Go path therefore agree only within the tolerance the
+// tests measure, not bit for bit.
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/viterin/vek"
+	"github.com/viterin/vek/vek32"
+)
+
+// useVek selects vek's AVX2+FMA kernels; when false the pure-Go loops run.
+// It is vek's own test for AVX2 and FMA, and the tests flip it to compare
+// the two paths.
+var useVek = vek.Info().Acceleration
 
 // MatMulNN sets c (m×n) to a (m×k) · b (k×n).
 func MatMulNN(c, a, b []float32, m, k, n int) {
 	check("MatMulNN", c, a, b, m, k, n)
-	for i := 0; i < m; i++ {
+	run(opNN, c, a, b, m, k, n)
+}
+
+// MatMulNT sets c (m×n) to a (m×k) · bᵀ, where b is n×k.
+func MatMulNT(c, a, b []float32, m, k, n int) {
+	check("MatMulNT", c, a, b, m, k, n)
+	run(opNT, c, a, b, m, k, n)
+}
+
+// MatMulTN sets c (m×n) to aᵀ · b, where a is k×m and b is k×n.
+func MatMulTN(c, a, b []float32, m, k, n int) {
+	check("MatMulTN", c, a, b, m, k, n)
+	run(opTN, c, a, b, m, k, n)
+}
+
+func check(op string, c, a, b []float32, m, k, n int) {
+	if m < 0 || k < 0 || n < 0 || len(a) != m*k || len(b) != k*n || len(c) != m*n {
+		panic(fmt.Sprintf("kernel.%s: m=%d k=%d n=%d needs len(a)=%d len(b)=%d len(c)=%d, have %d %d %d",
+			op, m, k, n, m*k, k*n, m*n, len(a), len(b), len(c)))
+	}
+}
+
+// vekRows is the most rows handed to one vek32.MatMul_Into call: with fewer
+// than 4 rows vek runs its kernel on the caller instead of spawning
+// goroutines of its own.
+const vekRows = 3
+
+// panelRows is how many columns of a MatMulTN gathers into one panel (one
+// 64-byte cache line of a row of a).
+const panelRows = 16
+
+// ntRows is how many rows of a MatMulNT pairs with each row of b while that
+// row is in L1 cache.
+const ntRows = 4
+
+// rowsNN computes rows [i0, i1) of c = a·b.
+func rowsNN(c, a, b []float32, k, n, i0, i1 int) {
+	if useVek {
+		for i := i0; i < i1; i += vekRows {
+			r := min(vekRows, i1-i)
+			vek32.MatMul_Into(c[i*n:(i+r)*n], a[i*k:(i+r)*k], b, k)
+		}
+		return
+	}
+	for i := i0; i < i1; i++ {
 		ci := c[i*n : (i+1)*n]
 		clear(ci)
-		for p := 0; p < k; p++ {
-			aip := a[i*k+p]
+		ai := a[i*k : (i+1)*k]
+		for p, aip := range ai {
 			bp := b[p*n : (p+1)*n]
 			for j := range ci {
 				ci[j] += float32(aip * bp[j])
@@ -26,41 +110,54 @@ func MatMulNN(c, a, b []float32, m, k, n int) {
 	}
 }
 
-// MatMulNT sets c (m×n) to a (m×k) · bᵀ, where b is n×k.
-func MatMulNT(c, a, b []float32, m, k, n int) {
-	check("MatMulNT", c, a, b, m, k, n)
-	for i := 0; i < m; i++ {
-		ai := a[i*k : (i+1)*k]
+// rowsNT computes rows [i0, i1) of c = a·bᵀ.
+func rowsNT(c, a, b []float32, k, n, i0, i1 int) {
+	for r0 := i0; r0 < i1; r0 += ntRows {
+		r1 := min(r0+ntRows, i1)
 		for j := 0; j < n; j++ {
 			bj := b[j*k : (j+1)*k]
-			var s float32
-			for p := range ai {
-				s += float32(ai[p] * bj[p])
+			for i := r0; i < r1; i++ {
+				ai := a[i*k : (i+1)*k]
+				if useVek {
+					c[i*n+j] = vek32.Dot(ai, bj)
+					continue
+				}
+				var s float32
+				for p, x := range ai {
+					s += float32(x * bj[p])
+				}
+				c[i*n+j] = s
 			}
-			c[i*n+j] = s
 		}
 	}
 }
 
-// MatMulTN sets c (m×n) to aᵀ · b, where a is k×m and b is k×n.
-func MatMulTN(c, a, b []float32, m, k, n int) {
-	check("MatMulTN", c, a, b, m, k, n)
-	clear(c[:m*n])
-	for p := 0; p < k; p++ {
-		bp := b[p*n : (p+1)*n]
-		for i := 0; i < m; i++ {
-			api := a[p*m+i]
+// rowsTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path
+// gathers up to panelRows columns of a into panel (which must hold
+// panelRows·k values) so that they form rows of a matrix.
+func rowsTN(c, a, b, panel []float32, m, k, n, i0, i1 int) {
+	if !useVek {
+		for i := i0; i < i1; i++ {
 			ci := c[i*n : (i+1)*n]
-			for j := range ci {
-				ci[j] += float32(api * bp[j])
+			clear(ci)
+			for p := 0; p < k; p++ {
+				api := a[p*m+i]
+				bp := b[p*n : (p+1)*n]
+				for j := range ci {
+					ci[j] += float32(api * bp[j])
+				}
 			}
 		}
+		return
 	}
-}
-
-func check(op string, c, a, b []float32, m, k, n int) {
-	if m < 0 || k < 0 || n < 0 || len(a) != m*k || len(b) != k*n || len(c) != m*n {
-		panic(fmt.Sprintf("kernel.%s: m=%d k=%d n=%d needs len(a)=%d len(b)=%d len(c)=%d, have %d %d %d",
-			op, m, k, n, m*k, k*n, m*n, len(a), len(b), len(c)))
+	for q0 := i0; q0 < i1; q0 += panelRows {
+		w := min(panelRows, i1-q0)
+		for p := 0; p < k; p++ {
+			src := a[p*m+q0 : p*m+q0+w]
+			for t, x := range src {
+				panel[t*k+p] = x
+			}
+		}
+		rowsNN(c[q0*n:(q0+w)*n], panel[:w*k], b, k, n, 0, w)
 	}
 }
