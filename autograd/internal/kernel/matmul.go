@@ -75,10 +75,11 @@ func check(op string, c, a, b []float32, m, k, n int) {
 	}
 }
 
-// vekRows is the most rows handed to one vek32.MatMul_Into call: with fewer
-// than 4 rows vek runs its kernel on the caller instead of spawning
-// goroutines of its own.
-const vekRows = 3
+// kBlock is the length of the runs of k that the vek path of MatMulNN and
+// MatMulTN hands to vek's kernel: a kBlock×n block of b is reused for a
+// whole block of rows while it is in cache, and the partial products of the
+// runs are added in order of p.
+const kBlock = 64
 
 // panelRows is how many columns of a MatMulTN gathers into one panel (one
 // 64-byte cache line of a row of a).
@@ -88,12 +89,25 @@ const panelRows = 16
 // row is in L1 cache.
 const ntRows = 4
 
-// rowsNN computes rows [i0, i1) of c = a·b.
-func rowsNN(c, a, b []float32, k, n, i0, i1 int) {
+// rowsNN computes rows [i0, i1) of c = a·b. The vek path needs n values of
+// scratch.
+func rowsNN(c, a, b, scratch []float32, k, n, i0, i1 int) {
 	if useVek {
-		for i := i0; i < i1; i += vekRows {
-			r := min(vekRows, i1-i)
-			vek32.MatMul_Into(c[i*n:(i+r)*n], a[i*k:(i+r)*k], b, k)
+		for g0 := i0; g0 < i1; g0 += blockRows {
+			g1 := min(g0+blockRows, i1)
+			for p0 := 0; p0 < k; p0 += kBlock {
+				p1 := min(p0+kBlock, k)
+				bp := b[p0*n : p1*n]
+				for i := g0; i < g1; i++ {
+					ci := c[i*n : (i+1)*n]
+					if p0 == 0 {
+						vek32.MatMul_Into(ci, a[i*k:i*k+p1], bp, p1)
+						continue
+					}
+					vek32.MatMul_Into(scratch, a[i*k+p0:i*k+p1], bp, p1-p0)
+					vek32.Add_Inplace(ci, scratch)
+				}
+			}
 		}
 		return
 	}
@@ -133,9 +147,9 @@ func rowsNT(c, a, b []float32, k, n, i0, i1 int) {
 }
 
 // rowsTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path
-// gathers up to panelRows columns of a into panel (which must hold
-// panelRows·k values) so that they form rows of a matrix.
-func rowsTN(c, a, b, panel []float32, m, k, n, i0, i1 int) {
+// gathers up to panelRows columns of a into the first panelRows·k values of
+// scratch so that they form rows of a matrix, and needs n more for rowsNN.
+func rowsTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 	if !useVek {
 		for i := i0; i < i1; i++ {
 			ci := c[i*n : (i+1)*n]
@@ -150,6 +164,7 @@ func rowsTN(c, a, b, panel []float32, m, k, n, i0, i1 int) {
 		}
 		return
 	}
+	panel, rest := scratch[:panelRows*k], scratch[panelRows*k:]
 	for q0 := i0; q0 < i1; q0 += panelRows {
 		w := min(panelRows, i1-q0)
 		for p := 0; p < k; p++ {
@@ -158,6 +173,6 @@ func rowsTN(c, a, b, panel []float32, m, k, n, i0, i1 int) {
 				panel[t*k+p] = x
 			}
 		}
-		rowsNN(c[q0*n:(q0+w)*n], panel[:w*k], b, k, n, 0, w)
+		rowsNN(c[q0*n:(q0+w)*n], panel[:w*k], b, rest, k, n, 0, w)
 	}
 }

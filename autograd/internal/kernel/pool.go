@@ -21,8 +21,8 @@ const (
 const parallelMinFlops = 1 << 18
 
 // blockRows is how many rows of c one participant takes at a time. It is a
-// multiple of vekRows, ntRows and panelRows so that blocks cut no vek call,
-// NT group or TN panel short (which would change speed, never bits).
+// multiple of ntRows and panelRows so that blocks cut no NT group or TN panel
+// short (which would change speed, never bits).
 const blockRows = 48
 
 // job is one product shared between its caller and some workers. Each
@@ -41,8 +41,8 @@ type job struct {
 var (
 	jobs = sync.Pool{New: func() any { return new(job) }}
 
-	// panels holds *[]float32 scratch panels for MatMulTN's vek path.
-	panels = sync.Pool{New: func() any { return new([]float32) }}
+	// scratch holds *[]float32 scratch space for the vek paths.
+	scratch = sync.Pool{New: func() any { return new([]float32) }}
 
 	startPool sync.Once
 	queue     chan *job
@@ -110,23 +110,33 @@ func (j *job) work() {
 	}
 }
 
-// rows computes rows [i0, i1) of the product o.
+// rows computes rows [i0, i1) of the product o, with scratch space from
+// the scratch pool for the vek paths of NN and TN.
 func rows(o op, c, a, b []float32, m, k, n, i0, i1 int) {
-	switch o {
-	case opNN:
-		rowsNN(c, a, b, k, n, i0, i1)
-	case opNT:
+	if o == opNT {
 		rowsNT(c, a, b, k, n, i0, i1)
-	case opTN:
-		if !useVek {
-			rowsTN(c, a, b, nil, m, k, n, i0, i1)
-			return
-		}
-		p := panels.Get().(*[]float32)
-		if cap(*p) < panelRows*k {
-			*p = make([]float32, panelRows*k)
-		}
-		rowsTN(c, a, b, (*p)[:panelRows*k], m, k, n, i0, i1)
-		panels.Put(p)
+		return
 	}
+	if !useVek {
+		if o == opNN {
+			rowsNN(c, a, b, nil, k, n, i0, i1)
+		} else {
+			rowsTN(c, a, b, nil, m, k, n, i0, i1)
+		}
+		return
+	}
+	size := n
+	if o == opTN {
+		size += panelRows * k
+	}
+	p := scratch.Get().(*[]float32)
+	if cap(*p) < size {
+		*p = make([]float32, size)
+	}
+	if o == opNN {
+		rowsNN(c, a, b, (*p)[:n], k, n, i0, i1)
+	} else {
+		rowsTN(c, a, b, (*p)[:size], m, k, n, i0, i1)
+	}
+	scratch.Put(p)
 }
