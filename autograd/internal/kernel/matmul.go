@@ -75,40 +75,61 @@ func check(op string, c, a, b []float32, m, k, n int) {
 	}
 }
 
-// kBlock is the length of the runs of k that the vek path of MatMulNN and
-// MatMulTN hands to vek's kernel: a kBlock×n block of b is reused for a
-// whole block of rows while it is in cache, and the partial products of the
-// runs are added in order of p.
-const kBlock = 64
+// Blocking of the vek path. vek's kernel computes a row of c as a sequence
+// of FMAs c[j] += a[p]·b[p,j] over p, streaming b once for each row; these
+// constants make a block of b stay in cache while it serves many rows.
+const (
+	// kBlock is the length of the runs of k handed to vek's kernel. The
+	// partial products of the runs are added in order of p.
+	kBlock = 64
+	// groupRows is how many rows of c share each kBlock×n block of b.
+	groupRows = 48
+	// vekRows is the most rows handed to one vek32.MatMul_Into call: with
+	// fewer than 4 rows vek runs on the caller instead of spawning
+	// goroutines of its own.
+	vekRows = 3
+	// panelRows is how many columns of a MatMulTN gathers into the rows of
+	// a panel (a 64-byte cache line of a row of a).
+	panelRows = 16
+	// ntCols is how many rows of b MatMulNT transposes into the columns of a
+	// k×ntCols panel.
+	ntCols = 128
+)
 
-// panelRows is how many columns of a MatMulTN gathers into one panel (one
-// 64-byte cache line of a row of a).
-const panelRows = 16
-
-// ntRows is how many rows of a MatMulNT pairs with each row of b while that
-// row is in L1 cache.
-const ntRows = 4
-
-// rowsNN computes rows [i0, i1) of c = a·b. The vek path needs n values of
-// scratch.
-func rowsNN(c, a, b, scratch []float32, k, n, i0, i1 int) {
-	if useVek {
-		for g0 := i0; g0 < i1; g0 += blockRows {
-			g1 := min(g0+blockRows, i1)
-			for p0 := 0; p0 < k; p0 += kBlock {
-				p1 := min(p0+kBlock, k)
-				bp := b[p0*n : p1*n]
-				for i := g0; i < g1; i++ {
-					ci := c[i*n : (i+1)*n]
-					if p0 == 0 {
-						vek32.MatMul_Into(ci, a[i*k:i*k+p1], bp, p1)
-						continue
-					}
-					vek32.MatMul_Into(scratch, a[i*k+p0:i*k+p1], bp, p1-p0)
-					vek32.Add_Inplace(ci, scratch)
+// gemmVek sets, for r in [0, rows), c[r·ldc : r·ldc+n] to the product of
+// a[r·lda : r·lda+k] and the k×n matrix b, on vek's kernel. scratch must
+// hold n values.
+func gemmVek(c []float32, ldc int, a []float32, lda int, b, scratch []float32, rows, k, n int) {
+	if k <= kBlock && ldc == n && lda == k { // one run, rows contiguous
+		for r := 0; r < rows; r += vekRows {
+			q := min(vekRows, rows-r)
+			vek32.MatMul_Into(c[r*n:(r+q)*n], a[r*k:(r+q)*k], b, k)
+		}
+		return
+	}
+	for g0 := 0; g0 < rows; g0 += groupRows {
+		g1 := min(g0+groupRows, rows)
+		for p0 := 0; p0 < k; p0 += kBlock {
+			p1 := min(p0+kBlock, k)
+			bp := b[p0*n : p1*n]
+			for r := g0; r < g1; r++ {
+				cr := c[r*ldc : r*ldc+n]
+				if p0 == 0 {
+					vek32.MatMul_Into(cr, a[r*lda:r*lda+p1], bp, p1)
+					continue
 				}
+				vek32.MatMul_Into(scratch, a[r*lda+p0:r*lda+p1], bp, p1-p0)
+				vek32.Add_Inplace(cr, scratch)
 			}
 		}
+	}
+}
+
+// blockNN computes rows [i0, i1) of c = a·b. The vek path needs n values of
+// scratch.
+func blockNN(c, a, b, scratch []float32, k, n, i0, i1 int) {
+	if useVek {
+		gemmVek(c[i0*n:], n, a[i0*k:], k, b, scratch, i1-i0, k, n)
 		return
 	}
 	for i := i0; i < i1; i++ {
@@ -124,18 +145,15 @@ func rowsNN(c, a, b, scratch []float32, k, n, i0, i1 int) {
 	}
 }
 
-// rowsNT computes rows [i0, i1) of c = a·bᵀ.
-func rowsNT(c, a, b []float32, k, n, i0, i1 int) {
-	for r0 := i0; r0 < i1; r0 += ntRows {
-		r1 := min(r0+ntRows, i1)
-		for j := 0; j < n; j++ {
-			bj := b[j*k : (j+1)*k]
-			for i := r0; i < r1; i++ {
-				ai := a[i*k : (i+1)*k]
-				if useVek {
-					c[i*n+j] = vek32.Dot(ai, bj)
-					continue
-				}
+// blockNT computes rows [i0, i1), columns [j0, j1) of c = a·bᵀ. The vek
+// path transposes up to ntCols rows of b at a time into a k×ntCols panel at
+// the start of scratch and needs ntCols more values after it.
+func blockNT(c, a, b, scratch []float32, k, n, i0, i1, j0, j1 int) {
+	if !useVek {
+		for i := i0; i < i1; i++ {
+			ai := a[i*k : (i+1)*k]
+			for j := j0; j < j1; j++ {
+				bj := b[j*k : (j+1)*k]
 				var s float32
 				for p, x := range ai {
 					s += float32(x * bj[p])
@@ -143,13 +161,24 @@ func rowsNT(c, a, b []float32, k, n, i0, i1 int) {
 				c[i*n+j] = s
 			}
 		}
+		return
+	}
+	panel, rest := scratch[:k*ntCols], scratch[k*ntCols:]
+	for q0 := j0; q0 < j1; q0 += ntCols {
+		w := min(ntCols, j1-q0)
+		for t := 0; t < w; t++ {
+			for p, x := range b[(q0+t)*k : (q0+t+1)*k] {
+				panel[p*w+t] = x
+			}
+		}
+		gemmVek(c[i0*n+q0:], n, a[i0*k:], k, panel[:k*w], rest[:w], i1-i0, k, w)
 	}
 }
 
-// rowsTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path
-// gathers up to panelRows columns of a into the first panelRows·k values of
-// scratch so that they form rows of a matrix, and needs n more for rowsNN.
-func rowsTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
+// blockTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path
+// gathers up to panelRows columns of a at a time into the rows of a
+// panelRows×k panel at the start of scratch and needs n more values after it.
+func blockTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 	if !useVek {
 		for i := i0; i < i1; i++ {
 			ci := c[i*n : (i+1)*n]
@@ -168,11 +197,10 @@ func rowsTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 	for q0 := i0; q0 < i1; q0 += panelRows {
 		w := min(panelRows, i1-q0)
 		for p := 0; p < k; p++ {
-			src := a[p*m+q0 : p*m+q0+w]
-			for t, x := range src {
+			for t, x := range a[p*m+q0 : p*m+q0+w] {
 				panel[t*k+p] = x
 			}
 		}
-		rowsNN(c[q0*n:(q0+w)*n], panel[:w*k], b, rest, k, n, 0, w)
+		gemmVek(c[q0*n:], n, panel, k, b, rest, w, k, n)
 	}
 }

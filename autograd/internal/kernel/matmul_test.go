@@ -268,28 +268,47 @@ func TestBatchIndependence(t *testing.T) {
 	}
 }
 
-// TestTNIsNNOfTranspose checks that MatMulTN(a, b) has the same bits as
-// MatMulNN(aᵀ, b): both reduce over k by the same sequence of operations.
-func TestTNIsNNOfTranspose(t *testing.T) {
-	const m, k, n = 70, 133, 90
-	rng := rand.New(rand.NewPCG(5, 6))
-	a, b := make([]float32, k*m), make([]float32, k*n)
-	fill(rng, a, 1)
-	fill(rng, b, 1)
-	at := make([]float32, m*k)
-	for p := 0; p < k; p++ {
-		for i := 0; i < m; i++ {
-			at[i*k+p] = a[p*m+i]
+// transpose returns the c×r transpose of the r×c matrix x.
+func transpose(x []float32, r, c int) []float32 {
+	t := make([]float32, len(x))
+	for i := 0; i < r; i++ {
+		for j := 0; j < c; j++ {
+			t[j*r+i] = x[i*c+j]
 		}
 	}
+	return t
+}
+
+// TestTransposedOperands checks that MatMulTN(a, b) has the same bits as
+// MatMulNN(aᵀ, b), and MatMulNT(a, b) the same bits as MatMulNN(a, bᵀ): all
+// three reduce over k by the same sequence of operations. n = 300 spans
+// several NT panels.
+func TestTransposedOperands(t *testing.T) {
+	const m, k, n = 70, 133, 300
+	rng := rand.New(rand.NewPCG(5, 6))
 	for _, v := range paths() {
-		ctn, cnn := make([]float32, m*n), make([]float32, m*n)
+		// TN: a is k×m.
+		a, b := make([]float32, k*m), make([]float32, k*n)
+		fill(rng, a, 1)
+		fill(rng, b, 1)
+		got, want := make([]float32, m*n), make([]float32, m*n)
 		onPath(v, func() {
-			MatMulTN(ctn, a, b, m, k, n)
-			MatMulNN(cnn, at, b, m, k, n)
+			MatMulTN(got, a, b, m, k, n)
+			MatMulNN(want, transpose(a, k, m), b, m, k, n)
 		})
-		if d := firstDiff(ctn, cnn); d >= 0 {
-			t.Errorf("%s: c[%d,%d]: TN %g, NN of the transpose %g", pathName(v), d/n, d%n, ctn[d], cnn[d])
+		if d := firstDiff(got, want); d >= 0 {
+			t.Errorf("%s: c[%d,%d]: TN %g, NN of aᵀ %g", pathName(v), d/n, d%n, got[d], want[d])
+		}
+		// NT: a is m×k, b is n×k.
+		a, b = make([]float32, m*k), make([]float32, n*k)
+		fill(rng, a, 1)
+		fill(rng, b, 1)
+		onPath(v, func() {
+			MatMulNT(got, a, b, m, k, n)
+			MatMulNN(want, a, transpose(b, n, k), m, k, n)
+		})
+		if d := firstDiff(got, want); d >= 0 {
+			t.Errorf("%s: c[%d,%d]: NT %g, NN of bᵀ %g", pathName(v), d/n, d%n, got[d], want[d])
 		}
 	}
 }

@@ -20,22 +20,27 @@ const (
 // costs more than it saves.
 const parallelMinFlops = 1 << 18
 
-// blockRows is how many rows of c one participant takes at a time. It is a
-// multiple of ntRows and panelRows so that blocks cut no NT group or TN panel
-// short (which would change speed, never bits).
-const blockRows = 48
+// Work is shared out in blocks of c: blockRows full rows for MatMulNN and
+// MatMulTN (a multiple of panelRows, so that no TN panel is cut short), and
+// ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel of
+// b is built once per block. Block sizes change speed, never bits.
+const (
+	blockRows   = 48
+	ntBlockRows = 192
+)
 
 // job is one product shared between its caller and some workers. Each
-// participant claims blocks of blockRows rows of c through next until none
-// are left, so the split adapts to whoever is free, while every element is
-// computed the same way whichever participant computes it.
+// participant claims blocks through next until none are left, so the split
+// adapts to whoever is free, while every element is computed the same way
+// whichever participant computes it.
 type job struct {
-	op      op
-	c, a, b []float32
-	m, k, n int
-	blocks  int64
-	next    atomic.Int64
-	done    sync.WaitGroup
+	op                op
+	c, a, b           []float32
+	m, k, n           int
+	rowsPer, colsPer  int
+	colBlocks, blocks int64
+	next              atomic.Int64
+	done              sync.WaitGroup
 }
 
 var (
@@ -46,12 +51,11 @@ var (
 
 	startPool sync.Once
 	queue     chan *job
-	workers   int
 )
 
 // start launches the fixed pool: one worker per CPU besides the caller's.
 func start() {
-	workers = runtime.NumCPU() - 1
+	workers := runtime.NumCPU() - 1
 	queue = make(chan *job, 4*workers+4)
 	for range workers {
 		go func() {
@@ -63,7 +67,7 @@ func start() {
 	}
 }
 
-// run computes the product op, on the caller alone when it is small and
+// run computes the product o, on the caller alone when it is small and
 // together with the pool otherwise.
 func run(o op, c, a, b []float32, m, k, n int) {
 	if m == 0 || n == 0 {
@@ -73,17 +77,23 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		clear(c)
 		return
 	}
-	blocks := (m + blockRows - 1) / blockRows
-	helpers := min(runtime.GOMAXPROCS(0), runtime.NumCPU(), blocks) - 1
-	if helpers <= 0 || m*k*n < parallelMinFlops {
-		rows(o, c, a, b, m, k, n, 0, m)
-		return
-	}
-	startPool.Do(start)
 	j := jobs.Get().(*job)
 	j.op, j.c, j.a, j.b, j.m, j.k, j.n = o, c, a, b, m, k, n
-	j.blocks = int64(blocks)
+	j.rowsPer, j.colsPer = blockRows, n
+	if o == opNT {
+		j.rowsPer, j.colsPer = ntBlockRows, ntCols
+	}
+	j.colBlocks = int64((n + j.colsPer - 1) / j.colsPer)
+	j.blocks = j.colBlocks * int64((m+j.rowsPer-1)/j.rowsPer)
 	j.next.Store(0)
+	// The pool has NumCPU-1 workers, so helpers never outnumber them.
+	helpers := min(runtime.GOMAXPROCS(0), runtime.NumCPU(), int(j.blocks)) - 1
+	if m*k*n < parallelMinFlops {
+		helpers = 0
+	}
+	if helpers > 0 {
+		startPool.Do(start)
+	}
 	for range helpers {
 		j.done.Add(1)
 		select {
@@ -105,38 +115,38 @@ func (j *job) work() {
 		if blk >= j.blocks {
 			return
 		}
-		i0 := int(blk) * blockRows
-		rows(j.op, j.c, j.a, j.b, j.m, j.k, j.n, i0, min(i0+blockRows, j.m))
+		i0 := int(blk/j.colBlocks) * j.rowsPer
+		j0 := int(blk%j.colBlocks) * j.colsPer
+		j.block(i0, min(i0+j.rowsPer, j.m), j0, min(j0+j.colsPer, j.n))
 	}
 }
 
-// rows computes rows [i0, i1) of the product o, with scratch space from
-// the scratch pool for the vek paths of NN and TN.
-func rows(o op, c, a, b []float32, m, k, n, i0, i1 int) {
-	if o == opNT {
-		rowsNT(c, a, b, k, n, i0, i1)
-		return
-	}
-	if !useVek {
-		if o == opNN {
-			rowsNN(c, a, b, nil, k, n, i0, i1)
-		} else {
-			rowsTN(c, a, b, nil, m, k, n, i0, i1)
+// block computes rows [i0, i1), columns [j0, j1) of c, with scratch space
+// from the pool for the vek path.
+func (j *job) block(i0, i1, j0, j1 int) {
+	var size int
+	if useVek {
+		switch j.op {
+		case opNN:
+			size = j.n
+		case opNT:
+			size = (j.k + 1) * ntCols
+		case opTN:
+			size = panelRows*j.k + j.n
 		}
-		return
-	}
-	size := n
-	if o == opTN {
-		size += panelRows * k
 	}
 	p := scratch.Get().(*[]float32)
 	if cap(*p) < size {
 		*p = make([]float32, size)
 	}
-	if o == opNN {
-		rowsNN(c, a, b, (*p)[:n], k, n, i0, i1)
-	} else {
-		rowsTN(c, a, b, (*p)[:size], m, k, n, i0, i1)
+	s := (*p)[:size]
+	switch j.op {
+	case opNN:
+		blockNN(j.c, j.a, j.b, s, j.k, j.n, i0, i1)
+	case opNT:
+		blockNT(j.c, j.a, j.b, s, j.k, j.n, i0, i1, j0, j1)
+	case opTN:
+		blockTN(j.c, j.a, j.b, s, j.m, j.k, j.n, i0, i1)
 	}
 	scratch.Put(p)
 }
