@@ -88,9 +88,6 @@ const (
 	// fewer than 4 rows vek runs on the caller instead of spawning
 	// goroutines of its own.
 	vekRows = 3
-	// panelRows is how many columns of a MatMulTN gathers into the rows of
-	// a panel (a 64-byte cache line of a row of a).
-	panelRows = 16
 	// ntCols is how many rows of b MatMulNT transposes into the columns of a
 	// k×ntCols panel.
 	ntCols = 128
@@ -98,8 +95,9 @@ const (
 
 // gemmVek sets, for r in [0, rows), c[r·ldc : r·ldc+n] to the product of
 // a[r·lda : r·lda+k] and the k×n matrix b, on vek's kernel. scratch must
-// hold n values.
+// hold at least n values.
 func gemmVek(c []float32, ldc int, a []float32, lda int, b, scratch []float32, rows, k, n int) {
+	scratch = scratch[:n]
 	if k <= kBlock && ldc == n && lda == k { // one run, rows contiguous
 		for r := 0; r < rows; r += vekRows {
 			q := min(vekRows, rows-r)
@@ -166,18 +164,24 @@ func blockNT(c, a, b, scratch []float32, k, n, i0, i1, j0, j1 int) {
 	panel, rest := scratch[:k*ntCols], scratch[k*ntCols:]
 	for q0 := j0; q0 < j1; q0 += ntCols {
 		w := min(ntCols, j1-q0)
-		for t := 0; t < w; t++ {
-			for p, x := range b[(q0+t)*k : (q0+t+1)*k] {
-				panel[p*w+t] = x
+		// Eight rows of b at a time: eight read streams, and 32-byte runs
+		// of writes.
+		for t0 := 0; t0 < w; t0 += 8 {
+			t1 := min(t0+8, w)
+			for p := 0; p < k; p++ {
+				row := panel[p*w : (p+1)*w]
+				for t := t0; t < t1; t++ {
+					row[t] = b[(q0+t)*k+p]
+				}
 			}
 		}
-		gemmVek(c[i0*n+q0:], n, a[i0*k:], k, panel[:k*w], rest[:w], i1-i0, k, w)
+		gemmVek(c[i0*n+q0:], n, a[i0*k:], k, panel[:k*w], rest, i1-i0, k, w)
 	}
 }
 
 // blockTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path
-// gathers up to panelRows columns of a at a time into the rows of a
-// panelRows×k panel at the start of scratch and needs n more values after it.
+// gathers columns i0…i1-1 of a into the rows of an (i1-i0)×k panel at the
+// start of scratch and needs n more values after it.
 func blockTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 	if !useVek {
 		for i := i0; i < i1; i++ {
@@ -193,14 +197,17 @@ func blockTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 		}
 		return
 	}
-	panel, rest := scratch[:panelRows*k], scratch[panelRows*k:]
-	for q0 := i0; q0 < i1; q0 += panelRows {
-		w := min(panelRows, i1-q0)
+	w := i1 - i0
+	panel, rest := scratch[:w*k], scratch[w*k:]
+	// Eight columns at a time: eight write streams, which k·4 bytes apart
+	// can share a cache set without evicting one another.
+	for t0 := 0; t0 < w; t0 += 8 {
+		t1 := min(t0+8, w)
 		for p := 0; p < k; p++ {
-			for t, x := range a[p*m+q0 : p*m+q0+w] {
-				panel[t*k+p] = x
+			for t, x := range a[p*m+i0+t0 : p*m+i0+t1] {
+				panel[(t0+t)*k+p] = x
 			}
 		}
-		gemmVek(c[q0*n:], n, panel, k, b, rest, w, k, n)
 	}
+	gemmVek(c[i0*n:], n, panel, k, b, rest, w, k, n)
 }

@@ -21,7 +21,7 @@ const (
 const parallelMinFlops = 1 << 18
 
 // Work is shared out in blocks of c: blockRows full rows for MatMulNN and
-// MatMulTN (a multiple of panelRows, so that no TN panel is cut short), and
+// MatMulTN (whose gathered panel of a is built once per block), and
 // ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel of
 // b is built once per block. Block sizes change speed, never bits.
 const (
@@ -132,7 +132,7 @@ func (j *job) block(i0, i1, j0, j1 int) {
 		case opNT:
 			size = (j.k + 1) * ntCols
 		case opTN:
-			size = panelRows*j.k + j.n
+			size = blockRows*j.k + j.n
 		}
 	}
 	p := scratch.Get().(*[]float32)
