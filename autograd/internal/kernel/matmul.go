@@ -81,7 +81,7 @@ func check(op string, c, a, b []float32, m, k, n int) {
 const (
 	// kBlock is the length of the runs of k handed to vek's kernel. The
 	// partial products of the runs are added in order of p.
-	kBlock = 64
+	kBlock = 128
 	// groupRows is how many rows of c share each kBlock×n block of b.
 	groupRows = 48
 	// vekRows is the most rows handed to one vek32.MatMul_Into call: with
@@ -90,7 +90,7 @@ const (
 	vekRows = 3
 	// ntCols is how many rows of b MatMulNT transposes into the columns of a
 	// k×ntCols panel.
-	ntCols = 128
+	ntCols = 256
 )
 
 // gemmVek sets, for r in [0, rows), c[r·ldc : r·ldc+n] to the product of
@@ -166,14 +166,8 @@ func blockNT(c, a, b, scratch []float32, k, n, i0, i1, j0, j1 int) {
 		w := min(ntCols, j1-q0)
 		// Eight rows of b at a time: eight read streams, and 32-byte runs
 		// of writes.
-		for t0 := 0; t0 < w; t0 += 8 {
-			t1 := min(t0+8, w)
-			for p := 0; p < k; p++ {
-				row := panel[p*w : (p+1)*w]
-				for t := t0; t < t1; t++ {
-					row[t] = b[(q0+t)*k+p]
-				}
-			}
+		for t := 0; t < w; t += 8 {
+			rowsToCols(panel[t:], w, b[(q0+t)*k:], k, k, min(8, w-t))
 		}
 		gemmVek(c[i0*n+q0:], n, a[i0*k:], k, panel[:k*w], rest, i1-i0, k, w)
 	}
@@ -201,13 +195,49 @@ func blockTN(c, a, b, scratch []float32, m, k, n, i0, i1 int) {
 	panel, rest := scratch[:w*k], scratch[w*k:]
 	// Eight columns at a time: eight write streams, which k·4 bytes apart
 	// can share a cache set without evicting one another.
-	for t0 := 0; t0 < w; t0 += 8 {
-		t1 := min(t0+8, w)
-		for p := 0; p < k; p++ {
-			for t, x := range a[p*m+i0+t0 : p*m+i0+t1] {
-				panel[(t0+t)*k+p] = x
-			}
-		}
+	for t := 0; t < w; t += 8 {
+		colsToRows(panel[t*k:], k, a[i0+t:], m, k, min(8, w-t))
 	}
 	gemmVek(c[i0*n:], n, panel, k, b, rest, w, k, n)
+}
+
+// rowsToCols copies w <= 8 rows of length k, src[t·lds : t·lds+k], into
+// columns t of dst, whose rows are ldd apart: dst[p·ldd+t] = src[t·lds+p].
+func rowsToCols(dst []float32, ldd int, src []float32, lds, k, w int) {
+	if w < 8 {
+		for t := 0; t < w; t++ {
+			for p, x := range src[t*lds : t*lds+k] {
+				dst[p*ldd+t] = x
+			}
+		}
+		return
+	}
+	s0, s1, s2, s3 := src[:k], src[lds:][:k], src[2*lds:][:k], src[3*lds:][:k]
+	s4, s5, s6, s7 := src[4*lds:][:k], src[5*lds:][:k], src[6*lds:][:k], src[7*lds:][:k]
+	for p := range s0 {
+		d := dst[p*ldd:][:8]
+		d[0], d[1], d[2], d[3] = s0[p], s1[p], s2[p], s3[p]
+		d[4], d[5], d[6], d[7] = s4[p], s5[p], s6[p], s7[p]
+	}
+}
+
+// colsToRows copies w <= 8 columns of src, whose rows are lds apart, into
+// rows t of dst of length k, ldd apart: dst[t·ldd+p] = src[p·lds+t].
+func colsToRows(dst []float32, ldd int, src []float32, lds, k, w int) {
+	if w < 8 {
+		for t := 0; t < w; t++ {
+			d := dst[t*ldd : t*ldd+k]
+			for p := range d {
+				d[p] = src[p*lds+t]
+			}
+		}
+		return
+	}
+	d0, d1, d2, d3 := dst[:k], dst[ldd:][:k], dst[2*ldd:][:k], dst[3*ldd:][:k]
+	d4, d5, d6, d7 := dst[4*ldd:][:k], dst[5*ldd:][:k], dst[6*ldd:][:k], dst[7*ldd:][:k]
+	for p := range d0 {
+		s := src[p*lds:][:8]
+		d0[p], d1[p], d2[p], d3[p] = s[0], s[1], s[2], s[3]
+		d4[p], d5[p], d6[p], d7[p] = s[4], s[5], s[6], s[7]
+	}
 }

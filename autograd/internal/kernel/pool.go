@@ -20,13 +20,15 @@ const (
 // costs more than it saves.
 const parallelMinFlops = 1 << 18
 
-// Work is shared out in blocks of c: blockRows full rows for MatMulNN and
-// MatMulTN (whose gathered panel of a is built once per block), and
-// ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel of
-// b is built once per block. Block sizes change speed, never bits.
+// Work is shared out in blocks of c: up to blockRows full rows for MatMulNN
+// and MatMulTN (whose gathered panel of a is built once per block), and up
+// to ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel
+// of b is built once per block. When the product is shared, the rows are cut
+// into more blocks until their number is a multiple of the participants'.
+// Block sizes change speed, never bits.
 const (
 	blockRows   = 48
-	ntBlockRows = 192
+	ntBlockRows = 512
 )
 
 // job is one product shared between its caller and some workers. Each
@@ -77,20 +79,28 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		clear(c)
 		return
 	}
+	maxRows, colsPer := blockRows, n
+	if o == opNT {
+		maxRows, colsPer = ntBlockRows, ntCols
+	}
+	colBlocks := (n + colsPer - 1) / colsPer
+	rowBlocks := (m + maxRows - 1) / maxRows
+	parts := 1
+	if m*k*n >= parallelMinFlops {
+		// The pool has NumCPU-1 workers, so helpers never outnumber them.
+		parts = min(runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
+	for rowBlocks < m && colBlocks*rowBlocks%parts != 0 {
+		rowBlocks++ // a multiple of parts blocks, so that all finish together
+	}
+	rowsPer := (m + rowBlocks - 1) / rowBlocks
 	j := jobs.Get().(*job)
 	j.op, j.c, j.a, j.b, j.m, j.k, j.n = o, c, a, b, m, k, n
-	j.rowsPer, j.colsPer = blockRows, n
-	if o == opNT {
-		j.rowsPer, j.colsPer = ntBlockRows, ntCols
-	}
-	j.colBlocks = int64((n + j.colsPer - 1) / j.colsPer)
-	j.blocks = j.colBlocks * int64((m+j.rowsPer-1)/j.rowsPer)
+	j.rowsPer, j.colsPer = rowsPer, colsPer
+	j.colBlocks = int64(colBlocks)
+	j.blocks = int64(colBlocks * ((m + rowsPer - 1) / rowsPer))
 	j.next.Store(0)
-	// The pool has NumCPU-1 workers, so helpers never outnumber them.
-	helpers := min(runtime.GOMAXPROCS(0), runtime.NumCPU(), int(j.blocks)) - 1
-	if m*k*n < parallelMinFlops {
-		helpers = 0
-	}
+	helpers := min(parts, int(j.blocks)) - 1
 	if helpers > 0 {
 		startPool.Do(start)
 	}
