@@ -89,7 +89,8 @@ const (
 	// goroutines of its own.
 	vekRows = 3
 	// ntCols is how many rows of b MatMulNT transposes into the columns of a
-	// k×ntCols panel.
+	// k×ntCols panel; the last panel takes one more rather than leave a
+	// panel of width 1, which vek would hand to its matrix-vector kernel.
 	ntCols = 256
 )
 
@@ -144,8 +145,8 @@ func blockNN(c, a, b, scratch []float32, k, n, i0, i1 int) {
 }
 
 // blockNT computes rows [i0, i1), columns [j0, j1) of c = a·bᵀ. The vek
-// path transposes up to ntCols rows of b at a time into a k×ntCols panel at
-// the start of scratch and needs ntCols more values after it.
+// path transposes rows j0…j1-1 of b into a k×(j1-j0) panel at the start of
+// scratch and needs j1-j0 more values after it.
 func blockNT(c, a, b, scratch []float32, k, n, i0, i1, j0, j1 int) {
 	if !useVek {
 		for i := i0; i < i1; i++ {
@@ -161,16 +162,14 @@ func blockNT(c, a, b, scratch []float32, k, n, i0, i1, j0, j1 int) {
 		}
 		return
 	}
-	panel, rest := scratch[:k*ntCols], scratch[k*ntCols:]
-	for q0 := j0; q0 < j1; q0 += ntCols {
-		w := min(ntCols, j1-q0)
-		// Eight rows of b at a time: eight read streams, and 32-byte runs
-		// of writes.
-		for t := 0; t < w; t += 8 {
-			rowsToCols(panel[t:], w, b[(q0+t)*k:], k, k, min(8, w-t))
-		}
-		gemmVek(c[i0*n+q0:], n, a[i0*k:], k, panel[:k*w], rest, i1-i0, k, w)
+	w := j1 - j0
+	panel, rest := scratch[:k*w], scratch[k*w:]
+	// Eight rows of b at a time: eight read streams, and 32-byte runs of
+	// writes.
+	for t := 0; t < w; t += 8 {
+		rowsToCols(panel[t:], w, b[(j0+t)*k:], k, k, min(8, w-t))
 	}
+	gemmVek(c[i0*n+j0:], n, a[i0*k:], k, panel, rest, i1-i0, k, w)
 }
 
 // blockTN computes rows [i0, i1) of c = aᵀ·b, where a is k×m. The vek path

@@ -281,34 +281,37 @@ func transpose(x []float32, r, c int) []float32 {
 
 // TestTransposedOperands checks that MatMulTN(a, b) has the same bits as
 // MatMulNN(aᵀ, b), and MatMulNT(a, b) the same bits as MatMulNN(a, bᵀ): all
-// three reduce over k by the same sequence of operations. n = 300 spans
-// several NT panels.
+// three reduce over k by the same sequence of operations. n = 300 spans two
+// NT panels, n = 257 would leave a panel of one column, n = 1 is a
+// matrix-vector product.
 func TestTransposedOperands(t *testing.T) {
-	const m, k, n = 70, 133, 300
+	const m, k = 70, 133
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, v := range paths() {
-		// TN: a is k×m.
-		a, b := make([]float32, k*m), make([]float32, k*n)
-		fill(rng, a, 1)
-		fill(rng, b, 1)
-		got, want := make([]float32, m*n), make([]float32, m*n)
-		onPath(v, func() {
-			MatMulTN(got, a, b, m, k, n)
-			MatMulNN(want, transpose(a, k, m), b, m, k, n)
-		})
-		if d := firstDiff(got, want); d >= 0 {
-			t.Errorf("%s: c[%d,%d]: TN %g, NN of aᵀ %g", pathName(v), d/n, d%n, got[d], want[d])
-		}
-		// NT: a is m×k, b is n×k.
-		a, b = make([]float32, m*k), make([]float32, n*k)
-		fill(rng, a, 1)
-		fill(rng, b, 1)
-		onPath(v, func() {
-			MatMulNT(got, a, b, m, k, n)
-			MatMulNN(want, a, transpose(b, n, k), m, k, n)
-		})
-		if d := firstDiff(got, want); d >= 0 {
-			t.Errorf("%s: c[%d,%d]: NT %g, NN of bᵀ %g", pathName(v), d/n, d%n, got[d], want[d])
+	for _, n := range []int{300, 257, 1} {
+		for _, v := range paths() {
+			// TN: a is k×m.
+			a, b := make([]float32, k*m), make([]float32, k*n)
+			fill(rng, a, 1)
+			fill(rng, b, 1)
+			got, want := make([]float32, m*n), make([]float32, m*n)
+			onPath(v, func() {
+				MatMulTN(got, a, b, m, k, n)
+				MatMulNN(want, transpose(a, k, m), b, m, k, n)
+			})
+			if d := firstDiff(got, want); d >= 0 {
+				t.Errorf("%s n=%d: c[%d,%d]: TN %g, NN of aᵀ %g", pathName(v), n, d/n, d%n, got[d], want[d])
+			}
+			// NT: a is m×k, b is n×k.
+			a, b = make([]float32, m*k), make([]float32, n*k)
+			fill(rng, a, 1)
+			fill(rng, b, 1)
+			onPath(v, func() {
+				MatMulNT(got, a, b, m, k, n)
+				MatMulNN(want, a, transpose(b, n, k), m, k, n)
+			})
+			if d := firstDiff(got, want); d >= 0 {
+				t.Errorf("%s n=%d: c[%d,%d]: NT %g, NN of bᵀ %g", pathName(v), n, d/n, d%n, got[d], want[d])
+			}
 		}
 	}
 }

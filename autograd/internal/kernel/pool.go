@@ -84,6 +84,9 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		maxRows, colsPer = ntBlockRows, ntCols
 	}
 	colBlocks := (n + colsPer - 1) / colsPer
+	if n > 1 && n%colsPer == 1 {
+		colBlocks-- // the last block takes the last column (see ntCols)
+	}
 	rowBlocks := (m + maxRows - 1) / maxRows
 	parts := 1
 	if m*k*n >= parallelMinFlops {
@@ -126,8 +129,12 @@ func (j *job) work() {
 			return
 		}
 		i0 := int(blk/j.colBlocks) * j.rowsPer
-		j0 := int(blk%j.colBlocks) * j.colsPer
-		j.block(i0, min(i0+j.rowsPer, j.m), j0, min(j0+j.colsPer, j.n))
+		cb := blk % j.colBlocks
+		j0, j1 := int(cb)*j.colsPer, j.n
+		if cb < j.colBlocks-1 {
+			j1 = j0 + j.colsPer
+		}
+		j.block(i0, min(i0+j.rowsPer, j.m), j0, j1)
 	}
 }
 
@@ -140,7 +147,7 @@ func (j *job) block(i0, i1, j0, j1 int) {
 		case opNN:
 			size = j.n
 		case opNT:
-			size = (j.k + 1) * ntCols
+			size = (j.k + 1) * (ntCols + 1)
 		case opTN:
 			size = blockRows*j.k + j.n
 		}
