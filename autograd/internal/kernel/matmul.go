@@ -7,20 +7,30 @@
 //
 // # Speed
 //
-// On amd64 machines with AVX2 and FMA the kernels run on the AVX2 code of
-// github.com/viterin/vek: MatMulNN and MatMulTN on its row-streaming matrix
-// kernel (MatMulTN first gathers 16 columns of a at a time into a small
-// panel), MatMulNT on its dot product. Elsewhere they run on plain Go loops.
-// Products of at least [parallelMinFlops] multiply-adds are split into blocks
-// of rows that the caller and a fixed pool of worker goroutines share; smaller
-// ones run on the caller alone. No call allocates once the pool is warm.
+// On amd64 machines with AVX2 and FMA the kernels run on the AVX2 matrix
+// kernel of github.com/viterin/vek (vek32.MatMul_Into, called on at most
+// three rows at a time so that it never starts goroutines of its own);
+// elsewhere they run on plain Go loops. vek's kernel streams the right
+// operand once per row, so the vek path sums k in runs of kBlock = 128 and
+// reuses each kBlock×n block of b for groupRows = 48 rows while it is in
+// cache.
+// MatMulTN first gathers the block's columns of a into the rows of a small
+// panel, and MatMulNT transposes ntCols = 256 rows of b at a time into a
+// k×256 panel; neither copies a whole operand. Products of at least
+// parallelMinFlops = 2¹⁸ multiply-adds are cut into blocks of c that the caller
+// and a fixed pool of NumCPU-1 worker goroutines share; smaller ones run on
+// the caller alone. No call allocates once the pool and its scratch space
+// are warm, and any number of goroutines may call the kernels at once.
 //
 // # What is bit-reproducible
 //
 // Every element of a result is computed by one sequence of float32
-// operations that depends only on the operands' values and on k (and, for
-// MatMulNN with n = 1, on n), never on m, on GOMAXPROCS, or on how the rows
-// were shared between goroutines. So, for the same binary path:
+// operations that depends only on the operands' values, on k and on the
+// path, never on m, on GOMAXPROCS, or on how the work was shared out. (The
+// one exception to "only on k" is n = 1, which vek multiplies with its
+// matrix-vector kernel.) On the vek path, element (i, j) of a·b is the sum,
+// in order of p, of the runs of kBlock FMAs c += a[i,p]·b[p,j]; the Go path
+// rounds each product and adds them in order of p. So, for the same path:
 //   - results are bit-identical across runs and across any GOMAXPROCS;
 //   - row i of MatMulNN and MatMulNT depends only on row i of a and on b, so
 //     a token's result does not depend on the other tokens in the batch;
@@ -28,14 +38,16 @@
 //     not depend on the other columns of a; its reduction runs over k in
 //     order p = 0, 1, …, k-1, so it does depend on k and on the order of the
 //     rows of a and b (when k counts tokens, as in a weight gradient, adding
-//     or reordering tokens changes the bits, as any float sum would).
+//     or reordering tokens changes the bits, as any float sum would);
+//   - MatMulTN(a, b) and MatMulNT(a, b) have the bits of MatMulNN with the
+//     transposed operand.
 //
-// The two paths differ in rounding: vek's AVX2 kernels fuse each
-// multiply-add (FMA, one rounding) and its dot product keeps 32 partial sums,
-// while the Go loops round every product (written float32(x*y), which the Go
-// specification forbids the compiler to fuse) and every sum in order. The
-// AVX2 path and the Go path therefore agree only within the tolerance the
-// tests measure, not bit for bit.
+// The two paths differ in rounding: vek's AVX2 kernel fuses each
+// multiply-add (FMA, one rounding), while the Go loops round every product
+// (written float32(x*y), which the Go specification forbids the compiler to
+// fuse, on arm64, ppc64 and s390x too) and every sum. The AVX2 path and the
+// Go path therefore agree only within the tolerance the tests measure (8
+// units of float32 roundoff relative to Σ|a·b|), not bit for bit.
 package kernel
 
 import (
