@@ -43,13 +43,42 @@ type job struct {
 	colBlocks, blocks int64
 	next              atomic.Int64
 	done              sync.WaitGroup
+	// scratch is the caller's scratch space; each worker has its own.
+	scratch []float32
+}
+
+// jobList keeps up to 64 jobs for reuse, last in first out, so that a
+// caller gets back the job (and the scratch space in it) it used last.
+// Unlike a sync.Pool it is not emptied by the garbage collector, so a kernel
+// call in steady state never allocates, not even after a collection.
+type jobList struct {
+	mu   sync.Mutex
+	kept []*job
+}
+
+// get returns the most recently kept job, or a new one if none is kept.
+func (l *jobList) get() *job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.kept) == 0 {
+		return new(job)
+	}
+	j := l.kept[len(l.kept)-1]
+	l.kept = l.kept[:len(l.kept)-1]
+	return j
+}
+
+// put keeps j for reuse, or drops it if 64 are kept already.
+func (l *jobList) put(j *job) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.kept) < cap(l.kept) {
+		l.kept = append(l.kept, j)
+	}
 }
 
 var (
-	jobs = sync.Pool{New: func() any { return new(job) }}
-
-	// scratch holds *[]float32 scratch space for the vek paths.
-	scratch = sync.Pool{New: func() any { return new([]float32) }}
+	jobs = &jobList{kept: make([]*job, 0, 64)}
 
 	startPool sync.Once
 	queue     chan *job
@@ -61,8 +90,9 @@ func start() {
 	queue = make(chan *job, 4*workers+4)
 	for range workers {
 		go func() {
+			var scratch []float32 // this worker's own, grown as needed
 			for j := range queue {
-				j.work()
+				j.work(&scratch)
 				j.done.Done()
 			}
 		}()
@@ -97,7 +127,7 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		rowBlocks++ // a multiple of parts blocks, so that all finish together
 	}
 	rowsPer := (m + rowBlocks - 1) / rowBlocks
-	j := jobs.Get().(*job)
+	j := jobs.get()
 	j.op, j.c, j.a, j.b, j.m, j.k, j.n = o, c, a, b, m, k, n
 	j.rowsPer, j.colsPer = rowsPer, colsPer
 	j.colBlocks = int64(colBlocks)
@@ -115,14 +145,14 @@ func run(o op, c, a, b []float32, m, k, n int) {
 			j.done.Done()
 		}
 	}
-	j.work()
+	j.work(&j.scratch)
 	j.done.Wait()
 	j.c, j.a, j.b = nil, nil, nil
-	jobs.Put(j)
+	jobs.put(j)
 }
 
 // work claims and computes blocks of j until none are left.
-func (j *job) work() {
+func (j *job) work(scratch *[]float32) {
 	for {
 		blk := j.next.Add(1) - 1
 		if blk >= j.blocks {
@@ -134,13 +164,13 @@ func (j *job) work() {
 		if cb < j.colBlocks-1 {
 			j1 = j0 + j.colsPer
 		}
-		j.block(i0, min(i0+j.rowsPer, j.m), j0, j1)
+		j.block(i0, min(i0+j.rowsPer, j.m), j0, j1, scratch)
 	}
 }
 
-// block computes rows [i0, i1), columns [j0, j1) of c, with scratch space
-// from the pool for the vek path.
-func (j *job) block(i0, i1, j0, j1 int) {
+// block computes rows [i0, i1), columns [j0, j1) of c, growing *scratch to
+// what the vek path needs.
+func (j *job) block(i0, i1, j0, j1 int, scratch *[]float32) {
 	var size int
 	if useVek {
 		switch j.op {
@@ -152,11 +182,10 @@ func (j *job) block(i0, i1, j0, j1 int) {
 			size = blockRows*j.k + j.n
 		}
 	}
-	p := scratch.Get().(*[]float32)
-	if cap(*p) < size {
-		*p = make([]float32, size)
+	if cap(*scratch) < size {
+		*scratch = make([]float32, size)
 	}
-	s := (*p)[:size]
+	s := (*scratch)[:size]
 	switch j.op {
 	case opNN:
 		blockNN(j.c, j.a, j.b, s, j.k, j.n, i0, i1)
@@ -165,5 +194,4 @@ func (j *job) block(i0, i1, j0, j1 int) {
 	case opTN:
 		blockTN(j.c, j.a, j.b, s, j.m, j.k, j.n, i0, i1)
 	}
-	scratch.Put(p)
 }
