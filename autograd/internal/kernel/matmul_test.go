@@ -52,8 +52,10 @@ func paths() []bool {
 	return []bool{false}
 }
 
+// vekAvailable records whether this machine runs the vek path by default.
 var vekAvailable = useVek
 
+// pathName names a path in test output.
 func pathName(v bool) string {
 	if v {
 		return "avx2"
