@@ -11,7 +11,7 @@
 // kernel of github.com/viterin/vek (vek32.MatMul_Into, called on at most
 // three rows at a time so that it never starts goroutines of its own);
 // elsewhere they run on plain Go loops. vek's kernel streams the right
-// operand once per row, so the vek path sums k in runs of kBlock = 128 and
+// operand once per row, so the vek path sums k in runs of kBlock = 256 and
 // reuses each kBlock×n block of b for groupRows = 48 rows while it is in
 // cache.
 // MatMulTN first gathers the block's columns of a into the rows of a small
@@ -93,7 +93,7 @@ func check(op string, c, a, b []float32, m, k, n int) {
 const (
 	// kBlock is the length of the runs of k handed to vek's kernel. The
 	// partial products of the runs are added in order of p.
-	kBlock = 128
+	kBlock = 256
 	// groupRows is how many rows of c share each kBlock×n block of b.
 	groupRows = 48
 	// vekRows is the most rows handed to one vek32.MatMul_Into call: with

@@ -25,7 +25,7 @@ import (
 // were 1.0u at k = 1, about 2.3u at k = 3, and at most 4.95u beyond: 4.95u
 // (2.95e-7) for NN on the Go path at k = 100, the Go path staying between
 // 2.8u and 4.95u up to k = 2048; on the AVX2 path at most 3.97u (TN, k = 100),
-// falling to 1.2u at k = 512 and 0.6u at k = 2048, where its sums run in
+// falling to 2.6u at k = 512 and 0.8u at k = 2048, where its sums run in
 // blocks of kBlock. The maximum does not grow with k in this range: the
 // classical bound k·u is far from what random data reaches. tol = 8u
 // (4.8e-7) is 1.6 times the largest observation. It is meant for k <= 2048,
@@ -238,7 +238,7 @@ func firstDiff(x, y []float32) int {
 // i of a, for TN on column i of a. The full product is large enough to be
 // shared with the worker pool, the sub-batches range from one row up.
 func TestBatchIndependence(t *testing.T) {
-	const bigM, k, n = 203, 131, 75
+	const bigM, k, n = 203, 301, 75 // k spans two runs of kBlock
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, kn := range kernels {
 		for _, v := range paths() {
@@ -288,7 +288,7 @@ func transpose(x []float32, r, c int) []float32 {
 // NT panels, n = 257 would leave a panel of one column, n = 1 is a
 // matrix-vector product.
 func TestTransposedOperands(t *testing.T) {
-	const m, k = 70, 133
+	const m, k = 70, 301 // k spans two runs of kBlock
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, n := range []int{300, 257, 1} {
 		for _, v := range paths() {
