@@ -1,0 +1,70 @@
+package kernel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/viterin/vek/vek32"
+)
+
+// randMat returns r·c values uniform in [-1, 1) from a fixed seed.
+func randMat(rng *rand.Rand, r, c int) []float32 {
+	x := make([]float32, r*c)
+	for i := range x {
+		x[i] = 2*rng.Float32() - 1
+	}
+	return x
+}
+
+type benchShape struct{ m, k, n int }
+
+func benchShapes() []benchShape {
+	var s []benchShape
+	for _, d := range []int{64, 128, 256, 512, 1024} {
+		s = append(s, benchShape{d, d, d})
+	}
+	return append(s, benchShape{2048, 512, 512}, benchShape{512, 2048, 512})
+}
+
+// benchMatMul times f on one shape and reports GFLOP/s (2·m·k·n flops per
+// product) of wall-clock time and, where the process's CPU time can be read,
+// per CPU-second: on a machine shared with other work the second is the
+// steadier measure of a kernel's efficiency (with two busy threads the ideal
+// wall-clock figure is twice it).
+func benchMatMul(b *testing.B, s benchShape, f func(c, x, y []float32)) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	// x and y are sized for every variant: NT reads y as n×k, TN x as k×m.
+	x, y := randMat(rng, s.m, s.k), randMat(rng, s.k, s.n)
+	c := make([]float32, s.m*s.n)
+	f(c, x, y)
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		f(c, x, y)
+	}
+	cpu := cpuTime() - cpu0
+	flop := 2 * float64(s.m) * float64(s.k) * float64(s.n) * float64(b.N)
+	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	if cpu > 0 {
+		b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+	}
+}
+
+func BenchmarkMatMul(b *testing.B) {
+	for _, s := range benchShapes() {
+		name := fmt.Sprintf("%dx%dx%d", s.m, s.k, s.n)
+		b.Run("NN/"+name, func(b *testing.B) {
+			benchMatMul(b, s, func(c, x, y []float32) { MatMulNN(c, x, y, s.m, s.k, s.n) })
+		})
+		b.Run("NT/"+name, func(b *testing.B) {
+			benchMatMul(b, s, func(c, x, y []float32) { MatMulNT(c, x, y, s.m, s.k, s.n) })
+		})
+		b.Run("TN/"+name, func(b *testing.B) {
+			benchMatMul(b, s, func(c, x, y []float32) { MatMulTN(c, x, y, s.m, s.k, s.n) })
+		})
+		b.Run("vek/"+name, func(b *testing.B) {
+			benchMatMul(b, s, func(c, x, y []float32) { vek32.MatMul_Into(c, x, y, s.k) })
+		})
+	}
+}

@@ -1,0 +1,197 @@
+package kernel
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// op names one of the three products.
+type op uint8
+
+const (
+	opNN op = iota
+	opNT
+	opTN
+)
+
+// parallelMinFlops is the smallest product, in multiply-adds m·k·n, that is
+// shared with the worker pool; below it handing work to another goroutine
+// costs more than it saves.
+const parallelMinFlops = 1 << 18
+
+// Work is shared out in blocks of c: up to blockRows full rows for MatMulNN
+// and MatMulTN (whose gathered panel of a is built once per block), and up
+// to ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel
+// of b is built once per block. When the product is shared, the rows are cut
+// into more blocks until their number is a multiple of the participants'.
+// Block sizes change speed, never bits.
+const (
+	blockRows   = 48
+	ntBlockRows = 512
+)
+
+// job is one product shared between its caller and some workers. Each
+// participant claims blocks through next until none are left, so the split
+// adapts to whoever is free, while every element is computed the same way
+// whichever participant computes it.
+type job struct {
+	op                op
+	c, a, b           []float32
+	m, k, n           int
+	rowsPer, colsPer  int
+	colBlocks, blocks int64
+	next              atomic.Int64
+	done              sync.WaitGroup
+	// scratch is the caller's scratch space; each worker has its own.
+	scratch []float32
+}
+
+// jobList keeps up to 64 jobs for reuse, last in first out, so that a
+// caller gets back the job (and the scratch space in it) it used last.
+// Unlike a sync.Pool it is not emptied by the garbage collector, so a kernel
+// call in steady state never allocates, not even after a collection.
+type jobList struct {
+	mu   sync.Mutex
+	kept []*job
+}
+
+// get returns the most recently kept job, or a new one if none is kept.
+func (l *jobList) get() *job {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.kept) == 0 {
+		return new(job)
+	}
+	j := l.kept[len(l.kept)-1]
+	l.kept = l.kept[:len(l.kept)-1]
+	return j
+}
+
+// put keeps j for reuse, or drops it if 64 are kept already.
+func (l *jobList) put(j *job) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.kept) < cap(l.kept) {
+		l.kept = append(l.kept, j)
+	}
+}
+
+var (
+	jobs = &jobList{kept: make([]*job, 0, 64)}
+
+	startPool sync.Once
+	queue     chan *job
+)
+
+// start launches the fixed pool: one worker per CPU besides the caller's.
+func start() {
+	workers := runtime.NumCPU() - 1
+	queue = make(chan *job, 4*workers+4)
+	for range workers {
+		go func() {
+			var scratch []float32 // this worker's own, grown as needed
+			for j := range queue {
+				j.work(&scratch)
+				j.done.Done()
+			}
+		}()
+	}
+}
+
+// run computes the product o, on the caller alone when it is small and
+// together with the pool otherwise.
+func run(o op, c, a, b []float32, m, k, n int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c)
+		return
+	}
+	maxRows, colsPer := blockRows, n
+	if o == opNT {
+		maxRows, colsPer = ntBlockRows, ntCols
+	}
+	colBlocks := (n + colsPer - 1) / colsPer
+	if n > 1 && n%colsPer == 1 {
+		colBlocks-- // the last block takes the last column (see ntCols)
+	}
+	rowBlocks := (m + maxRows - 1) / maxRows
+	parts := 1
+	if m*k*n >= parallelMinFlops {
+		// The pool has NumCPU-1 workers, so helpers never outnumber them.
+		parts = min(runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
+	for rowBlocks < m && colBlocks*rowBlocks%parts != 0 {
+		rowBlocks++ // a multiple of parts blocks, so that all finish together
+	}
+	rowsPer := (m + rowBlocks - 1) / rowBlocks
+	j := jobs.get()
+	j.op, j.c, j.a, j.b, j.m, j.k, j.n = o, c, a, b, m, k, n
+	j.rowsPer, j.colsPer = rowsPer, colsPer
+	j.colBlocks = int64(colBlocks)
+	j.blocks = int64(colBlocks * ((m + rowsPer - 1) / rowsPer))
+	j.next.Store(0)
+	helpers := min(parts, int(j.blocks)) - 1
+	if helpers > 0 {
+		startPool.Do(start)
+	}
+	for range helpers {
+		j.done.Add(1)
+		select {
+		case queue <- j:
+		default: // every worker is busy and the queue is full: go on without
+			j.done.Done()
+		}
+	}
+	j.work(&j.scratch)
+	j.done.Wait()
+	j.c, j.a, j.b = nil, nil, nil
+	jobs.put(j)
+}
+
+// work claims and computes blocks of j until none are left.
+func (j *job) work(scratch *[]float32) {
+	for {
+		blk := j.next.Add(1) - 1
+		if blk >= j.blocks {
+			return
+		}
+		i0 := int(blk/j.colBlocks) * j.rowsPer
+		cb := blk % j.colBlocks
+		j0, j1 := int(cb)*j.colsPer, j.n
+		if cb < j.colBlocks-1 {
+			j1 = j0 + j.colsPer
+		}
+		j.block(i0, min(i0+j.rowsPer, j.m), j0, j1, scratch)
+	}
+}
+
+// block computes rows [i0, i1), columns [j0, j1) of c, growing *scratch to
+// what the vek path needs.
+func (j *job) block(i0, i1, j0, j1 int, scratch *[]float32) {
+	var size int
+	if useVek {
+		switch j.op {
+		case opNN:
+			size = j.n
+		case opNT:
+			size = (j.k + 1) * (ntCols + 1)
+		case opTN:
+			size = blockRows*j.k + j.n
+		}
+	}
+	if cap(*scratch) < size {
+		*scratch = make([]float32, size)
+	}
+	s := (*scratch)[:size]
+	switch j.op {
+	case opNN:
+		blockNN(j.c, j.a, j.b, s, j.k, j.n, i0, i1)
+	case opNT:
+		blockNT(j.c, j.a, j.b, s, j.k, j.n, i0, i1, j0, j1)
+	case opTN:
+		blockTN(j.c, j.a, j.b, s, j.m, j.k, j.n, i0, i1)
+	}
+}
