@@ -18,6 +18,12 @@ import "github.com/modref/modref/ref"
 type Impl struct {
 	// Name identifies the implementation in failure messages.
 	Name string
+	// Float32 is set for an implementation that computes in float32: the
+	// generators then round every drawn input and parameter to float32
+	// (saturating at ±float32 max), so that its bit-identity properties
+	// (skipped tokens equal their input) are about float32 values, and
+	// properties compare its outputs with its own outputs only.
+	Float32 bool
 	// SelectTopK is the top-k selection of SPEC.md section 4 (ref.SelectTopK's
 	// contract: k[b] tokens of row b, ties to the lower position, ascending,
 	// padded positions never chosen, NaN an error naming row and position).

@@ -90,6 +90,18 @@ func fuzzBytes(prop func(failer, Source)) func(*testing.T, []byte) {
 	return func(t *testing.T, data []byte) { prop(t, &byteSource{data: data}) }
 }
 
+// fuzzImpls adapts a property of an implementation to a native fuzz target
+// that runs it on each of impls, each decoding the same input from its
+// start (so an input found failing on one implementation is checked on the
+// others too).
+func fuzzImpls(prop func(Impl) func(failer, Source), impls []Impl) func(*testing.T, []byte) {
+	return func(t *testing.T, data []byte) {
+		for _, impl := range impls {
+			prop(impl)(t, &byteSource{data: data})
+		}
+	}
+}
+
 // Value palettes. Magnitudes reach float32's limits (the float32 autograd
 // and mod must handle them); ref computes in float64, where they are finite.
 var (
