@@ -28,6 +28,9 @@ type Impl struct {
 	// contract: k[b] tokens of row b, ties to the lower position, ascending,
 	// padded positions never chosen, NaN an error naming row and position).
 	SelectTopK func(r [][]float64, k []int, valid []int) (ref.Selection, error)
+	// SelectCausal is the causal routing decision of SPEC.md section 9
+	// (ref.SelectCausal's contract: the valid positions with score > 0).
+	SelectCausal func(q [][]float64, valid []int) (ref.Selection, error)
 	// Layer is one routed layer with its own routing decision. Properties
 	// read Out and Selection of the result, the losses RouterBCE,
 	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
@@ -52,11 +55,12 @@ type Stepper interface {
 
 // Ref is ref/ as an Impl.
 var Ref = Impl{
-	Name:        "ref",
-	SelectTopK:  ref.SelectTopK,
-	Layer:       ref.LayerForward,
-	LayerFrozen: ref.LayerForwardFrozen,
-	Model:       ref.ModelForward,
+	Name:         "ref",
+	SelectTopK:   ref.SelectTopK,
+	SelectCausal: ref.SelectCausal,
+	Layer:        ref.LayerForward,
+	LayerFrozen:  ref.LayerForwardFrozen,
+	Model:        ref.ModelForward,
 	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
 		d, err := ref.NewDecoder(c, p)
 		if err != nil {

@@ -83,9 +83,13 @@ func genValid(src Source, rows, s int, noPadding bool) []int {
 
 // genMatrix draws an s×d matrix of scaled N(0,1) values; some rows repeat an
 // earlier row, so that router weights tie.
-func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale bool) *mat.Dense {
+func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale, f32 bool) *mat.Dense {
 	scale := 1.0
-	if !unitScale {
+	switch {
+	case unitScale:
+	case f32:
+		scale = src.Pick(scalePalette32, "scale")
+	default:
 		scale = src.Pick(scalePalette, "scale")
 	}
 	x := ref.RandomMatrix(rng, s, d, 1)
@@ -145,7 +149,7 @@ func genLayer(src Source, o layerOpts) *layerCase {
 	c.p = ref.NewLayerParams(cfg, c.rng)
 	c.in.Valid = genValid(src, c.rows, c.s, o.noPadding)
 	for range c.rows {
-		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale))
+		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale, o.float32))
 	}
 	if cfg.Router == ref.RouterRandom {
 		c.in.Noise = genField(src, c.rng, c.rows, c.s)
