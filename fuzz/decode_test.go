@@ -122,7 +122,12 @@ func decoderSM(impl Impl) func(*rapid.T) {
 }
 
 // compareDecode checks every step's logits and routing against the full
-// forward of tokens.
+// forward of tokens. The comparison is bit for bit for every
+// implementation, mod included: mod's decoder is compared with mod's own
+// full forward (impl.Model), never with ref's, and over the rapid runs and
+// 30 s of fuzzing its logits and routing never differed in a single bit
+// (mod's own decode test allows 2e-6 of the scale for a matrix kernel
+// that might sum in a shape-dependent order; none does here).
 func compareDecode(impl Impl, mc ref.ModelConfig, mp *ref.ModelParams, tokens []int, steps []*ref.StepResult) error {
 	tg := make([]int, len(tokens))
 	for i := range tg {
