@@ -7,7 +7,8 @@
 // The package's only non-test code is Impl, the seam through which a second
 // implementation of the routed layer (the fast mod/ package) is put under
 // the same properties as ref/: a property takes an Impl and reads only the
-// fields of ref's result types that Impl documents.
+// fields of ref's result types that Impl documents. The tests define Mod,
+// mod/ as an Impl, and run every applicable property on Impls = {Ref, Mod}.
 package fuzz
 
 import "github.com/modref/modref/ref"
@@ -18,10 +19,21 @@ import "github.com/modref/modref/ref"
 type Impl struct {
 	// Name identifies the implementation in failure messages.
 	Name string
+	// Float32 is set for an implementation that computes in float32: the
+	// generators then round every drawn input and parameter to float32
+	// (saturating at ±float32 max) and keep activations below 1e18·N(0,1)
+	// (scalePalette32, where no float32 intermediate of a layer
+	// overflows), so that its bit-identity properties
+	// (skipped tokens equal their input) are about float32 values, and
+	// properties compare its outputs with its own outputs only.
+	Float32 bool
 	// SelectTopK is the top-k selection of SPEC.md section 4 (ref.SelectTopK's
 	// contract: k[b] tokens of row b, ties to the lower position, ascending,
 	// padded positions never chosen, NaN an error naming row and position).
 	SelectTopK func(r [][]float64, k []int, valid []int) (ref.Selection, error)
+	// SelectCausal is the causal routing decision of SPEC.md section 9
+	// (ref.SelectCausal's contract: the valid positions with score > 0).
+	SelectCausal func(q [][]float64, valid []int) (ref.Selection, error)
 	// Layer is one routed layer with its own routing decision. Properties
 	// read Out and Selection of the result, the losses RouterBCE,
 	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
@@ -30,6 +42,8 @@ type Impl struct {
 	Layer func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
 	// LayerFrozen is the layer with the routing decision taken from fz.
 	// Properties read Out, and PredictorBCE for the predictor's gradient.
+	// nil for an implementation without a frozen-selection forward (mod):
+	// the properties that need it run on the others only.
 	LayerFrozen func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
 	// Model is the full-sequence model forward; properties read Logits and,
 	// per routed layer, Layers[l].Selection.
@@ -46,11 +60,12 @@ type Stepper interface {
 
 // Ref is ref/ as an Impl.
 var Ref = Impl{
-	Name:        "ref",
-	SelectTopK:  ref.SelectTopK,
-	Layer:       ref.LayerForward,
-	LayerFrozen: ref.LayerForwardFrozen,
-	Model:       ref.ModelForward,
+	Name:         "ref",
+	SelectTopK:   ref.SelectTopK,
+	SelectCausal: ref.SelectCausal,
+	Layer:        ref.LayerForward,
+	LayerFrozen:  ref.LayerForwardFrozen,
+	Model:        ref.ModelForward,
 	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
 		d, err := ref.NewDecoder(c, p)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -16,6 +18,7 @@ type layerOpts struct {
 	topK      bool // Causal = off
 	noPadding bool
 	unitScale bool // activations N(0,1), no extreme magnitudes
+	float32   bool // round inputs and parameters to float32 (Impl.Float32)
 }
 
 // layerCase is one drawn routed layer: configuration, parameters, inputs.
@@ -26,10 +29,11 @@ type layerCase struct {
 	rng  *rand.Rand
 	rows int
 	s    int
+	f32  bool // inputs and parameters are float32 values (layerOpts.float32)
 }
 
 func (c *layerCase) String() string {
-	return fmt.Sprintf("B=%d S=%d valid=%v cfg=%+v", c.rows, c.s, c.in.Valid, c.cfg)
+	return fmt.Sprintf("B=%d S=%d valid=%v float32=%v cfg=%+v", c.rows, c.s, c.in.Valid, c.f32, c.cfg)
 }
 
 var (
@@ -79,9 +83,13 @@ func genValid(src Source, rows, s int, noPadding bool) []int {
 
 // genMatrix draws an s×d matrix of scaled N(0,1) values; some rows repeat an
 // earlier row, so that router weights tie.
-func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale bool) *mat.Dense {
+func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale, f32 bool) *mat.Dense {
 	scale := 1.0
-	if !unitScale {
+	switch {
+	case unitScale:
+	case f32:
+		scale = src.Pick(scalePalette32, "scale")
+	default:
 		scale = src.Pick(scalePalette, "scale")
 	}
 	x := ref.RandomMatrix(rng, s, d, 1)
@@ -141,13 +149,18 @@ func genLayer(src Source, o layerOpts) *layerCase {
 	c.p = ref.NewLayerParams(cfg, c.rng)
 	c.in.Valid = genValid(src, c.rows, c.s, o.noPadding)
 	for range c.rows {
-		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale))
+		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale, o.float32))
 	}
 	if cfg.Router == ref.RouterRandom {
 		c.in.Noise = genField(src, c.rng, c.rows, c.s)
 	}
 	if cfg.Jitter > 0 {
 		c.in.Jitter = ref.RandomField(c.rng, c.rows, c.s)
+	}
+	if o.float32 {
+		c.f32 = true
+		roundParams(c.p.Tensors(""))
+		roundInputs(c.in)
 	}
 	return c
 }
@@ -229,4 +242,20 @@ func copyField(f [][]float64) [][]float64 {
 		out[b] = append([]float64(nil), f[b]...)
 	}
 	return out
+}
+
+// rowPosition finds the row and position an error names, in either
+// implementation's words: ref's "... is NaN at row 1, position 2", mod's
+// "row 1: router weight is NaN at position 2". No digit may come between
+// the row's number and "position".
+var rowPosition = regexp.MustCompile(`\brow (\d+)\b[^0-9]*\bposition (\d+)\b`)
+
+// namesRowPosition reports whether err names row b and position i (the
+// first row and position it names).
+func namesRowPosition(err error, b, i int) bool {
+	if err == nil {
+		return false
+	}
+	m := rowPosition.FindStringSubmatch(err.Error())
+	return m != nil && m[1] == strconv.Itoa(b) && m[2] == strconv.Itoa(i)
 }

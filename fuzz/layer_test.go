@@ -20,7 +20,7 @@ var layerCount struct{ skipped, changed, mlpOnly, dense, padded atomic.Int64 }
 // the dense attention's update, so there only padding passes unchanged.
 func skipProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
-		c := genLayer(src, layerOpts{})
+		c := genLayer(src, layerOpts{float32: impl.Float32})
 		res, err := impl.Layer(c.cfg, c.p, c.in)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", impl.Name, err, c)
@@ -77,7 +77,7 @@ var causalCount struct{ compared, routedBefore atomic.Int64 }
 // the outputs and the routing at positions <= t bit-identical.
 func causalRoutingProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
-		c := genLayer(src, layerOpts{causal: true})
+		c := genLayer(src, layerOpts{causal: true, float32: impl.Float32})
 		cut := src.Int(0, c.s-1, "t")
 		res, err := impl.Layer(c.cfg, c.p, c.in)
 		if err != nil {
@@ -111,7 +111,7 @@ func causalRoutingProp(impl Impl) func(failer, Source) {
 // differently), noise and jitter.
 func changeFuture(src Source, c *layerCase, in ref.LayerInputs, cut int) {
 	for b := range in.X {
-		fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D, false)
+		fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D, false, c.f32)
 		for i := cut + 1; i < c.s; i++ {
 			in.X[b].SetRow(i, fresh.RawRowView(i))
 			if in.Noise != nil {
@@ -122,30 +122,46 @@ func changeFuture(src Source, c *layerCase, in ref.LayerInputs, cut int) {
 			}
 		}
 	}
+	if c.f32 {
+		roundInputs(in)
+	}
 }
 
 func TestSkippedTokensUnchanged(t *testing.T) {
-	check(t, skipProp(Ref))
-	for name, n := range map[string]int64{
-		"skipped tokens":           layerCount.skipped.Load(),
-		"changed selected tokens":  layerCount.changed.Load(),
-		"MLP-only layers":          layerCount.mlpOnly.Load(),
-		"dense (straight-through)": layerCount.dense.Load(),
-		"padded positions":         layerCount.padded.Load(),
-	} {
-		if n == 0 {
-			t.Errorf("no %s in 100 draws: the property was not exercised", name)
-		}
-		t.Logf("%s: %d", name, n)
+	for _, impl := range Impls {
+		t.Run(impl.Name, func(t *testing.T) {
+			for _, n := range []*atomic.Int64{&layerCount.skipped, &layerCount.changed, &layerCount.mlpOnly, &layerCount.dense, &layerCount.padded} {
+				n.Store(0)
+			}
+			check(t, skipProp(impl))
+			for name, n := range map[string]int64{
+				"skipped tokens":           layerCount.skipped.Load(),
+				"changed selected tokens":  layerCount.changed.Load(),
+				"MLP-only layers":          layerCount.mlpOnly.Load(),
+				"dense (straight-through)": layerCount.dense.Load(),
+				"padded positions":         layerCount.padded.Load(),
+			} {
+				if n == 0 {
+					t.Errorf("%s: no %s in 100 draws: the property was not exercised", impl.Name, name)
+				}
+				t.Logf("%s: %s: %d", impl.Name, name, n)
+			}
+		})
 	}
 }
 
 func TestCausalRoutingIsCausal(t *testing.T) {
-	check(t, causalRoutingProp(Ref))
-	if causalCount.routedBefore.Load() == 0 {
-		t.Fatalf("no routed token at or before the cut in %d comparisons", causalCount.compared.Load())
+	for _, impl := range Impls {
+		t.Run(impl.Name, func(t *testing.T) {
+			causalCount.compared.Store(0)
+			causalCount.routedBefore.Store(0)
+			check(t, causalRoutingProp(impl))
+			if causalCount.routedBefore.Load() == 0 {
+				t.Fatalf("%s: no routed token at or before the cut in %d comparisons", impl.Name, causalCount.compared.Load())
+			}
+			t.Logf("%s: positions compared: %d, routed among them: %d", impl.Name, causalCount.compared.Load(), causalCount.routedBefore.Load())
+		})
 	}
-	t.Logf("positions compared: %d, routed among them: %d", causalCount.compared.Load(), causalCount.routedBefore.Load())
 }
 
 // TestTopKIsNotCausal measures the non-causality of top-k training routing
@@ -219,7 +235,7 @@ var leakCount struct{ softmax, softmaxLeaks atomic.Int64 }
 // TestSoftmaxLeaks.
 func frozenCausalityProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
-		c := genLayer(src, layerOpts{topK: true})
+		c := genLayer(src, layerOpts{topK: true, float32: impl.Float32})
 		cut := src.Int(0, c.s-1, "t")
 		res, err := impl.Layer(c.cfg, c.p, c.in)
 		if err != nil {
@@ -254,14 +270,23 @@ func frozenCausalityProp(impl Impl) func(failer, Source) {
 	}
 }
 
+// TestFrozenWeightingCausality runs on the implementations with a
+// frozen-selection forward (withFrozen): ref only, since mod's layer always
+// takes its own routing decision and cannot replay one.
 func TestFrozenWeightingCausality(t *testing.T) {
-	for range 5 {
-		check(t, frozenCausalityProp(Ref))
-	}
-	n, leaks := leakCount.softmax.Load(), leakCount.softmaxLeaks.Load()
-	t.Logf("softmax draws: %d, past output changed by the future in %d", n, leaks)
-	if leaks == 0 {
-		t.Fatalf("softmax weighting never leaked in %d draws; SPEC.md section 6 says it does", n)
+	for _, impl := range withFrozen() {
+		t.Run(impl.Name, func(t *testing.T) {
+			leakCount.softmax.Store(0)
+			leakCount.softmaxLeaks.Store(0)
+			for range 5 {
+				check(t, frozenCausalityProp(impl))
+			}
+			n, leaks := leakCount.softmax.Load(), leakCount.softmaxLeaks.Load()
+			t.Logf("%s: softmax draws: %d, past output changed by the future in %d", impl.Name, n, leaks)
+			if leaks == 0 {
+				t.Fatalf("%s: softmax weighting never leaked in %d draws; SPEC.md section 6 says it does", impl.Name, n)
+			}
+		})
 	}
 }
 
@@ -297,6 +322,6 @@ func TestSoftmaxLeaks(t *testing.T) {
 	}
 }
 
-func FuzzSkippedTokens(f *testing.F)   { f.Fuzz(fuzzBytes(skipProp(Ref))) }
-func FuzzCausalRouting(f *testing.F)   { f.Fuzz(fuzzBytes(causalRoutingProp(Ref))) }
-func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzBytes(frozenCausalityProp(Ref))) }
+func FuzzSkippedTokens(f *testing.F)   { f.Fuzz(fuzzImpls(skipProp, Impls)) }
+func FuzzCausalRouting(f *testing.F)   { f.Fuzz(fuzzImpls(causalRoutingProp, Impls)) }
+func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzImpls(frozenCausalityProp, withFrozen())) }

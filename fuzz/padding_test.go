@@ -14,7 +14,7 @@ var padCount struct{ changed atomic.Int64 }
 // balancing, the layer's auxiliary total) bit-identical.
 func paddingProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
-		c := genLayer(src, layerOpts{})
+		c := genLayer(src, layerOpts{float32: impl.Float32})
 		if c.in.Valid == nil {
 			c.in.Valid = make([]int, c.rows)
 			for b := range c.in.Valid {
@@ -28,7 +28,7 @@ func paddingProp(impl Impl) func(failer, Source) {
 		}
 		in2 := copyInputs(c.in)
 		for b := range in2.X {
-			fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D, false)
+			fresh := genMatrix(src, c.rng, c.s, c.cfg.Block.D, false, c.f32)
 			for i := c.in.Valid[b]; i < c.s; i++ {
 				in2.X[b].SetRow(i, fresh.RawRowView(i))
 				if in2.Noise != nil {
@@ -39,6 +39,9 @@ func paddingProp(impl Impl) func(failer, Source) {
 				}
 				padCount.changed.Add(1)
 			}
+		}
+		if c.f32 {
+			roundInputs(in2)
 		}
 		res2, err := impl.Layer(c.cfg, c.p, in2)
 		if err != nil {
@@ -74,11 +77,16 @@ func paddingProp(impl Impl) func(failer, Source) {
 }
 
 func TestPaddingIsInert(t *testing.T) {
-	check(t, paddingProp(Ref))
-	if padCount.changed.Load() == 0 {
-		t.Fatal("no padded position was changed in 100 draws")
+	for _, impl := range Impls {
+		t.Run(impl.Name, func(t *testing.T) {
+			padCount.changed.Store(0)
+			check(t, paddingProp(impl))
+			if padCount.changed.Load() == 0 {
+				t.Fatalf("%s: no padded position was changed in 100 draws", impl.Name)
+			}
+			t.Logf("%s: padded positions redrawn: %d", impl.Name, padCount.changed.Load())
+		})
 	}
-	t.Logf("padded positions redrawn: %d", padCount.changed.Load())
 }
 
-func FuzzPadding(f *testing.F) { f.Fuzz(fuzzBytes(paddingProp(Ref))) }
+func FuzzPadding(f *testing.F) { f.Fuzz(fuzzImpls(paddingProp, Impls)) }

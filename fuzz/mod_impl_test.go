@@ -1,0 +1,444 @@
+package fuzz
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/ref"
+)
+
+// Impls are the implementations every applicable property runs on: ref/
+// (float64) and mod/ (float32). Properties that replay a frozen decision
+// run on the implementations with a LayerFrozen only (withFrozen).
+var Impls = []Impl{Ref, Mod}
+
+// withFrozen returns the implementations that have a frozen-selection
+// forward. mod has none (its Layer.Forward always takes its own decision),
+// so the properties that need one (frozen weighting causality, the
+// predictor's stop-gradient by finite differences) run on ref only.
+func withFrozen() []Impl {
+	var out []Impl
+	for _, impl := range Impls {
+		if impl.LayerFrozen != nil {
+			out = append(out, impl)
+		}
+	}
+	return out
+}
+
+// Mod is mod/ as an Impl. Its inputs and parameters are rounded to float32
+// (mod.LoadParams rounds parameters; the adapter rounds X, noise and jitter)
+// and its float32 results widened to float64 exactly, so a property that
+// compares mod's output with mod's own output, or with an input drawn as a
+// float32 value (Float32: the generators round for it), compares float32
+// values bit for bit.
+//
+//   - SelectTopK is mod's top-k selection, which mod does not export, run
+//     through a layer: Router = random with the weights r as its noise (so
+//     the layer's router weights are exactly r, rounded to float32),
+//     Weighting = none, and an integer capacity C = k_b, which mod clamps
+//     to min(C, V_b) = k_b. Row b runs as the last of b+1 rows whose first b
+//     are all padding (V = 0, nothing selected, nothing checked), so that a
+//     NaN error names row b as mod itself names it.
+//   - Layer loads ref's parameters into a mod layer (same names) and runs
+//     Layer.Forward; the result carries Out, Selection, RouterWeights,
+//     Capacity, Weights, Multipliers, Targets, PredictorLogits, the losses,
+//     Routed and Skipped, and in Frozen only Selection and TopK (mod has no
+//     straight-through offsets or predictor input to replay).
+//   - SelectCausal is mod's causal decision through a layer the same way
+//     (Causal = router, noise = q).
+//   - LayerFrozen is nil: mod has no frozen-selection forward.
+//   - Model and NewDecoder load ref's model parameters into a mod model;
+//     the model result carries Logits, CE, Aux and per routed layer the
+//     layer result as above without Out.
+var Mod = Impl{
+	Name:         "mod",
+	Float32:      true,
+	SelectTopK:   modSelectTopK,
+	SelectCausal: modSelectCausal,
+	Layer:        modLayer,
+	Model:        modModel,
+	NewDecoder:   modNewDecoder,
+}
+
+// modSelectTopK is mod's selection through a layer (see Mod).
+func modSelectTopK(r [][]float64, k []int, valid []int) (ref.Selection, error) {
+	rows := len(r)
+	sel := ref.Selection{Rows: make([][]int, rows)}
+	if rows == 0 {
+		return sel, nil
+	}
+	s := len(r[0])
+	sel.S = s
+	for b := range rows {
+		if k[b] < 0 || k[b] > s {
+			return sel, fmt.Errorf("mod adapter: k[%d] = %d outside [0, S = %d]", b, k[b], s)
+		}
+		cfg := ref.Config{Block: ref.DefaultBlockConfig(2, 1, 1), Router: ref.RouterRandom, Weighting: ref.WeightNone,
+			Capacity: ref.Capacity{Kind: ref.CapacityInteger, Tokens: max(k[b], 1)}, Compute: ref.ComputeGather,
+			Aux: ref.AuxNone, Causal: ref.CausalOff}
+		l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+		if err != nil {
+			return sel, err
+		}
+		vl := make([]int, b+1)
+		vl[b] = validLen(valid, b, s)
+		noise := make([]float32, (b+1)*s)
+		for i, v := range r[b] {
+			noise[b*s+i] = float32(v)
+		}
+		var tp autograd.Tape
+		res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New((b+1)*s, 2, nil), Batch: b + 1, SeqLen: s, Valid: vl, Noise: noise})
+		if err != nil {
+			return sel, err
+		}
+		sel.Rows[b] = append([]int{}, res.Selected[b]...)
+	}
+	return sel, nil
+}
+
+// modSelectCausal is mod's causal routing decision through a layer:
+// Causal = router with the random router's noise set to q, so that the
+// layer's router weights are exactly q (rounded to float32) and it routes
+// the valid positions with q > 0. (The layer also takes the top-k targets
+// under a ratio-1 capacity, which every row satisfies.)
+func modSelectCausal(q [][]float64, valid []int) (ref.Selection, error) {
+	rows := len(q)
+	if rows == 0 {
+		return ref.Selection{}, nil
+	}
+	s := len(q[0])
+	cfg := ref.Config{Block: ref.DefaultBlockConfig(2, 1, 1), Router: ref.RouterRandom, Weighting: ref.WeightNone,
+		Capacity: ref.Capacity{Kind: ref.CapacityRatio, Ratio: 1}, Compute: ref.ComputeGather,
+		Aux: ref.AuxNone, Causal: ref.CausalRouter}
+	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		return ref.Selection{}, err
+	}
+	var tp autograd.Tape
+	res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New(rows*s, 2, nil), Batch: rows, SeqLen: s, Valid: valid, Noise: flatField32(q)})
+	if err != nil {
+		return ref.Selection{}, err
+	}
+	return modLayerResult(res, rows, s, false).Selection, nil
+}
+
+// to32 rounds float64 values to float32.
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// widen returns float32 values as float64 (exact).
+func widen(v []float32) []float64 {
+	if v == nil {
+		return nil
+	}
+	return f64(v)
+}
+
+// flatField32 stacks a B×S field into B·S float32 values (nil stays nil).
+func flatField32(f [][]float64) []float32 {
+	if f == nil {
+		return nil
+	}
+	var v []float32
+	for _, row := range f {
+		v = append(v, to32(row)...)
+	}
+	return v
+}
+
+// unflat splits B·S values into B rows of S, widened.
+func unflat(v []float32, rows, s int) [][]float64 {
+	if v == nil {
+		return nil
+	}
+	out := make([][]float64, rows)
+	for b := range out {
+		out[b] = f64(v[b*s : (b+1)*s])
+	}
+	return out
+}
+
+// splitRows splits a (B·S)×c tensor into B matrices S×c, widened.
+func splitRows(t *autograd.Tensor, rows, s int) []*mat.Dense {
+	out := make([]*mat.Dense, rows)
+	c := t.Cols
+	for b := range out {
+		out[b] = mat.NewDense(s, c, f64(t.Data[b*s*c:(b+1)*s*c]))
+	}
+	return out
+}
+
+func paramMap(ts []ref.Tensor) map[string][]float64 {
+	m := make(map[string][]float64, len(ts))
+	for _, t := range ts {
+		m[t.Name] = t.Data
+	}
+	return m
+}
+
+// modLayerResult converts mod's layer result (B rows of S) to ref's type.
+func modLayerResult(res *mod.LayerResult, rows, s int, withOut bool) *ref.LayerResult {
+	sel := ref.Selection{S: s, Rows: make([][]int, rows)}
+	topK := ref.Selection{S: s, Rows: make([][]int, rows)}
+	for b := range rows {
+		sel.Rows[b] = append([]int{}, res.Selected[b]...)
+		topK.Rows[b] = append([]int{}, res.TopK[b]...)
+	}
+	out := &ref.LayerResult{
+		RouterWeights:     unflat(res.RouterLogits, rows, s),
+		Capacity:          append([]int{}, res.Capacity...),
+		Selection:         sel,
+		Weights:           unflat(res.Weights, rows, s),
+		Multipliers:       unflat(res.Multipliers, rows, s),
+		Targets:           unflat(res.Targets, rows, s),
+		PredictorLogits:   unflat(res.PredictorLogits, rows, s),
+		PredictorAccuracy: res.PredictorAccuracy,
+		RouterBCE:         res.RouterBCE,
+		PredictorBCE:      res.PredictorBCE,
+		LoadBalance:       res.LoadBalance,
+		AuxLoss:           res.Aux,
+		Routed:            res.Routed,
+		Skipped:           res.Skipped,
+		Frozen:            ref.Frozen{Selection: sel, TopK: topK},
+	}
+	if withOut {
+		out.Out = splitRows(res.Out, rows, s)
+	}
+	return out
+}
+
+// modLayer is a mod layer with ref's parameters p (see Mod).
+func modLayer(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error) {
+	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		return nil, err
+	}
+	if err := mod.LoadParams(l.Params(""), paramMap(p.Tensors(""))); err != nil {
+		return nil, err
+	}
+	rows := len(in.X)
+	if rows == 0 {
+		return nil, fmt.Errorf("mod adapter: no rows")
+	}
+	s, d := in.X[0].Dims()
+	var x []float32
+	for _, m := range in.X {
+		for i := range s {
+			x = append(x, to32(m.RawRowView(i)[:d])...)
+		}
+	}
+	var tp autograd.Tape
+	res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New(rows*s, d, x), Batch: rows, SeqLen: s, Valid: in.Valid,
+		Noise: flatField32(in.Noise), Jitter: flatField32(in.Jitter)})
+	if err != nil {
+		return nil, err
+	}
+	return modLayerResult(res, rows, s, true), nil
+}
+
+// newModModel is a mod model holding ref's parameters p.
+func newModModel(c ref.ModelConfig, p *ref.ModelParams) (*mod.Model, error) {
+	m, err := mod.NewModel(c, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := mod.LoadParams(m.Params(), paramMap(p.Tensors())); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// modModel is mod's full forward with ref's parameters (see Mod).
+func modModel(c ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error) {
+	m, err := newModModel(c, p)
+	if err != nil {
+		return nil, err
+	}
+	mi := mod.ModelInputs{Tokens: in.Tokens, Targets: in.Targets, Valid: in.Valid}
+	for _, f := range []struct {
+		from [][][]float64
+		to   *[][]float32
+	}{{in.Noise, &mi.Noise}, {in.Jitter, &mi.Jitter}} {
+		if f.from == nil {
+			continue
+		}
+		*f.to = make([][]float32, len(f.from))
+		for l, v := range f.from {
+			(*f.to)[l] = flatField32(v)
+		}
+	}
+	var tp autograd.Tape
+	res, err := m.Forward(&tp, mi)
+	if err != nil {
+		return nil, err
+	}
+	rows, s := len(in.Tokens), len(in.Tokens[0])
+	out := &ref.ModelResult{Logits: splitRows(res.Logits, rows, s), Layers: make([]*ref.LayerResult, len(res.Layers)),
+		CE: res.CE, Aux: res.Aux, Loss: res.CE + res.Aux}
+	for l, lr := range res.Layers {
+		if lr != nil {
+			out.Layers[l] = modLayerResult(lr, rows, s, false)
+		}
+	}
+	return out, nil
+}
+
+// modStepper is mod's decoder as a Stepper.
+type modStepper struct{ d *mod.Decoder }
+
+func (st modStepper) Step(token int) (*ref.StepResult, error) {
+	r, err := st.d.Step(token)
+	if err != nil {
+		return nil, err
+	}
+	return &ref.StepResult{Pos: r.Pos, Logits: widen(r.Logits), Routed: r.Routed,
+		RouterWeights: widen(r.RouterLogits), PredictorLogits: widen(r.PredictorLogits)}, nil
+}
+
+func modNewDecoder(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+	m, err := newModModel(c, p)
+	if err != nil {
+		return nil, err
+	}
+	d, err := mod.NewDecoder(m)
+	if err != nil {
+		return nil, err
+	}
+	return modStepper{d}, nil
+}
+
+// round32 rounds values to float32 in place, saturating at ±float32 max
+// so that a finite draw (N(0,1) times float32-max/4 can exceed float32's
+// range) stays finite; NaN and ±Inf stay.
+func round32(v []float64) {
+	for i, x := range v {
+		if !math.IsInf(x, 0) {
+			x = math.Max(-maxF32, math.Min(maxF32, x))
+		}
+		v[i] = float64(float32(x))
+	}
+}
+
+// roundInputs rounds layer inputs to float32 in place.
+func roundInputs(in ref.LayerInputs) {
+	for _, x := range in.X {
+		r, c := x.Dims()
+		for i := range r {
+			round32(x.RawRowView(i)[:c])
+		}
+	}
+	for _, f := range [][][]float64{in.Noise, in.Jitter} {
+		for _, row := range f {
+			round32(row)
+		}
+	}
+}
+
+// roundParams rounds parameters (ref.LayerParams.Tensors or
+// ref.ModelParams.Tensors, which alias them) to float32 in place.
+func roundParams(ts []ref.Tensor) {
+	for _, t := range ts {
+		round32(t.Data)
+	}
+}
+
+// modL2NormOverflowBug is a finding of running the properties on mod.
+const modL2NormOverflowBug = "mod bug found by fuzzing (issue 6): the l2norm router computes r = sqrt(Σ x_j²) in float32, " +
+	"so r is +Inf once ‖x‖₂ > sqrt(float32 max) ≈ 1.8e19 (x_j² or the sum overflows) although ‖x‖₂ itself is a float32 value up to 3.4e38; " +
+	"ref's float64 r is finite. With r = +Inf, raw weighting gives g = +Inf: under dense compute the straight-through weight " +
+	"g + sg(m·g − g) is NaN for every valid token (0·Inf − Inf), so skipped tokens come out NaN instead of x, " +
+	"and under gather compute a routed token gets x + Inf·f (NaN where f = 0); softmax over +Inf weights is NaN too; " +
+	"the selection becomes a tie at +Inf won by the lowest positions, where ref routes the tokens of largest norm"
+
+// l2NormOverflowLimit is sqrt(float32 max): above it, sqrt(Σ x_j²) in
+// float32 overflows.
+var l2NormOverflowLimit = math.Sqrt(maxF32)
+
+// knownModL2NormOverflow reports whether a layer case meets the
+// precondition of modL2NormOverflowBug for a float32 implementation: the
+// l2norm router and a valid token whose input has ‖x‖₂ (in float64) above
+// sqrt(float32 max). The generators cannot produce it for mod
+// (scalePalette32 keeps ‖x‖₂ below 1.7e19); TestModL2NormOverflowBug
+// reproduces the bug.
+func knownModL2NormOverflow(impl Impl, cfg ref.Config, in ref.LayerInputs) bool {
+	if !impl.Float32 || cfg.Router != ref.RouterL2Norm {
+		return false
+	}
+	for b, x := range in.X {
+		s, _ := x.Dims()
+		for i := range validLen(in.Valid, b, s) {
+			ss := 0.0
+			for _, v := range x.RawRowView(i) {
+				ss += v * v
+			}
+			if math.Sqrt(ss) > l2NormOverflowLimit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestModL2NormOverflowBug reproduces modL2NormOverflowBug: one row of four
+// tokens, x_j = ±1.5e19·(1 + i/4) (‖x‖₂ from 3e19 to 5.3e19, float32
+// values; x_j² ≥ 2.25e38 and the sums overflow), l2norm router, raw
+// weighting, dense compute: every r is +Inf, two tokens are routed (a tie
+// at +Inf, won by the lower positions) and the two skipped ones come out
+// NaN. It
+// is skipped, naming the bug, while mod's r is +Inf there and a skipped
+// token comes out NaN; it fails if the precondition does not recognise the
+// case, and passes once the bug is fixed.
+func TestModL2NormOverflowBug(t *testing.T) {
+	cfg := ref.Config{Block: ref.DefaultBlockConfig(4, 1, 4), Router: ref.RouterL2Norm, Weighting: ref.WeightRaw,
+		Capacity: ref.Capacity{Kind: ref.CapacityRatio, Ratio: 0.5}, Compute: ref.ComputeDense, Aux: ref.AuxNone, Causal: ref.CausalOff}
+	p := ref.NewLayerParams(cfg, ref.NewRand(3))
+	roundParams(p.Tensors(""))
+	x := mat.NewDense(4, 4, nil)
+	for i := range 4 {
+		for j := range 4 {
+			x.Set(i, j, float64(float32(1.5e19*(1+0.25*float64(i))*float64(1-2*((i+j)%2)))))
+		}
+	}
+	in := ref.LayerInputs{X: []*mat.Dense{x}}
+	if !knownModL2NormOverflow(Mod, cfg, in) {
+		t.Fatal("knownModL2NormOverflow does not recognise the reproduction")
+	}
+	want, err := Ref.Layer(cfg, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Mod.Layer(cfg, p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := false
+	for i := range 4 {
+		sel := isSelected(got.Selection, 0, i)
+		r, rRef := got.RouterWeights[0][i], want.RouterWeights[0][i]
+		j := rowDiff(got.Out[0], x, i)
+		t.Logf("token %d: ref r = %.4g, mod r = %v (float32 of ref's: %v); selected %v; output column 0 %v, input %v",
+			i, rRef, r, float32(rRef), sel, got.Out[0].At(i, 0), x.At(i, 0))
+		if math.IsInf(r, 1) && !math.IsInf(float64(float32(rRef)), 0) {
+			broken = true
+		}
+		if !sel && j >= 0 {
+			broken = true
+		}
+	}
+	if broken {
+		t.Skip(modL2NormOverflowBug)
+	}
+	t.Log("mod's l2norm router no longer overflows here: the bug is fixed; remove knownModL2NormOverflow from the properties")
+}
