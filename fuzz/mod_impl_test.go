@@ -396,10 +396,9 @@ func knownModL2NormOverflow(impl Impl, cfg ref.Config, in ref.LayerInputs) bool 
 // values; x_j² ≥ 2.25e38 and the sums overflow), l2norm router, raw
 // weighting, dense compute: every r is +Inf, two tokens are routed (a tie
 // at +Inf, won by the lower positions) and the two skipped ones come out
-// NaN. It
-// is skipped, naming the bug, while mod's r is +Inf there and a skipped
-// token comes out NaN; it fails if the precondition does not recognise the
-// case, and passes once the bug is fixed.
+// NaN. mod now scales each row by its largest magnitude before squaring;
+// this is the regression test of that fix: it fails, naming the bug, if
+// mod's r overflows or a skipped token changes.
 func TestModL2NormOverflowBug(t *testing.T) {
 	cfg := ref.Config{Block: ref.DefaultBlockConfig(4, 1, 4), Router: ref.RouterL2Norm, Weighting: ref.WeightRaw,
 		Capacity: ref.Capacity{Kind: ref.CapacityRatio, Ratio: 0.5}, Compute: ref.ComputeDense, Aux: ref.AuxNone, Causal: ref.CausalOff}
@@ -438,7 +437,6 @@ func TestModL2NormOverflowBug(t *testing.T) {
 		}
 	}
 	if broken {
-		t.Skip(modL2NormOverflowBug)
+		t.Fatal(modL2NormOverflowBug)
 	}
-	t.Log("mod's l2norm router no longer overflows here: the bug is fixed; remove knownModL2NormOverflow from the properties")
 }

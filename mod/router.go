@@ -2,6 +2,7 @@ package mod
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
@@ -19,7 +20,7 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 	case ref.RouterLinearBias:
 		r = tp.Add(tp.MatMul(xv, l.Router), l.RouterBias)
 	case ref.RouterL2Norm:
-		r = tp.Sqrt(tp.Sum(tp.Mul(xv, xv), 1))
+		r = l2Norm(tp, xv)
 	case ref.RouterRandom:
 		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
 	}
@@ -27,6 +28,28 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 		r = tp.Add(r, autograd.New(len(vidx), 1, pick(in.Jitter, vidx, float32(s))))
 	}
 	return r
+}
+
+// l2Norm returns ‖x_i‖₂ of every row, computed as m·‖x_i/m‖₂ with m the
+// row's largest magnitude, so that Σx² cannot overflow float32 while ‖x‖
+// itself is representable. m is a constant of the computation: the gradient
+// m·(x/m²)/‖x/m‖ = x/‖x‖ is the norm's, exactly as without the scaling.
+func l2Norm(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
+	scale := make([]float32, x.Rows)
+	inv := make([]float32, x.Rows)
+	for i := range x.Rows {
+		var m float32
+		for _, v := range x.Row(i) {
+			m = max(m, float32(math.Abs(float64(v))))
+		}
+		r := 1 / m
+		if m == 0 || math.IsInf(float64(m), 0) || math.IsNaN(float64(m)) || math.IsInf(float64(r), 0) {
+			m, r = 1, 1
+		}
+		scale[i], inv[i] = m, r
+	}
+	u := tp.Mul(x, autograd.New(x.Rows, 1, inv))
+	return tp.Mul(tp.Sqrt(tp.Sum(tp.Mul(u, u), 1)), autograd.New(x.Rows, 1, scale))
 }
 
 // pick returns scale·v[k] for every k in idx.
