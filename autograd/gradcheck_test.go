@@ -711,7 +711,7 @@ func TestGradients(t *testing.T) {
 // measurement behind forwardTol and gradTol. It runs with -v -run Measure.
 func TestMeasureOpErrors(t *testing.T) {
 	if !testing.Verbose() {
-		t.Skip("a measurement, not a check: run with -v -run TestMeasureOpErrors to see it")
+		t.Skip("a measurement, not a check: requires -v (go test ./autograd -run TestMeasureOpErrors -v)")
 	}
 	for name, gen := range opCases {
 		var worstF, worstG float64

@@ -84,7 +84,7 @@ func decoderSM(impl Impl) func(*rapid.T) {
 					tokens, steps = nil, nil
 					return
 				}
-				t.Skip("sequence at maxDecodeLen")
+				t.Skip("skipped because the sequence is at maxDecodeLen")
 			}
 			st, err := dec.Step(tok)
 			if err != nil {

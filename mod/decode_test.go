@@ -30,7 +30,7 @@ func checkDecode(t *rapid.T, c modelCase) {
 	}
 	for l, lr := range want.Layers {
 		if lr != nil && !decisive(c.cfg.Layers[l].Config, lr, c.in.Valid) {
-			t.Skip("a routing decision is within the near-tie margin")
+			t.Skip("skipped because a routing decision is within the near-tie margin, where float32 may flip it")
 		}
 	}
 	m := modelFromRef(t, c.cfg, c.p)

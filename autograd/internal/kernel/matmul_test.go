@@ -196,7 +196,7 @@ func TestAgainstFloat64(t *testing.T) {
 // 2·tol·Σ|ab|, which follows from both being within tol of the exact product.
 func TestPathsAgree(t *testing.T) {
 	if !vekAvailable {
-		t.Skip("no AVX2+FMA: only the Go path runs here")
+		t.Skip("requires AVX2+FMA: only the Go path runs on this CPU")
 	}
 	for _, kn := range kernels {
 		t.Run(kn.name, func(t *testing.T) {

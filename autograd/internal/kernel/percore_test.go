@@ -23,7 +23,7 @@ func TestPerCore(t *testing.T) {
 		t.Skip("needs -percore")
 	}
 	if cpuTime() == 0 {
-		t.Skip("process CPU time cannot be read here")
+		t.Skip("requires process CPU time, which cannot be read on this OS")
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	t.Log("| m×k×n | vek32.MatMul_Into | NN | NT | TN |")
