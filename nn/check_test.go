@@ -207,7 +207,7 @@ func TestGradients(t *testing.T) {
 // measurement behind fwdTol and gradTol. Run it with -v -run TestMeasureErrors.
 func TestMeasureErrors(t *testing.T) {
 	if !testing.Verbose() {
-		t.Skip("a measurement, not a check: run with -v -run TestMeasureErrors to see it")
+		t.Skip("a measurement, not a check: requires -v (go test ./nn -run TestMeasureErrors -v)")
 	}
 	for name, c := range cases() {
 		var worst errs

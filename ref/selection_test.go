@@ -143,7 +143,7 @@ func TestSelectionIsPercentileRuleProperty(t *testing.T) {
 		k := rapid.IntRange(1, s-1).Draw(t, "k")
 		gap := BoundaryGaps([][]float64{r}, []int{k}, nil)[0]
 		if gap == 0 {
-			t.Skip("tie at the boundary: the percentile rule is ambiguous there")
+			t.Skip("skipped because a tie at the boundary makes the percentile rule ambiguous")
 		}
 		sel, err := SelectTopK([][]float64{r}, []int{k}, nil)
 		if err != nil {
