@@ -43,10 +43,11 @@ flags:
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
 	allowMissing := fs.Bool("allow-missing", false, "report arrays missing from a candidate instead of failing with exit 2")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	named, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
-	names := fs.Args()
+	names := named
 	if len(names) == 0 {
 		all, err := golden.List(*dir)
 		if err != nil {
@@ -61,7 +62,7 @@ flags:
 			return fmt.Errorf("candidate %s: %w", *candidate, errors.Unwrap(err))
 		}
 		single = !fi.IsDir()
-		if single && len(fs.Args()) != 1 {
+		if single && len(named) != 1 {
 			return fmt.Errorf("--candidate %s is one file: name exactly one case to judge it against", *candidate)
 		}
 	}

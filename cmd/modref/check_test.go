@@ -186,3 +186,11 @@ func TestCheckSelf(t *testing.T) {
 		t.Errorf("exit %d, want 0 and %q\n%s%s", code, want, out, errOut)
 	}
 }
+
+// TestCheckFlagsAfterCase accepts the order, CASE then flags.
+func TestCheckFlagsAfterCase(t *testing.T) {
+	good := writeCandidate(t, "layer-paper", nil)
+	if code, out, errOut := runCmd("check", "layer-paper", "-dir", corpus, "--candidate", good); code != 0 || !strings.Contains(out, "1 passed, 0 failed") {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
+	}
+}

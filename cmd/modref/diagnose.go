@@ -38,18 +38,9 @@ flags:
 	}
 	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
-	// Flags may come before or after the case name.
-	var names []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names = append(names, fs.Arg(0))
-		rest = fs.Args()[1:]
+	names, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(names) != 1 || *candidate == "" {
 		fmt.Fprintln(stderr, "usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE")

@@ -96,3 +96,20 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// parseInterleaved parses a command's flags wherever they stand among its
+// arguments (modref check CASE --candidate FILE as well as the other order)
+// and returns the arguments that are not flags, in order.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			return names, nil
+		}
+		names = append(names, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
