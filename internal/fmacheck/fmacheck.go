@@ -35,6 +35,7 @@ type Finding struct {
 	Expr string
 }
 
+// String returns the position and the expression, as in "file.go:3:9: x*y + z".
 func (f Finding) String() string { return fmt.Sprintf("%s: %s", f.Pos, f.Expr) }
 
 // Check type-checks the non-test Go files of the package in dir and returns
