@@ -117,15 +117,7 @@ func TestCheckCandidateDirectory(t *testing.T) {
 }
 
 func TestCheckBadInput(t *testing.T) {
-	dir := t.TempDir()
-	corrupt := filepath.Join(dir, "corrupt.npz")
-	good := writeCandidate(t, "layer-paper", nil)
-	raw, _ := os.ReadFile(good)
-	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nan := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
-	missing := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	dir, good, corrupt, nan, missing := badCandidates(t)
 	for _, c := range []struct {
 		args []string
 		want []string
@@ -193,4 +185,24 @@ func TestCheckFlagsAfterCase(t *testing.T) {
 	if code, out, errOut := runCmd("check", "layer-paper", "-dir", corpus, "--candidate", good); code != 0 || !strings.Contains(out, "1 passed, 0 failed") {
 		t.Errorf("exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// badCandidates writes, for layer-paper, an exact candidate and three bad
+// ones: a truncated file, one holding a NaN in out[0 0 3], and one missing
+// router_logits. dir is a directory where no other file exists.
+func badCandidates(t *testing.T) (dir, good, corrupt, nan, missing string) {
+	t.Helper()
+	dir = t.TempDir()
+	good = writeCandidate(t, "layer-paper", nil)
+	raw, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt = filepath.Join(dir, "corrupt.npz")
+	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nan = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
+	missing = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	return dir, good, corrupt, nan, missing
 }

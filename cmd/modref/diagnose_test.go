@@ -1,8 +1,6 @@
 package main
 
 import (
-	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,18 +80,7 @@ func TestDiagnoseNoMatch(t *testing.T) {
 }
 
 func TestDiagnoseBadInput(t *testing.T) {
-	dir := t.TempDir()
-	good := writeCandidate(t, "layer-paper", nil)
-	raw, err := os.ReadFile(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	corrupt := filepath.Join(dir, "corrupt.npz")
-	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nan := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
-	missing := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	dir, good, corrupt, nan, missing := badCandidates(t)
 	for _, c := range []struct {
 		args []string
 		want []string
