@@ -54,7 +54,7 @@ for nb in "$@"; do
   start=$SECONDS
   # The kernel starts in the notebook's directory, from which the notebook's
   # first cell finds the checkout (../..).
-  if ! jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 \
+  if ! jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=900 --ExecutePreprocessor.record_timing=False \
     --output-dir "$work" --output "$name" "$nb" >"$work/$name.log" 2>&1; then
     echo "$name: execution failed ($((SECONDS - start)) s):"
     if grep -q CellExecutionError "$work/$name.log"; then
