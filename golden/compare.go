@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/modref/modref/spec"
 )
 
 // Status of one array's comparison.
@@ -274,7 +276,7 @@ func flipGap(s []float64, onlyCand, onlyOracle []int, causal bool) float64 {
 
 // layerConfig returns the configuration of the routed layer an array name
 // prefix ("expected." or "expected.L<l>.") refers to.
-func (c *Case) layerConfig(prefix string) *LayerConfig {
+func (c *Case) layerConfig(prefix string) *spec.Config {
 	cfg := c.Manifest.Config
 	if cfg.Layer != nil {
 		return cfg.Layer
@@ -283,5 +285,5 @@ func (c *Case) layerConfig(prefix string) *LayerConfig {
 	if _, err := fmt.Sscanf(prefix, "expected.L%d.", &l); err != nil || l < 0 || l >= len(cfg.Layers) {
 		return nil
 	}
-	return &cfg.Layers[l].Layer
+	return &cfg.Layers[l].Config
 }

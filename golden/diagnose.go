@@ -262,7 +262,7 @@ func checkInputShapes(c *Case) error {
 		if cfg.Layer == nil {
 			return fmt.Errorf("a layer case needs config.layer")
 		}
-		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.DModel}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.Block.D}
 		want["input.x"], want["upstream.out"], want["input.noise"], want["input.jitter"] = bsd, bsd, bs, bs
 	} else {
 		want["input.tokens"], want["input.targets"] = bs, bs

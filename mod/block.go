@@ -7,7 +7,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // block is the pre-norm transformer block f of SPEC.md section 5, an
@@ -25,7 +25,7 @@ type block struct {
 
 // newBlock returns the block described by c, its weights drawn from rng in
 // the order of ref.BlockParams.Tensors. c must be valid.
-func newBlock(c ref.BlockConfig, rng *rand.Rand) (*block, error) {
+func newBlock(c spec.BlockConfig, rng *rand.Rand) (*block, error) {
 	nb, err := nn.NewBlock(nn.BlockConfig{
 		D: c.D, Heads: c.Heads, DFF: c.DFF,
 		Norm: nn.NormKind(c.Norm), Act: nn.Activation(c.MLP), RoPEBase: c.RoPEBase,
@@ -35,7 +35,7 @@ func newBlock(c ref.BlockConfig, rng *rand.Rand) (*block, error) {
 	}
 	setEps(nb.N1, c.NormEps)
 	setEps(nb.N2, c.NormEps)
-	return &block{Block: nb, rope: c.Positions != ref.PositionLearned}, nil
+	return &block{Block: nb, rope: c.Positions != spec.PositionLearned}, nil
 }
 
 // setEps sets the ε of an nn norm to the configuration's.

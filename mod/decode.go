@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Decoder generates one sequence token by token in causal routing mode
@@ -54,9 +54,9 @@ func NewDecoder(m *Model) (*Decoder, error) {
 		}
 		c := rl.cfg
 		switch {
-		case c.Causal == ref.CausalOff:
+		case c.Causal == spec.CausalOff:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
-		case c.Router == ref.RouterRandom:
+		case c.Router == spec.RouterRandom:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case c.Jitter != 0:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Jitter = %v; jitter is training-only, set it to 0 for decoding", l, c.Jitter)
@@ -100,7 +100,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		score := r.Data[0]
 		if rl.Predictor != nil {
 			res.PredictorLogits[l] = rl.Predictor.Logits(tp, tp.StopGradient(x)).Data[0]
-			if rl.cfg.Causal == ref.CausalPredictor {
+			if rl.cfg.Causal == spec.CausalPredictor {
 				score = res.PredictorLogits[l]
 			}
 		}

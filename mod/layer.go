@@ -6,7 +6,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Layer is one routed Mixture-of-Depths layer (SPEC.md sections 2 to 9): a
@@ -23,7 +23,7 @@ type Layer struct {
 	// the configuration uses one (Aux = predictor or Causal = predictor).
 	Predictor *Predictor
 
-	cfg   ref.Config // every routing choice, checked by NewLayer
+	cfg   spec.Config // every routing choice, checked by NewLayer
 	blk   *block
 	order []int // selection work buffer
 }
@@ -45,7 +45,7 @@ func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tens
 // from rng: the block as nn.NewBlock draws it, then the router weight from
 // N(0, nn.InitStd²) with a zero bias, then the predictor's Linear maps as
 // nn.NewLinear draws them. An invalid cfg is an error naming the field.
-func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func NewLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	l, err := newLayer(cfg, rng)
 	if err != nil {
 		return nil, fmt.Errorf("mod: %w", err)
@@ -54,7 +54,7 @@ func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // newLayer is NewLayer with errors not prefixed by the package name.
-func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func newLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,14 +64,14 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 	}
 	l := &Layer{cfg: cfg, blk: blk}
 	d := cfg.Block.D
-	if cfg.Router == ref.RouterLinear || cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinear || cfg.Router == spec.RouterLinearBias {
 		w := make([]float32, d)
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() * nn.InitStd)
 		}
 		l.Router = autograd.NewParam(d, 1, w)
 	}
-	if cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinearBias {
 		l.RouterBias = autograd.NewParam(1, 1, nil)
 	}
 	if cfg.HasPredictor() {
@@ -82,12 +82,12 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // Config returns the layer's configuration.
-func (l *Layer) Config() ref.Config { return l.cfg }
+func (l *Layer) Config() spec.Config { return l.cfg }
 
 // SetCapacity changes the capacity rule, for instance each training step of
 // a capacity annealing schedule (see AnnealedRatio), or returns an error
 // naming the field that cannot work; the layer is then unchanged.
-func (l *Layer) SetCapacity(c ref.Capacity) error {
+func (l *Layer) SetCapacity(c spec.Capacity) error {
 	cfg := l.cfg
 	cfg.Capacity = c
 	if err := cfg.Validate(); err != nil {
@@ -183,7 +183,7 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 		}
 		return bt, fmt.Errorf("X is %s, want (B·S)×d = %dx%d", shape, n, d)
 	}
-	if err := checkField("Noise", in.Noise, l.cfg.Router == ref.RouterRandom, "Router = random", n); err != nil {
+	if err := checkField("Noise", in.Noise, l.cfg.Router == spec.RouterRandom, "Router = random", n); err != nil {
 		return bt, err
 	}
 	return bt, checkField("Jitter", in.Jitter, l.cfg.Jitter > 0, "Jitter > 0", n)
@@ -243,10 +243,10 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	g := l.weights(tp, r, sel, selIdx)
 	cidx, cpos := selIdx, sel
 	var mult *autograd.Tensor
-	if cfg.Compute == ref.ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		cidx, cpos = vidx, vpos
 		gv := g
-		if cfg.Weighting == ref.WeightSoftmax {
+		if cfg.Weighting == spec.WeightSoftmax {
 			gv = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), g, selIdx)
 		}
 		if padded {
@@ -261,7 +261,7 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		mult = straightThrough(tp, gv, autograd.New(len(vidx), 1, m))
 	} else {
 		mult = g
-		if cfg.Weighting != ref.WeightSoftmax {
+		if cfg.Weighting != spec.WeightSoftmax {
 			mult = tp.GatherRows(g, selIdx)
 		}
 	}
@@ -301,9 +301,9 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
 		switch l.cfg.Causal {
-		case ref.CausalRouter:
+		case spec.CausalRouter:
 			res.Selected[b], err = selectCausal([]int{}, row)
-		case ref.CausalPredictor:
+		case spec.CausalPredictor:
 			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
 		default:
 			res.Selected[b] = res.TopK[b]
@@ -362,7 +362,7 @@ func (l *Layer) report(res *LayerResult, bt batch, r, g, q *autograd.Tensor, cid
 	n := bt.rows * bt.s
 	res.RouterLogits = append([]float32(nil), r.Data...)
 	res.Weights = make([]float32, n)
-	if l.cfg.Weighting == ref.WeightSoftmax {
+	if l.cfg.Weighting == spec.WeightSoftmax {
 		for j, k := range selIdx {
 			res.Weights[k] = g.Data[j]
 		}

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // routerLogits returns r (SPEC.md section 2) for the rows xv of the valid
@@ -15,13 +15,13 @@ import (
 func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInputs, vidx []int) *autograd.Tensor {
 	var r *autograd.Tensor
 	switch l.cfg.Router {
-	case ref.RouterLinear:
+	case spec.RouterLinear:
 		r = tp.MatMul(xv, l.Router)
-	case ref.RouterLinearBias:
+	case spec.RouterLinearBias:
 		r = tp.Add(tp.MatMul(xv, l.Router), l.RouterBias)
-	case ref.RouterL2Norm:
+	case spec.RouterL2Norm:
 		r = l2Norm(tp, xv)
-	case ref.RouterRandom:
+	case spec.RouterRandom:
 		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
 	}
 	if s := l.cfg.Jitter; s > 0 {
@@ -82,15 +82,15 @@ func checkField(name string, v []float32, used bool, why string, n int) error {
 // positions).
 func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selIdx []int) *autograd.Tensor {
 	switch l.cfg.Weighting {
-	case ref.WeightSigmoid:
+	case spec.WeightSigmoid:
 		return tp.Sigmoid(r)
-	case ref.WeightNone:
+	case spec.WeightNone:
 		ones := make([]float32, r.Rows)
 		for i := range ones {
 			ones[i] = 1
 		}
 		return autograd.New(r.Rows, 1, ones)
-	case ref.WeightSoftmax:
+	case spec.WeightSoftmax:
 		if len(selIdx) == 0 {
 			return autograd.New(0, 1, nil)
 		}
@@ -108,5 +108,5 @@ func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selI
 		}
 		return tp.ConcatRows(parts...)
 	}
-	return r // ref.WeightRaw
+	return r // spec.WeightRaw
 }
