@@ -3,6 +3,7 @@ package golden
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -90,7 +91,7 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			res.Arrays = append(res.Arrays, r)
 			continue
 		}
-		if !sameShape(got.Shape, want.Shape) {
+		if !slices.Equal(got.Shape, want.Shape) {
 			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
 		}
 		if want.IsInt() != got.IsInt() {
