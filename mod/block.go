@@ -50,6 +50,8 @@ func setEps(n nn.Norm, eps float64) {
 
 // update returns f(X) = Attn(N1(X)) + MLP(N2(X + Attn(N1(X)))) for the
 // stacked sequences x at positions pos (see package nn).
+//
+//	x: [N, d] → [N, d]
 func (b *block) update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	if b.rope {
 		return b.Update(tp, x, pos)
@@ -59,6 +61,8 @@ func (b *block) update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *auto
 }
 
 // attnUpdate returns Attn(N1(X)) without the residual.
+//
+//	x: [N, d] → [N, d]
 func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	if b.rope {
 		return b.AttnUpdate(tp, x, pos)
@@ -70,6 +74,8 @@ func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *
 // attention of each sequence's rows over its own rows at positions <= their
 // own, scale 1/sqrt(d_h), for models with learned absolute positions.
 // (nn.Attention always rotates; see the design notes.)
+//
+//	x: [N, d] → [N, d]
 func (b *block) attendNoRoPE(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	at := b.Attn
 	h := at.Heads

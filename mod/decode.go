@@ -70,6 +70,8 @@ func NewDecoder(m *Model) (*Decoder, error) {
 // computed from the token's own residual stream; a routed token joins that
 // layer's cache and becomes x + g·f, a skipped one keeps x and is never
 // cached there.
+//
+//	token → Logits: [vocab]
 func (dec *Decoder) Step(token int) (*StepResult, error) {
 	m, pos := dec.m, dec.pos
 	if token < 0 || token >= m.cfg.Vocab {
@@ -127,6 +129,8 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 
 // step is the block's update f for one token x (1×d) at position pos, given
 // the cache of the tokens before it, which it joins.
+//
+//	x: [1, d] → [1, d]
 func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	a := b.attnStep(tp, c, x, pos)
 	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
@@ -135,6 +139,8 @@ func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int)
 // attnStep is Attn(N1(x)) for one token x (1×d) at position pos: its query
 // attends to the cached keys and to its own, which it appends to the cache
 // with its value, in the order of operations of the full forward.
+//
+//	x: [1, d] → [1, d]
 func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	at := b.Attn
 	h, d := at.Heads, x.Cols

@@ -37,6 +37,8 @@ type Predictor struct {
 
 // Logits returns q for every row of x; x should be a stop-gradient copy of
 // the layer input, so that the predictor's loss trains only the predictor.
+//
+//	x: [N, d] → [N, h] → [N, 1]
 func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	return p.Out.Forward(tp, tp.SiLU(p.In.Forward(tp, x)))
 }
@@ -192,6 +194,8 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 // Forward runs the layer on a batch (SPEC.md sections 2 to 9). An input
 // that does not fit, a capacity rule that cannot hold for these lengths, or
 // a NaN router weight (naming its row and position) is an error.
+//
+//	in.X: [B·S, d] → Out: [B·S, d]
 func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
 	res, err := l.forward(tp, in)
 	if err != nil {
@@ -265,7 +269,7 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 			mult = tp.GatherRows(g, selIdx)
 		}
 	}
-	res.Out = l.apply(tp, x, padded, vidx, vpos, cidx, cpos, mult)
+	res.Out = l.addUpdate(tp, x, l.residualBase(tp, x, tokens{vidx, vpos}), tokens{cidx, cpos}, mult)
 
 	l.report(res, bt, r, g, q, cidx, mult, selIdx)
 	l.losses(tp, res, bt, padded, r, q)
@@ -280,6 +284,8 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 // w = g + sg(m·g − g): its value is m·g exactly (g + (g − g) = g and
 // g + (0 − g) = 0 in floating point) and its derivative with respect to g
 // is 1 for every token, selected (m = 1) or not.
+//
+//	g, m: [n, 1] → [n, 1]
 func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
 }
@@ -318,43 +324,57 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 	return res, nil
 }
 
-// apply is Eq. 1: out = base + mult·f at the rows cidx (positions cpos),
-// base elsewhere, where base is x, or x + Attn(N1(x)) over the valid tokens
-// for MLP-only routing, and f is the block's update of the tokens cidx as
-// sequences (MLP-only: MLP(N2(base)) of each).
-func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int,
-	cidx []int, cpos [][]int, mult *autograd.Tensor) *autograd.Tensor {
-	base := x
-	if l.cfg.MLPOnly && len(vidx) > 0 {
-		if padded {
-			base = tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, vidx), vpos), vidx)
-		} else {
-			base = tp.Add(x, l.blk.attnUpdate(tp, x, vpos))
-		}
+// tokens is a set of tokens of a batch: their rows in the (B·S)×d matrix,
+// and their positions in each sequence.
+type tokens struct {
+	rows []int
+	pos  [][]int
+}
+
+// residualBase is the residual stream a routed token's update is added to:
+// x, or for MLP-only routing x + Attn(N1(x)) with attention over the valid
+// tokens.
+//
+//	x: [B·S, d] → [B·S, d]
+func (l *Layer) residualBase(tp *autograd.Tape, x *autograd.Tensor, valid tokens) *autograd.Tensor {
+	if !l.cfg.MLPOnly || len(valid.rows) == 0 {
+		return x
 	}
-	if len(cidx) == 0 {
+	if len(valid.rows) < x.Rows { // padded
+		return tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, valid.rows), valid.pos), valid.rows)
+	}
+	return tp.Add(x, l.blk.attnUpdate(tp, x, valid.pos))
+}
+
+// addUpdate is Eq. 1: out = base + mult·f at the computed tokens, base
+// elsewhere, where f is the block's update of the computed tokens as
+// sequences (MLP-only: MLP(N2(base)) of each).
+//
+//	x, base: [B·S, d], mult: [len(computed.rows), 1] → [B·S, d]
+func (l *Layer) addUpdate(tp *autograd.Tape, x, base *autograd.Tensor, computed tokens, mult *autograd.Tensor) *autograd.Tensor {
+	if len(computed.rows) == 0 {
 		return base
 	}
 	// Every row, in order: no gather or scatter needed.
-	all := len(cidx) == x.Rows
+	all := len(computed.rows) == x.Rows
 	xs := base
 	if !l.cfg.MLPOnly {
 		xs = x
 	}
 	if !all {
-		xs = tp.GatherRows(xs, cidx)
+		xs = tp.GatherRows(xs, computed.rows)
 	}
 	var f *autograd.Tensor
 	if l.cfg.MLPOnly {
 		f = l.blk.MLPUpdate(tp, xs)
 	} else {
-		f = l.blk.update(tp, xs, cpos)
+		f = l.blk.update(tp, xs, computed.pos)
 	}
 	upd := tp.Mul(f, mult)
 	if all {
 		return tp.Add(base, upd)
 	}
-	return tp.ScatterAddRows(base, upd, cidx)
+	return tp.ScatterAddRows(base, upd, computed.rows)
 }
 
 // report copies r, g, the multipliers and q into the result.

@@ -193,6 +193,8 @@ func layerField(v [][]float32, l int) []float32 {
 // with its own routing decision), final norm, head, cross-entropy, and the
 // routed layers' auxiliary losses. Inputs that do not fit and routing errors
 // (such as a NaN router weight) are errors naming the layer.
+//
+//	in.Tokens: [B, S] → Logits: [B·S, vocab]
 func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error) {
 	bt, err := m.check(in)
 	if err != nil {
@@ -245,6 +247,8 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 // embed returns the input residual stream, (B·S)×d: Embed[token] plus
 // PosEmbed[position] with learned positions at the valid positions, zero
 // rows at padded ones.
+//
+//	tokens: [B, S] → [B·S, d]
 func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, vpos [][]int, vidx []int) *autograd.Tensor {
 	ids := make([]int, 0, len(vidx))
 	for b, p := range vpos {
@@ -268,6 +272,8 @@ func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, 
 
 // denseForward is a dense layer: x + f(x) over the valid tokens, padded
 // rows unchanged.
+//
+//	x: [B·S, d] → [B·S, d]
 func denseForward(tp *autograd.Tape, blk *block, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int) *autograd.Tensor {
 	switch {
 	case len(vidx) == 0:

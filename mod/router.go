@@ -12,6 +12,8 @@ import (
 // tokens, whose flat rows are vidx: w·x (linear), w·x + b (linear_bias),
 // ‖x‖₂ (l2norm) or the noise input (random), plus s·eps with jitter. It is
 // len(vidx)×1.
+//
+//	xv: [len(vidx), d] → [len(vidx), 1]
 func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInputs, vidx []int) *autograd.Tensor {
 	var r *autograd.Tensor
 	switch l.cfg.Router {
@@ -34,6 +36,8 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 // row's largest magnitude, so that Σx² cannot overflow float32 while ‖x‖
 // itself is representable. m is a constant of the computation: the gradient
 // m·(x/m²)/‖x/m‖ = x/‖x‖ is the norm's, exactly as without the scaling.
+//
+//	x: [N, d] → [N, 1]
 func l2Norm(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	scale := make([]float32, x.Rows)
 	inv := make([]float32, x.Rows)
@@ -80,6 +84,8 @@ func checkField(name string, v []float32, used bool, why string, n int) error {
 // of each sequence's selected router weights, one row per selected token
 // (selIdx lists their flat rows, sequence after sequence; sel their
 // positions).
+//
+//	r: [B·S, 1] → [B·S, 1] (softmax: [len(selIdx), 1])
 func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selIdx []int) *autograd.Tensor {
 	switch l.cfg.Weighting {
 	case spec.WeightSigmoid:
