@@ -186,7 +186,7 @@ func TestShapePanics(t *testing.T) {
 
 // TestStopGradient checks that no gradient crosses StopGradient while the
 // value does, and that the straight-through weight w = g + sg(m·g − g) of
-// SPEC.md section 7 has derivative exactly 1 with respect to g.
+// docs/spec.md §7 has derivative exactly 1 with respect to g.
 func TestStopGradient(t *testing.T) {
 	var tp Tape
 	g := NewParam(4, 1, []float32{0.5, -1.25, 2, 3})

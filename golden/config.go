@@ -6,7 +6,7 @@ import (
 	"github.com/modref/modref/ref"
 )
 
-// CaseConfig is a case's configuration in SPEC.md's terms
+// CaseConfig is a case's configuration in docs/spec.md's terms
 // (docs/golden-format.md, "config").
 type CaseConfig struct {
 	Batch        int   `json:"batch"`
@@ -54,7 +54,7 @@ type ModelLayerConfig struct {
 	Layer  LayerConfig `json:"layer"`
 }
 
-// LayerConfig is ref.Config with SPEC.md's names as JSON keys.
+// LayerConfig is ref.Config with docs/spec.md's names as JSON keys.
 type LayerConfig struct {
 	DModel            int            `json:"d_model"`
 	Heads             int            `json:"heads"`
@@ -77,7 +77,7 @@ type LayerConfig struct {
 	Causal            string         `json:"causal"`
 }
 
-// CapacityConfig is ref.Capacity with SPEC.md's names as JSON keys.
+// CapacityConfig is ref.Capacity with docs/spec.md's names as JSON keys.
 type CapacityConfig struct {
 	Kind   string  `json:"kind"`
 	Ratio  float64 `json:"ratio,omitempty"`

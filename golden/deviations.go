@@ -1,13 +1,13 @@
 package golden
 
 // Deviation is one of the known departures from the paper's equations
-// (SPEC.md section 11) that the oracle tells apart.
+// (docs/spec.md §11) that the oracle tells apart.
 type Deviation struct {
 	Name        string
 	Description string
 }
 
-// Deviations lists SPEC.md section 11 in order, with the names manifests use
+// Deviations lists docs/spec.md §11 in order, with the names manifests use
 // in "catches".
 var Deviations = []Deviation{
 	{"residual_twice", "residual counted twice: out = x + g·(x + f), the block returned its own residual"},

@@ -12,7 +12,7 @@ import (
 const OracleName = "oracle"
 
 // DeviationResult is the verdict on a candidate under one deviation of
-// SPEC.md section 11: the case recomputed as an implementation with that
+// docs/spec.md §11: the case recomputed as an implementation with that
 // deviation would compute it, and the candidate judged against those values
 // with the case's tolerances.
 type DeviationResult struct {
@@ -40,7 +40,7 @@ type DeviationResult struct {
 }
 
 // Diagnose judges a candidate against a case and against the case
-// recomputed under every deviation of SPEC.md section 11 that can be
+// recomputed under every deviation of docs/spec.md §11 that can be
 // emulated for the case's kind (docs/golden-format.md, "Diagnosing a failing
 // candidate"). The first result is the oracle (Name OracleName); then one
 // result per deviation in the order of Deviations (decode_mismatch once per

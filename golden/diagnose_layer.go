@@ -13,7 +13,7 @@ import (
 type predictorFeed int
 
 const (
-	// feedFrozenInput is SPEC.md section 8: sg(x).
+	// feedFrozenInput is docs/spec.md §8: sg(x).
 	feedFrozenInput predictorFeed = iota
 	// feedLiveInput is x without stop-gradient: the predictor's loss reaches
 	// the trunk.
@@ -22,7 +22,7 @@ const (
 	feedOutput
 )
 
-// layerDeviation is a deviation of a routed layer (SPEC.md section 11),
+// layerDeviation is a deviation of a routed layer (docs/spec.md §11),
 // built from ref's pieces without changing ref: the layer is evaluated with
 // ref.LayerForwardFrozen and then corrected, so that its finite-difference
 // gradient with the routing frozen is the deviant implementation's gradient.
@@ -98,7 +98,7 @@ func skipUnsorted(cfg ref.Config) string {
 
 func skipUnlessDense(cfg ref.Config) string {
 	if cfg.Compute != ref.ComputeDense {
-		return "the straight-through weight exists only with dense compute (SPEC.md section 7)"
+		return "the straight-through weight exists only with dense compute (docs/spec.md §7)"
 	}
 	return ""
 }
@@ -122,7 +122,7 @@ func skipBlockOutput(cfg ref.Config) string {
 
 func skipUnlessTopK(cfg ref.Config) string {
 	if cfg.Causal != ref.CausalOff {
-		return "causal routing has no capacity k (SPEC.md section 9)"
+		return "causal routing has no capacity k (docs/spec.md §9)"
 	}
 	return ""
 }
@@ -275,7 +275,7 @@ func residualScaled(l *layerRun) {
 
 // noWeighting is out = x + f for the selected tokens (x + m·f in dense
 // compute); the reported multipliers are m, the factor applied, and the
-// reported weights g = 1, as SPEC.md section 6's "none" weighting has it.
+// reported weights g = 1, as docs/spec.md §6's "none" weighting has it.
 func noWeighting(l *layerRun) {
 	m := l.res.Frozen.Selection.Mask()
 	l.mult = m
@@ -297,7 +297,7 @@ func noWeighting(l *layerRun) {
 
 // steMPlusOne is dense compute with the weight found in the wild,
 // w = g·m + (g − sg(g)), with sg(g) the weight at the unperturbed point: its
-// value is m·g, as SPEC.md section 7's, but dw/dg = m + 1 instead of 1.
+// value is m·g, as docs/spec.md §7's, but dw/dg = m + 1 instead of 1.
 // (Equivalently the loss gains Σ_i m_i c_i g_i with c_i = Σ_j U_ij f_ij
 // held constant; the tests check that form.)
 func steMPlusOne(l *layerRun) {

@@ -176,7 +176,7 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 }
 
 // decodeVariant is a way incremental decoding can differ from the full
-// causal forward (SPEC.md section 11, decode_mismatch).
+// causal forward (docs/spec.md §11, decode_mismatch).
 type decodeVariant struct {
 	name string
 	// routeAll routes every token through every routed layer: routing off
@@ -336,7 +336,7 @@ func decodeRouterWeight(c ref.Config, p *ref.LayerParams, x []float64) (float64,
 	return 0, fmt.Errorf("router %q cannot decode", c.Router)
 }
 
-// decodeWeight is g of SPEC.md section 6 for the causal weightings.
+// decodeWeight is g of docs/spec.md §6 for the causal weightings.
 func decodeWeight(w ref.Weighting, r float64) (float64, error) {
 	switch w {
 	case ref.WeightRaw:

@@ -366,7 +366,7 @@ func TestScoreOrderRotation(t *testing.T) {
 
 // TestSTEMPlusOneGradient derives the straight-through deviation's gradient
 // independently. With w = g·m + (g − sg(g)), dw/dg = m + 1, one more than
-// SPEC.md section 7's 1 on the selected tokens, so the gradient gains
+// docs/spec.md §7's 1 on the selected tokens, so the gradient gains
 // Σ_i m_i c_i ∂g_i/∂θ with c_i = ∂loss/∂w_i = Σ_j U_ij f_ij. With raw
 // weights g_i = r_i = w_router·x_i, so ∂g_i/∂w_router = x_i and
 // ∂g_i/∂x_i = w_router; f_i = (out_i − x_i)/g_i at a selected token. All

@@ -14,7 +14,7 @@ const (
 	forwardScaleTol = 1e-5
 	gradRTol        = 1e-4
 	gradScaleTol    = 1e-5
-	// RoutingMargin is the near-tie margin of SPEC.md section 4: router
+	// RoutingMargin is the near-tie margin of docs/spec.md §4: router
 	// weights (or causal routing scores) closer than this to the decision
 	// boundary may flip between two correct float32 implementations.
 	RoutingMargin = 1e-3

@@ -10,7 +10,7 @@ import (
 	"github.com/modref/modref/ref"
 )
 
-// block is the pre-norm transformer block f of SPEC.md section 5, an
+// block is the pre-norm transformer block f of docs/spec.md §5, an
 // nn.Block, with the position encoding of its configuration: rotary
 // embeddings at the original positions, or none inside the block when the
 // model adds learned absolute position embeddings at its input.

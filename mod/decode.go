@@ -9,7 +9,7 @@ import (
 )
 
 // Decoder generates one sequence token by token in causal routing mode
-// (SPEC.md section 9). Each layer has its own key-value cache: a routed
+// (docs/spec.md §9). Each layer has its own key-value cache: a routed
 // layer's cache holds only the tokens routed through it, with their
 // original positions; a dense layer's, and the attention of an MLP-only
 // routed layer, every token. Its logits equal those of Model.Forward on the
@@ -55,7 +55,7 @@ func NewDecoder(m *Model) (*Decoder, error) {
 		c := rl.cfg
 		switch {
 		case c.Causal == ref.CausalOff:
-			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
+			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (docs/spec.md §9)", l)
 		case c.Router == ref.RouterRandom:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case c.Jitter != 0:

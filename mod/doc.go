@@ -1,7 +1,7 @@
 // Package mod is the fast float32 Mixture-of-Depths implementation of
 // modref (Raposo et al. 2024, arXiv 2404.02258): a routed layer and a small
 // language model on the autograd engine and the blocks of package nn, with
-// every choice of ../shared/SPEC.md named in the configuration.
+// every choice of docs/spec.md named in the configuration.
 //
 // # Configuration
 //
@@ -25,7 +25,7 @@
 // through unchanged. Per-token inputs and outputs (router noise and jitter
 // eps, router logits, weights, targets) are B·S values in the same order.
 //
-// # The routed layer (SPEC.md sections 2 to 9)
+// # The routed layer (docs/spec.md §2 to §9)
 //
 // A routed layer computes the router weight r of every valid token
 // (linear, linear_bias, l2norm or random, plus jitter), selects in each row
@@ -56,8 +56,8 @@
 //
 // # Decoding
 //
-// A Decoder generates token by token in causal routing mode (SPEC.md section
-// 9) with one key-value cache per layer that holds only the tokens routed
+// A Decoder generates token by token in causal routing mode (docs/spec.md
+// §9) with one key-value cache per layer that holds only the tokens routed
 // through that layer, at their original positions; its logits equal those
 // of the full-sequence causal forward.
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/modref/modref/ref"
 )
 
-// Layer is one routed Mixture-of-Depths layer (SPEC.md sections 2 to 9): a
+// Layer is one routed Mixture-of-Depths layer (docs/spec.md §2 to §9): a
 // router, a capacity rule, the pre-norm block f, the output weighting, and
 // optionally the auxiliary predictor.
 //
@@ -19,7 +19,7 @@ type Layer struct {
 	// Router is the d×1 router weight w (linear and linear_bias routers;
 	// nil otherwise) and RouterBias the 1×1 bias b (linear_bias only).
 	Router, RouterBias *autograd.Tensor
-	// Predictor is the auxiliary predictor of SPEC.md section 8, nil unless
+	// Predictor is the auxiliary predictor of docs/spec.md §8, nil unless
 	// the configuration uses one (Aux = predictor or Causal = predictor).
 	Predictor *Predictor
 
@@ -28,7 +28,7 @@ type Layer struct {
 	order []int // selection work buffer
 }
 
-// Predictor is the auxiliary MLP of SPEC.md section 8 that predicts from
+// Predictor is the auxiliary MLP of docs/spec.md §8 that predicts from
 // sg(x_i) whether token i is routed: q = SiLU(x·W1 + b1)·W2 + b2.
 type Predictor struct {
 	// In is Linear(d, h) with bias, Out is Linear(h, 1) with bias.
@@ -140,11 +140,11 @@ type LayerResult struct {
 	// TopK holds each row's top-k choice under the capacity, ascending. It
 	// equals Selected except under causal routing, where tokens are routed
 	// by r > 0 or q > 0 while the auxiliary objectives still learn to predict
-	// the top-k choice (SPEC.md sections 8 and 9).
+	// the top-k choice (docs/spec.md §8 and §9).
 	TopK [][]int
 	// Targets are t_i = 1 for the tokens of TopK, 0 otherwise (B·S).
 	Targets []float32
-	// Weights are g (SPEC.md section 6) at every valid position: r, σ(r) or
+	// Weights are g (docs/spec.md §6) at every valid position: r, σ(r) or
 	// 1, and for softmax weighting the softmax over the routed tokens (0 for
 	// the others). 0 at padded positions.
 	Weights []float32
@@ -158,7 +158,7 @@ type LayerResult struct {
 	PredictorLogits   []float32
 	PredictorAccuracy float64
 	// RouterBCE, PredictorBCE and LoadBalance are the auxiliary losses of
-	// SPEC.md section 8 (PredictorBCE is 0 without a predictor), and Aux the
+	// docs/spec.md §8 (PredictorBCE is 0 without a predictor), and Aux the
 	// value of AuxLoss (0 when it is nil).
 	RouterBCE, PredictorBCE, LoadBalance, Aux float64
 	// Routed and Skipped count the valid tokens that went through the block
@@ -189,7 +189,7 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 	return bt, checkField("Jitter", in.Jitter, l.cfg.Jitter > 0, "Jitter > 0", n)
 }
 
-// Forward runs the layer on a batch (SPEC.md sections 2 to 9). An input
+// Forward runs the layer on a batch (docs/spec.md §2 to §9). An input
 // that does not fit, a capacity rule that cannot hold for these lengths, or
 // a NaN router weight (naming its row and position) is an error.
 func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
@@ -276,7 +276,7 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	return res, nil
 }
 
-// straightThrough is the weight of SPEC.md section 7,
+// straightThrough is the weight of docs/spec.md §7,
 // w = g + sg(m·g − g): its value is m·g exactly (g + (g − g) = g and
 // g + (0 − g) = 0 in floating point) and its derivative with respect to g
 // is 1 for every token, selected (m = 1) or not.
@@ -284,7 +284,7 @@ func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor 
 	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
 }
 
-// decide makes the routing decision of SPEC.md sections 4 and 9 from the
+// decide makes the routing decision of docs/spec.md §4 and §9 from the
 // router weights r (or the predictor logits q, for Causal = predictor): the
 // selected positions of every sequence, its capacity and the counts of
 // routed and skipped tokens.

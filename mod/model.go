@@ -9,7 +9,7 @@ import (
 	"github.com/modref/modref/ref"
 )
 
-// Model is a small Mixture-of-Depths language model (SPEC.md section 10):
+// Model is a small Mixture-of-Depths language model (docs/spec.md §10):
 // token embedding (plus learned absolute position embeddings when the block
 // configuration asks for them), a stack of dense and routed layers, a final
 // norm and a linear head, trained with next-token cross-entropy plus the

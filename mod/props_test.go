@@ -10,7 +10,7 @@ import (
 	"github.com/modref/modref/ref"
 )
 
-// TestStraightThroughDerivative checks SPEC.md section 7 exactly: the
+// TestStraightThroughDerivative checks docs/spec.md §7 exactly: the
 // straight-through weight equals m·g, and ∂(Σ c_i w_i)/∂g_i = c_i for
 // selected and unselected tokens alike. The formula found in the wild,
 // w = g·m + (g − sg(g)), has derivative m + 1 and fails here on every
@@ -85,7 +85,7 @@ func iota(n int) []int {
 	return p
 }
 
-// TestPredictorSendsNoGradientToTrunk checks SPEC.md section 8: the
+// TestPredictorSendsNoGradientToTrunk checks docs/spec.md §8: the
 // predictor's loss reaches the predictor's parameters and nothing else —
 // not the layer input, the router or the block — in a layer and in a model.
 func TestPredictorSendsNoGradientToTrunk(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// selectTopK is SPEC.md section 4 (paper Eq. 1) for one sequence: the k
+// selectTopK is docs/spec.md §4 (paper Eq. 1) for one sequence: the k
 // positions among r[0:n] with the largest router weight, equal weights
 // ranking the lower position first, appended to dst in ascending order.
 // order is a work buffer. A NaN weight is an error naming its position.
@@ -35,7 +35,7 @@ func selectTopK(dst, order []int, r []float32, k int) ([]int, []int, error) {
 	return dst, order, nil
 }
 
-// selectCausal is SPEC.md section 9 for one sequence: the positions i < n
+// selectCausal is docs/spec.md §9 for one sequence: the positions i < n
 // with score[i] > 0, in ascending order, appended to dst. A NaN score is an
 // error naming its position.
 func selectCausal(dst []int, score []float32) ([]int, error) {

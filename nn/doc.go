@@ -2,7 +2,7 @@
 // autograd engine: Linear, Embedding, RMSNorm and LayerNorm, rotary position
 // embeddings, causal multi-head attention over any ascending subset of a
 // sequence, the GELU and SwiGLU MLPs, the pre-norm Block, a small language
-// model, and AdamW. The equations are those of SPEC.md section 5.
+// model, and AdamW. The equations are those of docs/spec.md §5.
 //
 // # Conventions
 //

@@ -1,4 +1,4 @@
-// Package ref is the float64 reference of every equation in ../shared/SPEC.md
+// Package ref is the float64 reference of every equation in docs/spec.md
 // (Mixture-of-Depths, Raposo et al. 2024, arXiv 2404.02258): the ground truth
 // that the float32 autograd implementation, the golden corpus and the oracle
 // are checked against.
@@ -28,7 +28,7 @@
 // differences with the routing decision held fixed. Every forward that
 // computes a selection has a twin that takes a frozen one (LayerForwardFrozen,
 // ModelForwardFrozen); the Frozen values also carry the stop-gradient
-// constants sg(.) of SPEC.md sections 7 and 8, so that the finite-difference
+// constants sg(.) of docs/spec.md §7 and §8, so that the finite-difference
 // derivative of a frozen forward equals what an autograd implementation must
 // return.
 //

@@ -8,10 +8,10 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// PatternKind names a layer pattern of SPEC.md section 10.
+// PatternKind names a layer pattern of docs/spec.md §10.
 type PatternKind string
 
-// Layer patterns (SPEC.md section 10).
+// Layer patterns (docs/spec.md §10).
 const (
 	// PatternAll routes every layer.
 	PatternAll PatternKind = "all"
@@ -26,7 +26,7 @@ const (
 	PatternList PatternKind = "list"
 )
 
-// Pattern says which layers of a model are routed (SPEC.md section 10).
+// Pattern says which layers of a model are routed (docs/spec.md §10).
 type Pattern struct {
 	Kind       PatternKind
 	Every      int   // every_nth: n >= 1
@@ -36,7 +36,7 @@ type Pattern struct {
 	Layers     []int // list: routed layer indices, each in [0, L), no repeats
 }
 
-// Routed is SPEC.md section 10: for each of the nLayers layers, whether it is
+// Routed is docs/spec.md §10: for each of the nLayers layers, whether it is
 // routed.
 func (p Pattern) Routed(nLayers int) ([]bool, error) {
 	if nLayers < 1 {
@@ -90,7 +90,7 @@ type ModelLayer struct {
 	Config Config
 }
 
-// ModelConfig is a small MoD language model (SPEC.md section 10):
+// ModelConfig is a small MoD language model (docs/spec.md §10):
 // embedding, the layers, a final norm and an LM head.
 type ModelConfig struct {
 	Vocab  int
@@ -103,7 +103,7 @@ type ModelConfig struct {
 // NewModelConfig builds nLayers layers that share routing's block shape and
 // routing choices, routed where pattern says. maxLen is the number of learned
 // position embeddings (0 with RoPE). capacities, when non-nil, is the
-// per-layer capacity list of SPEC.md section 3: one entry per routed layer,
+// per-layer capacity list of docs/spec.md §3: one entry per routed layer,
 // in layer order.
 func NewModelConfig(vocab, maxLen, nLayers int, routing Config, pattern Pattern, capacities []Capacity) (ModelConfig, error) {
 	routed, err := pattern.Routed(nLayers)
@@ -279,7 +279,7 @@ type ModelResult struct {
 }
 
 // DenseLayerForward is a dense (non-routed) layer: out_i = x_i + f_i(X) over
-// the V_b valid tokens of each row (SPEC.md section 5 with every token
+// the V_b valid tokens of each row (docs/spec.md §5 with every token
 // selected and weight 1); padded positions keep x.
 func DenseLayerForward(c BlockConfig, p *BlockParams, x []*mat.Dense, valid []int) ([]*mat.Dense, error) {
 	rows, s, err := batchShape("dense layer input", x, c.D)
@@ -341,7 +341,7 @@ func HeadLogits(c BlockConfig, p *ModelParams, x []float64) []float64 {
 	return vecMat(normalize(c, p.FinalNorm, p.FinalNormBias, x), p.Head)
 }
 
-// ModelForward is the whole language model (SPEC.md section 10): embedding,
+// ModelForward is the whole language model (docs/spec.md §10): embedding,
 // each layer (dense, or routed with its own decision), final norm, head,
 // cross-entropy, and the routed layers' auxiliary losses.
 func ModelForward(c ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, error) {

@@ -8,8 +8,8 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// BlockParams are the parameters of one pre-norm transformer block (SPEC.md
-// section 5). Weights are d_in×d_out (y = x·W).
+// BlockParams are the parameters of one pre-norm transformer block (docs/spec.md
+// §5). Weights are d_in×d_out (y = x·W).
 type BlockParams struct {
 	Norm1     []float64  // gamma of N1, length d
 	Norm1Bias []float64  // beta of N1 (LayerNorm only; nil for RMSNorm)
@@ -123,7 +123,7 @@ func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 }
 
 // RandomField returns a rows×cols per-token field of N(0,1) draws, the form
-// of the random router's noise and of the jitter eps (SPEC.md section 2).
+// of the random router's noise and of the jitter eps (docs/spec.md §2).
 func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 	f := make([][]float64, rows)
 	for b := range f {

@@ -155,7 +155,7 @@ func TestListAndExplain(t *testing.T) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCmd("explain", "-dir", corpus, "layer-dense-ste")
-	for _, w := range []string{"ste_m_plus_1", "SPEC.md 7", "rotate-half", "w = g + sg(m·g − g)"} {
+	for _, w := range []string{"ste_m_plus_1", "docs/spec.md §7", "rotate-half", "w = g + sg(m·g − g)"} {
 		if code != 0 || !strings.Contains(out, w) {
 			t.Errorf("explain: exit %d, output lacks %q", code, w)
 		}

@@ -69,14 +69,14 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		if ml.Routed {
 			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Layer)
 		} else {
-			fmt.Fprintf(stdout, "Layer %d: dense pre-norm block (SPEC.md section 5 with every token)\n", l)
+			fmt.Fprintf(stdout, "Layer %d: dense pre-norm block (docs/spec.md §5 with every token)\n", l)
 		}
 	}
 	if cfg.Vocab > 0 {
-		fmt.Fprintf(stdout, "Model: vocabulary %d, embedding, the layers above, final norm, LM head, mean cross-entropy over valid targets (SPEC.md section 10)\n", cfg.Vocab)
+		fmt.Fprintf(stdout, "Model: vocabulary %d, embedding, the layers above, final norm, LM head, mean cross-entropy over valid targets (docs/spec.md §10)\n", cfg.Vocab)
 	}
 	fmt.Fprintf(stdout, "\nLoss whose gradients the grad.* arrays hold: %s\n", m.Loss)
-	fmt.Fprintf(stdout, "\nCatches (SPEC.md section 11):\n")
+	fmt.Fprintf(stdout, "\nCatches (docs/spec.md §11):\n")
 	for _, name := range m.Catches {
 		fmt.Fprintf(stdout, "  %-24s %s\n", name, golden.DeviationDescription(name))
 	}
@@ -103,17 +103,17 @@ func explainLayer(w io.Writer, title string, l golden.LayerConfig) {
 		capacity += fmt.Sprintf(" c = %g, S_max = %d", l.Capacity.Ratio, l.Capacity.MaxLen)
 	}
 	fmt.Fprintf(w, "%s:\n", title)
-	fmt.Fprintf(w, "  router      %s (SPEC.md 2)%s\n", l.Router, cond(l.Jitter > 0, fmt.Sprintf(", jitter s = %g", l.Jitter)))
+	fmt.Fprintf(w, "  router      %s (docs/spec.md §2)%s\n", l.Router, cond(l.Jitter > 0, fmt.Sprintf(", jitter s = %g", l.Jitter)))
 	if l.Causal == "off" {
-		fmt.Fprintf(w, "  capacity    %s (SPEC.md 3); top-k per row, ties to the lower position (SPEC.md 4, Eq. 1)\n", capacity)
+		fmt.Fprintf(w, "  capacity    %s (docs/spec.md §3); top-k per row, ties to the lower position (docs/spec.md §4, Eq. 1)\n", capacity)
 	} else {
-		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (SPEC.md 9)\n", map[string]string{"router": "r", "predictor": "q"}[l.Causal])
+		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (docs/spec.md §9)\n", map[string]string{"router": "r", "predictor": "q"}[l.Causal])
 	}
-	fmt.Fprintf(w, "  block f     d = %d, %d heads, d_ff = %d, %s, %s MLP, %s positions%s (SPEC.md 5)\n",
+	fmt.Fprintf(w, "  block f     d = %d, %d heads, d_ff = %d, %s, %s MLP, %s positions%s (docs/spec.md §5)\n",
 		l.DModel, l.Heads, l.DFF, l.Norm, l.MLP, l.Positions, cond(l.MLPOnly, ", MLP-only routing"))
-	fmt.Fprintf(w, "  weighting   %s (SPEC.md 6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == "dense", " with w = g + sg(m·g − g) (SPEC.md 7)"))
+	fmt.Fprintf(w, "  weighting   %s (docs/spec.md §6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == "dense", " with w = g + sg(m·g − g) (docs/spec.md §7)"))
 	if l.Aux != "none" || l.LoadBalanceWeight > 0 {
-		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (SPEC.md 8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
+		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (docs/spec.md §8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
 	}
 }
 

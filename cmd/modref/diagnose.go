@@ -15,8 +15,8 @@ import (
 )
 
 // runDiagnose implements `modref diagnose`: judge a candidate against a case
-// and against the case recomputed under each deviation of SPEC.md section
-// 11, and name the deviation it matches.
+// and against the case recomputed under each deviation of docs/spec.md
+// §11, and name the deviation it matches.
 func runDiagnose(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -24,7 +24,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, `usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE
 
 Judges a candidate against the case and against the case recomputed under
-each deviation of SPEC.md section 11 that can be emulated for it (the
+each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
 the routing frozen), and names the deviation the candidate matches.
 --candidate may also be a directory holding CASE.npz. Nothing is written.

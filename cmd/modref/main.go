@@ -35,7 +35,7 @@ const usage = `usage: modref <command> [flags]
 
 commands:
   check     compare a candidate (or modref itself) with the golden corpus
-  diagnose  name the deviation of SPEC.md section 11 a failing candidate matches
+  diagnose  name the deviation of docs/spec.md §11 a failing candidate matches
   list      list the corpus's cases
   explain   show a case's configuration, equations and what it catches
   gen       regenerate the corpus from ref

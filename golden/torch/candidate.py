@@ -10,7 +10,7 @@ of docs/golden-format.md (the expected.* names without the prefix, and the
 grad.* names) with golden/python/modref_golden.py. Here the "user's
 implementation" is mod_torch; --dtype float32 runs it in float32, as a
 production implementation would, and --deviate NAME plants one of the
-deviations of SPEC.md section 11, to see `modref diagnose` name it. Exit status: 0 on success, 2 on bad input or usage.
+deviations of docs/spec.md §11, to see `modref diagnose` name it. Exit status: 0 on success, 2 on bad input or usage.
 """
 
 import os

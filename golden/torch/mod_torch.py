@@ -1,8 +1,8 @@
-"""A float64 PyTorch implementation of Mixture-of-Depths, written from SPEC.md.
+"""A float64 PyTorch implementation of Mixture-of-Depths, written from docs/spec.md.
 
 This module is the independent cross-check of modref's golden corpus. It is
-written from /work/shared/SPEC.md (sections 2-10) and docs/golden-format.md
-only; it does not read or translate any Go code. Every choice that SPEC.md
+written from the contract of docs/spec.md (§2-§10) and docs/golden-format.md
+only; it does not read or translate any Go code. Every choice that docs/spec.md
 leaves open is listed in CHOICES below and in golden/torch/README.md.
 
 Conventions (docs/golden-format.md):
@@ -20,7 +20,7 @@ import torch
 
 DTYPE = torch.float64
 
-# Decisions SPEC.md leaves open, made here from SPEC.md / the paper.
+# Decisions docs/spec.md leaves open, made here from docs/spec.md / the paper.
 CHOICES = {
     "capacity_floor_eps": "k = largest integer <= c*n + 1e-9 (ratio and log rules), clamp to [1, n]",
     "capacity_padding": "each capacity rule is applied to the row's valid length V_b in place of S "
@@ -32,26 +32,26 @@ CHOICES = {
     "load_balance_padding": "m and p are 0 at padded positions; F_s and P_s are means over all B rows",
     "dense_padding": "dense (straight-through) compute attends over the valid tokens of the row only",
     "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
-    "padded_outputs": "a layer passes a padded token through unchanged (out = x, SPEC.md section 6); "
+    "padded_outputs": "a layer passes a padded token through unchanged (out = x, docs/spec.md §6); "
                       "router logits, weights, targets, predictor logits and model logits are 0 there; "
                       "padded tokens never enter attention, selection or any loss",
 }
 
 # Conventions of the golden format on which the committed corpus and
 # docs/golden-format.md have been seen to differ. The defaults follow the format
-# doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
+# doc (and docs/spec.md); check_corpus.py --convention KEY=VALUE selects the other
 # reading, to show that a disagreement is exactly that one point.
 CONVENTIONS = {
     # golden-format.md: expected.weights is g at every valid token (softmax: g is
     # defined on selected tokens only, 0 elsewhere). 'routed': g only where routed,
     # the format doc's first wording, kept to show the difference.
     "weights": "all",
-    # SPEC.md section 8: t_i = 1 if token i was selected; read here as the top-k selection
+    # docs/spec.md §8: t_i = 1 if token i was selected; read here as the top-k selection
     # under the capacity (the paper's Sec. 3.5 targets). 'routed': t = the causal decision.
     "causal_targets": "topk",
 }
 
-# A deliberate deviation of SPEC.md section 11, planted only by
+# A deliberate deviation of docs/spec.md §11, planted only by
 # check_corpus.py --deviate NAME to verify that the cases whose manifest lists NAME
 # in "catches" really fail under it. None in normal use.
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
@@ -61,7 +61,7 @@ DEVIATION = None
 
 
 # --------------------------------------------------------------------------
-# Capacity (SPEC.md section 3)
+# Capacity (docs/spec.md §3)
 
 def robust_floor(v):
     """The largest integer k with k <= v + 1e-9 (so 0.29*100 -> 29)."""
@@ -104,7 +104,7 @@ def annealed_ratio(c0, c1, step, warmup):
 
 
 # --------------------------------------------------------------------------
-# Selection (SPEC.md section 4)
+# Selection (docs/spec.md §4)
 
 def topk_select(r_row, k, row=None):
     """Positions of the k largest values of the 1-D tensor r_row, ties to the
@@ -226,7 +226,7 @@ def mlp_block(xs, P, cfg):
 
 
 def block_update(xs, pos, P, cfg, mask_pos=None):
-    """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (SPEC.md section 5)."""
+    """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (docs/spec.md §5)."""
     a = attn_block(xs, pos, P, cfg, mask_pos)
     hh = xs + a
     y = hh + mlp_block(hh, P, cfg)
@@ -293,7 +293,7 @@ def weights_of(r, m, valid_mask, kind):
 
 
 # --------------------------------------------------------------------------
-# One routed layer (SPEC.md sections 2-9)
+# One routed layer (docs/spec.md §2-§9)
 
 def valid_mask_of(valid, B, S):
     pos = torch.arange(S)[None, :]
@@ -488,7 +488,7 @@ def dense_layer(x, valid, P, cfg):
 
 
 # --------------------------------------------------------------------------
-# The small language model (SPEC.md section 10 patterns; embedding, head, CE)
+# The small language model (docs/spec.md §10 patterns; embedding, head, CE)
 
 def layer_params(P, l):
     pre = "L%d." % l
@@ -546,7 +546,7 @@ def cross_entropy(logits, targets):
 
 
 # --------------------------------------------------------------------------
-# Token-by-token decoding with per-layer caches (SPEC.md section 9)
+# Token-by-token decoding with per-layer caches (docs/spec.md §9)
 
 def decode(tokens, valid, P, cfg_model):
     """Decode each row token by token. A routed layer's cache holds only the tokens
