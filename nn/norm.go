@@ -52,6 +52,8 @@ func NewRMSNorm(d int) *RMSNorm {
 }
 
 // Forward returns the RMS-normalised rows of x.
+//
+//	x: [N, d] → [N, d]
 func (n *RMSNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	ms := tp.Mean(tp.Mul(x, x), 1)
 	r := tp.Rsqrt(tp.AddScalar(ms, float32(n.Eps)))
@@ -82,6 +84,8 @@ func NewLayerNorm(d int) *LayerNorm {
 }
 
 // Forward returns the layer-normalised rows of x.
+//
+//	x: [N, d] → [N, d]
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	xc := tp.Sub(x, tp.Mean(x, 1))
 	r := tp.Rsqrt(tp.AddScalar(tp.Mean(tp.Mul(xc, xc), 1), float32(n.Eps)))

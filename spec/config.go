@@ -1,4 +1,4 @@
-package ref
+package spec
 
 import (
 	"fmt"
@@ -160,26 +160,26 @@ func (c BlockConfig) Validate() error {
 type Config struct {
 	Block BlockConfig
 
-	Router RouterKind // section 2
+	Router RouterKind // §2
 	// Jitter is the scale s of the training-time jitter r_i + s*eps_i
-	// (section 2); 0 disables it. eps is an explicit input.
+	// (§2); 0 disables it. eps is an explicit input.
 	Jitter float64
 
-	Capacity  Capacity  // section 3
-	Weighting Weighting // section 6
-	Compute   Compute   // gather (section 5) or dense with straight-through (section 7)
-	// MLPOnly routes only the MLP; attention runs densely (section 5).
+	Capacity  Capacity  // §3
+	Weighting Weighting // §6
+	Compute   Compute   // gather (§5) or dense with straight-through (§7)
+	// MLPOnly routes only the MLP; attention runs densely (§5).
 	MLPOnly bool
 
-	Aux AuxObjective // section 8
+	Aux AuxObjective // §8
 	// AuxWeight is lambda, the weight of the auxiliary loss in the total.
 	AuxWeight float64
-	// LoadBalanceWeight weighs the load-balancing loss (section 8); 0 disables it.
+	// LoadBalanceWeight weighs the load-balancing loss (§8); 0 disables it.
 	LoadBalanceWeight float64
 	// PredictorHidden is h of the predictor; 0 means the default d/2.
 	PredictorHidden int
 
-	Causal CausalRouting // section 9
+	Causal CausalRouting // §9
 }
 
 // DefaultConfig returns the paper's routed layer: linear router, capacity
