@@ -93,7 +93,7 @@ var ranges = map[string][][2]float64{
 // TestAccuracy compares every function with its 300-bit reference over dense
 // samples and reports the largest error in ulps.
 func TestAccuracy(t *testing.T) {
-	n := 3000
+	n := 1500
 	if testing.Short() {
 		n = 300
 	}

@@ -65,7 +65,8 @@ func Log(x float64) float64 {
 // Log1p(NaN) = NaN.
 //
 // u = 1+x is rounded; its rounding error c (u + c = 1 + x exactly) gives
-// log(1+x) = log(u) + log(1 + c/u) ≈ Log(u) + c/u.
+// log(1+x) = log(u) + log(1 + c/u) ≈ log(u) + c/u, with log(u) taken in two
+// parts (logDD, see Pow) since it may cancel against c/u.
 func Log1p(x float64) float64 {
 	switch {
 	case x != x || isInf(x) && x > 0:
@@ -78,5 +79,6 @@ func Log1p(x float64) float64 {
 		return x // log(1+x) = x·(1 − x/2 + …) rounds to x
 	}
 	u, c := twoSum(1, x)
-	return Log(u) + c/u
+	hi, lo := logDD(u)
+	return hi + (lo + c/u)
 }
