@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
 // RouterLinearWeight is SPEC.md section 2, router `linear` (paper Sec. 3.4):
@@ -95,9 +97,9 @@ func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][
 // without overflow for either sign.
 func Sigmoid(v float64) float64 {
 	if v >= 0 {
-		return 1 / (1 + math.Exp(-v))
+		return 1 / (1 + elem.Exp(-v))
 	}
-	e := math.Exp(v)
+	e := elem.Exp(v)
 	return e / (1 + e)
 }
 
@@ -113,7 +115,7 @@ func Softmax(v []float64) []float64 {
 	}
 	sum := 0.0
 	for j, x := range v {
-		out[j] = math.Exp(x - m)
+		out[j] = elem.Exp(x - m)
 		sum += out[j]
 	}
 	for j := range out {
