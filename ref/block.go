@@ -6,6 +6,8 @@ import (
 
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
 // RMSNorm is docs/spec.md §5: x / sqrt(mean(x^2) + eps) * gamma.
@@ -64,8 +66,8 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 	half := dh / 2
 	out := make([]float64, dh)
 	for j := 0; j < half; j++ {
-		theta := float64(pos) * math.Pow(base, -2*float64(j)/float64(dh))
-		cos, sin := math.Cos(theta), math.Sin(theta)
+		theta := float64(pos) * elem.Pow(base, -2*float64(j)/float64(dh))
+		cos, sin := elem.Cos(theta), elem.Sin(theta)
 		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
 		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
 	}
@@ -74,7 +76,7 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 
 // GELU is the erf form of docs/spec.md §5: 0.5 v (1 + erf(v / sqrt 2)).
 func GELU(v float64) float64 {
-	return 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
+	return 0.5 * v * (1 + elem.Erf(v/math.Sqrt2))
 }
 
 // vecMat returns x·W for a row vector x (length d_in) and W (d_in×d_out),

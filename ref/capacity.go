@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/ref/internal/elem"
 	"github.com/modref/modref/spec"
 )
 
@@ -57,7 +58,7 @@ func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if s == 1 {
 		return 1, nil
 	}
-	return 1 - float64((math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c)), nil
+	return 1 - float64((elem.Log(float64(s))/elem.Log(float64(maxLen)))*(1-c)), nil
 }
 
 // CapacityFromLog is docs/spec.md §3, logarithmic scaling:

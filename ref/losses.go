@@ -5,12 +5,14 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
 // BCEWithLogits is the binary cross-entropy of logit z against target t in
 // the stable form of docs/spec.md §8: max(z,0) - z*t + log(1 + exp(-|z|)).
 func BCEWithLogits(z, t float64) float64 {
-	return math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+	return math.Max(z, 0) - float64(z*t) + elem.Log1p(elem.Exp(-math.Abs(z)))
 }
 
 // Targets is docs/spec.md §8: t[b][i] = 1 if token i of row b was selected
@@ -133,9 +135,9 @@ func CrossEntropy(logits []float64, target int) float64 {
 	}
 	sum := 0.0
 	for _, v := range logits {
-		sum += math.Exp(v - m)
+		sum += elem.Exp(v - m)
 	}
-	return m + math.Log(sum) - logits[target]
+	return m + elem.Log(sum) - logits[target]
 }
 
 // checkTokens checks a B×S token array against the vocabulary size; positions

@@ -108,7 +108,7 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 	m := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
 		for j := 0; j < c; j++ {
-			m.Set(i, j, std*rng.NormFloat64())
+			m.Set(i, j, std*normal(rng))
 		}
 	}
 	return m
@@ -118,7 +118,7 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 	v := make([]float64, n)
 	for i := range v {
-		v[i] = mean + float64(std*rng.NormFloat64())
+		v[i] = mean + float64(std*normal(rng))
 	}
 	return v
 }

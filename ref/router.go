@@ -6,6 +6,8 @@ import (
 
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
 // RouterLinearWeight is docs/spec.md §2, router `linear` (paper Sec. 3.4):
@@ -96,9 +98,9 @@ func RouterWeights(cfg spec.Config, p *LayerParams, x []*mat.Dense, noise, jitte
 // without overflow for either sign.
 func Sigmoid(v float64) float64 {
 	if v >= 0 {
-		return 1 / (1 + math.Exp(-v))
+		return 1 / (1 + elem.Exp(-v))
 	}
-	e := math.Exp(v)
+	e := elem.Exp(v)
 	return e / (1 + e)
 }
 
@@ -114,7 +116,7 @@ func Softmax(v []float64) []float64 {
 	}
 	sum := 0.0
 	for j, x := range v {
-		out[j] = math.Exp(x - m)
+		out[j] = elem.Exp(x - m)
 		sum += out[j]
 	}
 	for j := range out {
