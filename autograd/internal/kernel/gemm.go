@@ -48,17 +48,19 @@ var (
 )
 
 // Cache blocking, for an AMD Zen 4 core (32 KiB L1d, 1 MiB L2, 32 MiB L3
-// shared; docs/performance.md): a kc×nr panel of b (32 KiB at most on the
-// AVX-512 path, usually less as k runs out) is reused from L1 by every
-// register block of rows of an mc×kc block of a (192 KiB) kept in L2, and
-// the kc×nc block of b the participant packs stays in L2/L3 while all its
-// rows of a pass. They change speed only: the micro-kernels continue each
-// element's chain of multiply-adds across runs of k, so the bits do not
-// depend on them.
+// shared; docs/performance.md). A kc×nr panel of b (32 KiB on the AVX-512
+// path, 16 KiB on AVX2) serves every register block of rows of an mc×kc
+// block of a (192 KiB, in L2); the kc×nc block of b a participant packs
+// (512 KiB) stays in L2 while its rows of a pass. On this machine kc from
+// 128 to 512, mc from 96 to 384 and nc of 512 or 1024 were within a few per
+// cent of each other at 256³ to 1024³ (about the noise of a shared
+// machine); these were at the top. They change speed only: the
+// micro-kernels continue each element's chain of multiply-adds across runs
+// of k, so the bits do not depend on them.
 const (
 	kc = 256
 	mc = 192
-	nc = 1024
+	nc = 512
 )
 
 // scratch is one participant's packing space, grown to the largest block
@@ -150,16 +152,25 @@ func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 		d := dst[jr*kb : (jr+pw)*kb]
 		c0 := j0 + jr
 		if j.op == opNT { // b is n×k: column p of bᵀ is row p's entries
-			for jj := range w {
-				src := j.b[(c0+jj)*j.k+p0:][:kb]
-				for p, v := range src {
+			// Eight rows of b at a time, as above.
+			jj := 0
+			for ; jj+8 <= w; jj += 8 {
+				src := j.b[(c0+jj)*j.k+p0:]
+				s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+				s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
+				for p := range s0 {
+					q := d[p*pw+jj:][:8]
+					q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+					q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
+				}
+			}
+			for ; jj < w; jj++ {
+				for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
 					d[p*pw+jj] = v
 				}
 			}
 		} else {
-			for p := range kb {
-				copy(d[p*pw:p*pw+w], j.b[(p0+p)*j.n+c0:])
-			}
+			copyRows(d, pw, j.b[p0*j.n+c0:], j.n, kb, w)
 		}
 		if w < pw {
 			for p := range kb {
@@ -178,16 +189,60 @@ func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
 		mr := min(pt.mr, mb-ir)
 		d := dst[ir*kb : (ir+mr)*kb]
 		if j.op == opTN { // a is k×m: row p holds column p of aᵀ
-			for p := range kb {
-				copy(d[p*mr:(p+1)*mr], j.a[(p0+p)*j.m+r0+ir:])
-			}
+			copyRows(d, mr, j.a[p0*j.m+r0+ir:], j.m, kb, mr)
 			continue
 		}
-		for i := range mr {
-			src := j.a[(r0+ir+i)*j.k+p0:][:kb]
-			for p, v := range src {
+		// Four rows at a time, step after step: four read streams, and
+		// writes that run along d.
+		i := 0
+		for ; i+4 <= mr; i += 4 {
+			src := j.a[(r0+ir+i)*j.k+p0:]
+			s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+			for p := range s0 {
+				q := d[p*mr+i:][:4]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+			}
+		}
+		for ; i < mr; i++ {
+			for p, v := range j.a[(r0+ir+i)*j.k+p0:][:kb] {
 				d[p*mr+i] = v
 			}
+		}
+	}
+}
+
+// copyRows copies rows of w values, src[p·lds:p·lds+w], to dst[p·ldd:p·ldd+w]
+// for p in [0, rows). The widths of the register blocks are copied as
+// arrays, which costs less than copy's checks and call.
+func copyRows(dst []float32, ldd int, src []float32, lds, rows, w int) {
+	switch w {
+	case 32:
+		for p := range rows {
+			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
+		}
+	case 16:
+		for p := range rows {
+			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
+		}
+	case 12:
+		for p := range rows {
+			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
+		}
+	case 8:
+		for p := range rows {
+			*(*[8]float32)(dst[p*ldd:]) = *(*[8]float32)(src[p*lds:])
+		}
+	case 6:
+		for p := range rows {
+			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
+		}
+	case 4:
+		for p := range rows {
+			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
+		}
+	default:
+		for p := range rows {
+			copy(dst[p*ldd:p*ldd+w], src[p*lds:p*lds+w])
 		}
 	}
 }
