@@ -148,8 +148,14 @@ func run(o op, c, a, b []float32, m, k, n int) {
 	jobs.put(j)
 }
 
-// work claims and computes blocks of j until none are left.
+// work claims and computes blocks of j until none are left. It first grows
+// s to what the job's largest block needs, so that whether a participant
+// allocates does not depend on which blocks it happens to claim.
 func (j *job) work(s *scratch) {
+	kb, nr := min(kc, j.k), j.path.nr()
+	s.a = grow(s.a, kb*min(mc, j.rowsPer))
+	s.b = grow(s.b, kb*roundUp(j.colsPer, nr))
+	s.tile = grow(s.tile, j.path.mr*nr)
 	for {
 		blk := j.next.Add(1) - 1
 		if blk >= j.blocks {
