@@ -51,7 +51,8 @@ var (
 // shared; docs/performance.md). A kc×nr panel of b (32 KiB on the AVX-512
 // path, 16 KiB on AVX2) serves every register block of rows of an mc×kc
 // block of a (192 KiB, in L2); the kc×nc block of b a participant packs
-// (512 KiB) stays in L2 while its rows of a pass. On this machine kc from
+// (up to 1 MiB) stays in L2 and L3 while its rows of a pass, and a is
+// packed once per run of k when n <= nc. On this machine kc from
 // 128 to 512, mc from 96 to 384 and nc of 512 or 1024 were within a few per
 // cent of each other at 256³ to 1024³ (about the noise of a shared
 // machine); these were at the top. They change speed only: the
@@ -60,7 +61,7 @@ var (
 const (
 	kc = 256
 	mc = 192
-	nc = 512
+	nc = 1024
 )
 
 // scratch is one participant's packing space, grown to the largest block
