@@ -20,7 +20,14 @@ type path struct {
 	// asm[mr-1][w] is the kernel for mr rows and widths[w] columns; nil on
 	// the Go path.
 	asm [][]asmKernel
+	// transpose4 and transpose8 pack 4 and 8 rows into interleaved
+	// columns (transposer); nil on the Go path, which packs in Go.
+	transpose4, transpose8 transposer
 }
+
+// transposer copies r rows of n values, src[i·lds+p], to dst[p·ldd+i] for
+// i < r and p < n (r = 4 or 8, by function).
+type transposer func(dst *float32, ldd int, src *float32, lds int, n int)
 
 // nr returns the full panel width.
 func (pt *path) nr() int { return pt.widths[len(pt.widths)-1] }
@@ -153,8 +160,12 @@ func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 		d := dst[jr*kb : (jr+pw)*kb]
 		c0 := j0 + jr
 		if j.op == opNT { // b is n×k: column p of bᵀ is row p's entries
-			// Eight rows of b at a time, as above.
+			// Eight rows of b at a time: eight read streams, and writes
+			// that run along d.
 			jj := 0
+			for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
+				pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+			}
 			for ; jj+8 <= w; jj += 8 {
 				src := j.b[(c0+jj)*j.k+p0:]
 				s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
@@ -196,6 +207,12 @@ func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
 		// Four rows at a time, step after step: four read streams, and
 		// writes that run along d.
 		i := 0
+		for ; pt.transpose8 != nil && i+8 <= mr; i += 8 {
+			pt.transpose8(&d[i], mr, &j.a[(r0+ir+i)*j.k+p0], j.k, kb)
+		}
+		for ; pt.transpose4 != nil && i+4 <= mr; i += 4 {
+			pt.transpose4(&d[i], mr, &j.a[(r0+ir+i)*j.k+p0], j.k, kb)
+		}
 		for ; i+4 <= mr; i += 4 {
 			src := j.a[(r0+ir+i)*j.k+p0:]
 			s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]

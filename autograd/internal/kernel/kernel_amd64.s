@@ -4513,3 +4513,177 @@ store:
 	VMOVUPS Y11, 32(BX)
 	VZEROUPPER
 	RET
+
+// func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
+// Requires: AVX
+TEXT ·transpose8AVX(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ ldd+8(FP), CX
+	MOVQ src+16(FP), DX
+	MOVQ lds+24(FP), BX
+	MOVQ n+32(FP), SI
+	SHLQ $0x02, CX
+	SHLQ $0x02, BX
+	MOVQ CX, DI
+	SHLQ $0x03, DI
+	LEAQ (BX)(BX*2), R8
+	LEAQ (DX)(BX*4), R9
+
+loop:
+	CMPQ       SI, $0x08
+	JL         tail
+	VMOVUPS    (DX), Y0
+	VMOVUPS    (DX)(BX*1), Y1
+	VMOVUPS    (DX)(BX*2), Y2
+	VMOVUPS    (DX)(R8*1), Y3
+	VMOVUPS    (R9), Y4
+	VMOVUPS    (R9)(BX*1), Y5
+	VMOVUPS    (R9)(BX*2), Y6
+	VMOVUPS    (R9)(R8*1), Y7
+	VUNPCKLPS  Y1, Y0, Y8
+	VUNPCKHPS  Y1, Y0, Y0
+	VUNPCKLPS  Y3, Y2, Y1
+	VUNPCKHPS  Y3, Y2, Y2
+	VSHUFPS    $0x44, Y1, Y8, Y3
+	VSHUFPS    $0xee, Y1, Y8, Y1
+	VSHUFPS    $0x44, Y2, Y0, Y8
+	VSHUFPS    $0xee, Y2, Y0, Y0
+	VUNPCKLPS  Y5, Y4, Y2
+	VUNPCKHPS  Y5, Y4, Y4
+	VUNPCKLPS  Y7, Y6, Y5
+	VUNPCKHPS  Y7, Y6, Y6
+	VSHUFPS    $0x44, Y5, Y2, Y7
+	VSHUFPS    $0xee, Y5, Y2, Y2
+	VSHUFPS    $0x44, Y6, Y4, Y5
+	VSHUFPS    $0xee, Y6, Y4, Y4
+	MOVQ       AX, R10
+	VPERM2F128 $0x20, Y7, Y3, Y6
+	VMOVUPS    Y6, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x20, Y2, Y1, Y6
+	VMOVUPS    Y6, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x20, Y5, Y8, Y6
+	VMOVUPS    Y6, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x20, Y4, Y0, Y6
+	VMOVUPS    Y6, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x31, Y7, Y3, Y3
+	VMOVUPS    Y3, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x31, Y2, Y1, Y1
+	VMOVUPS    Y1, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x31, Y5, Y8, Y1
+	VMOVUPS    Y1, (R10)
+	ADDQ       CX, R10
+	VPERM2F128 $0x31, Y4, Y0, Y0
+	VMOVUPS    Y0, (R10)
+	ADDQ       $0x20, DX
+	ADDQ       $0x20, R9
+	ADDQ       DI, AX
+	SUBQ       $0x08, SI
+	JMP        loop
+
+tail:
+	TESTQ  SI, SI
+	JZ     done
+	VMOVSS (DX), X0
+	VMOVSS X0, (AX)
+	VMOVSS (DX)(BX*1), X0
+	VMOVSS X0, 4(AX)
+	VMOVSS (DX)(BX*2), X0
+	VMOVSS X0, 8(AX)
+	VMOVSS (DX)(R8*1), X0
+	VMOVSS X0, 12(AX)
+	VMOVSS (R9), X0
+	VMOVSS X0, 16(AX)
+	VMOVSS (R9)(BX*1), X0
+	VMOVSS X0, 20(AX)
+	VMOVSS (R9)(BX*2), X0
+	VMOVSS X0, 24(AX)
+	VMOVSS (R9)(R8*1), X0
+	VMOVSS X0, 28(AX)
+	ADDQ   $0x04, DX
+	ADDQ   $0x04, R9
+	ADDQ   CX, AX
+	DECQ   SI
+	JMP    tail
+
+done:
+	VZEROUPPER
+	RET
+
+// func transpose4AVX(dst *float32, ldd int, src *float32, lds int, n int)
+// Requires: AVX
+TEXT ·transpose4AVX(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), AX
+	MOVQ ldd+8(FP), CX
+	MOVQ src+16(FP), DX
+	MOVQ lds+24(FP), BX
+	MOVQ n+32(FP), SI
+	SHLQ $0x02, CX
+	SHLQ $0x02, BX
+	MOVQ CX, DI
+	SHLQ $0x03, DI
+	LEAQ (BX)(BX*2), R8
+	LEAQ (DX)(BX*4), R9
+
+loop:
+	CMPQ         SI, $0x08
+	JL           tail
+	VMOVUPS      (DX), Y0
+	VMOVUPS      (DX)(BX*1), Y1
+	VMOVUPS      (DX)(BX*2), Y2
+	VMOVUPS      (DX)(R8*1), Y3
+	VUNPCKLPS    Y1, Y0, Y4
+	VUNPCKHPS    Y1, Y0, Y0
+	VUNPCKLPS    Y3, Y2, Y1
+	VUNPCKHPS    Y3, Y2, Y2
+	VSHUFPS      $0x44, Y1, Y4, Y3
+	VSHUFPS      $0xee, Y1, Y4, Y1
+	VSHUFPS      $0x44, Y2, Y0, Y4
+	VSHUFPS      $0xee, Y2, Y0, Y0
+	MOVQ         AX, R10
+	VMOVUPS      X3, (R10)
+	ADDQ         CX, R10
+	VMOVUPS      X1, (R10)
+	ADDQ         CX, R10
+	VMOVUPS      X4, (R10)
+	ADDQ         CX, R10
+	VMOVUPS      X0, (R10)
+	ADDQ         CX, R10
+	VEXTRACTF128 $0x01, Y3, (R10)
+	ADDQ         CX, R10
+	VEXTRACTF128 $0x01, Y1, (R10)
+	ADDQ         CX, R10
+	VEXTRACTF128 $0x01, Y4, (R10)
+	ADDQ         CX, R10
+	VEXTRACTF128 $0x01, Y0, (R10)
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, R9
+	ADDQ         DI, AX
+	SUBQ         $0x08, SI
+	JMP          loop
+
+tail:
+	TESTQ  SI, SI
+	JZ     done
+	VMOVSS (DX), X0
+	VMOVSS X0, (AX)
+	VMOVSS (DX)(BX*1), X0
+	VMOVSS X0, 4(AX)
+	VMOVSS (DX)(BX*2), X0
+	VMOVSS X0, 8(AX)
+	VMOVSS (DX)(R8*1), X0
+	VMOVSS X0, 12(AX)
+	ADDQ   $0x04, DX
+	ADDQ   $0x04, R9
+	ADDQ   CX, AX
+	DECQ   SI
+	JMP    tail
+
+done:
+	VZEROUPPER
+	RET

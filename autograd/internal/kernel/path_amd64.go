@@ -5,9 +5,11 @@ import "golang.org/x/sys/cpu"
 // avx512 is the AVX-512 path: register blocks of up to 12 rows × 32
 // columns (two 16-lane vectors; 16 for a narrow last panel).
 var avx512 = &path{
-	name:   "avx512",
-	mr:     12,
-	widths: []int{16, 32},
+	name:       "avx512",
+	mr:         12,
+	widths:     []int{16, 32},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
 	asm: [][]asmKernel{
 		{gemmAVX512_1x16, gemmAVX512_1x32},
 		{gemmAVX512_2x16, gemmAVX512_2x32},
@@ -27,9 +29,11 @@ var avx512 = &path{
 // avx2 is the AVX2+FMA path: register blocks of up to 6 rows × 16 columns
 // (two 8-lane vectors; 8 for a narrow last panel).
 var avx2 = &path{
-	name:   "avx2",
-	mr:     6,
-	widths: []int{8, 16},
+	name:       "avx2",
+	mr:         6,
+	widths:     []int{8, 16},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
 	asm: [][]asmKernel{
 		{gemmAVX2_1x8, gemmAVX2_1x16},
 		{gemmAVX2_2x8, gemmAVX2_2x16},

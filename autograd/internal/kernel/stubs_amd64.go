@@ -109,3 +109,9 @@ func gemmAVX2_6x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
 
 // gemmAVX2_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX2 FMAs in order of k.
 func gemmAVX2_6x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+
+// transpose8AVX copies 8 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 8 and p < n.
+func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
+
+// transpose4AVX copies 4 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 4 and p < n.
+func transpose4AVX(dst *float32, ldd int, src *float32, lds int, n int)

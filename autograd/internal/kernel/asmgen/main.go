@@ -42,7 +42,116 @@ func main() {
 			kernel("AVX2", mr, nv, 8)
 		}
 	}
+	transpose(8)
+	transpose(4)
 	Generate()
+}
+
+// transpose emits transpose<r>AVX, which packs r rows of a matrix into
+// interleaved columns with AVX shuffles, eight columns at a time.
+func transpose(r int) {
+	name := fmt.Sprintf("transpose%dAVX", r)
+	TEXT(name, NOSPLIT, "func(dst *float32, ldd int, src *float32, lds int, n int)")
+	Doc(fmt.Sprintf("%s copies %d rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < %d and p < n.", name, r, r))
+	dst := Load(Param("dst"), GP64())
+	ldd := Load(Param("ldd"), GP64())
+	src := Load(Param("src"), GP64())
+	lds := Load(Param("lds"), GP64())
+	n := Load(Param("n"), GP64())
+	SHLQ(U8(2), ldd)
+	SHLQ(U8(2), lds)
+	ldd8 := GP64() // 8 rows of dst
+	MOVQ(ldd, ldd8)
+	SHLQ(U8(3), ldd8)
+	lds3 := GP64()
+	LEAQ(Mem{Base: lds, Index: lds, Scale: 2}, lds3)
+	// row returns the address of src row i at the current column.
+	src4 := GP64()
+	LEAQ(Mem{Base: src, Index: lds, Scale: 4}, src4)
+	row := func(i int) Mem {
+		base := src
+		if i >= 4 {
+			base, i = src4, i-4
+		}
+		switch i {
+		case 0:
+			return Mem{Base: base}
+		case 1:
+			return Mem{Base: base, Index: lds, Scale: 1}
+		case 2:
+			return Mem{Base: base, Index: lds, Scale: 2}
+		}
+		return Mem{Base: base, Index: lds3, Scale: 1}
+	}
+	// out returns the address of dst row p (of the current eight).
+	d := GP64()
+	Label("loop")
+	CMPQ(n, U8(8))
+	JL(LabelRef("tail"))
+	rs := make([]reg.VecVirtual, r)
+	for i := range rs {
+		rs[i] = YMM()
+		VMOVUPS(row(i), rs[i])
+	}
+	// Pairs of rows interleaved, then pairs of pairs: u[q] holds rows
+	// 4h…4h+3 of columns q (low lane) and q+4 (high lane) for h = q/4.
+	var cols [][]reg.VecVirtual // cols[h][q], q < 4
+	for h := 0; h < r/4; h++ {
+		r0, r1, r2, r3 := rs[4*h], rs[4*h+1], rs[4*h+2], rs[4*h+3]
+		t0, t1, t2, t3 := YMM(), YMM(), YMM(), YMM()
+		VUNPCKLPS(r1, r0, t0)
+		VUNPCKHPS(r1, r0, t1)
+		VUNPCKLPS(r3, r2, t2)
+		VUNPCKHPS(r3, r2, t3)
+		u := []reg.VecVirtual{YMM(), YMM(), YMM(), YMM()}
+		VSHUFPS(U8(0x44), t2, t0, u[0])
+		VSHUFPS(U8(0xEE), t2, t0, u[1])
+		VSHUFPS(U8(0x44), t3, t1, u[2])
+		VSHUFPS(U8(0xEE), t3, t1, u[3])
+		cols = append(cols, u)
+	}
+	MOVQ(dst, d)
+	for q := 0; q < 8; q++ {
+		lane := q / 4
+		if r == 8 {
+			o := YMM()
+			if lane == 0 {
+				VPERM2F128(U8(0x20), cols[1][q%4], cols[0][q%4], o)
+			} else {
+				VPERM2F128(U8(0x31), cols[1][q%4], cols[0][q%4], o)
+			}
+			VMOVUPS(o, Mem{Base: d})
+		} else if lane == 0 {
+			VMOVUPS(cols[0][q].AsX(), Mem{Base: d})
+		} else {
+			VEXTRACTF128(U8(1), cols[0][q%4], Mem{Base: d})
+		}
+		if q < 7 {
+			ADDQ(ldd, d)
+		}
+	}
+	ADDQ(U8(32), src)
+	ADDQ(U8(32), src4)
+	ADDQ(ldd8, dst)
+	SUBQ(U8(8), n)
+	JMP(LabelRef("loop"))
+
+	Label("tail")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	x := XMM()
+	for i := 0; i < r; i++ {
+		VMOVSS(row(i), x)
+		VMOVSS(x, Mem{Base: dst, Disp: 4 * i})
+	}
+	ADDQ(U8(4), src)
+	ADDQ(U8(4), src4)
+	ADDQ(ldd, dst)
+	DECQ(n)
+	JMP(LabelRef("tail"))
+	Label("done")
+	VZEROUPPER()
+	RET()
 }
 
 // unroll is how many steps of p the main loop takes per iteration.
