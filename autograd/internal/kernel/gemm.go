@@ -204,8 +204,9 @@ func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
 			copyRows(d, mr, j.a[p0*j.m+r0+ir:], j.m, kb, mr)
 			continue
 		}
-		// Four rows at a time, step after step: four read streams, and
-		// writes that run along d.
+		// Eight or four rows at a time, by the SIMD paths' transposes, or
+		// four at a time, step after step, in Go: a few read streams,
+		// and writes that run along d.
 		i := 0
 		for ; pt.transpose8 != nil && i+8 <= mr; i += 8 {
 			pt.transpose8(&d[i], mr, &j.a[(r0+ir+i)*j.k+p0], j.k, kb)
