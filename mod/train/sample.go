@@ -27,6 +27,9 @@ func CausalModel(m *mod.Model, causal ref.CausalRouting) (*mod.Model, error) {
 		if !cfg.Layers[l].Routed {
 			continue
 		}
+		if c.Router == ref.RouterRandom {
+			return nil, fmt.Errorf("train: layer %d has a random router, whose weights are noise; it cannot route causally", l)
+		}
 		if causal == ref.CausalPredictor && !c.HasPredictor() {
 			return nil, fmt.Errorf("train: layer %d has no predictor (Aux = %q); route by the router instead", l, c.Aux)
 		}
@@ -199,24 +202,8 @@ func Inspect(m *mod.Model, text []byte) (*Routing, error) {
 	in := mod.ModelInputs{Tokens: [][]int{tokens}, Targets: [][]int{targets}}
 	var tp autograd.Tape
 	nl := len(m.Layers)
-	for l, rl := range m.Layers {
-		if rl == nil {
-			continue
-		}
-		c := rl.Config()
-		if c.Router == ref.RouterRandom {
-			if in.Noise == nil {
-				in.Noise = make([][]float32, nl)
-			}
-			in.Noise[l] = make([]float32, len(text))
-		}
-		if c.Jitter > 0 {
-			if in.Jitter == nil {
-				in.Jitter = make([][]float32, nl)
-			}
-			in.Jitter[l] = make([]float32, len(text))
-		}
-	}
+	// A random router draws its weights from a fixed generator.
+	in.Noise, in.Jitter = noise(m, len(text), rand.New(rand.NewPCG(0, 3)), false)
 	res, err := m.Forward(&tp, in)
 	if err != nil {
 		return nil, fmt.Errorf("train: inspect: %w", err)

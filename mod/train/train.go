@@ -164,14 +164,14 @@ func (t *Trainer) batch() mod.ModelInputs {
 		off := t.rng.IntN(len(t.trainPart) - t.cfg.SeqLen)
 		in.Tokens[b], in.Targets[b] = window(t.trainPart[off : off+t.cfg.SeqLen+1])
 	}
-	in.Noise, in.Jitter = t.noise(t.rng, true)
+	in.Noise, in.Jitter = noise(t.model, t.cfg.Batch*t.cfg.SeqLen, t.rng, true)
 	return in
 }
 
 // noise returns the per-layer router noise (random routers) and jitter eps
-// (Jitter > 0) drawn from rng; without training, the jitter is zero.
-func (t *Trainer) noise(rng *rand.Rand, training bool) (noise, jitter [][]float32) {
-	n := t.cfg.Batch * t.cfg.SeqLen
+// (Jitter > 0) of m's layers for n tokens, drawn from rng; without
+// training, the jitter is zero.
+func noise(m *mod.Model, n int, rng *rand.Rand, training bool) (noise, jitter [][]float32) {
 	draw := func(zero bool) []float32 {
 		v := make([]float32, n)
 		if !zero {
@@ -181,19 +181,19 @@ func (t *Trainer) noise(rng *rand.Rand, training bool) (noise, jitter [][]float3
 		}
 		return v
 	}
-	for l, ml := range t.cfg.Model.Layers {
-		if !ml.Routed {
+	for l, rl := range m.Layers {
+		if rl == nil {
 			continue
 		}
-		if ml.Config.Router == ref.RouterRandom {
+		if rl.Config().Router == ref.RouterRandom {
 			if noise == nil {
-				noise = make([][]float32, len(t.cfg.Model.Layers))
+				noise = make([][]float32, len(m.Layers))
 			}
 			noise[l] = draw(false)
 		}
-		if ml.Config.Jitter > 0 {
+		if rl.Config().Jitter > 0 {
 			if jitter == nil {
-				jitter = make([][]float32, len(t.cfg.Model.Layers))
+				jitter = make([][]float32, len(m.Layers))
 			}
 			jitter[l] = draw(!training)
 		}
@@ -215,7 +215,11 @@ func window(b []byte) (tokens, targets []int) {
 // evenly spaced offsets, the same at every evaluation. It does not change
 // the trainer's state (a random router's noise comes from a generator of
 // its own, seeded the same way every time).
-func (t *Trainer) Evaluate() (Eval, error) {
+func (t *Trainer) Evaluate() (Eval, error) { return t.EvaluateModel(t.model) }
+
+// EvaluateModel is Evaluate for another model of the same configuration,
+// such as CausalModel(t.Model(), ...), which routes causally.
+func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
 	n := t.cfg.Batch * t.cfg.EvalBatches
 	span := len(t.evalPart) - t.cfg.SeqLen - 1
 	rng := rand.New(rand.NewPCG(t.cfg.Seed, 2))
@@ -231,9 +235,9 @@ func (t *Trainer) Evaluate() (Eval, error) {
 			}
 			in.Tokens[b], in.Targets[b] = window(t.evalPart[off : off+t.cfg.SeqLen+1])
 		}
-		in.Noise, in.Jitter = t.noise(rng, false)
+		in.Noise, in.Jitter = noise(m, t.cfg.Batch*t.cfg.SeqLen, rng, false)
 		tp.Reset()
-		res, err := t.model.Forward(&tp, in)
+		res, err := m.Forward(&tp, in)
 		if err != nil {
 			return Eval{}, fmt.Errorf("train: evaluation after step %d: %w", t.step, err)
 		}

@@ -445,3 +445,72 @@ func copyDir(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestVariants trains every kind of routing for a few steps, inspects its
+// routing and, where it can route causally, samples from it.
+func TestVariants(t *testing.T) {
+	text := defaultText(t)
+	base := MoDRouting(0.25)
+	for _, v := range []struct {
+		name    string
+		change  func(*ref.Config)
+		pattern ref.Pattern
+		causal  ref.CausalRouting // "" when the variant cannot sample
+	}{
+		{"dense", nil, ref.Pattern{Kind: ref.PatternList}, ref.CausalPredictor},
+		{"all layers", nil, ref.Pattern{Kind: ref.PatternAll}, ref.CausalPredictor},
+		{"router_bce", func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxRouterBCE, 0.01 }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalRouter},
+		{"integer capacity, sigmoid", func(c *ref.Config) {
+			c.Capacity, c.Weighting = ref.Capacity{Kind: ref.CapacityInteger, Tokens: 5}, ref.WeightSigmoid
+		}, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
+		{"softmax, dense compute", func(c *ref.Config) { c.Weighting, c.Compute = ref.WeightSoftmax, ref.ComputeDense }, ref.Pattern{Kind: ref.PatternAll}, ""},
+		{"random router, jitter", func(c *ref.Config) { c.Router, c.Jitter, c.Aux, c.AuxWeight = ref.RouterRandom, 0.1, ref.AuxNone, 0 }, ref.Pattern{Kind: ref.PatternEveryOther}, ""},
+		{"l2norm, jitter, load balance", func(c *ref.Config) { c.Router, c.Jitter, c.LoadBalanceWeight = ref.RouterL2Norm, 0.1, 0.01 }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
+		{"mlp only", func(c *ref.Config) { c.MLPOnly = true }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
+		{"trained causally", func(c *ref.Config) { c.Causal = ref.CausalPredictor }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			r := base
+			if v.change != nil {
+				v.change(&r)
+			}
+			cfg := tinyConfig(t, 6)
+			m, err := ModelConfig(32, 2, 2, r, v.pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Model = m
+			model, met, err := Run(context.Background(), cfg, text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := met.Evals[len(met.Evals)-1].Loss; !(l < 5.6) {
+				t.Errorf("held-out loss %v after 6 steps, want a finite value below ln 256", l)
+			}
+			ins, err := Inspect(model, text.Bytes[:32])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ins.Layers) != 2 || len(ins.Layers[1].Processed) != 32 {
+				t.Fatalf("inspect returned %d layers", len(ins.Layers))
+			}
+			if v.causal == "" {
+				if _, err := CausalModel(model, ref.CausalRouter); err == nil {
+					t.Error("CausalModel accepted a model that cannot route causally")
+				}
+				return
+			}
+			cm, err := CausalModel(model, v.causal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Generate(cm, SampleConfig{Prompt: []byte("a"), Tokens: 8, Temperature: 1, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Text) != 9 || len(s.Routed) != 8 {
+				t.Errorf("sampled %d bytes with %d routing rows, want 9 and 8", len(s.Text), len(s.Routed))
+			}
+		})
+	}
+}
