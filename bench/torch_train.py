@@ -6,7 +6,7 @@ The PyTorch side of the "Training and sampling" section of docs/performance.md:
 the model of mod/train's benchmarks (BenchmarkTrainStep, BenchmarkSample) and of
 docs/results.md, written the way a PyTorch user would, float32: byte vocabulary,
 d = 64, 4 heads, 4 layers, d_ff = 256, RMSNorm, GELU, RoPE, untied head; dense,
-and MoD on layers 0 and 2 at capacity 12.5 % (linear router, raw weighting,
+and MoD on layers 1 and 3 at capacity 12.5 % (linear router, raw weighting,
 gather compute) with the auxiliary predictor (SiLU MLP d -> d/2 -> 1 on the
 detached residual stream, BCE against the top-k choice, weight 0.1).
 
@@ -98,7 +98,7 @@ class LM(torch.nn.Module):
     def __init__(self, mod):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, D)
-        self.layers = torch.nn.ModuleList(Layer(mod and l % 2 == 0) for l in range(LAYERS))
+        self.layers = torch.nn.ModuleList(Layer(mod and l % 2 == 1) for l in range(LAYERS))
         self.norm = torch.nn.Parameter(torch.ones(D))
         self.head = torch.nn.Linear(D, VOCAB, bias=False)
 

@@ -47,7 +47,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	d := fs.Int("d", 64, "model width d (d_ff = 4d)")
 	heads := fs.Int("heads", 4, "attention heads")
 	layers := fs.Int("layers", 4, "layers")
-	routing := fs.String("routing", "every_other", "routed layers: dense, every_other or all")
+	routing := fs.String("routing", "odd", "routed layers: dense, odd (1, 3, ...), every_other (0, 2, ...) or all")
 	capacity := fs.Float64("capacity", 0.125, "capacity ratio c of the routed layers")
 	aux := fs.String("aux", "predictor", "auxiliary objective: none, router_bce or predictor")
 	auxWeight := fs.Float64("aux-weight", 0.1, "weight of the auxiliary loss")
@@ -207,12 +207,14 @@ func modelFromFlags(d, heads, layers int, routing string, capacity float64, aux 
 	switch routing {
 	case "dense":
 		pattern = ref.Pattern{Kind: ref.PatternList}
+	case "odd":
+		pattern = train.OddLayers
 	case "every_other":
 		pattern = ref.Pattern{Kind: ref.PatternEveryOther}
 	case "all":
 		pattern = ref.Pattern{Kind: ref.PatternAll}
 	default:
-		return ref.ModelConfig{}, fmt.Errorf("--routing = %q, want dense, every_other or all (or --config for other patterns)", routing)
+		return ref.ModelConfig{}, fmt.Errorf("--routing = %q, want dense, odd, every_other or all (or --config for other patterns)", routing)
 	}
 	m, err := train.ModelConfig(d, heads, layers, r, pattern)
 	if err != nil {
@@ -299,7 +301,7 @@ func drawRun(out string, tr *train.Trainer) error {
 	if err != nil {
 		return err
 	}
-	wr, err := inspectWindows(tr, 16)
+	wr, err := train.InspectWindows(tr.Model(), tr.HeldOut(), tr.Config().SeqLen, 16)
 	if err != nil {
 		return err
 	}
@@ -316,31 +318,4 @@ func drawRun(out string, tr *train.Trainer) error {
 		}
 	}
 	return nil
-}
-
-// inspectWindows returns the routing of up to n windows of SeqLen held-out
-// bytes, evenly spaced, concatenated.
-func inspectWindows(tr *train.Trainer, n int) (*train.Routing, error) {
-	held, s := tr.HeldOut(), tr.Config().SeqLen
-	span := len(held) - s
-	var all *train.Routing
-	for w := range n {
-		off := w * span / max(n-1, 1)
-		r, err := train.Inspect(tr.Model(), held[off:off+s])
-		if err != nil {
-			return nil, err
-		}
-		if all == nil {
-			all = r
-			continue
-		}
-		all.Text = append(all.Text, r.Text...)
-		for l := range all.Layers {
-			a, b := &all.Layers[l], r.Layers[l]
-			a.Processed = append(a.Processed, b.Processed...)
-			a.RouterLogits = append(a.RouterLogits, b.RouterLogits...)
-			a.PredictorLogits = append(a.PredictorLogits, b.PredictorLogits...)
-		}
-	}
-	return all, nil
 }

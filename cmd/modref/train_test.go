@@ -73,7 +73,7 @@ func TestTrainAndSample(t *testing.T) {
 	if s := out.String(); !strings.HasPrefix(s, "The ") || len(s) != len("The ")+20+1 {
 		t.Errorf("sample printed %q, want the prompt and 20 bytes", s)
 	}
-	if !strings.Contains(errOut.String(), "layer 1 (dense): 100.0 %") {
+	if !strings.Contains(errOut.String(), "layer 0 (dense): 100.0 %") {
 		t.Errorf("sample reported %q, want the dense layer at 100 %%", errOut.String())
 	}
 }

@@ -68,14 +68,23 @@ func MoDRouting(c float64) ref.Config {
 	return r
 }
 
+// OddLayers routes every other layer starting with the second (layers 1,
+// 3, 5, ...). The first layer's router reads the token embeddings, whose
+// small initial scale (N(0, 0.02²)) keeps its weights r, and so its
+// contribution r·f and its gradients, near zero for a long time at this
+// size: routing layers 0 and 2 instead, the predictor of layer 0 recalled
+// 14 % of the top-k choices after 400 steps against 65 % for layer 1
+// (docs/results.md).
+var OddLayers = ref.Pattern{Kind: ref.PatternEveryNth, Every: 2, Offset: 1}
+
 // DefaultConfig returns the tiny model this package's documentation and
 // docs/results.md use: d = 64, 4 heads, 4 layers, MoD on every other layer
-// at capacity 12.5 % with the predictor; 256 steps of 8 sequences of 64
+// (OddLayers) at capacity 12.5 % with the predictor; 256 steps of 8 sequences of 64
 // bytes, learning rate 3e-3 with 32 warm-up steps decaying to 3e-4, AdamW
 // β = (0.9, 0.95), weight decay 0.1, clipping at 1, an evaluation every 32
 // steps on 4 batches of the last 10 % of the text.
 func DefaultConfig() Config {
-	m, err := ModelConfig(64, 4, 4, MoDRouting(0.125), ref.Pattern{Kind: ref.PatternEveryOther})
+	m, err := ModelConfig(64, 4, 4, MoDRouting(0.125), OddLayers)
 	if err != nil {
 		panic("train.DefaultConfig: " + err.Error())
 	}

@@ -272,3 +272,33 @@ func DecodeRates(models []*mod.Model, sc SampleConfig, reps int) ([]float64, err
 	}
 	return med, nil
 }
+
+// InspectWindows returns the routing of n windows of seqLen bytes of text,
+// evenly spaced from its start to its end, one after the other (each
+// window routed as a sequence of its own, as in training).
+func InspectWindows(m *mod.Model, text []byte, seqLen, n int) (*Routing, error) {
+	if n < 1 || seqLen < 1 || len(text) < seqLen {
+		return nil, fmt.Errorf("train: inspect: %d windows of %d bytes of a %d-byte text, want n >= 1 and 1 <= seqLen <= the text's length", n, seqLen, len(text))
+	}
+	span := len(text) - seqLen
+	var all *Routing
+	for w := range n {
+		off := w * span / max(n-1, 1)
+		r, err := Inspect(m, text[off:off+seqLen])
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = r
+			continue
+		}
+		all.Text = append(all.Text, r.Text...)
+		for l := range all.Layers {
+			a, b := &all.Layers[l], r.Layers[l]
+			a.Processed = append(a.Processed, b.Processed...)
+			a.RouterLogits = append(a.RouterLogits, b.RouterLogits...)
+			a.PredictorLogits = append(a.PredictorLogits, b.PredictorLogits...)
+		}
+	}
+	return all, nil
+}
