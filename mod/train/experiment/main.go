@@ -53,11 +53,15 @@ func main() {
 // Result is what one seed measured.
 type Result struct {
 	Seed int
-	// DenseSteps and MoDSteps are the steps each model took for the same
-	// training FLOPs (within one step).
-	DenseSteps, MoDSteps int
-	// DenseFLOPs and MoDFLOPs are the training FLOPs spent.
-	DenseFLOPs, MoDFLOPs float64
+	// DenseSteps, MoDSteps and ShallowSteps are the steps each model took
+	// for the same training FLOPs (within one step).
+	DenseSteps, MoDSteps, ShallowSteps int
+	// DenseFLOPs, MoDFLOPs and ShallowFLOPs are the training FLOPs spent.
+	DenseFLOPs, MoDFLOPs, ShallowFLOPs float64
+	// ShallowLoss is the final held-out loss of the control: a dense model
+	// with 2 layers, which gets more steps than the 4-layer one for the same
+	// FLOPs, as MoD does.
+	ShallowLoss float64
 	// DenseLoss and MoDLoss are the final held-out losses (top-k routing);
 	// MoDCausalLoss is the MoD model's with causal routing by its predictor.
 	DenseLoss, MoDLoss, MoDCausalLoss float64
@@ -78,13 +82,14 @@ type Result struct {
 
 // Results is the content of results.json.
 type Results struct {
-	Date       string
-	GoVersion  string
-	GOMAXPROCS int
-	Text       train.TextInfo
-	Config     train.Config // the MoD run's, Steps and Seed aside
-	MoDRatio   float64      // forward FLOPs of a MoD step / a dense step
-	Seeds      []Result
+	Date         string
+	GoVersion    string
+	GOMAXPROCS   int
+	Text         train.TextInfo
+	Config       train.Config // the MoD run's, Steps and Seed aside
+	MoDRatio     float64      // forward FLOPs of a MoD step / a dense step
+	ShallowRatio float64      // forward FLOPs of a 2-layer dense step / a dense step
+	Seeds        []Result
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -116,22 +121,34 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	shallow := dense
+	if shallow.Model, err = train.ModelConfig(64, 4, 2, train.MoDRouting(0.125), ref.Pattern{Kind: ref.PatternList}); err != nil {
+		return err
+	}
+	shallowRatio, err := flopsRatio(shallow, dense)
+	if err != nil {
+		return err
+	}
+	shallow.Steps = int(math.Round(float64(*steps) / shallowRatio))
+	shallow.Warmup = shallow.Steps / 10
+	shallow.EvalEvery = int(math.Round(float64(dense.EvalEvery) / shallowRatio))
 	dense.Steps = *steps
 	dense.Warmup = *steps / 10
 	mcfg.Steps = int(math.Round(float64(*steps) / ratio))
 	mcfg.Warmup = mcfg.Steps / 10
 	mcfg.EvalEvery = int(math.Round(float64(dense.EvalEvery) / ratio))
 	res := Results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Text: text.Info(), Config: mcfg, MoDRatio: ratio}
-	fmt.Fprintf(stderr, "MoD step / dense step forward FLOPs = %.4f: dense %d steps, MoD %d steps per seed\n", ratio, dense.Steps, mcfg.Steps)
+		Text: text.Info(), Config: mcfg, MoDRatio: ratio, ShallowRatio: shallowRatio}
+	fmt.Fprintf(stderr, "forward FLOPs per step against dense: MoD %.4f, 2-layer dense %.4f; steps per seed: dense %d, MoD %d, 2-layer dense %d\n",
+		ratio, shallowRatio, dense.Steps, mcfg.Steps, shallow.Steps)
 
 	var runs []plot.Run
 	var firstMoD *train.Trainer
 	for s := 1; s <= *seeds; s++ {
-		dense.Seed, mcfg.Seed = uint64(s), uint64(s)
+		dense.Seed, mcfg.Seed, shallow.Seed = uint64(s), uint64(s), uint64(s)
 		r := Result{Seed: s, PredictorAccuracy: map[int]float64{}, PredictorRecall: map[int]float64{}}
-		var trs [2]*train.Trainer
-		for i, cfg := range []train.Config{dense, mcfg} {
+		var trs [3]*train.Trainer
+		for i, cfg := range []train.Config{dense, mcfg, shallow} {
 			start := time.Now()
 			tr, err := train.New(cfg, text)
 			if err != nil {
@@ -141,13 +158,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			trs[i] = tr
-			fmt.Fprintf(stderr, "seed %d %s: %d steps in %.0f s\n", s, []string{"dense", "MoD"}[i], cfg.Steps, time.Since(start).Seconds())
+			fmt.Fprintf(stderr, "seed %d %s: %d steps in %.0f s\n", s, []string{"dense", "MoD", "2-layer dense"}[i], cfg.Steps, time.Since(start).Seconds())
 		}
 		dm, mm := trs[0].Metrics(), trs[1].Metrics()
 		de, me := dm.Evals[len(dm.Evals)-1], mm.Evals[len(mm.Evals)-1]
 		r.DenseSteps, r.MoDSteps = dense.Steps, mcfg.Steps
 		r.DenseFLOPs, r.MoDFLOPs = de.FLOPs, me.FLOPs
 		r.DenseLoss, r.MoDLoss = de.Loss, me.Loss
+		sm := trs[2].Metrics()
+		se := sm.Evals[len(sm.Evals)-1]
+		r.ShallowSteps, r.ShallowFLOPs, r.ShallowLoss = shallow.Steps, se.FLOPs, se.Loss
 		r.DenseStepMs = 1e3 * de.WallSeconds / float64(dense.Steps)
 		r.MoDStepMs = 1e3 * me.WallSeconds / float64(mcfg.Steps)
 		for l, ly := range me.Layers {
@@ -178,7 +198,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		r.DenseTokensPerSec, r.MoDTokensPerSec = rates[0], rates[1]
 		res.Seeds = append(res.Seeds, r)
 		runs = append(runs, plot.Run{Name: fmt.Sprintf("dense seed %d", s), Group: "dense", Metrics: dm},
-			plot.Run{Name: fmt.Sprintf("MoD seed %d", s), Group: "MoD 12.5 %, layers 1 and 3", Metrics: mm})
+			plot.Run{Name: fmt.Sprintf("MoD seed %d", s), Group: "MoD 12.5 %, layers 1 and 3", Metrics: mm},
+			plot.Run{Name: fmt.Sprintf("2-layer dense seed %d", s), Group: "dense, 2 layers (control)", Metrics: sm})
 		if firstMoD == nil {
 			firstMoD = trs[1]
 		}
@@ -300,11 +321,11 @@ func draw(out string, runs []plot.Run, tr *train.Trainer) error {
 
 // summary prints the results as Markdown tables.
 func summary(w io.Writer, res Results) {
-	fmt.Fprintf(w, "%s, %s, GOMAXPROCS=%d, text %s (%d bytes), MoD/dense forward FLOPs per step %.4f\n\n",
-		res.Date, res.GoVersion, res.GOMAXPROCS, res.Text.Name, res.Text.Bytes, res.MoDRatio)
-	fmt.Fprintln(w, "| seed | steps dense / MoD | training FLOPs dense / MoD | held-out loss dense | MoD (top-k) | MoD (causal, predictor) | step ms dense / MoD | predictor accuracy (recall) per routed layer | routed while sampling | decoding tokens/s dense / MoD |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	var cols [8][]float64
+	fmt.Fprintf(w, "%s, %s, GOMAXPROCS=%d, text %s (%d bytes), forward FLOPs per step against dense: MoD %.4f, 2-layer dense %.4f\n\n",
+		res.Date, res.GoVersion, res.GOMAXPROCS, res.Text.Name, res.Text.Bytes, res.MoDRatio, res.ShallowRatio)
+	fmt.Fprintln(w, "| seed | steps dense / MoD / 2-layer | training FLOPs dense / MoD / 2-layer | held-out loss dense | MoD (top-k) | MoD (causal, predictor) | 2-layer dense | step ms dense / MoD | predictor accuracy (recall) per routed layer | routed while sampling | decoding tokens/s dense / MoD |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	var cols [10][]float64
 	for _, r := range res.Seeds {
 		var acc, frac []string
 		for l := range r.SampleFraction {
@@ -313,15 +334,16 @@ func summary(w io.Writer, res Results) {
 				frac = append(frac, fmt.Sprintf("L%d %.1f %%", l, 100*r.SampleFraction[l]))
 			}
 		}
-		fmt.Fprintf(w, "| %d | %d / %d | %.3g / %.3g | %.4f | %.4f | %.4f | %.1f / %.1f | %s | %s | %.0f / %.0f |\n",
-			r.Seed, r.DenseSteps, r.MoDSteps, r.DenseFLOPs, r.MoDFLOPs, r.DenseLoss, r.MoDLoss, r.MoDCausalLoss,
+		fmt.Fprintf(w, "| %d | %d / %d / %d | %.3g / %.3g / %.3g | %.4f | %.4f | %.4f | %.4f | %.1f / %.1f | %s | %s | %.0f / %.0f |\n",
+			r.Seed, r.DenseSteps, r.MoDSteps, r.ShallowSteps, r.DenseFLOPs, r.MoDFLOPs, r.ShallowFLOPs, r.DenseLoss, r.MoDLoss, r.MoDCausalLoss, r.ShallowLoss,
 			r.DenseStepMs, r.MoDStepMs, strings.Join(acc, ", "), strings.Join(frac, ", "), r.DenseTokensPerSec, r.MoDTokensPerSec)
 		for i, v := range []float64{r.DenseLoss, r.MoDLoss, r.MoDCausalLoss, r.MoDLoss - r.DenseLoss,
-			r.MoDStepMs / r.DenseStepMs, r.DenseTokensPerSec / r.MoDTokensPerSec, r.MoDTokensPerSec, r.DenseTokensPerSec} {
+			r.MoDStepMs / r.DenseStepMs, r.DenseTokensPerSec / r.MoDTokensPerSec, r.MoDTokensPerSec, r.DenseTokensPerSec,
+			r.ShallowLoss, r.MoDLoss - r.ShallowLoss} {
 			cols[i] = append(cols[i], v)
 		}
 	}
-	names := []string{"dense loss", "MoD loss (top-k)", "MoD loss (causal)", "MoD − dense loss", "MoD/dense step time", "MoD/dense time per decoded token", "MoD tokens/s", "dense tokens/s"}
+	names := []string{"dense loss", "MoD loss (top-k)", "MoD loss (causal)", "MoD − dense loss", "MoD/dense step time", "MoD/dense time per decoded token", "MoD tokens/s", "dense tokens/s", "2-layer dense loss", "MoD − 2-layer dense loss"}
 	fmt.Fprintln(w, "\n| quantity | mean | sd | min | max |\n| --- | --- | --- | --- | --- |")
 	for i, c := range cols {
 		m, sd, lo, hi := stats(c)
