@@ -80,6 +80,6 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "decoding (median of 5, alternating): %.0f tokens/s; dense twin (same size, every layer dense): %.0f tokens/s; time per token %.2f× the dense twin's\n",
-		rates[0], rates[1], rates[1]/rates[0])
+		rates[0].Median, rates[1].Median, rates[1].Median/rates[0].Median)
 	return nil
 }

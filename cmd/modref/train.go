@@ -43,7 +43,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	resume := fs.Bool("resume", false, "continue the checkpoint in --out (bit-identically)")
 	saveEvery := fs.Int("save-every", 100, "steps between checkpoints (0: only at the end and on Ctrl-C)")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none when stderr is not a terminal)")
-	configFile := fs.String("config", "", "JSON train.Config to start from (every routing option of mod); the flags below override it")
+	configFile := fs.String("config", "", "JSON train.Config to start from (every routing option of mod); training flags override it")
 	d := fs.Int("d", 64, "model width d (d_ff = 4d)")
 	heads := fs.Int("heads", 4, "attention heads")
 	layers := fs.Int("layers", 4, "layers")
@@ -109,7 +109,11 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("--config %s: %w", *configFile, err)
 			}
 		}
-		if *configFile == "" || set["d"] || set["heads"] || set["layers"] || set["routing"] || set["capacity"] || set["aux"] || set["aux-weight"] {
+		modelFlags := set["d"] || set["heads"] || set["layers"] || set["routing"] || set["capacity"] || set["aux"] || set["aux-weight"]
+		if *configFile != "" && modelFlags {
+			return fmt.Errorf("--d, --heads, --layers, --routing, --capacity, --aux and --aux-weight cannot be combined with --config; set the model in the config's Model")
+		}
+		if *configFile == "" {
 			m, err := modelFromFlags(*d, *heads, *layers, *routing, *capacity, *aux, *auxWeight)
 			if err != nil {
 				return err

@@ -242,11 +242,18 @@ func DenseTwin(m *mod.Model, seed uint64) (*mod.Model, error) {
 	return dm, nil
 }
 
+// DecodeRate is a model's decoding speed over several runs, in tokens per
+// second: the median run's and the fastest run's, which a busy machine
+// disturbs least.
+type DecodeRate struct {
+	Median, Best float64
+}
+
 // DecodeRates measures the decoding speed of each model on sc: one
 // warm-up generation each, then reps rounds in which every model generates
 // once, in turn (so that a change in the machine's load touches all of
-// them); it returns each model's median tokens per second.
-func DecodeRates(models []*mod.Model, sc SampleConfig, reps int) ([]float64, error) {
+// them).
+func DecodeRates(models []*mod.Model, sc SampleConfig, reps int) ([]DecodeRate, error) {
 	if reps < 1 {
 		return nil, fmt.Errorf("train: DecodeRates: reps = %d, want >= 1", reps)
 	}
@@ -262,15 +269,15 @@ func DecodeRates(models []*mod.Model, sc SampleConfig, reps int) ([]float64, err
 			}
 		}
 	}
-	med := make([]float64, len(models))
+	out := make([]DecodeRate, len(models))
 	for i, r := range rates {
 		slices.Sort(r)
-		med[i] = r[len(r)/2]
+		out[i] = DecodeRate{Median: r[len(r)/2], Best: r[len(r)-1]}
 		if len(r)%2 == 0 {
-			med[i] = (r[len(r)/2-1] + r[len(r)/2]) / 2
+			out[i].Median = (r[len(r)/2-1] + r[len(r)/2]) / 2
 		}
 	}
-	return med, nil
+	return out, nil
 }
 
 // InspectWindows returns the routing of n windows of seqLen bytes of text,

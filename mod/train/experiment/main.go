@@ -12,12 +12,12 @@
 // for as many steps as the same training FLOPs buy (runs alternate, so that
 // a change in the machine's load touches both), then evaluates the MoD model
 // with causal routing by its predictor, and times decoding of both models.
-// It writes results.json and the pictures (PNG and SVG) to -out and prints a
+// It writes results.json and the pictures (PNG) to -out and prints a
 // Markdown summary.
 //
 // Usage:
 //
-//	go run ./mod/train/experiment [-out DIR] [-seeds N] [-steps N]
+//	go run ./mod/train/experiment [-out DIR] [-seeds N] [-steps N] [-keep DIR]
 package main
 
 import (
@@ -73,9 +73,12 @@ type Result struct {
 	// SampleFraction is, per layer, the fraction of bytes the MoD model's
 	// blocks processed while sampling with causal routing.
 	SampleFraction []float64
-	// DenseTokensPerSec and MoDTokensPerSec are decoding speeds (median of
-	// 5 alternating runs of 128 greedy steps).
-	DenseTokensPerSec, MoDTokensPerSec float64
+	// DenseTokensPerSec and MoDTokensPerSec are decoding speeds, the median
+	// of 11 alternating runs of 128 greedy steps; DenseBestTokensPerSec and
+	// MoDBestTokensPerSec the fastest run of each, which a busy machine
+	// disturbs least.
+	DenseTokensPerSec, MoDTokensPerSec         float64
+	DenseBestTokensPerSec, MoDBestTokensPerSec float64
 	// Sample is the MoD model's greedy continuation of the prompt.
 	Sample string
 }
@@ -98,6 +101,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "docs/results", "directory for results.json and the pictures")
 	seeds := fs.Int("seeds", 3, "number of seeds (1, 2, ...)")
 	steps := fs.Int("steps", 600, "dense training steps; MoD takes as many as the same FLOPs buy")
+	keep := fs.String("keep", "", "directory to save every run's checkpoint in (for modref sample); none when empty")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -191,11 +195,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		r.Sample, r.SampleFraction = string(smp.Text), smp.Fraction
-		rates, err := train.DecodeRates([]*mod.Model{trs[0].Model(), causal}, sc, 5)
+		rates, err := train.DecodeRates([]*mod.Model{trs[0].Model(), causal}, sc, 11)
 		if err != nil {
 			return err
 		}
-		r.DenseTokensPerSec, r.MoDTokensPerSec = rates[0], rates[1]
+		r.DenseTokensPerSec, r.MoDTokensPerSec = rates[0].Median, rates[1].Median
+		r.DenseBestTokensPerSec, r.MoDBestTokensPerSec = rates[0].Best, rates[1].Best
+		if *keep != "" {
+			for i, name := range []string{"dense", "mod", "dense2"} {
+				if err := trs[i].Save(filepath.Join(*keep, fmt.Sprintf("%s-seed%d", name, s))); err != nil {
+					return err
+				}
+			}
+		}
 		res.Seeds = append(res.Seeds, r)
 		runs = append(runs, plot.Run{Name: fmt.Sprintf("dense seed %d", s), Group: "dense", Metrics: dm},
 			plot.Run{Name: fmt.Sprintf("MoD seed %d", s), Group: "MoD 12.5 %, layers 1 and 3", Metrics: mm},
@@ -258,8 +270,16 @@ func writeJSON(path string, v any) error {
 // trained and causal by the predictor, and the router weights of 16
 // held-out windows.
 func draw(out string, runs []plot.Run, tr *train.Trainer) error {
+	// 64 bytes of prose: from the first held-out line that starts with a
+	// capital letter.
 	held := tr.HeldOut()
-	start := strings.IndexByte(string(held), '\n') + 1
+	start := 0
+	for i := 1; i < len(held)-64; i++ {
+		if held[i-1] == '\n' && held[i] >= 'A' && held[i] <= 'Z' {
+			start = i
+			break
+		}
+	}
 	snippet := held[start : start+64]
 	topk, err := train.Inspect(tr.Model(), snippet)
 	if err != nil {
@@ -310,10 +330,8 @@ func draw(out string, runs []plot.Run, tr *train.Trainer) error {
 		if err != nil {
 			return err
 		}
-		for _, ext := range []string{"png", "svg"} {
-			if err := plot.Save(filepath.Join(out, pic.name+"."+ext), p, pic.w, pic.h); err != nil {
-				return err
-			}
+		if err := plot.Save(filepath.Join(out, pic.name+".png"), p, pic.w, pic.h); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -323,9 +341,9 @@ func draw(out string, runs []plot.Run, tr *train.Trainer) error {
 func summary(w io.Writer, res Results) {
 	fmt.Fprintf(w, "%s, %s, GOMAXPROCS=%d, text %s (%d bytes), forward FLOPs per step against dense: MoD %.4f, 2-layer dense %.4f\n\n",
 		res.Date, res.GoVersion, res.GOMAXPROCS, res.Text.Name, res.Text.Bytes, res.MoDRatio, res.ShallowRatio)
-	fmt.Fprintln(w, "| seed | steps dense / MoD / 2-layer | training FLOPs dense / MoD / 2-layer | held-out loss dense | MoD (top-k) | MoD (causal, predictor) | 2-layer dense | step ms dense / MoD | predictor accuracy (recall) per routed layer | routed while sampling | decoding tokens/s dense / MoD |")
+	fmt.Fprintln(w, "| seed | steps dense / MoD / 2-layer | training FLOPs dense / MoD / 2-layer | held-out loss dense | MoD (top-k) | MoD (causal, predictor) | 2-layer dense | step ms dense / MoD | predictor accuracy (recall) per routed layer | routed while sampling | decoding tokens/s dense / MoD, median (best) |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	var cols [10][]float64
+	var cols [11][]float64
 	for _, r := range res.Seeds {
 		var acc, frac []string
 		for l := range r.SampleFraction {
@@ -334,16 +352,16 @@ func summary(w io.Writer, res Results) {
 				frac = append(frac, fmt.Sprintf("L%d %.1f %%", l, 100*r.SampleFraction[l]))
 			}
 		}
-		fmt.Fprintf(w, "| %d | %d / %d / %d | %.3g / %.3g / %.3g | %.4f | %.4f | %.4f | %.4f | %.1f / %.1f | %s | %s | %.0f / %.0f |\n",
+		fmt.Fprintf(w, "| %d | %d / %d / %d | %.3g / %.3g / %.3g | %.4f | %.4f | %.4f | %.4f | %.1f / %.1f | %s | %s | %.0f (%.0f) / %.0f (%.0f) |\n",
 			r.Seed, r.DenseSteps, r.MoDSteps, r.ShallowSteps, r.DenseFLOPs, r.MoDFLOPs, r.ShallowFLOPs, r.DenseLoss, r.MoDLoss, r.MoDCausalLoss, r.ShallowLoss,
-			r.DenseStepMs, r.MoDStepMs, strings.Join(acc, ", "), strings.Join(frac, ", "), r.DenseTokensPerSec, r.MoDTokensPerSec)
+			r.DenseStepMs, r.MoDStepMs, strings.Join(acc, ", "), strings.Join(frac, ", "), r.DenseTokensPerSec, r.DenseBestTokensPerSec, r.MoDTokensPerSec, r.MoDBestTokensPerSec)
 		for i, v := range []float64{r.DenseLoss, r.MoDLoss, r.MoDCausalLoss, r.MoDLoss - r.DenseLoss,
 			r.MoDStepMs / r.DenseStepMs, r.DenseTokensPerSec / r.MoDTokensPerSec, r.MoDTokensPerSec, r.DenseTokensPerSec,
-			r.ShallowLoss, r.MoDLoss - r.ShallowLoss} {
+			r.ShallowLoss, r.MoDLoss - r.ShallowLoss, r.DenseBestTokensPerSec / r.MoDBestTokensPerSec} {
 			cols[i] = append(cols[i], v)
 		}
 	}
-	names := []string{"dense loss", "MoD loss (top-k)", "MoD loss (causal)", "MoD − dense loss", "MoD/dense step time", "MoD/dense time per decoded token", "MoD tokens/s", "dense tokens/s", "2-layer dense loss", "MoD − 2-layer dense loss"}
+	names := []string{"dense loss", "MoD loss (top-k)", "MoD loss (causal)", "MoD − dense loss", "MoD/dense step time", "MoD/dense time per decoded token", "MoD tokens/s", "dense tokens/s", "2-layer dense loss", "MoD − 2-layer dense loss", "MoD/dense time per decoded token, best runs"}
 	fmt.Fprintln(w, "\n| quantity | mean | sd | min | max |\n| --- | --- | --- | --- | --- |")
 	for i, c := range cols {
 		m, sd, lo, hi := stats(c)
