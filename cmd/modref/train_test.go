@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/modref/modref/mod/train"
 )
 
 // tinyTrain are the flags of a model and run small enough for tests.
@@ -108,6 +111,11 @@ func TestTrainBadInput(t *testing.T) {
 	if b, err := os.ReadFile(params); err != nil || os.WriteFile(params, b[:len(b)/3], 0o644) != nil {
 		t.Fatal("truncating params.npz", err)
 	}
+	cfgFile := filepath.Join(dir, "config.json")
+	raw, err := json.Marshal(train.DefaultConfig())
+	if err != nil || os.WriteFile(cfgFile, raw, 0o644) != nil {
+		t.Fatal("writing a config", err)
+	}
 	before := hashes(t, dir)
 
 	for _, c := range []struct {
@@ -121,6 +129,9 @@ func TestTrainBadInput(t *testing.T) {
 		{"heads", []string{"train", "--out", filepath.Join(dir, "new4"), "--data", data, "--d", "16", "--heads", "3"}, "Heads = 3"},
 		{"routing", []string{"train", "--out", filepath.Join(dir, "new5"), "--data", data, "--routing", "some"}, `--routing = "some"`},
 		{"text too short", []string{"train", "--out", filepath.Join(dir, "new6"), "--data", data, "--seq", "4000"}, "needs at least 4001 bytes"},
+		{"config and model flags", []string{"train", "--out", filepath.Join(dir, "new7"), "--data", data, "--config", cfgFile, "--d", "32"}, "cannot be combined with --config"},
+		{"missing config", []string{"train", "--out", filepath.Join(dir, "new8"), "--data", data, "--config", filepath.Join(dir, "nope.json")}, "nope.json"},
+		{"foreign config", []string{"train", "--out", filepath.Join(dir, "new9"), "--data", data, "--config", empty}, "--config"},
 		{"existing run", append([]string{"train", "--out", good, "--data", data}, tinyTrain...), "already holds a checkpoint"},
 		{"resume finished", []string{"train", "--out", good, "--resume", "--data", data}, "nothing to resume"},
 		{"resume with flags", []string{"train", "--out", good, "--resume", "--lr", "1"}, "--lr cannot be combined with --resume"},
