@@ -30,6 +30,7 @@ const (
 	opMaskedFill
 	opCrossEntropy
 	opBCEWithLogits
+	opStandardize
 )
 
 // backward adds the gradient of one recorded operation into its operands.
@@ -57,6 +58,8 @@ func (tp *Tape) backward(nd *node) {
 		tp.backwardCrossEntropy(nd)
 	case opBCEWithLogits:
 		tp.backwardBCE(nd)
+	case opStandardize:
+		tp.backwardStandardize(nd)
 	default:
 		panic("autograd: no backward for opcode")
 	}

@@ -80,7 +80,7 @@ func (tp *Tape) binary(op opcode, name string, a, b *Tensor) *Tensor {
 		}
 	}
 	if out.Grad != nil {
-		tp.push(op, out, a, b).n = int(bc)
+		tp.push(op, out, a, b).arg = int(bc)
 	}
 	return out
 }
@@ -88,7 +88,7 @@ func (tp *Tape) binary(op opcode, name string, a, b *Tensor) *Tensor {
 // backwardBinary differentiates Add, Sub and Mul.
 func (tp *Tape) backwardBinary(nd *node) {
 	a, b, g := nd.a, nd.b, nd.out.Grad
-	bc := broadcast(nd.n)
+	bc := broadcast(nd.arg)
 	cols := a.Cols
 	if a.Grad != nil {
 		if nd.op != opMul {
@@ -150,7 +150,7 @@ func (tp *Tape) Scale(a *Tensor, s float32) *Tensor {
 	out := tp.alloc(a.Rows, a.Cols, needsGrad(a))
 	vek32.MulNumber_Into(out.Data, a.Data, s)
 	if out.Grad != nil {
-		tp.push(opScale, out, a, nil).s = s
+		tp.push(opScale, out, a, nil).scale = s
 	}
 	return out
 }
@@ -260,7 +260,7 @@ func (tp *Tape) backwardUnary(nd *node) {
 		vek32.Add_Inplace(a.Grad, g)
 	case opScale:
 		for i, v := range g {
-			a.Grad[i] += float32(nd.s * v)
+			a.Grad[i] += float32(nd.scale * v)
 		}
 	default:
 		y := nd.out.Data

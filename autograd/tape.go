@@ -27,13 +27,13 @@ type node struct {
 	op     opcode
 	out    *Tensor
 	a, b   *Tensor
-	s      float32 // a scalar argument
-	n      int     // an integer argument
+	scale  float32 // Scale's factor; a reduction's (1 for a sum, 1/count for a mean)
+	arg    int     // the integer argument: broadcast mode, first column, heads or axis
 	idx    []int
 	mask   []bool
 	target []float32
 	list   []*Tensor
-	vals   []float64 // intermediates the backward pass reuses
+	saved  []float64 // intermediates the backward pass reuses (a loss's log-sum-exp per row)
 	count  int       // number of terms a mean divides by
 }
 
@@ -103,7 +103,7 @@ func (tp *Tape) push(op opcode, out, a, b *Tensor) *node {
 	nd := &tp.nodes[len(tp.nodes)-1]
 	*nd = node{
 		op: op, out: out, a: a, b: b,
-		idx: nd.idx[:0], mask: nd.mask[:0], target: nd.target[:0], list: nd.list[:0], vals: nd.vals[:0],
+		idx: nd.idx[:0], mask: nd.mask[:0], target: nd.target[:0], list: nd.list[:0], saved: nd.saved[:0],
 	}
 	return nd
 }

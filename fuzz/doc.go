@@ -11,7 +11,11 @@
 // mod/ as an Impl, and run every applicable property on Impls = {Ref, Mod}.
 package fuzz
 
-import "github.com/modref/modref/ref"
+import (
+	"github.com/modref/modref/ref"
+
+	"github.com/modref/modref/spec"
+)
 
 // Impl is one implementation of the routing computations under test. ref/
 // is the first (Ref); another implementation joins by adapting its API to
@@ -39,17 +43,17 @@ type Impl struct {
 	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
 	// replay a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
 	// Frozen.PredictorInput, as ref.LayerForward fills them).
-	Layer func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
+	Layer func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
 	// LayerFrozen is the layer with the routing decision taken from fz.
 	// Properties read Out, and PredictorBCE for the predictor's gradient.
 	// nil for an implementation without a frozen-selection forward (mod):
 	// the properties that need it run on the others only.
-	LayerFrozen func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
+	LayerFrozen func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
 	// Model is the full-sequence model forward; properties read Logits and,
 	// per routed layer, Layers[l].Selection.
-	Model func(c ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error)
+	Model func(c spec.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error)
 	// NewDecoder starts token-by-token decoding (SPEC.md section 9).
-	NewDecoder func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error)
+	NewDecoder func(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error)
 }
 
 // Stepper is a decoder: Step feeds the next token of the sequence. Properties
@@ -66,7 +70,7 @@ var Ref = Impl{
 	Layer:        ref.LayerForward,
 	LayerFrozen:  ref.LayerForwardFrozen,
 	Model:        ref.ModelForward,
-	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+	NewDecoder: func(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error) {
 		d, err := ref.NewDecoder(c, p)
 		if err != nil {
 			return nil, err

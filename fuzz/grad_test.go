@@ -8,6 +8,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // steBuild builds the straight-through weight from g (a parameter) and the
@@ -127,7 +128,7 @@ var predCount struct{ measured, aliasCaught atomic.Int64 }
 func predictorProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
 		c := genLayer(src, layerOpts{unitScale: true, float32: impl.Float32})
-		c.cfg.Aux, c.cfg.AuxWeight = ref.AuxPredictor, 1
+		c.cfg.Aux, c.cfg.AuxWeight = spec.AuxPredictor, 1
 		c.p = ref.NewLayerParams(c.cfg, c.rng)
 		res, err := impl.Layer(c.cfg, c.p, c.in)
 		if err != nil {

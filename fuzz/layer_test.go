@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 var layerCount struct{ skipped, changed, mlpOnly, dense, padded atomic.Int64 }
@@ -28,7 +29,7 @@ func skipProp(impl Impl) func(failer, Source) {
 		if c.cfg.MLPOnly {
 			layerCount.mlpOnly.Add(1)
 		}
-		if c.cfg.Compute == ref.ComputeDense {
+		if c.cfg.Compute == spec.ComputeDense {
 			layerCount.dense.Add(1)
 		}
 		for b := 0; b < c.rows; b++ {
@@ -254,14 +255,14 @@ func frozenCausalityProp(impl Impl) func(failer, Source) {
 				if j < 0 {
 					continue
 				}
-				if c.cfg.Weighting != ref.WeightSoftmax {
+				if c.cfg.Weighting != spec.WeightSoftmax {
 					t.Fatalf("%s: %s weighting, selection frozen: changing the tokens after %d changed row %d position %d column %d from %v to %v\n%s",
 						impl.Name, c.cfg.Weighting, cut, b, i, j, res.Out[b].At(i, j), res2.Out[b].At(i, j), c)
 				}
 				leak = true
 			}
 		}
-		if c.cfg.Weighting == ref.WeightSoftmax {
+		if c.cfg.Weighting == spec.WeightSoftmax {
 			leakCount.softmax.Add(1)
 			if leak {
 				leakCount.softmaxLeaks.Add(1)
@@ -295,9 +296,9 @@ func TestFrozenWeightingCausality(t *testing.T) {
 // and a past token's output moves under softmax and never under raw,
 // sigmoid or none.
 func TestSoftmaxLeaks(t *testing.T) {
-	for _, w := range []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax} {
-		cfg := ref.DefaultConfig(ref.DefaultBlockConfig(4, 2, 8), 0.5)
-		cfg.Router, cfg.Weighting = ref.RouterRandom, w
+	for _, w := range []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightNone, spec.WeightSoftmax} {
+		cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 8), 0.5)
+		cfg.Router, cfg.Weighting = spec.RouterRandom, w
 		rng := ref.NewRand(7)
 		p := ref.NewLayerParams(cfg, rng)
 		in := ref.LayerInputs{X: []*mat.Dense{ref.RandomMatrix(rng, 4, 4, 1)}, Noise: [][]float64{{1, -1, 0.5, 2}}}
@@ -316,8 +317,8 @@ func TestSoftmaxLeaks(t *testing.T) {
 		d := res2.Out[0].At(0, 0) - res.Out[0].At(0, 0)
 		moved := rowDiff(res.Out[0], res2.Out[0], 0) >= 0
 		t.Logf("%-8s: token 0's output moved by %.3g (column 0) when token 3's router weight went from 2 to 3", w, d)
-		if moved != (w == ref.WeightSoftmax) {
-			t.Errorf("%s weighting: token 0's output moved = %v, want %v", w, moved, w == ref.WeightSoftmax)
+		if moved != (w == spec.WeightSoftmax) {
+			t.Errorf("%s weighting: token 0's output moved = %v, want %v", w, moved, w == spec.WeightSoftmax)
 		}
 	}
 }

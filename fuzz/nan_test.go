@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 var nanCount struct{ rejected, padded atomic.Int64 }
@@ -20,7 +20,7 @@ func nanLayerProp(impl Impl) func(failer, Source) {
 		b := src.Int(0, c.rows-1, "NaN row")
 		i := src.Int(0, c.s-1, "NaN position")
 		v := validLen(c.in.Valid, b, c.s)
-		if c.cfg.Router == ref.RouterRandom {
+		if c.cfg.Router == spec.RouterRandom {
 			c.in.Noise[b][i] = math.NaN()
 		} else {
 			c.in.X[b].Set(i, src.Int(0, c.cfg.Block.D-1, "NaN column"), math.NaN())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Counters of the interesting cases the generators produced, read by the
@@ -123,7 +124,7 @@ func selectionProp(impl Impl) func(failer, Source) {
 
 // checkCapacities checks the padding-aware capacities of SPEC.md section 3:
 // k_b in [1, V_b], 0 exactly when V_b = 0.
-func checkCapacities(t failer, c ref.Capacity, k, valid []int, s int) {
+func checkCapacities(t failer, c spec.Capacity, k, valid []int, s int) {
 	for b, kb := range k {
 		v := validLen(valid, b, s)
 		lo := 1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -69,7 +70,7 @@ func Load(dir, name string) (*Case, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: array %q listed in %s is missing", apath, info.Name, filepath.Base(mpath))
 		}
-		if a.DType != info.DType || !sameShape(a.Shape, info.Shape) {
+		if a.DType != info.DType || !slices.Equal(a.Shape, info.Shape) {
 			return nil, fmt.Errorf("%s: array %q is %s %v, the manifest says %s %v",
 				apath, info.Name, a.DType, a.Shape, info.DType, info.Shape)
 		}
@@ -98,7 +99,7 @@ func (c *Case) Write(dir string) error {
 	}
 	for _, info := range m.Arrays {
 		a, ok := c.Arrays[info.Name]
-		if !ok || a.DType != info.DType || !sameShape(a.Shape, info.Shape) {
+		if !ok || a.DType != info.DType || !slices.Equal(a.Shape, info.Shape) {
 			return errors.New("case " + m.Name + ": array " + info.Name + " does not match its manifest entry")
 		}
 	}

@@ -3,8 +3,11 @@ package golden
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/modref/modref/spec"
 )
 
 // Status of one array's comparison.
@@ -88,7 +91,7 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			res.Arrays = append(res.Arrays, r)
 			continue
 		}
-		if !sameShape(got.Shape, want.Shape) {
+		if !slices.Equal(got.Shape, want.Shape) {
 			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
 		}
 		if want.IsInt() != got.IsInt() {
@@ -274,7 +277,7 @@ func flipGap(s []float64, onlyCand, onlyOracle []int, causal bool) float64 {
 
 // layerConfig returns the configuration of the routed layer an array name
 // prefix ("expected." or "expected.L<l>.") refers to.
-func (c *Case) layerConfig(prefix string) *LayerConfig {
+func (c *Case) layerConfig(prefix string) *spec.Config {
 	cfg := c.Manifest.Config
 	if cfg.Layer != nil {
 		return cfg.Layer
@@ -283,5 +286,5 @@ func (c *Case) layerConfig(prefix string) *LayerConfig {
 	if _, err := fmt.Sscanf(prefix, "expected.L%d.", &l); err != nil || l < 0 || l >= len(cfg.Layers) {
 		return nil
 	}
-	return &cfg.Layers[l].Layer
+	return &cfg.Layers[l].Config
 }

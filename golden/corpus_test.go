@@ -3,6 +3,7 @@ package golden
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,7 +37,7 @@ func TestCorpusIsRegenerated(t *testing.T) {
 		}
 		for an, wa := range want.Arrays {
 			ga := got.Arrays[an]
-			if ga == nil || !sameShape(wa.Shape, ga.Shape) || wa.DType != ga.DType {
+			if ga == nil || !slices.Equal(wa.Shape, ga.Shape) || wa.DType != ga.DType {
 				t.Errorf("%s: array %s missing or reshaped", name, an)
 				continue
 			}

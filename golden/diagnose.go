@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -144,7 +145,7 @@ func deviantCase(c *Case, em emulation) (*Case, error) {
 		if !ok {
 			return nil, fmt.Errorf("emulating %s: array %q was not recomputed", em.name, info.Name)
 		}
-		if !sameShape(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
+		if !slices.Equal(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
 			return nil, fmt.Errorf("emulating %s: array %q recomputed as %s %v, the case has %s %v",
 				em.name, info.Name, a.DType, a.Shape, info.DType, info.Shape)
 		}
@@ -262,7 +263,7 @@ func checkInputShapes(c *Case) error {
 		if cfg.Layer == nil {
 			return fmt.Errorf("a layer case needs config.layer")
 		}
-		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.DModel}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.Block.D}
 		want["input.x"], want["upstream.out"], want["input.noise"], want["input.jitter"] = bsd, bsd, bs, bs
 	} else {
 		want["input.tokens"], want["input.targets"] = bs, bs
@@ -271,7 +272,7 @@ func checkInputShapes(c *Case) error {
 		}
 	}
 	for name, shape := range want {
-		if a, ok := c.Arrays[name]; ok && !sameShape(a.Shape, shape) {
+		if a, ok := c.Arrays[name]; ok && !slices.Equal(a.Shape, shape) {
 			return fmt.Errorf("array %q has shape %v, the configuration needs %v", name, a.Shape, shape)
 		}
 	}

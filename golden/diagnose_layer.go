@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // predictorFeed is what a deviant layer feeds its predictor.
@@ -32,7 +33,7 @@ type layerDeviation struct {
 	name string
 	// skip says why the deviation cannot be emulated for a routed layer of
 	// configuration cfg, or returns "".
-	skip func(cfg ref.Config) string
+	skip func(cfg spec.Config) string
 	// offByOne selects k − 1 tokens per row (at least 0) instead of k.
 	offByOne bool
 	// scoreOrder records each row's selected positions in router-score
@@ -57,7 +58,7 @@ type layerState struct {
 
 // layerRun is one evaluation of a routed layer under a deviation.
 type layerRun struct {
-	cfg ref.Config
+	cfg spec.Config
 	p   *ref.LayerParams
 	in  ref.LayerInputs
 	st  *layerState
@@ -84,11 +85,11 @@ func layerDeviations() []layerDeviation {
 	}
 }
 
-func skipUnsorted(cfg ref.Config) string {
+func skipUnsorted(cfg spec.Config) string {
 	switch {
-	case cfg.Causal != ref.CausalOff:
+	case cfg.Causal != spec.CausalOff:
 		return "causal routing picks tokens by sign in position order; there is no top-k whose indices could come out unsorted"
-	case cfg.Compute == ref.ComputeDense:
+	case cfg.Compute == spec.ComputeDense:
 		return "dense compute runs the block on every token in position order; the selection only masks the weight"
 	case cfg.MLPOnly:
 		return "MLP-only routing routes a per-token MLP and runs attention over every token in position order, so the order of the selected tokens changes nothing"
@@ -96,32 +97,32 @@ func skipUnsorted(cfg ref.Config) string {
 	return ""
 }
 
-func skipUnlessDense(cfg ref.Config) string {
-	if cfg.Compute != ref.ComputeDense {
+func skipUnlessDense(cfg spec.Config) string {
+	if cfg.Compute != spec.ComputeDense {
 		return "the straight-through weight exists only with dense compute (SPEC.md section 7)"
 	}
 	return ""
 }
 
-func skipUnlessPredictor(cfg ref.Config) string {
+func skipUnlessPredictor(cfg spec.Config) string {
 	if !cfg.HasPredictor() {
 		return "the layer has no predictor"
 	}
 	return ""
 }
 
-func skipBlockOutput(cfg ref.Config) string {
+func skipBlockOutput(cfg spec.Config) string {
 	if why := skipUnlessPredictor(cfg); why != "" {
 		return why
 	}
-	if cfg.Causal == ref.CausalPredictor {
+	if cfg.Causal == spec.CausalPredictor {
 		return "the predictor decides the routing, so it runs before the block and cannot be fed its output"
 	}
 	return ""
 }
 
-func skipUnlessTopK(cfg ref.Config) string {
-	if cfg.Causal != ref.CausalOff {
+func skipUnlessTopK(cfg spec.Config) string {
+	if cfg.Causal != spec.CausalOff {
 		return "causal routing has no capacity k (SPEC.md section 9)"
 	}
 	return ""
@@ -129,7 +130,7 @@ func skipUnlessTopK(cfg ref.Config) string {
 
 // run evaluates a routed layer under the deviation, deciding the routing on
 // the first call.
-func (d *layerDeviation) run(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
+func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
 	if !st.decided {
 		if err := d.decide(cfg, p, in, st); err != nil {
 			return nil, err
@@ -152,7 +153,7 @@ func (d *layerDeviation) run(cfg ref.Config, p *ref.LayerParams, in ref.LayerInp
 
 // decide makes the routing decision at the current (unperturbed) point, as
 // the deviant implementation would, and freezes it with its constants.
-func (d *layerDeviation) decide(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
+func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
 	if d.offByOne {
 		r, err := ref.RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
 		if err != nil {
@@ -340,8 +341,8 @@ func scoreOrderOutput(l *layerRun) {
 
 // rotatedBlock returns the block's parameters with the columns of Wq and Wk
 // rotated by RoPE at position delta, head by head (unchanged without RoPE).
-func rotatedBlock(c ref.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
-	if c.Positions != ref.PositionRoPE || delta == 0 {
+func rotatedBlock(c spec.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
+	if c.Positions != spec.PositionRoPE || delta == 0 {
 		return p
 	}
 	q := *p
@@ -349,7 +350,7 @@ func rotatedBlock(c ref.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockPa
 	return &q
 }
 
-func rotateHeads(c ref.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
+func rotateHeads(c spec.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
 	rows, cols := w.Dims()
 	dh := c.D / c.Heads
 	out := mat.NewDense(rows, cols, nil)
@@ -377,7 +378,7 @@ func layerSpecOf(c *Case) layerSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.Layer.Ref(), ties: m.Routing.Ties}
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
 }
 
 // emulateLayerCase recomputes a layer case under each deviation.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // block is the pre-norm transformer block f of SPEC.md section 5, an
@@ -25,7 +25,7 @@ type block struct {
 
 // newBlock returns the block described by c, its weights drawn from rng in
 // the order of ref.BlockParams.Tensors. c must be valid.
-func newBlock(c ref.BlockConfig, rng *rand.Rand) (*block, error) {
+func newBlock(c spec.BlockConfig, rng *rand.Rand) (*block, error) {
 	nb, err := nn.NewBlock(nn.BlockConfig{
 		D: c.D, Heads: c.Heads, DFF: c.DFF,
 		Norm: nn.NormKind(c.Norm), Act: nn.Activation(c.MLP), RoPEBase: c.RoPEBase,
@@ -35,7 +35,7 @@ func newBlock(c ref.BlockConfig, rng *rand.Rand) (*block, error) {
 	}
 	setEps(nb.N1, c.NormEps)
 	setEps(nb.N2, c.NormEps)
-	return &block{Block: nb, rope: c.Positions != ref.PositionLearned}, nil
+	return &block{Block: nb, rope: c.Positions != spec.PositionLearned}, nil
 }
 
 // setEps sets the ε of an nn norm to the configuration's.
@@ -50,6 +50,8 @@ func setEps(n nn.Norm, eps float64) {
 
 // update returns f(X) = Attn(N1(X)) + MLP(N2(X + Attn(N1(X)))) for the
 // stacked sequences x at positions pos (see package nn).
+//
+//	x: [N, d] → [N, d]
 func (b *block) update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	if b.rope {
 		return b.Update(tp, x, pos)
@@ -59,6 +61,8 @@ func (b *block) update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *auto
 }
 
 // attnUpdate returns Attn(N1(X)) without the residual.
+//
+//	x: [N, d] → [N, d]
 func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	if b.rope {
 		return b.AttnUpdate(tp, x, pos)
@@ -70,6 +74,8 @@ func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *
 // attention of each sequence's rows over its own rows at positions <= their
 // own, scale 1/sqrt(d_h), for models with learned absolute positions.
 // (nn.Attention always rotates; see the design notes.)
+//
+//	x: [N, d] → [N, d]
 func (b *block) attendNoRoPE(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	at := b.Attn
 	h := at.Heads

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Decoder generates one sequence token by token in causal routing mode
@@ -54,9 +54,9 @@ func NewDecoder(m *Model) (*Decoder, error) {
 		}
 		c := rl.cfg
 		switch {
-		case c.Causal == ref.CausalOff:
+		case c.Causal == spec.CausalOff:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
-		case c.Router == ref.RouterRandom:
+		case c.Router == spec.RouterRandom:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case c.Jitter != 0:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Jitter = %v; jitter is training-only, set it to 0 for decoding", l, c.Jitter)
@@ -70,6 +70,8 @@ func NewDecoder(m *Model) (*Decoder, error) {
 // computed from the token's own residual stream; a routed token joins that
 // layer's cache and becomes x + g·f, a skipped one keeps x and is never
 // cached there.
+//
+//	token → Logits: [vocab]
 func (dec *Decoder) Step(token int) (*StepResult, error) {
 	m, pos := dec.m, dec.pos
 	if token < 0 || token >= m.cfg.Vocab {
@@ -100,7 +102,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		score := r.Data[0]
 		if rl.Predictor != nil {
 			res.PredictorLogits[l] = rl.Predictor.Logits(tp, tp.StopGradient(x)).Data[0]
-			if rl.cfg.Causal == ref.CausalPredictor {
+			if rl.cfg.Causal == spec.CausalPredictor {
 				score = res.PredictorLogits[l]
 			}
 		}
@@ -127,6 +129,8 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 
 // step is the block's update f for one token x (1×d) at position pos, given
 // the cache of the tokens before it, which it joins.
+//
+//	x: [1, d] → [1, d]
 func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	a := b.attnStep(tp, c, x, pos)
 	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
@@ -135,6 +139,8 @@ func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int)
 // attnStep is Attn(N1(x)) for one token x (1×d) at position pos: its query
 // attends to the cached keys and to its own, which it appends to the cache
 // with its value, in the order of operations of the full forward.
+//
+//	x: [1, d] → [1, d]
 func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	at := b.Attn
 	h, d := at.Heads, x.Cols

@@ -5,11 +5,11 @@
 //
 // # Configuration
 //
-// The configuration types are those of package ref (ref.Config,
-// ref.BlockConfig, ref.Capacity, ref.Pattern, ref.ModelConfig), so that one
-// vocabulary describes the float64 reference, the golden corpus and this
-// package. Only the types and their Validate methods are used; every
-// computation is done here, in float32. NewLayer, NewModel and NewDecoder
+// The configuration types are those of package spec (spec.Config,
+// spec.BlockConfig, spec.Capacity, spec.Pattern, spec.ModelConfig), so that
+// one vocabulary describes the float64 reference, the golden corpus and this
+// package. mod imports neither ref nor golden (docs/design.md,
+// "Dependencies"); every computation is done here, in float32. NewLayer, NewModel and NewDecoder
 // return an error naming the field at fault for a configuration that cannot
 // work; nothing panics later because of the configuration. A routed layer's
 // capacity rule can be changed between steps with Layer.SetCapacity (for
@@ -51,8 +51,8 @@
 //
 // Layer.Params and Model.Params name every parameter as ref and the golden
 // corpus do ("Wq", "L1.Router", "Embed", ...). LoadParams fills them from
-// float64 values; LayerFromCase and ModelFromCase build a layer or a model
-// with its inputs from a golden case.
+// float64 values; package internal/modcase builds a layer or a model with
+// its inputs from a golden case or from ref's parameters.
 //
 // # Decoding
 //

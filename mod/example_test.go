@@ -6,15 +6,15 @@ import (
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // A four-layer MoD language model routing every other layer at capacity
 // 12.5% (the paper's setting), one AdamW training step, and what the first
 // routed layer reports.
 func Example() {
-	routing := ref.DefaultConfig(ref.DefaultBlockConfig(16, 2, 64), 0.125)
-	cfg, err := ref.NewModelConfig(32, 0, 4, routing, ref.Pattern{Kind: ref.PatternEveryOther}, nil)
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(16, 2, 64), 0.125)
+	cfg, err := spec.NewModelConfig(32, 0, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Layer is one routed Mixture-of-Depths layer (SPEC.md sections 2 to 9): a
@@ -23,7 +23,7 @@ type Layer struct {
 	// the configuration uses one (Aux = predictor or Causal = predictor).
 	Predictor *Predictor
 
-	cfg   ref.Config // every routing choice, checked by NewLayer
+	cfg   spec.Config // every routing choice, checked by NewLayer
 	blk   *block
 	order []int // selection work buffer
 }
@@ -37,6 +37,8 @@ type Predictor struct {
 
 // Logits returns q for every row of x; x should be a stop-gradient copy of
 // the layer input, so that the predictor's loss trains only the predictor.
+//
+//	x: [N, d] → [N, h] → [N, 1]
 func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	return p.Out.Forward(tp, tp.SiLU(p.In.Forward(tp, x)))
 }
@@ -45,7 +47,7 @@ func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tens
 // from rng: the block as nn.NewBlock draws it, then the router weight from
 // N(0, nn.InitStd²) with a zero bias, then the predictor's Linear maps as
 // nn.NewLinear draws them. An invalid cfg is an error naming the field.
-func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func NewLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	l, err := newLayer(cfg, rng)
 	if err != nil {
 		return nil, fmt.Errorf("mod: %w", err)
@@ -54,7 +56,7 @@ func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // newLayer is NewLayer with errors not prefixed by the package name.
-func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func newLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,14 +66,14 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 	}
 	l := &Layer{cfg: cfg, blk: blk}
 	d := cfg.Block.D
-	if cfg.Router == ref.RouterLinear || cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinear || cfg.Router == spec.RouterLinearBias {
 		w := make([]float32, d)
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() * nn.InitStd)
 		}
 		l.Router = autograd.NewParam(d, 1, w)
 	}
-	if cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinearBias {
 		l.RouterBias = autograd.NewParam(1, 1, nil)
 	}
 	if cfg.HasPredictor() {
@@ -82,12 +84,12 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // Config returns the layer's configuration.
-func (l *Layer) Config() ref.Config { return l.cfg }
+func (l *Layer) Config() spec.Config { return l.cfg }
 
 // SetCapacity changes the capacity rule, for instance each training step of
 // a capacity annealing schedule (see AnnealedRatio), or returns an error
 // naming the field that cannot work; the layer is then unchanged.
-func (l *Layer) SetCapacity(c ref.Capacity) error {
+func (l *Layer) SetCapacity(c spec.Capacity) error {
 	cfg := l.cfg
 	cfg.Capacity = c
 	if err := cfg.Validate(); err != nil {
@@ -183,7 +185,7 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 		}
 		return bt, fmt.Errorf("X is %s, want (B·S)×d = %dx%d", shape, n, d)
 	}
-	if err := checkField("Noise", in.Noise, l.cfg.Router == ref.RouterRandom, "Router = random", n); err != nil {
+	if err := checkField("Noise", in.Noise, l.cfg.Router == spec.RouterRandom, "Router = random", n); err != nil {
 		return bt, err
 	}
 	return bt, checkField("Jitter", in.Jitter, l.cfg.Jitter > 0, "Jitter > 0", n)
@@ -192,6 +194,8 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 // Forward runs the layer on a batch (SPEC.md sections 2 to 9). An input
 // that does not fit, a capacity rule that cannot hold for these lengths, or
 // a NaN router weight (naming its row and position) is an error.
+//
+//	in.X: [B·S, d] → Out: [B·S, d]
 func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
 	res, err := l.forward(tp, in)
 	if err != nil {
@@ -243,10 +247,10 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	g := l.weights(tp, r, sel, selIdx)
 	cidx, cpos := selIdx, sel
 	var mult *autograd.Tensor
-	if cfg.Compute == ref.ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		cidx, cpos = vidx, vpos
 		gv := g
-		if cfg.Weighting == ref.WeightSoftmax {
+		if cfg.Weighting == spec.WeightSoftmax {
 			gv = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), g, selIdx)
 		}
 		if padded {
@@ -261,11 +265,11 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		mult = straightThrough(tp, gv, autograd.New(len(vidx), 1, m))
 	} else {
 		mult = g
-		if cfg.Weighting != ref.WeightSoftmax {
+		if cfg.Weighting != spec.WeightSoftmax {
 			mult = tp.GatherRows(g, selIdx)
 		}
 	}
-	res.Out = l.apply(tp, x, padded, vidx, vpos, cidx, cpos, mult)
+	res.Out = l.addUpdate(tp, x, l.residualBase(tp, x, tokens{vidx, vpos}), tokens{cidx, cpos}, mult)
 
 	l.report(res, bt, r, g, q, cidx, mult, selIdx)
 	l.losses(tp, res, bt, padded, r, q)
@@ -280,6 +284,8 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 // w = g + sg(m·g − g): its value is m·g exactly (g + (g − g) = g and
 // g + (0 − g) = 0 in floating point) and its derivative with respect to g
 // is 1 for every token, selected (m = 1) or not.
+//
+//	g, m: [n, 1] → [n, 1]
 func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
 }
@@ -301,9 +307,9 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
 		switch l.cfg.Causal {
-		case ref.CausalRouter:
+		case spec.CausalRouter:
 			res.Selected[b], err = selectCausal([]int{}, row)
-		case ref.CausalPredictor:
+		case spec.CausalPredictor:
 			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
 		default:
 			res.Selected[b] = res.TopK[b]
@@ -318,43 +324,57 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 	return res, nil
 }
 
-// apply is Eq. 1: out = base + mult·f at the rows cidx (positions cpos),
-// base elsewhere, where base is x, or x + Attn(N1(x)) over the valid tokens
-// for MLP-only routing, and f is the block's update of the tokens cidx as
-// sequences (MLP-only: MLP(N2(base)) of each).
-func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int,
-	cidx []int, cpos [][]int, mult *autograd.Tensor) *autograd.Tensor {
-	base := x
-	if l.cfg.MLPOnly && len(vidx) > 0 {
-		if padded {
-			base = tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, vidx), vpos), vidx)
-		} else {
-			base = tp.Add(x, l.blk.attnUpdate(tp, x, vpos))
-		}
+// tokens is a set of tokens of a batch: their rows in the (B·S)×d matrix,
+// and their positions in each sequence.
+type tokens struct {
+	rows []int
+	pos  [][]int
+}
+
+// residualBase is the residual stream a routed token's update is added to:
+// x, or for MLP-only routing x + Attn(N1(x)) with attention over the valid
+// tokens.
+//
+//	x: [B·S, d] → [B·S, d]
+func (l *Layer) residualBase(tp *autograd.Tape, x *autograd.Tensor, valid tokens) *autograd.Tensor {
+	if !l.cfg.MLPOnly || len(valid.rows) == 0 {
+		return x
 	}
-	if len(cidx) == 0 {
+	if len(valid.rows) < x.Rows { // padded
+		return tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, valid.rows), valid.pos), valid.rows)
+	}
+	return tp.Add(x, l.blk.attnUpdate(tp, x, valid.pos))
+}
+
+// addUpdate is Eq. 1: out = base + mult·f at the computed tokens, base
+// elsewhere, where f is the block's update of the computed tokens as
+// sequences (MLP-only: MLP(N2(base)) of each).
+//
+//	x, base: [B·S, d], mult: [len(computed.rows), 1] → [B·S, d]
+func (l *Layer) addUpdate(tp *autograd.Tape, x, base *autograd.Tensor, computed tokens, mult *autograd.Tensor) *autograd.Tensor {
+	if len(computed.rows) == 0 {
 		return base
 	}
 	// Every row, in order: no gather or scatter needed.
-	all := len(cidx) == x.Rows
+	all := len(computed.rows) == x.Rows
 	xs := base
 	if !l.cfg.MLPOnly {
 		xs = x
 	}
 	if !all {
-		xs = tp.GatherRows(xs, cidx)
+		xs = tp.GatherRows(xs, computed.rows)
 	}
 	var f *autograd.Tensor
 	if l.cfg.MLPOnly {
 		f = l.blk.MLPUpdate(tp, xs)
 	} else {
-		f = l.blk.update(tp, xs, cpos)
+		f = l.blk.update(tp, xs, computed.pos)
 	}
 	upd := tp.Mul(f, mult)
 	if all {
 		return tp.Add(base, upd)
 	}
-	return tp.ScatterAddRows(base, upd, cidx)
+	return tp.ScatterAddRows(base, upd, computed.rows)
 }
 
 // report copies r, g, the multipliers and q into the result.
@@ -362,7 +382,7 @@ func (l *Layer) report(res *LayerResult, bt batch, r, g, q *autograd.Tensor, cid
 	n := bt.rows * bt.s
 	res.RouterLogits = append([]float32(nil), r.Data...)
 	res.Weights = make([]float32, n)
-	if l.cfg.Weighting == ref.WeightSoftmax {
+	if l.cfg.Weighting == spec.WeightSoftmax {
 		for j, k := range selIdx {
 			res.Weights[k] = g.Data[j]
 		}

@@ -1,9 +1,12 @@
-package mod
+package mod_test
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Tolerances of mod (float32) against ref (float64), relative to the scale
@@ -43,14 +47,14 @@ const selectionMargin = 1e-4
 // layerCase is a drawn layer configuration with ref's parameters, inputs
 // and upstream gradient, all rounded to float32.
 type layerCase struct {
-	cfg ref.Config
+	cfg spec.Config
 	p   *ref.LayerParams
 	in  ref.LayerInputs
 	u   []float64 // B·S·d upstream gradient of out
 }
 
 // drawBlock draws a small block shape with width d >= minD.
-func drawBlock(t *rapid.T, minD int) ref.BlockConfig {
+func drawBlock(t *rapid.T, minD int) spec.BlockConfig {
 	var shapes [][2]int
 	for _, sh := range [][2]int{{4, 1}, {4, 2}, {8, 1}, {8, 2}} {
 		if sh[0] >= minD {
@@ -58,35 +62,35 @@ func drawBlock(t *rapid.T, minD int) ref.BlockConfig {
 		}
 	}
 	shape := rapid.SampledFrom(shapes).Draw(t, "d,heads")
-	blk := ref.DefaultBlockConfig(shape[0], shape[1], rapid.SampledFrom([]int{6, 8}).Draw(t, "dff"))
+	blk := spec.DefaultBlockConfig(shape[0], shape[1], rapid.SampledFrom([]int{6, 8}).Draw(t, "dff"))
 	if rapid.Bool().Draw(t, "layernorm") {
-		blk.Norm, blk.NormEps = ref.NormLayer, 1e-5
+		blk.Norm, blk.NormEps = spec.NormLayer, 1e-5
 	}
 	if rapid.Bool().Draw(t, "swiglu") {
-		blk.MLP = ref.ActSwiGLU
+		blk.MLP = spec.ActSwiGLU
 	}
 	return blk
 }
 
 // drawRouting draws every routing choice of a routed layer, for sequences
 // of s positions.
-func drawRouting(t *rapid.T, blk ref.BlockConfig, s int) ref.Config {
-	cfg := ref.DefaultConfig(blk, 0.5)
-	cfg.Router = rapid.SampledFrom([]ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}).Draw(t, "router")
+func drawRouting(t *rapid.T, blk spec.BlockConfig, s int) spec.Config {
+	cfg := spec.DefaultConfig(blk, 0.5)
+	cfg.Router = rapid.SampledFrom([]spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm, spec.RouterRandom}).Draw(t, "router")
 	if rapid.Bool().Draw(t, "jitter") {
 		cfg.Jitter = 0.1
 	}
-	cfg.Causal = rapid.SampledFrom([]ref.CausalRouting{ref.CausalOff, ref.CausalOff, ref.CausalRouter, ref.CausalPredictor}).Draw(t, "causal")
-	weightings := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightSoftmax, ref.WeightNone}
-	computes := []ref.Compute{ref.ComputeGather, ref.ComputeDense}
-	if cfg.Causal != ref.CausalOff {
+	cfg.Causal = rapid.SampledFrom([]spec.CausalRouting{spec.CausalOff, spec.CausalOff, spec.CausalRouter, spec.CausalPredictor}).Draw(t, "causal")
+	weightings := []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightSoftmax, spec.WeightNone}
+	computes := []spec.Compute{spec.ComputeGather, spec.ComputeDense}
+	if cfg.Causal != spec.CausalOff {
 		weightings, computes = weightings[:2], computes[:1]
 	}
 	cfg.Weighting = rapid.SampledFrom(weightings).Draw(t, "weighting")
 	cfg.Compute = rapid.SampledFrom(computes).Draw(t, "compute")
 	cfg.MLPOnly = rapid.Bool().Draw(t, "mlp_only")
-	cfg.Aux = rapid.SampledFrom([]ref.AuxObjective{ref.AuxNone, ref.AuxRouterBCE, ref.AuxPredictor}).Draw(t, "aux")
-	if cfg.Aux != ref.AuxNone {
+	cfg.Aux = rapid.SampledFrom([]spec.AuxObjective{spec.AuxNone, spec.AuxRouterBCE, spec.AuxPredictor}).Draw(t, "aux")
+	if cfg.Aux != spec.AuxNone {
 		cfg.AuxWeight = 0.1
 	}
 	if rapid.Bool().Draw(t, "load_balance") {
@@ -94,11 +98,11 @@ func drawRouting(t *rapid.T, blk ref.BlockConfig, s int) ref.Config {
 	}
 	switch rapid.IntRange(0, 2).Draw(t, "capacity") {
 	case 0:
-		cfg.Capacity = ref.Capacity{Kind: ref.CapacityRatio, Ratio: rapid.SampledFrom([]float64{0.125, 0.25, 0.29, 0.5, 0.75, 1}).Draw(t, "ratio")}
+		cfg.Capacity = spec.Capacity{Kind: spec.CapacityRatio, Ratio: rapid.SampledFrom([]float64{0.125, 0.25, 0.29, 0.5, 0.75, 1}).Draw(t, "ratio")}
 	case 1:
-		cfg.Capacity = ref.Capacity{Kind: ref.CapacityInteger, Tokens: rapid.IntRange(1, s).Draw(t, "tokens")}
+		cfg.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: rapid.IntRange(1, s).Draw(t, "tokens")}
 	default:
-		cfg.Capacity = ref.Capacity{Kind: ref.CapacityLog, Ratio: 0.25, MaxLen: rapid.IntRange(s, 2*s).Draw(t, "max_len")}
+		cfg.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: rapid.IntRange(s, 2*s).Draw(t, "max_len")}
 	}
 	return cfg
 }
@@ -131,7 +135,7 @@ func drawLayerCase(t *rapid.T) layerCase {
 		}
 		return f
 	}
-	if cfg.Router == ref.RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		c.in.Noise = field()
 	}
 	if cfg.Jitter > 0 {
@@ -144,12 +148,12 @@ func drawLayerCase(t *rapid.T) layerCase {
 
 // decisive reports whether ref's routing decision is at least
 // selectionMargin from a flip in every sequence.
-func decisive(cfg ref.Config, res *ref.LayerResult, valid []int) bool {
+func decisive(cfg spec.Config, res *ref.LayerResult, valid []int) bool {
 	score := res.RouterWeights
 	switch cfg.Causal {
-	case ref.CausalPredictor:
+	case spec.CausalPredictor:
 		score = res.PredictorLogits
-	case ref.CausalOff:
+	case spec.CausalOff:
 		for _, g := range ref.BoundaryGaps(res.RouterWeights, res.Capacity, valid) {
 			if g < selectionMargin {
 				return false
@@ -172,7 +176,7 @@ func decisive(cfg ref.Config, res *ref.LayerResult, valid []int) bool {
 // parameter's gradient only at that many coordinates drawn at random.
 func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 	l := layerFromRef(t, c.cfg, c.p)
-	in := layerInputs(c.in)
+	in := modcase.LayerInputsFromRef(c.in)
 	var tp autograd.Tape
 	res, err := l.Forward(&tp, in)
 	if err != nil {
@@ -184,7 +188,7 @@ func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 	}
 	if decisive(c.cfg, want, c.in.Valid) {
 		for b, p := range want.Selection.Rows {
-			if !intsEqual(res.Selected[b], p) {
+			if !slices.Equal(res.Selected[b], p) {
 				t.Fatalf("row %d: mod selected %v, ref %v", b, res.Selected[b], p)
 			}
 		}
@@ -207,7 +211,7 @@ func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 	if want.PredictorLogits != nil {
 		compare(t, "layer forward", "predictor logits", res.PredictorLogits, flatField(want.PredictorLogits), valid, forwardTol)
 		compare(t, "layer forward", "predictor bce", []float32{float32(res.PredictorBCE)}, []float64{want.PredictorBCE}, nil, forwardTol)
-		if math.Abs(res.PredictorAccuracy-want.PredictorAccuracy) > 1e-12 && decisive(ref.Config{Causal: ref.CausalPredictor}, want, c.in.Valid) {
+		if math.Abs(res.PredictorAccuracy-want.PredictorAccuracy) > 1e-12 && decisive(spec.Config{Causal: spec.CausalPredictor}, want, c.in.Valid) {
 			t.Errorf("predictor accuracy %v, ref %v", res.PredictorAccuracy, want.PredictorAccuracy)
 		}
 	}
@@ -220,7 +224,7 @@ func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 	if res.Routed != want.Routed || res.Skipped != want.Skipped {
 		t.Errorf("routed %d skipped %d, ref %d and %d", res.Routed, res.Skipped, want.Routed, want.Skipped)
 	}
-	if res.FLOPs != (LayerFLOPs(want.FLOPs)) {
+	if res.FLOPs != (mod.LayerFLOPs(want.FLOPs)) {
 		t.Errorf("FLOPs %+v, ref %+v", res.FLOPs, want.FLOPs)
 	}
 

@@ -57,6 +57,8 @@ func NewAttention(d, heads int, bias bool, rng *rand.Rand) *Attention {
 // Forward returns the attention output for x, the stacked rows of the
 // sequences described by pos (see the package comment): a matrix of x's
 // shape. There must be at least one row.
+//
+//	x: [N, d] (N = Σ len(pos[i]) stacked tokens) → [N, d]
 func (a *Attention) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	n := a.flatten(x, pos)
 	h := a.Heads
@@ -79,6 +81,8 @@ func (a *Attention) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) 
 
 // attend returns the merged heads, len(p)×d, of the sequence whose rows
 // start at row off of each head's block of n rows in q, k and v.
+//
+//	q, k, v: [H·n, d_h] → [len(p), d]
 func (a *Attention) attend(tp *autograd.Tape, q, k, v *autograd.Tensor, n, off int, p []int) *autograd.Tensor {
 	m := len(p)
 	a.parts = a.parts[:0]

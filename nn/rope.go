@@ -46,6 +46,8 @@ func NewRoPE(dim int) *RoPE {
 // layout of autograd's SplitHeads (head 0's n rows, then head 1's, …), where
 // pos[i] is the position of token i. pos may be any list of non-negative
 // positions.
+//
+//	x: [h·n, Dim], pos: [n] → [h·n, Dim]
 func (r *RoPE) Apply(tp *autograd.Tape, x *autograd.Tensor, pos []int) *autograd.Tensor {
 	n, dh := len(pos), r.Dim
 	if n == 0 || x.Cols != dh || x.Rows%n != 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -44,8 +45,8 @@ func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
 }
 
 // normalize applies the configured N with gain gamma and bias beta.
-func normalize(c BlockConfig, gamma, beta, x []float64) []float64 {
-	if c.Norm == NormLayer {
+func normalize(c spec.BlockConfig, gamma, beta, x []float64) []float64 {
+	if c.Norm == spec.NormLayer {
 		return LayerNorm(x, gamma, beta, c.NormEps)
 	}
 	return RMSNorm(x, gamma, c.NormEps)
@@ -91,9 +92,9 @@ func vecMat(x []float64, w *mat.Dense) []float64 {
 
 // MLP is SPEC.md section 5, the MLP applied to an already normalised row u:
 // GELU: GELU(u·W1)·W2; SwiGLU: (SiLU(u·W1) * (u·W3))·W2.
-func MLP(c BlockConfig, p *BlockParams, u []float64) []float64 {
+func MLP(c spec.BlockConfig, p *BlockParams, u []float64) []float64 {
 	hid := vecMat(u, p.W1)
-	if c.MLP == ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		gate := vecMat(u, p.W3)
 		for j := range hid {
 			hid[j] = SiLU(hid[j]) * gate[j]
@@ -125,14 +126,14 @@ type KVCache struct {
 // returns the attention output ctx·Wo (the update a of H = X + a). pos must
 // exceed every cached position; a smaller one is a programmer error and
 // panics.
-func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
 	if n := len(kv.Positions); n > 0 && pos <= kv.Positions[n-1] {
 		panic(fmt.Sprintf("ref: attention at position %d after position %d; positions must ascend", pos, kv.Positions[n-1]))
 	}
 	xn := normalize(c, p.Norm1, p.Norm1Bias, x)
 	q, k, v := vecMat(xn, p.Wq), vecMat(xn, p.Wk), vecMat(xn, p.Wv)
 	dh := c.D / c.Heads
-	for h := 0; h < c.Heads && c.Positions == PositionRoPE; h++ {
+	for h := 0; h < c.Heads && c.Positions == spec.PositionRoPE; h++ {
 		copy(q[h*dh:(h+1)*dh], RoPE(q[h*dh:(h+1)*dh], pos, c.RoPEBase))
 		copy(k[h*dh:(h+1)*dh], RoPE(k[h*dh:(h+1)*dh], pos, c.RoPEBase))
 	}
@@ -163,7 +164,7 @@ func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos
 
 // MLPUpdate is the second half of the block of SPEC.md section 5 for one
 // row h of H: MLP(N2(h)).
-func MLPUpdate(c BlockConfig, p *BlockParams, h []float64) []float64 {
+func MLPUpdate(c spec.BlockConfig, p *BlockParams, h []float64) []float64 {
 	return MLP(c, p, normalize(c, p.Norm2, p.Norm2Bias, h))
 }
 
@@ -172,7 +173,7 @@ func MLPUpdate(c BlockConfig, p *BlockParams, h []float64) []float64 {
 // a = Attn(N1(x)) (AttentionStep), h = x + a, and it returns the block's
 // update f = Y - X = a + MLP(N2(h)), computed as that sum so that no
 // cancellation x + ... - x enters.
-func (kv *KVCache) BlockStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+func (kv *KVCache) BlockStep(c spec.BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
 	a := kv.AttentionStep(c, p, x, pos)
 	h := make([]float64, len(x))
 	for j := range x {
@@ -206,7 +207,7 @@ func checkPositions(x *mat.Dense, pos []int) error {
 // n tokens, with causal attention among them and RoPE at their original
 // positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
 // update without the outer residual.
-func BlockUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+func BlockUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
@@ -222,7 +223,7 @@ func BlockUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.D
 // AttentionUpdate is the attention half of the block alone, a = Attn(N1(X))
 // for every row of x (n×d) at positions pos: the dense attention of the
 // MLP-only routing variant (SPEC.md section 5).
-func AttentionUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+func AttentionUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}

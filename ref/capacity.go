@@ -3,54 +3,13 @@ package ref
 import (
 	"fmt"
 	"math"
-)
 
-// CapacityKind names a capacity rule of SPEC.md section 3.
-type CapacityKind string
-
-// Capacity rules (SPEC.md section 3).
-const (
-	// CapacityRatio is a fixed ratio c in (0,1]: k = clamp(floor(c*S), 1, S).
-	CapacityRatio CapacityKind = "ratio"
-	// CapacityInteger is the paper's capacity per batch element: k = C.
-	CapacityInteger CapacityKind = "integer"
-	// CapacityLog scales the ratio with the sequence length:
-	// ratio(S) = 1 - (ln S / ln S_max)(1 - c).
-	CapacityLog CapacityKind = "log"
+	"github.com/modref/modref/spec"
 )
 
 // FloorSlack is the slack of the float-robust floor: FloorRobust(v) is the
 // largest integer k with k <= v + FloorSlack (SPEC.md section 3).
 const FloorSlack = 1e-9
-
-// Capacity is the capacity rule of one routed layer (SPEC.md section 3).
-type Capacity struct {
-	Kind   CapacityKind
-	Ratio  float64 // c, for CapacityRatio and CapacityLog; in (0, 1]
-	Tokens int     // C, for CapacityInteger; 1 <= C <= S
-	MaxLen int     // S_max, for CapacityLog; >= 2, and S <= S_max
-}
-
-// Validate reports an invalid field of the rule (the checks that do not
-// depend on the sequence length).
-func (c Capacity) Validate() error {
-	switch c.Kind {
-	case CapacityRatio, CapacityLog:
-		if !(c.Ratio > 0 && c.Ratio <= 1) {
-			return fmt.Errorf("capacity: Ratio = %v, want c in (0, 1]", c.Ratio)
-		}
-		if c.Kind == CapacityLog && c.MaxLen < 2 {
-			return fmt.Errorf("capacity: MaxLen = %d for log scaling, want S_max >= 2 (ln S_max is a divisor)", c.MaxLen)
-		}
-	case CapacityInteger:
-		if c.Tokens < 1 {
-			return fmt.Errorf("capacity: Tokens = %d, want C >= 1", c.Tokens)
-		}
-	default:
-		return fmt.Errorf("capacity: Kind = %q, want ratio, integer or log", c.Kind)
-	}
-	return nil
-}
 
 // FloorRobust returns the largest integer k with k <= v + FloorSlack, so that
 // 0.29*100 = 28.999999999999996 floors to 29 (SPEC.md section 3).
@@ -112,27 +71,27 @@ func CapacityFromLog(c float64, s, maxLen int) (int, error) {
 	return clampInt(FloorRobust(float64(float64(s)*ratio)), 1, s), nil
 }
 
-// TokensFor returns k for a row of n valid tokens under this rule; a row with
+// TokensFor returns k for a row of n valid tokens under rule c; a row with
 // n = 0 valid tokens gets k = 0. For the integer rule, C is first checked
 // against the padded length s (1 <= C <= s) and then k = min(C, n), a choice
 // SPEC.md leaves open (docs/equations.md).
-func (c Capacity) TokensFor(n, s int) (int, error) {
+func TokensFor(c spec.Capacity, n, s int) (int, error) {
 	if n < 0 || n > s {
 		return 0, fmt.Errorf("capacity: valid length %d, want 0 <= V_b <= S = %d", n, s)
 	}
 	switch c.Kind {
-	case CapacityRatio:
+	case spec.CapacityRatio:
 		if n == 0 {
 			return 0, nil
 		}
 		return CapacityFromRatio(c.Ratio, n)
-	case CapacityInteger:
+	case spec.CapacityInteger:
 		k, err := CapacityFromInteger(c.Tokens, s)
 		if err != nil {
 			return 0, err
 		}
 		return min(k, n), nil
-	case CapacityLog:
+	case spec.CapacityLog:
 		if n == 0 {
 			return 0, nil
 		}
@@ -144,13 +103,13 @@ func (c Capacity) TokensFor(n, s int) (int, error) {
 // RowCapacities is the padding-aware capacity of SPEC.md section 3: k_b for
 // each of the b rows, where row b has valid[b] valid tokens (nil valid: all
 // s positions of every row are valid). k_b = 0 when V_b = 0.
-func RowCapacities(c Capacity, rows, s int, valid []int) ([]int, error) {
+func RowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
 	if err := checkValid(valid, rows, s); err != nil {
 		return nil, err
 	}
 	k := make([]int, rows)
 	for b := range k {
-		kb, err := c.TokensFor(validLen(valid, b, s), s)
+		kb, err := TokensFor(c, validLen(valid, b, s), s)
 		if err != nil {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}

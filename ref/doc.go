@@ -4,7 +4,8 @@
 // are checked against.
 //
 // Each equation is stated once, with plain loops that can be read against the
-// paper line by line. The package imports neither autograd/, nn/ nor mod/.
+// paper line by line. The package imports neither autograd/, nn/ nor mod/;
+// its configuration types are package spec's (docs/design.md, "Dependencies").
 //
 // # Layout conventions
 //

@@ -1,5 +1,7 @@
 package ref
 
+import "github.com/modref/modref/spec"
+
 // FLOPs conventions (SPEC.md section 10), stated once here and in
 // docs/equations.md:
 //   - Only matrix products are counted, 2*m*n*k each (SPEC.md section 1).
@@ -31,24 +33,24 @@ type LayerFLOPs struct {
 
 // AttentionFLOPs is the attention cost of n tokens through one block:
 // projections 4 * 2*n*d*d and scores plus values 2 * 2*n*n*d.
-func AttentionFLOPs(c BlockConfig, n int) (projections, scores int64) {
+func AttentionFLOPs(c spec.BlockConfig, n int) (projections, scores int64) {
 	n64, d := int64(n), int64(c.D)
 	return 8 * n64 * d * d, 4 * n64 * n64 * d
 }
 
 // MLPFLOPs is the MLP cost of n tokens: 2 * 2*n*d*d_ff for GELU, 3 * 2*n*d*d_ff
 // for SwiGLU.
-func MLPFLOPs(c BlockConfig, n int) int64 {
+func MLPFLOPs(c spec.BlockConfig, n int) int64 {
 	mats := int64(2)
-	if c.MLP == ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		mats = 3
 	}
 	return mats * 2 * int64(n) * int64(c.D) * int64(c.DFF)
 }
 
 // RouterFLOPs is the cost of the router on n tokens.
-func RouterFLOPs(k RouterKind, d, n int) int64 {
-	if k == RouterRandom {
+func RouterFLOPs(k spec.RouterKind, d, n int) int64 {
+	if k == spec.RouterRandom {
 		return 0
 	}
 	return 2 * int64(d) * int64(n)
@@ -60,7 +62,7 @@ func PredictorFLOPs(d, h, n int) int64 {
 }
 
 // DenseLayerFLOPs is a dense block on rows of the given valid lengths.
-func DenseLayerFLOPs(c BlockConfig, lengths []int) LayerFLOPs {
+func DenseLayerFLOPs(c spec.BlockConfig, lengths []int) LayerFLOPs {
 	var f LayerFLOPs
 	for _, n := range lengths {
 		proj, sc := AttentionFLOPs(c, n)
@@ -78,11 +80,11 @@ func DenseLayerFLOPs(c BlockConfig, lengths []int) LayerFLOPs {
 // (routed[b]^2 for attention); dense compute (SPEC.md section 7) counts every
 // valid token; MLP-only routing counts every valid token in attention and the
 // routed ones in the MLP.
-func RoutedLayerFLOPs(c Config, lengths, routed []int) LayerFLOPs {
+func RoutedLayerFLOPs(c spec.Config, lengths, routed []int) LayerFLOPs {
 	var f LayerFLOPs
 	for b, n := range lengths {
 		attnN, mlpN := routed[b], routed[b]
-		if c.Compute == ComputeDense {
+		if c.Compute == spec.ComputeDense {
 			attnN, mlpN = n, n
 		}
 		if c.MLPOnly {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -43,12 +44,12 @@ func Jittered(r, s, eps float64) float64 {
 // selected). noise is the N(0,1) input of the random router (B×S, required
 // for Router = random, otherwise nil); jitter is the eps input (B×S, required
 // when cfg.Jitter > 0, otherwise nil).
-func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][]float64) ([][]float64, error) {
+func RouterWeights(cfg spec.Config, p *LayerParams, x []*mat.Dense, noise, jitter [][]float64) ([][]float64, error) {
 	rows, s, err := batchShape("x", x, cfg.Block.D)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Router == RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		if noise == nil {
 			return nil, fmt.Errorf("router: Router = random needs the noise input (B×S = %d×%d of N(0,1) draws); it is nil", rows, s)
 		}
@@ -74,13 +75,13 @@ func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][
 		for i := 0; i < s; i++ {
 			xi := x[b].RawRowView(i)
 			switch cfg.Router {
-			case RouterLinear:
+			case spec.RouterLinear:
 				r[b][i] = RouterLinearWeight(p.Router, xi)
-			case RouterLinearBias:
+			case spec.RouterLinearBias:
 				r[b][i] = RouterLinearBiasWeight(p.Router, p.RouterBias[0], xi)
-			case RouterL2Norm:
+			case spec.RouterL2Norm:
 				r[b][i] = RouterL2NormWeight(xi)
-			case RouterRandom:
+			case spec.RouterRandom:
 				r[b][i] = noise[b][i]
 			}
 			if cfg.Jitter > 0 {
@@ -128,23 +129,23 @@ func Softmax(v []float64) []float64 {
 // row of exp(r_j), and 0 for unselected tokens. raw, sigmoid and none give a
 // value at every valid position (the dense compute of section 7 needs it);
 // padded positions get 0.
-func OutputWeights(w Weighting, r [][]float64, sel Selection, valid []int) [][]float64 {
+func OutputWeights(w spec.Weighting, r [][]float64, sel Selection, valid []int) [][]float64 {
 	g := make([][]float64, len(r))
 	for b, row := range r {
 		g[b] = make([]float64, len(row))
 		v := validLen(valid, b, len(row))
 		switch w {
-		case WeightRaw:
+		case spec.WeightRaw:
 			copy(g[b][:v], row[:v])
-		case WeightSigmoid:
+		case spec.WeightSigmoid:
 			for i := 0; i < v; i++ {
 				g[b][i] = Sigmoid(row[i])
 			}
-		case WeightNone:
+		case spec.WeightNone:
 			for i := 0; i < v; i++ {
 				g[b][i] = 1
 			}
-		case WeightSoftmax:
+		case spec.WeightSoftmax:
 			pos := sel.Rows[b]
 			rs := make([]float64, len(pos))
 			for j, i := range pos {

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/mod"
+	"github.com/modref/modref/internal/modcase"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).
@@ -118,7 +118,7 @@ flags:
 // selfCandidate computes a case with modref's own implementation, the
 // float32 autograd one in mod/.
 func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
-	return mod.Candidate(c)
+	return modcase.Candidate(c)
 }
 
 // printResults writes the table a person reads: one line per case, and one

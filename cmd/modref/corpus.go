@@ -10,6 +10,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // runList implements `modref list`: one line per case.
@@ -67,7 +68,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	}
 	for l, ml := range cfg.Layers {
 		if ml.Routed {
-			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Layer)
+			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Config)
 		} else {
 			fmt.Fprintf(stdout, "Layer %d: dense pre-norm block (SPEC.md section 5 with every token)\n", l)
 		}
@@ -92,27 +93,28 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func explainLayer(w io.Writer, title string, l golden.LayerConfig) {
-	capacity := l.Capacity.Kind
+func explainLayer(w io.Writer, title string, l spec.Config) {
+	capacity := string(l.Capacity.Kind)
 	switch l.Capacity.Kind {
-	case "ratio":
+	case spec.CapacityRatio:
 		capacity += fmt.Sprintf(" c = %g", l.Capacity.Ratio)
-	case "integer":
+	case spec.CapacityInteger:
 		capacity += fmt.Sprintf(" C = %d", l.Capacity.Tokens)
-	case "log":
+	case spec.CapacityLog:
 		capacity += fmt.Sprintf(" c = %g, S_max = %d", l.Capacity.Ratio, l.Capacity.MaxLen)
 	}
+	b := l.Block
 	fmt.Fprintf(w, "%s:\n", title)
 	fmt.Fprintf(w, "  router      %s (SPEC.md 2)%s\n", l.Router, cond(l.Jitter > 0, fmt.Sprintf(", jitter s = %g", l.Jitter)))
-	if l.Causal == "off" {
+	if l.Causal == spec.CausalOff {
 		fmt.Fprintf(w, "  capacity    %s (SPEC.md 3); top-k per row, ties to the lower position (SPEC.md 4, Eq. 1)\n", capacity)
 	} else {
-		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (SPEC.md 9)\n", map[string]string{"router": "r", "predictor": "q"}[l.Causal])
+		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (SPEC.md 9)\n", map[spec.CausalRouting]string{spec.CausalRouter: "r", spec.CausalPredictor: "q"}[l.Causal])
 	}
 	fmt.Fprintf(w, "  block f     d = %d, %d heads, d_ff = %d, %s, %s MLP, %s positions%s (SPEC.md 5)\n",
-		l.DModel, l.Heads, l.DFF, l.Norm, l.MLP, l.Positions, cond(l.MLPOnly, ", MLP-only routing"))
-	fmt.Fprintf(w, "  weighting   %s (SPEC.md 6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == "dense", " with w = g + sg(m·g − g) (SPEC.md 7)"))
-	if l.Aux != "none" || l.LoadBalanceWeight > 0 {
+		b.D, b.Heads, b.DFF, b.Norm, b.MLP, b.Positions, cond(l.MLPOnly, ", MLP-only routing"))
+	fmt.Fprintf(w, "  weighting   %s (SPEC.md 6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == spec.ComputeDense, " with w = g + sg(m·g − g) (SPEC.md 7)"))
+	if l.Aux != spec.AuxNone || l.LoadBalanceWeight > 0 {
 		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (SPEC.md 8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
 	}
 }

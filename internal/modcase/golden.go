@@ -1,4 +1,10 @@
-package mod
+// Package modcase runs mod, the float32 fast path, on the golden corpus and
+// on ref's configurations: it builds a mod layer or model from a corpus case
+// or from ref's parameters, and computes a case's candidate arrays. It is the
+// one adapter between mod and the packages above it (golden, ref), used by
+// `modref check`, mod's corpus test and the fuzz targets; mod itself imports
+// neither (docs/design.md, "Dependencies").
+package modcase
 
 import (
 	"fmt"
@@ -7,82 +13,79 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/mod"
 )
 
 // LayerFromCase builds the routed layer of a golden layer case
 // (docs/golden-format.md) with the case's parameters, rounded to float32,
 // and its inputs. X is a parameter, so that a backward pass fills its
 // gradient (the case's grad.input.x).
-func LayerFromCase(c *golden.Case) (*Layer, LayerInputs, error) {
+func LayerFromCase(c *golden.Case) (*mod.Layer, mod.LayerInputs, error) {
 	m := c.Manifest
 	if m.Kind != golden.KindLayer || m.Config.Layer == nil {
-		return nil, LayerInputs{}, fmt.Errorf("mod: case %s is a %s case, want a layer case", m.Name, m.Kind)
+		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s is a %s case, want a layer case", m.Name, m.Kind)
 	}
-	cfg := m.Config.Layer.Ref()
-	l, err := NewLayer(cfg, rand.New(rand.NewPCG(0, 0)))
+	cfg := *m.Config.Layer
+	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(0, 0)))
 	if err != nil {
-		return nil, LayerInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
+		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
 	}
-	if err := LoadParams(l.Params(""), caseParams(c)); err != nil {
-		return nil, LayerInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
+	if err := mod.LoadParams(l.Params(""), caseParams(c)); err != nil {
+		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
 	}
 	rows, s, d := m.Config.Batch, m.Config.SeqLen, cfg.Block.D
-	in := LayerInputs{Batch: rows, SeqLen: s}
+	in := mod.LayerInputs{Batch: rows, SeqLen: s}
 	x, err := caseFloats(c, "input.x", rows*s*d)
 	if err != nil {
-		return nil, LayerInputs{}, err
+		return nil, mod.LayerInputs{}, err
 	}
 	in.X = autograd.NewParam(rows*s, d, x)
 	if in.Valid, err = caseValid(c, rows); err != nil {
-		return nil, LayerInputs{}, err
+		return nil, mod.LayerInputs{}, err
 	}
 	if in.Noise, err = optionalFloats(c, "input.noise", rows*s); err != nil {
-		return nil, LayerInputs{}, err
+		return nil, mod.LayerInputs{}, err
 	}
 	if in.Jitter, err = optionalFloats(c, "input.jitter", rows*s); err != nil {
-		return nil, LayerInputs{}, err
+		return nil, mod.LayerInputs{}, err
 	}
 	return l, in, nil
 }
 
 // ModelFromCase builds the model of a golden model or decode case with the
 // case's parameters, rounded to float32, and its inputs.
-func ModelFromCase(c *golden.Case) (*Model, ModelInputs, error) {
+func ModelFromCase(c *golden.Case) (*mod.Model, mod.ModelInputs, error) {
 	m := c.Manifest
 	if m.Kind != golden.KindModel && m.Kind != golden.KindDecode {
-		return nil, ModelInputs{}, fmt.Errorf("mod: case %s is a %s case, want a model or decode case", m.Name, m.Kind)
+		return nil, mod.ModelInputs{}, fmt.Errorf("mod: case %s is a %s case, want a model or decode case", m.Name, m.Kind)
 	}
-	cfg := ref.ModelConfig{Vocab: m.Config.Vocab, MaxLen: m.Config.MaxLen}
-	for _, l := range m.Config.Layers {
-		cfg.Layers = append(cfg.Layers, ref.ModelLayer{Routed: l.Routed, Config: l.Layer.Ref()})
-	}
-	model, err := NewModel(cfg, 0)
+	cfg := m.Config.ModelConfig()
+	model, err := mod.NewModel(cfg, 0)
 	if err != nil {
-		return nil, ModelInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
+		return nil, mod.ModelInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
 	}
-	if err := LoadParams(model.Params(), caseParams(c)); err != nil {
-		return nil, ModelInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
+	if err := mod.LoadParams(model.Params(), caseParams(c)); err != nil {
+		return nil, mod.ModelInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
 	}
 	rows, s := m.Config.Batch, m.Config.SeqLen
-	var in ModelInputs
+	var in mod.ModelInputs
 	if in.Tokens, err = caseGrid(c, "input.tokens", rows, s); err != nil {
-		return nil, ModelInputs{}, err
+		return nil, mod.ModelInputs{}, err
 	}
 	if in.Targets, err = caseGrid(c, "input.targets", rows, s); err != nil {
-		return nil, ModelInputs{}, err
+		return nil, mod.ModelInputs{}, err
 	}
 	if in.Valid, err = caseValid(c, rows); err != nil {
-		return nil, ModelInputs{}, err
+		return nil, mod.ModelInputs{}, err
 	}
 	for l := range cfg.Layers {
 		noise, err := optionalFloats(c, fmt.Sprintf("input.noise.L%d", l), rows*s)
 		if err != nil {
-			return nil, ModelInputs{}, err
+			return nil, mod.ModelInputs{}, err
 		}
 		jitter, err := optionalFloats(c, fmt.Sprintf("input.jitter.L%d", l), rows*s)
 		if err != nil {
-			return nil, ModelInputs{}, err
+			return nil, mod.ModelInputs{}, err
 		}
 		in.Noise, in.Jitter = append(in.Noise, noise), append(in.Jitter, jitter)
 	}

@@ -1,14 +1,14 @@
-package ref
+package spec
 
 import (
 	"fmt"
 	"math"
 )
 
-// RouterKind names a router variant of SPEC.md section 2.
+// RouterKind names a router variant of docs/spec.md §2.
 type RouterKind string
 
-// Router variants (SPEC.md section 2).
+// Router variants (docs/spec.md §2).
 const (
 	// RouterLinear is the paper's router r_i = w·x_i (Sec. 3.4).
 	RouterLinear RouterKind = "linear"
@@ -21,10 +21,10 @@ const (
 	RouterRandom RouterKind = "random"
 )
 
-// Weighting names the output weight g of SPEC.md section 6.
+// Weighting names the output weight g of docs/spec.md §6.
 type Weighting string
 
-// Output weightings (SPEC.md section 6).
+// Output weightings (docs/spec.md §6).
 const (
 	// WeightRaw is the paper's g_i = r_i.
 	WeightRaw Weighting = "raw"
@@ -41,17 +41,17 @@ type Compute string
 
 // Compute modes.
 const (
-	// ComputeGather runs f on the selected tokens only (SPEC.md section 5).
+	// ComputeGather runs f on the selected tokens only (docs/spec.md §5).
 	ComputeGather Compute = "gather"
 	// ComputeDense runs f on every valid token and uses the straight-through
-	// weight of SPEC.md section 7.
+	// weight of docs/spec.md §7.
 	ComputeDense Compute = "dense"
 )
 
-// AuxObjective names the auxiliary objective of SPEC.md section 8.
+// AuxObjective names the auxiliary objective of docs/spec.md §8.
 type AuxObjective string
 
-// Auxiliary objectives (SPEC.md section 8).
+// Auxiliary objectives (docs/spec.md §8).
 const (
 	// AuxNone adds no auxiliary loss.
 	AuxNone AuxObjective = "none"
@@ -61,10 +61,10 @@ const (
 	AuxPredictor AuxObjective = "predictor"
 )
 
-// CausalRouting names the sampling-time routing rule of SPEC.md section 9.
+// CausalRouting names the sampling-time routing rule of docs/spec.md §9.
 type CausalRouting string
 
-// Causal routing rules (SPEC.md section 9).
+// Causal routing rules (docs/spec.md §9).
 const (
 	// CausalOff routes by top-k over the row (training-time rule, non-causal).
 	CausalOff CausalRouting = "off"
@@ -74,10 +74,10 @@ const (
 	CausalPredictor CausalRouting = "predictor"
 )
 
-// NormKind names the normalisation N of SPEC.md section 5.
+// NormKind names the normalisation N of docs/spec.md §5.
 type NormKind string
 
-// Normalisations (SPEC.md section 5).
+// Normalisations (docs/spec.md §5).
 const (
 	// NormRMS is x / sqrt(mean(x^2) + eps) * gamma.
 	NormRMS NormKind = "rmsnorm"
@@ -85,10 +85,10 @@ const (
 	NormLayer NormKind = "layernorm"
 )
 
-// Activation names the MLP of SPEC.md section 5.
+// Activation names the MLP of docs/spec.md §5.
 type Activation string
 
-// MLP activations (SPEC.md section 5).
+// MLP activations (docs/spec.md §5).
 const (
 	// ActGELU is W2 GELU(W1 x) with the erf form of GELU.
 	ActGELU Activation = "gelu"
@@ -96,10 +96,10 @@ const (
 	ActSwiGLU Activation = "swiglu"
 )
 
-// PositionKind names how positions enter the model (SPEC.md section 5).
+// PositionKind names how positions enter the model (docs/spec.md §5).
 type PositionKind string
 
-// Position encodings (SPEC.md section 5).
+// Position encodings (docs/spec.md §5).
 const (
 	// PositionRoPE rotates queries and keys by each token's original position.
 	PositionRoPE PositionKind = "rope"
@@ -108,8 +108,8 @@ const (
 	PositionLearned PositionKind = "learned"
 )
 
-// BlockConfig is the shape of one pre-norm transformer block (SPEC.md
-// section 5), shared by routed and dense layers.
+// BlockConfig is the shape of one pre-norm transformer block (docs/spec.md
+// §5), shared by routed and dense layers.
 type BlockConfig struct {
 	D        int        // model width d
 	Heads    int        // H; d_h = D/Heads must be even for RoPE
@@ -122,7 +122,7 @@ type BlockConfig struct {
 	Positions PositionKind
 }
 
-// DefaultBlockConfig returns the SPEC.md defaults (RMSNorm with eps 1e-6,
+// DefaultBlockConfig returns the docs/spec.md defaults (RMSNorm with eps 1e-6,
 // GELU, RoPE base 10000) for the given sizes.
 func DefaultBlockConfig(d, heads, dff int) BlockConfig {
 	return BlockConfig{D: d, Heads: heads, DFF: dff, Norm: NormRMS, NormEps: 1e-6, MLP: ActGELU, RoPEBase: 10000, Positions: PositionRoPE}
@@ -156,30 +156,30 @@ func (c BlockConfig) Validate() error {
 }
 
 // Config is one routed layer: the block shape plus every routing choice of
-// SPEC.md sections 2 to 9, named with the SPEC's words.
+// docs/spec.md §2 to §9, named with the spec's words.
 type Config struct {
 	Block BlockConfig
 
-	Router RouterKind // section 2
+	Router RouterKind // §2
 	// Jitter is the scale s of the training-time jitter r_i + s*eps_i
-	// (section 2); 0 disables it. eps is an explicit input.
+	// (§2); 0 disables it. eps is an explicit input.
 	Jitter float64
 
-	Capacity  Capacity  // section 3
-	Weighting Weighting // section 6
-	Compute   Compute   // gather (section 5) or dense with straight-through (section 7)
-	// MLPOnly routes only the MLP; attention runs densely (section 5).
+	Capacity  Capacity  // §3
+	Weighting Weighting // §6
+	Compute   Compute   // gather (§5) or dense with straight-through (§7)
+	// MLPOnly routes only the MLP; attention runs densely (§5).
 	MLPOnly bool
 
-	Aux AuxObjective // section 8
+	Aux AuxObjective // §8
 	// AuxWeight is lambda, the weight of the auxiliary loss in the total.
 	AuxWeight float64
-	// LoadBalanceWeight weighs the load-balancing loss (section 8); 0 disables it.
+	// LoadBalanceWeight weighs the load-balancing loss (§8); 0 disables it.
 	LoadBalanceWeight float64
 	// PredictorHidden is h of the predictor; 0 means the default d/2.
 	PredictorHidden int
 
-	Causal CausalRouting // section 9
+	Causal CausalRouting // §9
 }
 
 // DefaultConfig returns the paper's routed layer: linear router, capacity

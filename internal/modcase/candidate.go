@@ -1,10 +1,11 @@
-package mod
+package modcase
 
 import (
 	"fmt"
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/mod"
 )
 
 // Candidate runs mod on a golden case's inputs and parameters and returns
@@ -169,7 +170,7 @@ func runModelCase(c *golden.Case) (map[string]any, error) {
 
 // decodeCase decodes every sequence token by token and adds the decoded
 // logits and per-layer routing decisions to got.
-func decodeCase(c *golden.Case, m *Model, in ModelInputs, got map[string]any) error {
+func decodeCase(c *golden.Case, m *mod.Model, in mod.ModelInputs, got map[string]any) error {
 	rows, s, vocab := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, m.Config().Vocab
 	logits := make([]float64, rows*s*vocab)
 	routed := make([][]float64, len(m.Layers))
@@ -177,7 +178,7 @@ func decodeCase(c *golden.Case, m *Model, in ModelInputs, got map[string]any) er
 		routed[l] = make([]float64, rows*s)
 	}
 	for b := range rows {
-		dec, err := NewDecoder(m)
+		dec, err := mod.NewDecoder(m)
 		if err != nil {
 			return err
 		}
