@@ -9,7 +9,7 @@ import (
 
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/mod/train"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // runSample generates text from a checkpoint with causal routing through
@@ -45,7 +45,7 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 	switch *causal {
 	case "":
 	case "predictor", "router":
-		mode = ref.CausalRouting(*causal)
+		mode = spec.CausalRouting(*causal)
 	default:
 		return fmt.Errorf("--causal = %q, want predictor or router", *causal)
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/modref/modref/mod/train"
 	"github.com/modref/modref/mod/train/plot"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // errInterrupted marks a run stopped by Ctrl-C after saving its checkpoint.
@@ -201,24 +201,24 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 }
 
 // modelFromFlags builds the model configuration the flags describe.
-func modelFromFlags(d, heads, layers int, routing string, capacity float64, aux string, auxWeight float64) (ref.ModelConfig, error) {
+func modelFromFlags(d, heads, layers int, routing string, capacity float64, aux string, auxWeight float64) (spec.ModelConfig, error) {
 	r := train.MoDRouting(capacity)
-	r.Aux, r.AuxWeight = ref.AuxObjective(aux), auxWeight
-	if r.Aux == ref.AuxNone && auxWeight > 0 {
+	r.Aux, r.AuxWeight = spec.AuxObjective(aux), auxWeight
+	if r.Aux == spec.AuxNone && auxWeight > 0 {
 		r.AuxWeight = 0
 	}
-	var pattern ref.Pattern
+	var pattern spec.Pattern
 	switch routing {
 	case "dense":
-		pattern = ref.Pattern{Kind: ref.PatternList}
+		pattern = spec.Pattern{Kind: spec.PatternList}
 	case "odd":
 		pattern = train.OddLayers
 	case "every_other":
-		pattern = ref.Pattern{Kind: ref.PatternEveryOther}
+		pattern = spec.Pattern{Kind: spec.PatternEveryOther}
 	case "all":
-		pattern = ref.Pattern{Kind: ref.PatternAll}
+		pattern = spec.Pattern{Kind: spec.PatternAll}
 	default:
-		return ref.ModelConfig{}, fmt.Errorf("--routing = %q, want dense, odd, every_other or all (or --config for other patterns)", routing)
+		return spec.ModelConfig{}, fmt.Errorf("--routing = %q, want dense, odd, every_other or all (or --config for other patterns)", routing)
 	}
 	m, err := train.ModelConfig(d, heads, layers, r, pattern)
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/mod"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // benchModels are the model of docs/results.md (d = 64, 4 heads, 4 layers,
@@ -12,9 +12,9 @@ import (
 // capacity 12.5 % with the predictor.
 var benchModels = []struct {
 	name    string
-	pattern ref.Pattern
+	pattern spec.Pattern
 }{
-	{"dense", ref.Pattern{Kind: ref.PatternList}},
+	{"dense", spec.Pattern{Kind: spec.PatternList}},
 	{"mod-every-other-12.5", OddLayers},
 }
 
@@ -59,10 +59,10 @@ func BenchmarkTrainStep(b *testing.B) {
 func BenchmarkSample(b *testing.B) {
 	for _, c := range []struct {
 		name    string
-		pattern ref.Pattern
+		pattern spec.Pattern
 		bias    float32
 	}{
-		{"dense", ref.Pattern{Kind: ref.PatternList}, 0},
+		{"dense", spec.Pattern{Kind: spec.PatternList}, 0},
 		{"mod-every-other-skip-all", OddLayers, -10},
 		{"mod-every-other-route-all", OddLayers, 10},
 	} {
@@ -80,7 +80,7 @@ func BenchmarkSample(b *testing.B) {
 					rl.Predictor.Out.B.Data[0] = c.bias
 				}
 			}
-			cm, err := CausalModel(m, ref.CausalPredictor)
+			cm, err := CausalModel(m, spec.CausalPredictor)
 			if err != nil {
 				b.Fatal(err)
 			}

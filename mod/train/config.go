@@ -6,7 +6,7 @@ import (
 
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Vocab is the vocabulary of the byte-level tokenizer: token id = byte value.
@@ -16,7 +16,7 @@ const Vocab = 256
 // same Config on the same text compute the same bits, on any GOMAXPROCS.
 type Config struct {
 	// Model is the language model; its Vocab must be 256 (bytes).
-	Model ref.ModelConfig
+	Model spec.ModelConfig
 	// Seed draws the parameters (mod.NewModel), the batches and the router
 	// noise and jitter of training.
 	Seed uint64
@@ -50,20 +50,20 @@ type Config struct {
 // ModelConfig returns a byte-level language model of layers pre-norm
 // blocks of width d with heads heads and an MLP of width 4d (RMSNorm, GELU,
 // RoPE), routed as routing says where pattern says; dense when pattern lists
-// no layer (ref.Pattern{Kind: ref.PatternList}).
-func ModelConfig(d, heads, layers int, routing ref.Config, pattern ref.Pattern) (ref.ModelConfig, error) {
-	routing.Block = ref.DefaultBlockConfig(d, heads, 4*d)
-	return ref.NewModelConfig(Vocab, 0, layers, routing, pattern, nil)
+// no layer (spec.Pattern{Kind: spec.PatternList}).
+func ModelConfig(d, heads, layers int, routing spec.Config, pattern spec.Pattern) (spec.ModelConfig, error) {
+	routing.Block = spec.DefaultBlockConfig(d, heads, 4*d)
+	return spec.NewModelConfig(Vocab, 0, layers, routing, pattern, nil)
 }
 
 // MoDRouting returns the paper's routed layer at capacity ratio c (linear
 // router, raw weighting, gather compute, top-k routing) with the auxiliary
-// predictor of SPEC.md section 8 trained beside it (weight 0.1; it reads
+// predictor of docs/spec.md §8 trained beside it (weight 0.1; it reads
 // sg(x), so it does not change the language model), ready to sample with
 // causal routing.
-func MoDRouting(c float64) ref.Config {
-	r := ref.DefaultConfig(ref.BlockConfig{}, c)
-	r.Aux = ref.AuxPredictor
+func MoDRouting(c float64) spec.Config {
+	r := spec.DefaultConfig(spec.BlockConfig{}, c)
+	r.Aux = spec.AuxPredictor
 	r.AuxWeight = 0.1
 	return r
 }
@@ -75,7 +75,7 @@ func MoDRouting(c float64) ref.Config {
 // size: routing layers 0 and 2 instead, the predictor of layer 0 recalled
 // 14 % of the top-k choices after 400 steps against 65 % for layer 1
 // (docs/results.md).
-var OddLayers = ref.Pattern{Kind: ref.PatternEveryNth, Every: 2, Offset: 1}
+var OddLayers = spec.Pattern{Kind: spec.PatternEveryNth, Every: 2, Offset: 1}
 
 // DefaultConfig returns the tiny model this package's documentation and
 // docs/results.md use: d = 64, 4 heads, 4 layers, MoD on every other layer
@@ -111,7 +111,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("Batch = %d, want >= 1", c.Batch)
 	case c.SeqLen < 1:
 		return fmt.Errorf("SeqLen = %d, want >= 1", c.SeqLen)
-	case c.Model.Block().Positions == ref.PositionLearned && c.SeqLen > c.Model.MaxLen:
+	case c.Model.Block().Positions == spec.PositionLearned && c.SeqLen > c.Model.MaxLen:
 		return fmt.Errorf("SeqLen = %d exceeds Model.MaxLen = %d learned positions", c.SeqLen, c.Model.MaxLen)
 	case !(c.LR > 0) || !finite(c.LR):
 		return fmt.Errorf("LR = %v, want a finite value > 0", c.LR)

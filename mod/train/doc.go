@@ -46,7 +46,7 @@
 // # Sampling
 //
 // CausalModel switches a model trained with top-k routing to causal
-// routing (by its predictor or its router, SPEC.md section 9), and Generate
+// routing (by its predictor or its router, docs/spec.md §9), and Generate
 // samples from it through mod's Decoder, whose per-layer key-value caches
 // hold only the tokens routed through each layer, with a temperature, top-k
 // and seed; it reports per layer the fraction of bytes that went through

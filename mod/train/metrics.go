@@ -26,7 +26,7 @@ type Step struct {
 	// Tokens is the number of tokens trained on.
 	Tokens int64
 	// FLOPs is the training compute: 3 times the forward FLOPs of mod's
-	// accounting (SPEC.md section 10; the backward pass costs about twice
+	// accounting (docs/spec.md §10; the backward pass costs about twice
 	// the forward), summed over the steps.
 	FLOPs float64
 	// WallSeconds is the time spent in training steps (evaluations and

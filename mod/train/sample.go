@@ -10,16 +10,16 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/mod"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // CausalModel returns a copy of m whose routed layers route causally
-// (SPEC.md section 9): by the router, r > 0, or by the auxiliary predictor,
+// (docs/spec.md §9): by the router, r > 0, or by the auxiliary predictor,
 // q > 0. A model trained with top-k routing is sampled this way; jitter is
 // switched off. A model without a predictor cannot route by it, and
 // softmax weighting, dense compute and a random router cannot route
 // causally; each is an error naming the layer.
-func CausalModel(m *mod.Model, causal ref.CausalRouting) (*mod.Model, error) {
+func CausalModel(m *mod.Model, causal spec.CausalRouting) (*mod.Model, error) {
 	cfg := m.Config()
 	cfg.Layers = slices.Clone(cfg.Layers)
 	for l := range cfg.Layers {
@@ -27,10 +27,10 @@ func CausalModel(m *mod.Model, causal ref.CausalRouting) (*mod.Model, error) {
 		if !cfg.Layers[l].Routed {
 			continue
 		}
-		if c.Router == ref.RouterRandom {
+		if c.Router == spec.RouterRandom {
 			return nil, fmt.Errorf("train: layer %d has a random router, whose weights are noise; it cannot route causally", l)
 		}
-		if causal == ref.CausalPredictor && !c.HasPredictor() {
+		if causal == spec.CausalPredictor && !c.HasPredictor() {
 			return nil, fmt.Errorf("train: layer %d has no predictor (Aux = %q); route by the router instead", l, c.Aux)
 		}
 		c.Causal, c.Jitter = causal, 0
@@ -48,13 +48,13 @@ func CausalModel(m *mod.Model, causal ref.CausalRouting) (*mod.Model, error) {
 
 // DefaultCausal is the causal routing a model samples with: by its
 // predictor when its routed layers have one, otherwise by the router.
-func DefaultCausal(m *mod.Model) ref.CausalRouting {
+func DefaultCausal(m *mod.Model) spec.CausalRouting {
 	for _, ml := range m.Config().Layers {
 		if ml.Routed && !ml.Config.HasPredictor() {
-			return ref.CausalRouter
+			return spec.CausalRouter
 		}
 	}
-	return ref.CausalPredictor
+	return spec.CausalPredictor
 }
 
 // SampleConfig says how to sample.

@@ -10,7 +10,7 @@ import (
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Trainer trains a mod.Model on a text, one step at a time. It is not safe
@@ -185,7 +185,7 @@ func noise(m *mod.Model, n int, rng *rand.Rand, training bool) (noise, jitter []
 		if rl == nil {
 			continue
 		}
-		if rl.Config().Router == ref.RouterRandom {
+		if rl.Config().Router == spec.RouterRandom {
 			if noise == nil {
 				noise = make([][]float32, len(m.Layers))
 			}

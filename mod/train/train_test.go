@@ -17,7 +17,7 @@ import (
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/mod"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // tinyConfig is a model small enough for tests: d = 32, 2 heads, 2 layers,
@@ -26,7 +26,7 @@ import (
 func tinyConfig(t testing.TB, steps int) Config {
 	t.Helper()
 	cfg := DefaultConfig()
-	m, err := ModelConfig(32, 2, 2, MoDRouting(0.25), ref.Pattern{Kind: ref.PatternEveryOther})
+	m, err := ModelConfig(32, 2, 2, MoDRouting(0.25), spec.Pattern{Kind: spec.PatternEveryOther})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestGenerateEqualsFullForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, causal := range []ref.CausalRouting{ref.CausalPredictor, ref.CausalRouter} {
+	for _, causal := range []spec.CausalRouting{spec.CausalPredictor, spec.CausalRouter} {
 		cm, err := CausalModel(m, causal)
 		if err != nil {
 			t.Fatal(err)
@@ -322,13 +322,13 @@ func TestBadInputs(t *testing.T) {
 		{"vocab", func(c *Config) { c.Model.Vocab = 100 }, "Model.Vocab = 100"},
 		{"heads", func(c *Config) { c.Model.Layers[1].Config.Block.Heads = 3 }, "Model"},
 		{"capacity", func(c *Config) {
-			c.Model.Layers[0].Config.Capacity = ref.Capacity{Kind: ref.CapacityInteger, Tokens: 40}
+			c.Model.Layers[0].Config.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 40}
 		}, "layer 0 at SeqLen = 32"},
 		{"lr", func(c *Config) { c.LR = math.NaN() }, "LR = NaN"},
 		{"holdout", func(c *Config) { c.HoldOut = 0.9 }, "HoldOut = 0.9"},
 	} {
 		cfg := good
-		cfg.Model.Layers = append([]ref.ModelLayer(nil), good.Model.Layers...)
+		cfg.Model.Layers = append([]spec.ModelLayer(nil), good.Model.Layers...)
 		c.mutate(&cfg)
 		if _, err := New(cfg, text); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
@@ -453,21 +453,21 @@ func TestVariants(t *testing.T) {
 	base := MoDRouting(0.25)
 	for _, v := range []struct {
 		name    string
-		change  func(*ref.Config)
-		pattern ref.Pattern
-		causal  ref.CausalRouting // "" when the variant cannot sample
+		change  func(*spec.Config)
+		pattern spec.Pattern
+		causal  spec.CausalRouting // "" when the variant cannot sample
 	}{
-		{"dense", nil, ref.Pattern{Kind: ref.PatternList}, ref.CausalPredictor},
-		{"all layers", nil, ref.Pattern{Kind: ref.PatternAll}, ref.CausalPredictor},
-		{"router_bce", func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxRouterBCE, 0.01 }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalRouter},
-		{"integer capacity, sigmoid", func(c *ref.Config) {
-			c.Capacity, c.Weighting = ref.Capacity{Kind: ref.CapacityInteger, Tokens: 5}, ref.WeightSigmoid
-		}, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
-		{"softmax, dense compute", func(c *ref.Config) { c.Weighting, c.Compute = ref.WeightSoftmax, ref.ComputeDense }, ref.Pattern{Kind: ref.PatternAll}, ""},
-		{"random router, jitter", func(c *ref.Config) { c.Router, c.Jitter, c.Aux, c.AuxWeight = ref.RouterRandom, 0.1, ref.AuxNone, 0 }, ref.Pattern{Kind: ref.PatternEveryOther}, ""},
-		{"l2norm, jitter, load balance", func(c *ref.Config) { c.Router, c.Jitter, c.LoadBalanceWeight = ref.RouterL2Norm, 0.1, 0.01 }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
-		{"mlp only", func(c *ref.Config) { c.MLPOnly = true }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
-		{"trained causally", func(c *ref.Config) { c.Causal = ref.CausalPredictor }, ref.Pattern{Kind: ref.PatternEveryOther}, ref.CausalPredictor},
+		{"dense", nil, spec.Pattern{Kind: spec.PatternList}, spec.CausalPredictor},
+		{"all layers", nil, spec.Pattern{Kind: spec.PatternAll}, spec.CausalPredictor},
+		{"router_bce", func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.01 }, spec.Pattern{Kind: spec.PatternEveryOther}, spec.CausalRouter},
+		{"integer capacity, sigmoid", func(c *spec.Config) {
+			c.Capacity, c.Weighting = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 5}, spec.WeightSigmoid
+		}, spec.Pattern{Kind: spec.PatternEveryOther}, spec.CausalPredictor},
+		{"softmax, dense compute", func(c *spec.Config) { c.Weighting, c.Compute = spec.WeightSoftmax, spec.ComputeDense }, spec.Pattern{Kind: spec.PatternAll}, ""},
+		{"random router, jitter", func(c *spec.Config) { c.Router, c.Jitter, c.Aux, c.AuxWeight = spec.RouterRandom, 0.1, spec.AuxNone, 0 }, spec.Pattern{Kind: spec.PatternEveryOther}, ""},
+		{"l2norm, jitter, load balance", func(c *spec.Config) { c.Router, c.Jitter, c.LoadBalanceWeight = spec.RouterL2Norm, 0.1, 0.01 }, spec.Pattern{Kind: spec.PatternEveryOther}, spec.CausalPredictor},
+		{"mlp only", func(c *spec.Config) { c.MLPOnly = true }, spec.Pattern{Kind: spec.PatternEveryOther}, spec.CausalPredictor},
+		{"trained causally", func(c *spec.Config) { c.Causal = spec.CausalPredictor }, spec.Pattern{Kind: spec.PatternEveryOther}, spec.CausalPredictor},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			r := base
@@ -495,7 +495,7 @@ func TestVariants(t *testing.T) {
 				t.Fatalf("inspect returned %d layers", len(ins.Layers))
 			}
 			if v.causal == "" {
-				if _, err := CausalModel(model, ref.CausalRouter); err == nil {
+				if _, err := CausalModel(model, spec.CausalRouter); err == nil {
 					t.Error("CausalModel accepted a model that cannot route causally")
 				}
 				return

@@ -40,7 +40,7 @@ import (
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/mod/train"
 	"github.com/modref/modref/mod/train/plot"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 func main() {
@@ -118,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	base := train.DefaultConfig()
 	base.EvalEvery = *steps / 10
 	dense, mcfg := base, base
-	if dense.Model, err = train.ModelConfig(64, 4, 4, train.MoDRouting(0.125), ref.Pattern{Kind: ref.PatternList}); err != nil {
+	if dense.Model, err = train.ModelConfig(64, 4, 4, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
 		return err
 	}
 	ratio, err := flopsRatio(mcfg, dense)
@@ -126,7 +126,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	shallow := dense
-	if shallow.Model, err = train.ModelConfig(64, 4, 2, train.MoDRouting(0.125), ref.Pattern{Kind: ref.PatternList}); err != nil {
+	if shallow.Model, err = train.ModelConfig(64, 4, 2, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
 		return err
 	}
 	shallowRatio, err := flopsRatio(shallow, dense)
@@ -179,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				r.PredictorAccuracy[l], r.PredictorRecall[l] = ly.PredictorAccuracy, ly.PredictorRecall
 			}
 		}
-		causal, err := train.CausalModel(trs[1].Model(), ref.CausalPredictor)
+		causal, err := train.CausalModel(trs[1].Model(), spec.CausalPredictor)
 		if err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func draw(out string, runs []plot.Run, tr *train.Trainer) error {
 	if err != nil {
 		return err
 	}
-	causal, err := train.CausalModel(tr.Model(), ref.CausalPredictor)
+	causal, err := train.CausalModel(tr.Model(), spec.CausalPredictor)
 	if err != nil {
 		return err
 	}
