@@ -56,7 +56,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	seq := fs.Int("seq", def.SeqLen, "bytes per sequence")
 	lr := fs.Float64("lr", def.LR, "peak learning rate")
 	minLR := fs.Float64("min-lr", def.MinLR, "learning rate at the last step")
-	warmup := fs.Int("warmup", def.Warmup, "warm-up steps")
+	warmup := fs.Int("warmup", def.Warmup, "warm-up steps (default: an eighth of --steps)")
 	clip := fs.Float64("clip", def.Clip, "largest global gradient norm (0: no clipping)")
 	wd := fs.Float64("weight-decay", def.WeightDecay, "AdamW weight decay")
 	evalEvery := fs.Int("eval-every", def.EvalEvery, "steps between evaluations")
@@ -130,6 +130,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			if set[name] || *configFile == "" {
 				apply()
 			}
+		}
+		if *configFile == "" && set["steps"] && !set["warmup"] {
+			cfg.Warmup = cfg.Steps / 8
 		}
 		text, err := readTextFor(*data, "")
 		if err != nil {
