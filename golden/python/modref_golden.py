@@ -151,8 +151,10 @@ def check_candidate(case, values, allow_missing=False):
     values maps candidate names ("out", "selected", "aux.total", "grad.param.Wq", ...)
     to NumPy arrays, PyTorch tensors or Python numbers. Raises CandidateError naming
     the array: a name the case does not judge (with the nearest names), a missing
-    array (unless allow_missing), a wrong shape, a dtype modref does not accept, or
-    a NaN or infinite value.
+    array (unless allow_missing), a wrong shape (an integer position list such as
+    selected may differ in its last dimension: that is a different number of
+    selected tokens, which modref check judges), a dtype modref does not accept,
+    or a NaN or infinite value.
     """
     known = list(case.outputs)
     out = {}
@@ -164,7 +166,11 @@ def check_candidate(case, values, allow_missing=False):
                 "; it judges " + ", ".join(known)))
         shape, kind = case.outputs[key]
         a = _as_array(v)
-        if a.shape != shape:
+        # A position list (selected) of another width is a selection of a
+        # different number of tokens: modref judges and names it, so it is
+        # written as it is. Every other shape must match.
+        other_width = kind == "int" and a.ndim == len(shape) >= 1 and a.shape[:-1] == tuple(shape[:-1])
+        if a.shape != shape and not other_width:
             raise CandidateError("case %s: array %r has shape %s, want %s"
                                  % (case.name, key, list(a.shape), list(shape)))
         if kind == "int":
