@@ -207,6 +207,16 @@ func checkLayerAgainstRef(t reporter, c layerCase, fdSample int) {
 	d, s := c.cfg.Block.D, in.SeqLen
 	valid := validMask(c.in.Valid, s, 1)
 	compare(t, "layer forward", "out", res.Out.Data, flatBatch(want.Out), validMask(c.in.Valid, s, d), forwardTol)
+	// The same decision and constants replayed by mod's frozen forward.
+	var tpf autograd.Tape
+	resf, err := l.ForwardFrozen(&tpf, modcase.LayerInputsFromRef(c.in), modcase.FrozenFromRef(fz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "layer forward", "frozen out", resf.Out.Data, flatBatch(want.Out), validMask(c.in.Valid, s, d), forwardTol)
+	if want.PredictorLogits != nil {
+		compare(t, "layer forward", "frozen predictor bce", []float32{float32(resf.PredictorBCE)}, []float64{want.PredictorBCE}, nil, forwardTol)
+	}
 	compare(t, "layer forward", "router logits", res.RouterLogits, flatField(want.RouterWeights), valid, forwardTol)
 	compare(t, "layer forward", "weights", res.Weights, flatField(want.Weights), valid, forwardTol)
 	compare(t, "layer forward", "multipliers", res.Multipliers, flatField(want.Multipliers), valid, forwardTol)
