@@ -56,7 +56,8 @@ type layerCase struct {
 	u   []float64 // B·S·d upstream gradient of out
 }
 
-// drawBlock draws a small block shape with width d >= minD.
+// drawBlock draws a small block shape with width d >= minD, half of the
+// time with a sliding attention window of 1 to 4 positions.
 func drawBlock(t *rapid.T, minD int) spec.BlockConfig {
 	var shapes [][2]int
 	for _, sh := range [][2]int{{4, 1}, {4, 2}, {8, 1}, {8, 2}} {
@@ -71,6 +72,9 @@ func drawBlock(t *rapid.T, minD int) spec.BlockConfig {
 	}
 	if rapid.Bool().Draw(t, "swiglu") {
 		blk.MLP = spec.ActSwiGLU
+	}
+	if rapid.Bool().Draw(t, "windowed") {
+		blk.Window = rapid.IntRange(1, 4).Draw(t, "window") // docs/spec.md §13
 	}
 	return blk
 }
