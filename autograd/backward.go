@@ -30,6 +30,8 @@ const (
 	opMaskedFill
 	opCrossEntropy
 	opBCEWithLogits
+	opCausalAttention
+	opRotateHalf
 )
 
 // backward adds the gradient of one recorded operation into its operands.
@@ -57,6 +59,10 @@ func (tp *Tape) backward(nd *node) {
 		tp.backwardCrossEntropy(nd)
 	case opBCEWithLogits:
 		tp.backwardBCE(nd)
+	case opCausalAttention:
+		tp.backwardCausalAttention(nd)
+	case opRotateHalf:
+		tp.backwardRotateHalf(nd)
 	default:
 		panic("autograd: no backward for opcode")
 	}
