@@ -3,6 +3,10 @@ package autograd
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/modref/modref/autograd/internal/kernel"
 	"github.com/viterin/vek/vek32"
@@ -51,38 +55,81 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 			nd.idx = append(nd.idx, p...)
 		}
 	}
+	stats := 0 // where the current sequence's row statistics start in nd.vals
 	off := 0
 	for _, p := range pos {
 		m := len(p)
 		if m == 0 {
 			continue
 		}
-		buf := tp.f32(m*m + m*dh)
-		probs, head := buf[:m*m], buf[m*m:]
-		for hd := 0; hd < heads; hd++ {
+		var vals []float64
+		if nd != nil {
+			nd.vals = slices.Grow(nd.vals, 2*heads*m)[:stats+2*heads*m]
+			vals = nd.vals[stats:]
+			stats += 2 * heads * m
+		}
+		w := workers(heads)
+		buf, e := tp.f32(w*(m*m+m*dh)), tp.f64(w*m)
+		forEachHead(heads, w, func(hd, wk int) {
+			b := buf[wk*(m*m+m*dh) : (wk+1)*(m*m+m*dh)]
+			probs, head := b[:m*m], b[m*m:]
+			ew := e[wk*m : (wk+1)*m]
 			r := (hd*total + off) * dh
 			qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
 			kernel.MatMulNT(probs, qh, kh, m, dh, m)
-			e := tp.f64(m)
 			for i := 0; i < m; i++ {
 				row := probs[i*m : (i+1)*m]
 				hide(row, p, i, window)
-				mx, sum := rowExpSum(row, e)
+				mx, sum := rowExpSum(row, ew)
 				for j := range row {
-					row[j] = float32(e[j] / sum)
+					row[j] = float32(ew[j] / sum)
 				}
-				if nd != nil {
-					nd.vals = append(nd.vals, mx, sum)
+				if vals != nil {
+					vals[2*(hd*m+i)], vals[2*(hd*m+i)+1] = mx, sum
 				}
 			}
 			kernel.MatMulNN(head, probs, vh, m, m, dh)
 			for i := 0; i < m; i++ {
 				copy(out.Data[(off+i)*heads*dh+hd*dh:][:dh], head[i*dh:(i+1)*dh])
 			}
-		}
+		})
 		off += m
 	}
 	return out
+}
+
+// workers returns how many goroutines share the heads of an attention
+// operation: one per head up to GOMAXPROCS.
+func workers(heads int) int { return max(1, min(heads, runtime.GOMAXPROCS(0))) }
+
+// forEachHead calls f(hd, worker) for every head hd < heads on w goroutines
+// (the caller's included), each head exactly once, with worker < w naming
+// the goroutine so that f can use per-worker scratch space. Every head is
+// computed by the same operations whichever goroutine runs it, so the
+// results do not depend on w.
+func forEachHead(heads, w int, f func(hd, worker int)) {
+	if w == 1 {
+		for hd := 0; hd < heads; hd++ {
+			f(hd, 0)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	run := func(worker int) {
+		for hd := int(next.Add(1) - 1); hd < heads; hd = int(next.Add(1) - 1) {
+			f(hd, worker)
+		}
+	}
+	for wk := 1; wk < w; wk++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(wk)
+		}()
+	}
+	run(0)
+	wg.Wait()
 }
 
 // hide sets to −Inf the scores of row i that query i may not see.
@@ -111,17 +158,21 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 		m := rest[0]
 		p := rest[1 : 1+m]
 		rest = rest[1+m:]
-		buf := tp.f32(2*m*m + 2*m*dh)
-		probs, dp, dout, tmp := buf[:m*m], buf[m*m:2*m*m], buf[2*m*m:2*m*m+m*dh], buf[2*m*m+m*dh:]
-		for hd := 0; hd < heads; hd++ {
+		vals := stats[:2*heads*m]
+		stats = stats[2*heads*m:]
+		w := workers(heads)
+		size := 2*m*m + 2*m*dh
+		buf := tp.f32(w * size)
+		forEachHead(heads, w, func(hd, wk int) {
+			b := buf[wk*size : (wk+1)*size]
+			probs, dp, dout, tmp := b[:m*m], b[m*m:2*m*m], b[2*m*m:2*m*m+m*dh], b[2*m*m+m*dh:]
 			r := (hd*total + off) * dh
 			qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
 			kernel.MatMulNT(probs, qh, kh, m, dh, m)
 			for i := 0; i < m; i++ {
 				row := probs[i*m : (i+1)*m]
 				hide(row, p, i, window)
-				mx, sum := stats[0], stats[1]
-				stats = stats[2:]
+				mx, sum := vals[2*(hd*m+i)], vals[2*(hd*m+i)+1]
 				for j, s := range row {
 					row[j] = float32(math.Exp(float64(s)-mx) / sum)
 				}
@@ -134,7 +185,7 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 				vek32.Add_Inplace(v.Grad[r:r+m*dh], tmp)
 			}
 			if q.Grad == nil && k.Grad == nil {
-				continue
+				return
 			}
 			kernel.MatMulNT(dp, dout, vh, m, dh, m)
 			for i := 0; i < m; i++ {
@@ -155,7 +206,7 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 				kernel.MatMulTN(tmp, dp, qh, m, m, dh)
 				vek32.Add_Inplace(k.Grad[r:r+m*dh], tmp)
 			}
-		}
+		})
 		off += m
 	}
 }

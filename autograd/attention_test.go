@@ -3,6 +3,7 @@ package autograd
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -50,7 +51,11 @@ func chainAttention(tp *Tape, q, k, v *Tensor, heads int, pos [][]int, window in
 // element), for rapid-drawn heads, head widths, sequences (empty ones
 // included), position subsets and windows.
 func TestCausalAttentionIsTheChain(t *testing.T) {
+	// The heads run on up to GOMAXPROCS goroutines; the chain does not.
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
 	rapid.Check(t, func(rt *rapid.T) {
+		runtime.GOMAXPROCS(rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "GOMAXPROCS"))
 		heads := rapid.IntRange(1, 3).Draw(rt, "heads")
 		dh := rapid.SampledFrom([]int{2, 4, 8, 10}).Draw(rt, "dh")
 		window := rapid.SampledFrom([]int{0, 0, 1, 3}).Draw(rt, "window")

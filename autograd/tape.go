@@ -168,3 +168,15 @@ func (tp *Tape) f64(n int) []float64 {
 	clear(tp.scratch64)
 	return tp.scratch64
 }
+
+// Zeros returns a tape-owned rows×cols constant of zeros (no gradient), to be
+// reused by the next forward pass after Reset like every tensor the tape
+// hands out.
+func (tp *Tape) Zeros(rows, cols int) *Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("autograd.Zeros: shape %dx%d", rows, cols))
+	}
+	t := tp.alloc(rows, cols, false)
+	clear(t.Data)
+	return t
+}

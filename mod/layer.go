@@ -216,10 +216,10 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	var r *autograd.Tensor
 	switch {
 	case len(vidx) == 0:
-		r = autograd.New(x.Rows, 1, nil)
+		r = tp.Zeros(x.Rows, 1)
 	case padded:
 		r = l.routerLogits(tp, tp.GatherRows(x, vidx), in, vidx)
-		r = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), r, vidx)
+		r = tp.ScatterAddRows(tp.Zeros(x.Rows, 1), r, vidx)
 	default:
 		r = l.routerLogits(tp, x, in, vidx)
 	}
@@ -247,7 +247,7 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 		cidx, cpos = vidx, vpos
 		gv := g
 		if cfg.Weighting == ref.WeightSoftmax {
-			gv = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), g, selIdx)
+			gv = tp.ScatterAddRows(tp.Zeros(x.Rows, 1), g, selIdx)
 		}
 		if padded {
 			gv = tp.GatherRows(gv, vidx)
