@@ -55,81 +55,141 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 			nd.idx = append(nd.idx, p...)
 		}
 	}
+	hw := tp.headWork()
+	hw.headParams = headParams{q: q, k: k, v: v, out: out, heads: heads, total: total, dh: dh, window: window}
 	stats := 0 // where the current sequence's row statistics start in nd.vals
-	off := 0
 	for _, p := range pos {
 		m := len(p)
 		if m == 0 {
 			continue
 		}
-		var vals []float64
+		hw.vals = nil
 		if nd != nil {
 			nd.vals = slices.Grow(nd.vals, 2*heads*m)[:stats+2*heads*m]
-			vals = nd.vals[stats:]
+			hw.vals = nd.vals[stats:]
 			stats += 2 * heads * m
 		}
 		w := workers(heads)
-		buf, e := tp.f32(w*(m*m+m*dh)), tp.f64(w*m)
-		forEachHead(heads, w, func(hd, wk int) {
-			b := buf[wk*(m*m+m*dh) : (wk+1)*(m*m+m*dh)]
-			probs, head := b[:m*m], b[m*m:]
-			ew := e[wk*m : (wk+1)*m]
-			r := (hd*total + off) * dh
-			qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
-			kernel.MatMulNT(probs, qh, kh, m, dh, m)
-			for i := 0; i < m; i++ {
-				row := probs[i*m : (i+1)*m]
-				hide(row, p, i, window)
-				mx, sum := rowExpSum(row, ew)
-				for j := range row {
-					row[j] = float32(ew[j] / sum)
-				}
-				if vals != nil {
-					vals[2*(hd*m+i)], vals[2*(hd*m+i)+1] = mx, sum
-				}
-			}
-			kernel.MatMulNN(head, probs, vh, m, m, dh)
-			for i := 0; i < m; i++ {
-				copy(out.Data[(off+i)*heads*dh+hd*dh:][:dh], head[i*dh:(i+1)*dh])
-			}
-		})
-		off += m
+		hw.p, hw.m = p, m
+		hw.buf, hw.e = tp.f32(w*(m*m+m*dh)), tp.f64(w*m)
+		hw.runOn(w)
+		hw.off += m
 	}
+	hw.headParams = headParams{}
 	return out
+}
+
+// headWork is the per-sequence work of CausalAttention's forward or backward
+// pass, shared out head by head among goroutines. A tape keeps one and
+// reuses it, so that sharing the work allocates nothing.
+type headWork struct {
+	headParams
+	next, joined atomic.Int64
+	wg           sync.WaitGroup
+}
+
+// headParams describes the work of a headWork.
+type headParams struct {
+	backward     bool
+	q, k, v, out *Tensor
+	heads, total int // heads and rows per head
+	dh, window   int
+	p            []int // the sequence's positions
+	off, m       int   // its first row in each head's block and its length
+	buf          []float32
+	e            []float64
+	vals         []float64 // row maxima and sums, two per row of each head
+}
+
+// headWork returns the tape's reusable headWork.
+func (tp *Tape) headWork() *headWork {
+	if tp.heads == nil {
+		tp.heads = new(headWork)
+	}
+	return tp.heads
 }
 
 // workers returns how many goroutines share the heads of an attention
 // operation: one per head up to GOMAXPROCS.
 func workers(heads int) int { return max(1, min(heads, runtime.GOMAXPROCS(0))) }
 
-// forEachHead calls f(hd, worker) for every head hd < heads on w goroutines
-// (the caller's included), each head exactly once, with worker < w naming
-// the goroutine so that f can use per-worker scratch space. Every head is
-// computed by the same operations whichever goroutine runs it, so the
-// results do not depend on w.
-func forEachHead(heads, w int, f func(hd, worker int)) {
-	if w == 1 {
-		for hd := 0; hd < heads; hd++ {
-			f(hd, 0)
+// headQueue hands headWork to a fixed pool of runtime.NumCPU()-1 goroutines,
+// started on first use.
+var (
+	headQueue     chan *headWork
+	startHeadPool sync.Once
+)
+
+// runOn computes every head once, on the calling goroutine and up to w-1
+// pool goroutines, and returns when all are done. Each goroutine that joins
+// gets its own index below w for its scratch space; every head is computed
+// by the same operations whichever goroutine runs it, so the results do not
+// depend on w.
+func (hw *headWork) runOn(w int) {
+	hw.next.Store(0)
+	hw.joined.Store(0)
+	if w > 1 {
+		startHeadPool.Do(func() {
+			n := runtime.NumCPU() - 1
+			headQueue = make(chan *headWork, max(n, 1))
+			for range n {
+				go func() {
+					for hw := range headQueue {
+						hw.run()
+						hw.wg.Done()
+					}
+				}()
+			}
+		})
+		for range w - 1 {
+			hw.wg.Add(1)
+			select {
+			case headQueue <- hw:
+			default: // every pool goroutine is busy: the caller does more itself
+				hw.wg.Done()
+			}
 		}
-		return
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	run := func(worker int) {
-		for hd := int(next.Add(1) - 1); hd < heads; hd = int(next.Add(1) - 1) {
-			f(hd, worker)
+	hw.run()
+	hw.wg.Wait()
+}
+
+// run takes heads until none is left.
+func (hw *headWork) run() {
+	wk := int(hw.joined.Add(1) - 1)
+	for hd := int(hw.next.Add(1) - 1); hd < hw.heads; hd = int(hw.next.Add(1) - 1) {
+		if hw.backward {
+			hw.backwardHead(hd, wk)
+		} else {
+			hw.forwardHead(hd, wk)
 		}
 	}
-	for wk := 1; wk < w; wk++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(wk)
-		}()
+}
+
+// forwardHead computes head hd's probabilities, row statistics and output.
+func (hw *headWork) forwardHead(hd, wk int) {
+	m, dh, heads := hw.m, hw.dh, hw.heads
+	b := hw.buf[wk*(m*m+m*dh) : (wk+1)*(m*m+m*dh)]
+	probs, head := b[:m*m], b[m*m:]
+	ew := hw.e[wk*m : (wk+1)*m]
+	r := (hd*hw.total + hw.off) * dh
+	qh, kh, vh := hw.q.Data[r:r+m*dh], hw.k.Data[r:r+m*dh], hw.v.Data[r:r+m*dh]
+	kernel.MatMulNT(probs, qh, kh, m, dh, m)
+	for i := 0; i < m; i++ {
+		row := probs[i*m : (i+1)*m]
+		hide(row, hw.p, i, hw.window)
+		mx, sum := rowExpSum(row, ew)
+		for j := range row {
+			row[j] = float32(ew[j] / sum)
+		}
+		if hw.vals != nil {
+			hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
+		}
 	}
-	run(0)
-	wg.Wait()
+	kernel.MatMulNN(head, probs, vh, m, m, dh)
+	for i := 0; i < m; i++ {
+		copy(hw.out.Data[(hw.off+i)*heads*dh+hd*dh:][:dh], head[i*dh:(i+1)*dh])
+	}
 }
 
 // hide sets to −Inf the scores of row i that query i may not see.
@@ -152,62 +212,68 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 	window := nd.idx[0]
 	rest := nd.idx[1:]
 	stats := nd.vals
-	g := nd.out.Grad
-	off := 0
+	hw := tp.headWork()
+	hw.headParams = headParams{backward: true, q: q, k: k, v: v, out: nd.out, heads: heads, total: total, dh: dh, window: window}
 	for len(rest) > 0 {
 		m := rest[0]
-		p := rest[1 : 1+m]
+		hw.p, hw.m = rest[1:1+m], m
 		rest = rest[1+m:]
-		vals := stats[:2*heads*m]
+		hw.vals = stats[:2*heads*m]
 		stats = stats[2*heads*m:]
 		w := workers(heads)
-		size := 2*m*m + 2*m*dh
-		buf := tp.f32(w * size)
-		forEachHead(heads, w, func(hd, wk int) {
-			b := buf[wk*size : (wk+1)*size]
-			probs, dp, dout, tmp := b[:m*m], b[m*m:2*m*m], b[2*m*m:2*m*m+m*dh], b[2*m*m+m*dh:]
-			r := (hd*total + off) * dh
-			qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
-			kernel.MatMulNT(probs, qh, kh, m, dh, m)
-			for i := 0; i < m; i++ {
-				row := probs[i*m : (i+1)*m]
-				hide(row, p, i, window)
-				mx, sum := vals[2*(hd*m+i)], vals[2*(hd*m+i)+1]
-				for j, s := range row {
-					row[j] = float32(math.Exp(float64(s)-mx) / sum)
-				}
-			}
-			for i := 0; i < m; i++ {
-				copy(dout[i*dh:(i+1)*dh], g[(off+i)*heads*dh+hd*dh:][:dh])
-			}
-			if v.Grad != nil {
-				kernel.MatMulTN(tmp, probs, dout, m, m, dh)
-				vek32.Add_Inplace(v.Grad[r:r+m*dh], tmp)
-			}
-			if q.Grad == nil && k.Grad == nil {
-				return
-			}
-			kernel.MatMulNT(dp, dout, vh, m, dh, m)
-			for i := 0; i < m; i++ {
-				yi, gi := probs[i*m:(i+1)*m], dp[i*m:(i+1)*m]
-				var s float64
-				for j, w := range gi {
-					s += float64(float64(w) * float64(yi[j]))
-				}
-				for j := range gi {
-					gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
-				}
-			}
-			if q.Grad != nil {
-				kernel.MatMulNN(tmp, dp, kh, m, m, dh)
-				vek32.Add_Inplace(q.Grad[r:r+m*dh], tmp)
-			}
-			if k.Grad != nil {
-				kernel.MatMulTN(tmp, dp, qh, m, m, dh)
-				vek32.Add_Inplace(k.Grad[r:r+m*dh], tmp)
-			}
-		})
-		off += m
+		hw.buf = tp.f32(w * (2*m*m + 2*m*dh))
+		hw.runOn(w)
+		hw.off += m
+	}
+	hw.headParams = headParams{}
+}
+
+// backwardHead adds head hd's gradients into q, k and v.
+func (hw *headWork) backwardHead(hd, wk int) {
+	m, dh, heads := hw.m, hw.dh, hw.heads
+	q, k, v, g := hw.q, hw.k, hw.v, hw.out.Grad
+	size := 2*m*m + 2*m*dh
+	b := hw.buf[wk*size : (wk+1)*size]
+	probs, dp, dout, tmp := b[:m*m], b[m*m:2*m*m], b[2*m*m:2*m*m+m*dh], b[2*m*m+m*dh:]
+	r := (hd*hw.total + hw.off) * dh
+	qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
+	kernel.MatMulNT(probs, qh, kh, m, dh, m)
+	for i := 0; i < m; i++ {
+		row := probs[i*m : (i+1)*m]
+		hide(row, hw.p, i, hw.window)
+		mx, sum := hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1]
+		for j, s := range row {
+			row[j] = float32(math.Exp(float64(s)-mx) / sum)
+		}
+	}
+	for i := 0; i < m; i++ {
+		copy(dout[i*dh:(i+1)*dh], g[(hw.off+i)*heads*dh+hd*dh:][:dh])
+	}
+	if v.Grad != nil {
+		kernel.MatMulTN(tmp, probs, dout, m, m, dh)
+		vek32.Add_Inplace(v.Grad[r:r+m*dh], tmp)
+	}
+	if q.Grad == nil && k.Grad == nil {
+		return
+	}
+	kernel.MatMulNT(dp, dout, vh, m, dh, m)
+	for i := 0; i < m; i++ {
+		yi, gi := probs[i*m:(i+1)*m], dp[i*m:(i+1)*m]
+		var s float64
+		for j, w := range gi {
+			s += float64(float64(w) * float64(yi[j]))
+		}
+		for j := range gi {
+			gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
+		}
+	}
+	if q.Grad != nil {
+		kernel.MatMulNN(tmp, dp, kh, m, m, dh)
+		vek32.Add_Inplace(q.Grad[r:r+m*dh], tmp)
+	}
+	if k.Grad != nil {
+		kernel.MatMulTN(tmp, dp, qh, m, m, dh)
+		vek32.Add_Inplace(k.Grad[r:r+m*dh], tmp)
 	}
 }
 

@@ -15,6 +15,8 @@ type Tape struct {
 	// scratch and scratch64 are work buffers for backward passes.
 	scratch   []float32
 	scratch64 []float64
+	// heads is CausalAttention's work shared among goroutines.
+	heads *headWork
 }
 
 // opcode names a recorded operation; node.backward dispatches on it.
