@@ -31,6 +31,8 @@ const (
 	opCrossEntropy
 	opBCEWithLogits
 	opStandardize
+	opCausalAttention
+	opRotateHalf
 )
 
 // backward adds the gradient of one recorded operation into its operands.
@@ -60,6 +62,10 @@ func (tp *Tape) backward(nd *node) {
 		tp.backwardBCE(nd)
 	case opStandardize:
 		tp.backwardStandardize(nd)
+	case opCausalAttention:
+		tp.backwardCausalAttention(nd)
+	case opRotateHalf:
+		tp.backwardRotateHalf(nd)
 	default:
 		panic("autograd: no backward for opcode")
 	}

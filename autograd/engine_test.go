@@ -204,3 +204,19 @@ func TestStopGradient(t *testing.T) {
 		}
 	}
 }
+
+func TestZerosIsReusedAndCleared(t *testing.T) {
+	var tp Tape
+	z := tp.Zeros(2, 3)
+	z.Data[4] = 7
+	tp.Reset()
+	z2 := tp.Zeros(2, 3)
+	if z2 != z || z2.Grad != nil {
+		t.Fatalf("Zeros after Reset: got a new tensor (%v) or a gradient (%v); want the same constant reused", z2 != z, z2.Grad != nil)
+	}
+	for i, v := range z2.Data {
+		if v != 0 {
+			t.Fatalf("Zeros after Reset: element %d is %v, want 0", i, v)
+		}
+	}
+}

@@ -325,10 +325,10 @@ func (l *Layer) routerWeights(tp *autograd.Tape, in LayerInputs, bt batch) *auto
 	vidx := bt.rowsOf(nil, bt.validPositions())
 	switch {
 	case len(vidx) == 0:
-		return autograd.New(x.Rows, 1, nil)
+		return tp.Zeros(x.Rows, 1)
 	case bt.padded():
 		r := l.routerLogits(tp, tp.GatherRows(x, vidx), in, vidx)
-		return tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), r, vidx)
+		return tp.ScatterAddRows(tp.Zeros(x.Rows, 1), r, vidx)
 	}
 	return l.routerLogits(tp, x, in, vidx)
 }
@@ -359,7 +359,7 @@ func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autogra
 		cidx, cpos = vidx, vpos
 		gv := g
 		if cfg.Weighting == spec.WeightSoftmax {
-			gv = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), g, selIdx)
+			gv = tp.ScatterAddRows(tp.Zeros(x.Rows, 1), g, selIdx)
 		}
 		if padded {
 			gv = tp.GatherRows(gv, vidx)

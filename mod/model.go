@@ -265,7 +265,7 @@ func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, 
 		x = tp.Add(x, tp.GatherRows(m.PosEmbed, flat))
 	}
 	if padded {
-		x = tp.ScatterAddRows(autograd.New(bt.rows*bt.s, x.Cols, nil), x, vidx)
+		x = tp.ScatterAddRows(tp.Zeros(bt.rows*bt.s, x.Cols), x, vidx)
 	}
 	return x
 }

@@ -44,8 +44,8 @@
 //
 // # Work buffers
 //
-// Modules keep the work buffers they need between calls (attention masks,
-// rotary tables, lists of per-head tensors), so that a training step on a
+// Modules keep the work buffers they need between calls (position lists,
+// rotary tables), so that a training step on a
 // reused autograd.Tape allocates nothing after its first run. A module is
 // therefore not safe for concurrent use, as a Tape is not.
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -384,5 +385,35 @@ func TestAdamWStateRestores(t *testing.T) {
 	bad.M[1] = bad.M[1][:1]
 	if err := opt2.SetState(bad); err == nil || !strings.Contains(err.Error(), "parameter 1") {
 		t.Errorf("SetState with a short moment: error %v, want one naming parameter 1", err)
+	}
+}
+
+// TestStepsAcrossGOMAXPROCS trains the tiny model for three steps with
+// GOMAXPROCS 1, 2 and 4 (attention shares its heads among up to GOMAXPROCS
+// goroutines) and expects the same losses and parameters, bit for bit.
+func TestStepsAcrossGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	var want []float32
+	for _, procs := range []int{1, 2, 4} {
+		runtime.GOMAXPROCS(procs)
+		m, opt, tokens, targets, pos := tinyLM(t, 3)
+		var tp autograd.Tape
+		var got []float32
+		for range 3 {
+			got = append(got, trainStep(&tp, m, opt, tokens, targets, pos))
+		}
+		for _, p := range m.Params() {
+			got = append(got, p.Data...)
+		}
+		if want == nil {
+			want = got
+			continue
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("GOMAXPROCS=%d: value %d (the first 3 are losses, then parameters) is %v, GOMAXPROCS=1 gave %v",
+					procs, i, got[i], want[i])
+			}
+		}
 	}
 }
