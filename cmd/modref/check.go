@@ -29,10 +29,11 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
-if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own float32 implementation (mod/) against the corpus.
+if none is named) against DIR/CASE.npz, a bad or missing file being that
+case's error. Without --candidate it checks modref's own float32
+implementation (mod/) against the corpus.
 
-Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
+Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
 flags:
 `)
