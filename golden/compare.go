@@ -83,9 +83,12 @@ func CandidateName(expected string) string { return strings.TrimPrefix(expected,
 
 // Compare judges a candidate's arrays against a case's expected arrays. A
 // missing array, one of the wrong shape, a float array where integers are
-// expected, or a NaN or infinite value is bad input and returns an error
-// naming the array, unless allowMissing lets missing arrays be reported as
-// such.
+// expected (or integers where floats are, except 0/1 targets), or a NaN or
+// infinite value is bad input and returns an error naming the array, unless
+// allowMissing lets missing arrays be reported as such. An array that is 0
+// by configuration (ZeroByConfiguration) may be missing and is judged as
+// zeros; a selected array of another width is judged as a routing
+// mismatch.
 func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, error) {
 	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
 	for _, info := range c.Manifest.Arrays {
