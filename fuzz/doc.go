@@ -44,10 +44,9 @@ type Impl struct {
 	// replay a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
 	// Frozen.PredictorInput, as ref.LayerForward fills them).
 	Layer func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
-	// LayerFrozen is the layer with the routing decision taken from fz.
-	// Properties read Out, and PredictorBCE for the predictor's gradient.
-	// nil for an implementation without a frozen-selection forward (mod):
-	// the properties that need it run on the others only.
+	// LayerFrozen is the layer with the routing decision and the
+	// stop-gradient constants taken from fz. Properties read Out, and
+	// PredictorBCE for the predictor's gradient.
 	LayerFrozen func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
 	// Model is the full-sequence model forward; properties read Logits and,
 	// per routed layer, Layers[l].Selection.

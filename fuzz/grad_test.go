@@ -197,12 +197,11 @@ func allZero(v []float64) bool {
 	return true
 }
 
-// TestPredictorSendsNoGradientToTrunk runs on the implementations with a
-// frozen-selection forward (withFrozen): ref only. Its finite differences
-// need the selection, the targets and the predictor's input held fixed, and
-// mod's layer has no frozen forward.
+// TestPredictorSendsNoGradientToTrunk runs on every implementation. Its
+// finite differences need the selection, the targets and the predictor's
+// input held fixed: ref.LayerForwardFrozen and mod's Layer.ForwardFrozen.
 func TestPredictorSendsNoGradientToTrunk(t *testing.T) {
-	for _, impl := range withFrozen() {
+	for _, impl := range Impls {
 		t.Run(impl.Name, func(t *testing.T) {
 			predCount.measured.Store(0)
 			predCount.aliasCaught.Store(0)
@@ -216,4 +215,4 @@ func TestPredictorSendsNoGradientToTrunk(t *testing.T) {
 	}
 }
 
-func FuzzPredictorGradient(f *testing.F) { f.Fuzz(fuzzImpls(predictorProp, withFrozen())) }
+func FuzzPredictorGradient(f *testing.F) { f.Fuzz(fuzzImpls(predictorProp, Impls)) }

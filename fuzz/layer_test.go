@@ -271,11 +271,10 @@ func frozenCausalityProp(impl Impl) func(failer, Source) {
 	}
 }
 
-// TestFrozenWeightingCausality runs on the implementations with a
-// frozen-selection forward (withFrozen): ref only, since mod's layer always
-// takes its own routing decision and cannot replay one.
+// TestFrozenWeightingCausality runs on every implementation: ref's
+// LayerForwardFrozen and mod's Layer.ForwardFrozen replay a decision.
 func TestFrozenWeightingCausality(t *testing.T) {
-	for _, impl := range withFrozen() {
+	for _, impl := range Impls {
 		t.Run(impl.Name, func(t *testing.T) {
 			leakCount.softmax.Store(0)
 			leakCount.softmaxLeaks.Store(0)
@@ -325,4 +324,4 @@ func TestSoftmaxLeaks(t *testing.T) {
 
 func FuzzSkippedTokens(f *testing.F)   { f.Fuzz(fuzzImpls(skipProp, Impls)) }
 func FuzzCausalRouting(f *testing.F)   { f.Fuzz(fuzzImpls(causalRoutingProp, Impls)) }
-func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzImpls(frozenCausalityProp, withFrozen())) }
+func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzImpls(frozenCausalityProp, Impls)) }

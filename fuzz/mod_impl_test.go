@@ -15,23 +15,8 @@ import (
 )
 
 // Impls are the implementations every applicable property runs on: ref/
-// (float64) and mod/ (float32). Properties that replay a frozen decision
-// run on the implementations with a LayerFrozen only (withFrozen).
+// (float64) and mod/ (float32).
 var Impls = []Impl{Ref, Mod}
-
-// withFrozen returns the implementations that have a frozen-selection
-// forward. mod has none (its Layer.Forward always takes its own decision),
-// so the properties that need one (frozen weighting causality, the
-// predictor's stop-gradient by finite differences) run on ref only.
-func withFrozen() []Impl {
-	var out []Impl
-	for _, impl := range Impls {
-		if impl.LayerFrozen != nil {
-			out = append(out, impl)
-		}
-	}
-	return out
-}
 
 // Mod is mod/ as an Impl. Its inputs and parameters are rounded to float32
 // (mod.LoadParams rounds parameters; the adapter rounds X, noise and jitter)
@@ -45,10 +30,12 @@ func withFrozen() []Impl {
 //   - Layer loads ref's parameters into a mod layer (modcase.LayerFromRef)
 //     and runs Layer.Forward; the result carries Out, Selection, RouterWeights,
 //     Capacity, Weights, Multipliers, Targets, PredictorLogits, the losses,
-//     Routed and Skipped, and in Frozen only Selection and TopK (mod has no
-//     straight-through offsets or predictor input to replay).
+//     Routed and Skipped, and Frozen (mod's LayerResult.Frozen: Selection,
+//     TopK, STEOffset and PredictorInput, widened).
 //   - SelectCausal is mod.SelectCausal the same way.
-//   - LayerFrozen is nil: mod has no frozen-selection forward.
+//   - LayerFrozen is Layer.ForwardFrozen with ref's Frozen rounded to
+//     float32 (modcase.FrozenFromRef), read again at every call, so a
+//     PredictorInput aliasing X follows X's changes.
 //   - Model and NewDecoder load ref's model parameters into a mod model
 //     (modcase.ModelFromRef);
 //     the model result carries Logits, CE, Aux and per routed layer the
@@ -59,6 +46,7 @@ var Mod = Impl{
 	SelectTopK:   modSelectTopK,
 	SelectCausal: modSelectCausal,
 	Layer:        modLayer,
+	LayerFrozen:  modLayerFrozen,
 	Model:        modModel,
 	NewDecoder:   modNewDecoder,
 }
@@ -165,7 +153,11 @@ func modLayerResult(res *mod.LayerResult, rows, s int, withOut bool) *ref.LayerR
 		AuxLoss:           res.Aux,
 		Routed:            res.Routed,
 		Skipped:           res.Skipped,
-		Frozen:            ref.Frozen{Selection: sel, TopK: topK},
+		Frozen:            ref.Frozen{Selection: sel, TopK: topK, STEOffset: unflat(res.Frozen.STEOffset, rows, s)},
+	}
+	if pi := res.Frozen.PredictorInput; pi != nil {
+		d := len(pi) / (rows * s)
+		out.Frozen.PredictorInput = splitRows(autograd.New(rows*s, d, pi), rows, s)
 	}
 	if withOut {
 		out.Out = splitRows(res.Out, rows, s)
@@ -186,6 +178,26 @@ func modLayer(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.Lay
 	s, _ := in.X[0].Dims()
 	var tp autograd.Tape
 	res, err := l.Forward(&tp, modcase.LayerInputsFromRef(in))
+	if err != nil {
+		return nil, err
+	}
+	return modLayerResult(res, rows, s, true), nil
+}
+
+// modLayerFrozen is mod's frozen-decision layer with ref's parameters p
+// (see Mod).
+func modLayerFrozen(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error) {
+	l, err := modcase.LayerFromRef(cfg, p)
+	if err != nil {
+		return nil, err
+	}
+	rows := len(in.X)
+	if rows == 0 {
+		return nil, fmt.Errorf("mod adapter: no rows")
+	}
+	s, _ := in.X[0].Dims()
+	var tp autograd.Tape
+	res, err := l.ForwardFrozen(&tp, modcase.LayerInputsFromRef(in), modcase.FrozenFromRef(fz))
 	if err != nil {
 		return nil, err
 	}

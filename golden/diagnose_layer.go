@@ -81,7 +81,20 @@ func layerDeviations() []layerDeviation {
 		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
 		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
 		{name: "capacity_off_by_one", offByOne: true},
+		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, output: windowGathered},
 	}
+}
+
+func skipUnlessGatheredWindow(cfg spec.Config) string {
+	switch {
+	case cfg.Block.Window == 0:
+		return "the block has no attention window"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block on every valid token, whose indices are their positions"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention over every valid token, whose indices are their positions"
+	}
+	return ""
 }
 
 func skipUnsorted(cfg spec.Config) string {
@@ -303,18 +316,31 @@ func steMPlusOne(l *layerRun) {
 
 // scoreOrderOutput runs the block on each row's selected tokens in
 // router-score order, so that the causal mask follows the scores, while RoPE
-// still uses every token's original position. ref's KV cache needs
-// ascending positions, so token t of the score-ordered sequence at original
-// position p_t is fed at position t with Wq and Wk rotated by p_t − t:
+// still uses every token's original position (indexOrderOutput).
+func scoreOrderOutput(l *layerRun) { l.out = indexOrderOutput(l, l.st.order) }
+
+// windowGathered is a windowed block run on the gathered tokens as if they
+// were a sequence of their own: the window of docs/spec.md §13 counted in
+// indices of the gathered subset, RoPE still at the original positions.
+// Fed at their indices t (see indexOrderOutput), ref's window by position is
+// exactly the window by index.
+func windowGathered(l *layerRun) { l.out = indexOrderOutput(l, l.res.Frozen.Selection.Rows) }
+
+// indexOrderOutput returns the layer's output with the block run on each
+// row's selected tokens in the given order, each token fed at its index t in
+// that order, so that the causal mask and the window follow the order, while
+// RoPE still uses every token's original position: ref's KV cache needs
+// ascending positions, so token t at original position p_t is fed at
+// position t with Wq and Wk rotated by p_t − t:
 // RoPE(x·Wq·R(p_t − t), t) = RoPE(x·Wq, p_t), since rotations in the same
 // planes add their angles.
-func scoreOrderOutput(l *layerRun) {
+func indexOrderOutput(l *layerRun, order [][]int) []*mat.Dense {
 	blk := l.cfg.Block
 	out := make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
 		o := mat.DenseCopyOf(x)
 		var kv ref.KVCache
-		for t, i := range l.st.order[b] {
+		for t, i := range order[b] {
 			f := kv.BlockStep(blk, rotatedBlock(blk, &l.p.Block, i-t), x.RawRowView(i), t)
 			g := l.res.Multipliers[b][i]
 			for j, v := range f {
@@ -323,7 +349,7 @@ func scoreOrderOutput(l *layerRun) {
 		}
 		out[b] = o
 	}
-	l.out = out
+	return out
 }
 
 // rotatedBlock returns the block's parameters with the columns of Wq and Wk

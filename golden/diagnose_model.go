@@ -313,7 +313,12 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 		case on:
 			at := pos
 			if v.slotPositions {
-				at = len(kv.Positions)
+				// The slot: how many tokens this layer cached before
+				// (the cache itself may have dropped some to a window).
+				at = -1
+				for _, f := range routed[l][b] {
+					at += f
+				}
 			}
 			add(g, kv.BlockStep(blk, &lp.Block, x, at))
 		case v.cacheSkipped:

@@ -65,6 +65,7 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 		"layer-causal-router": {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 		"model-predictor":     {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
 		"decode-predictor":    {"decode_mismatch"},
+		"layer-window":        {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
 	}
 	for name, devs := range want {
 		c := loadCase(t, name)
@@ -339,6 +340,58 @@ func TestUnsortedIndicesByHand(t *testing.T) {
 				t.Errorf("row %d, top token %d, [%d]: %v, by hand %v", b, top, j, at(got, b, top, j), want)
 			}
 		}
+	}
+}
+
+// TestWindowGatheredByHand: with the window counted in gathered indices,
+// the selected token at index t of its row attends to the selected tokens
+// at indices t − w + 1 .. t, however far back their positions are; so its
+// update is the last row of ref's unwindowed block on those tokens alone,
+// at their original positions. The case's own (oracle) output differs.
+func TestWindowGatheredByHand(t *testing.T) {
+	c := loadCase(t, "layer-window")
+	s := layerSpecOf(c)
+	w := s.cfg.Block.Window
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := find(t, emulated(t, c), "window_gathered_indices").arrays["expected.out"]
+	sel, g, want := c.Arrays["expected.selected"], c.Arrays["expected.weights"], c.Arrays["expected.out"]
+	k := sel.Shape[1]
+	unwindowed := s.cfg.Block
+	unwindowed.Window = 0
+	differ := 0
+	for b := 0; b < s.batch; b++ {
+		var pos []int
+		for j := 0; j < k; j++ {
+			if p := int(sel.I[b*k+j]); p >= 0 {
+				pos = append(pos, p)
+			}
+		}
+		for ti, p := range pos {
+			last := pos[max(0, ti-w+1) : ti+1]
+			xs := mat.NewDense(len(last), s.cfg.Block.D, nil)
+			for r, q := range last {
+				xs.SetRow(r, dr.in.X[b].RawRowView(q))
+			}
+			f, err := ref.BlockUpdate(unwindowed, &dr.p.Block, xs, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < s.cfg.Block.D; j++ {
+				byHand := dr.in.X[b].At(p, j) + at(g, b, p)*f.At(len(last)-1, j)
+				if !near(at(got, b, p, j), byHand, 1e-12) {
+					t.Errorf("row %d, token %d (index %d), [%d]: %v, by hand %v", b, p, ti, j, at(got, b, p, j), byHand)
+				}
+				if !near(at(want, b, p, j), byHand, 1e-9) {
+					differ++
+				}
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("the oracle's output equals the gathered-index window's everywhere: the case cannot tell them apart")
 	}
 }
 

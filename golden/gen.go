@@ -96,6 +96,9 @@ func layerSpecs() []layerSpec {
 			with(paper(0.5), func(c *spec.Config) {
 				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalPredictor, spec.AuxPredictor, 0.1, spec.WeightSigmoid
 			})),
+		ls("layer-window", "Sliding-window attention, w = 3, in the routed block (docs/spec.md §13): a selected token at position p attends to the selected tokens at original positions in (p − 3, p], not to the last 3 of the gathered subset.",
+			append([]string{"window_gathered_indices"}, gatherCatches...),
+			with(paper(0.5), func(c *spec.Config) { c.Block.Window = 3 })),
 	}
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
@@ -155,6 +158,13 @@ func modelSpecs() ([]modelSpec, error) {
 				c.Causal, c.Aux, c.AuxWeight = spec.CausalPredictor, spec.AuxPredictor, 0.1
 			}),
 			pattern: spec.Pattern{Kind: spec.PatternAll}, decode: true},
+		{name: "decode-window", desc: "Sliding-window attention, w = 3, in every block (docs/spec.md §13), causal routing by r > 0 every other layer: the full forward counts the window in original positions, and decoding, whose caches keep only the last 3 positions, equals it.",
+			catches: []string{"decode_mismatch", "window_gathered_indices"}, layers: 4,
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Block.Window = 3
+				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
+			}),
+			pattern: every, decode: true},
 	}
 	var specs []modelSpec
 	for _, x := range list {

@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,31 @@ func TestNPZRoundTrip(t *testing.T) {
 		"matrix":   Float([]float64{1, 2, 3, 4, 5, 6}, 2, 3),
 		"cube":     Float([]float64{1, 2, 3, 4, 5, 6, 7, 8}, 2, 2, 2),
 		"selected": Int([]int64{0, 3, -1, 2}, 2, 2),
+	}
+	if err := WriteNPZ(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadNPZ(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}
+
+// TestNPZLargeRoundTrip round-trips arrays larger than the 32 KiB window of
+// a deflated zip entry, at which npyio's reader used to take a short read
+// for a whole value and garble the rest of the array.
+func TestNPZLargeRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "large.npz")
+	want := map[string]*Array{}
+	for _, n := range []int{4097, 20000} {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(i) * 1.37
+		}
+		want[fmt.Sprintf("f%d", n)] = Float(v, n)
 	}
 	if err := WriteNPZ(path, want); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ type block struct {
 func newBlock(c spec.BlockConfig, rng *rand.Rand) (*block, error) {
 	nb, err := nn.NewBlock(nn.BlockConfig{
 		D: c.D, Heads: c.Heads, DFF: c.DFF,
-		Norm: nn.NormKind(c.Norm), Act: nn.Activation(c.MLP), RoPEBase: c.RoPEBase,
+		Norm: nn.NormKind(c.Norm), Act: nn.Activation(c.MLP), RoPEBase: c.RoPEBase, Window: c.Window,
 	}, rng)
 	if err != nil {
 		return nil, err
@@ -72,7 +72,8 @@ func (b *block) attnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *
 
 // attendNoRoPE is nn.Attention without the rotation: causal multi-head
 // attention of each sequence's rows over its own rows at positions <= their
-// own, scale 1/sqrt(d_h), for models with learned absolute positions.
+// own (and within the window), scale 1/sqrt(d_h), for models with learned
+// absolute positions.
 // (nn.Attention always rotates; see the design notes.)
 //
 //	x: [N, d] → [N, d]
@@ -111,7 +112,8 @@ func (b *block) attendNoRoPE(tp *autograd.Tape, x *autograd.Tensor, pos [][]int)
 }
 
 // causalMask returns the (h·m)×m mask hiding, in each head's block, the keys
-// at positions after the query's.
+// at positions after the query's and, with a window w, those at positions
+// <= the query's − w (docs/spec.md §13; nn.Attention's mask).
 func (b *block) causalMask(p []int, h int) []bool {
 	m := len(p)
 	if cap(b.mask) < h*m*m {
@@ -120,7 +122,7 @@ func (b *block) causalMask(p []int, h int) []bool {
 	b.mask = b.mask[:h*m*m]
 	for i, pi := range p {
 		for j, pj := range p {
-			b.mask[i*m+j] = pj > pi
+			b.mask[i*m+j] = pj > pi || (b.Attn.Window > 0 && pi-pj >= b.Attn.Window)
 		}
 	}
 	for hd := 1; hd < h; hd++ {

@@ -36,7 +36,9 @@
 // residual stream (gather compute), or runs the block over every token and
 // multiplies its update by the straight-through weight w = g + sg(m·g − g)
 // (dense compute). With MLP-only routing, attention runs over every token
-// and only the MLP is routed. A NaN router weight is an error naming its row
+// and only the MLP is routed. With a sliding window w (spec.BlockConfig.Window,
+// docs/spec.md §13) a token at position p attends only to the tokens of its
+// block at original positions in (p − w, p]. A NaN router weight is an error naming its row
 // and position.
 //
 // # Results
@@ -46,6 +48,10 @@
 // losses, predictor logits and accuracy, the numbers of tokens routed and
 // skipped, the compute fraction, and the layer's forward FLOPs against its
 // dense twin (counted with the conventions of ref's FLOPs functions).
+// A layer's result also holds its decision with the stop-gradient constants
+// that go with it (LayerResult.Frozen); Layer.ForwardFrozen replays such a
+// decision, as ref.LayerForwardFrozen does, for finite differences and for
+// the properties that hold only with the routing fixed.
 //
 // # Parameters
 //

@@ -28,7 +28,7 @@ func TestStraightThroughDerivative(t *testing.T) {
 	}
 	g := autograd.NewParam(n, 1, gv)
 	var tp autograd.Tape
-	w := straightThrough(&tp, g, autograd.New(n, 1, mv))
+	w := tp.Add(g, steOffset(&tp, g, autograd.New(n, 1, mv)))
 	tp.Backward(tp.SumAll(tp.Mul(w, autograd.New(n, 1, c))))
 	for i := range n {
 		if w.Data[i] != mv[i]*gv[i] {

@@ -114,7 +114,7 @@ func MLP(c spec.BlockConfig, p *BlockParams, u []float64) []float64 {
 // ascending order of their original positions. Row t of Keys and Values is d
 // wide, head h in columns h*d_h .. (h+1)*d_h-1. During decoding in causal
 // routing mode a routed layer's cache holds only the routed tokens (docs/spec.md
-// §9).
+// §9); with a window w, only those of them at the last w positions (§13).
 type KVCache struct {
 	Positions []int       // original positions, strictly ascending
 	Keys      [][]float64 // RoPE(N1(x)·Wk) at each position (no rotation with learned positions)
@@ -124,7 +124,11 @@ type KVCache struct {
 // AttentionStep is one query of the causal multi-head attention of docs/spec.md
 // §5: token x at original position pos is normalised (N1), projected
 // to q, k, v, rotated (RoPE at pos, unless Positions = learned), appended to the cache, and attends with
-// scale 1/sqrt(d_h) to every cached token (all at positions <= pos). It
+// scale 1/sqrt(d_h) to every cached token (all at positions <= pos). With a
+// window w (c.Window > 0, docs/spec.md §13) the cached tokens at positions
+// <= pos − w, outside this query's window and every later query's, are
+// dropped from the cache first, so it attends to the positions in
+// (pos − w, pos] and the cache holds at most w tokens. It
 // returns the attention output ctx·Wo (the update a of H = X + a). pos must
 // exceed every cached position; a smaller one is a programmer error and
 // panics.
@@ -142,6 +146,13 @@ func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64
 	kv.Positions = append(kv.Positions, pos)
 	kv.Keys = append(kv.Keys, k)
 	kv.Values = append(kv.Values, v)
+	if c.Window > 0 {
+		drop := 0
+		for kv.Positions[drop] <= pos-c.Window {
+			drop++
+		}
+		kv.Positions, kv.Keys, kv.Values = kv.Positions[drop:], kv.Keys[drop:], kv.Values[drop:]
+	}
 
 	ctx := make([]float64, c.D)
 	scale := 1 / math.Sqrt(float64(dh))
@@ -206,8 +217,9 @@ func checkPositions(x *mat.Dense, pos []int) error {
 
 // BlockUpdate is f(X~) of docs/spec.md §5: the pre-norm block applied to
 // the gathered tokens X~ (n×d, one row per selected token) as a sequence of
-// n tokens, with causal attention among them and RoPE at their original
-// positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
+// n tokens, with causal attention among them (with a window, among those at
+// original positions in (p − w, p], docs/spec.md §13) and RoPE at their
+// original positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
 // update without the outer residual.
 func BlockUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {

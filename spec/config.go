@@ -120,6 +120,11 @@ type BlockConfig struct {
 	RoPEBase float64    // rotary base; 10000 in docs/spec.md
 	// Positions is rope (default) or learned absolute embeddings at the input.
 	Positions PositionKind
+	// Window, when positive, is the sliding attention window w of
+	// docs/spec.md §13: a token at original position p attends to the
+	// tokens of its sequence (in a routed block, the selected ones) at
+	// positions in (p − w, p]. 0 means no window.
+	Window int
 }
 
 // DefaultBlockConfig returns the docs/spec.md defaults (RMSNorm with eps 1e-6,
@@ -151,6 +156,8 @@ func (c BlockConfig) Validate() error {
 		return fmt.Errorf("block: Positions = %q, want %q or %q", c.Positions, PositionRoPE, PositionLearned)
 	case c.Positions == PositionRoPE && (!(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 0)):
 		return fmt.Errorf("block: RoPEBase = %v, want a finite value > 1 (10000 in docs/spec.md)", c.RoPEBase)
+	case c.Window < 0:
+		return fmt.Errorf("block: Window = %d, want 0 (no window) or a positive number of positions (docs/spec.md §13)", c.Window)
 	}
 	return nil
 }

@@ -38,13 +38,22 @@ func TestDiagnoseNamesTheDeviation(t *testing.T) {
 	if !strings.HasPrefix(lines[1], "oracle: does not match") {
 		t.Errorf("the second line is %q, want the oracle's verdict", lines[1])
 	}
+	// The table's columns are as wide as its longest name: compare with
+	// every run of spaces squashed to one.
+	squashed := strings.Join(strings.Fields(out), " ")
 	for _, want := range []string{
-		"no_weighting            MATCHES         18/18",
-		"residual_twice          does not match",
-		"ste_m_plus_1            not emulated",
+		"no_weighting MATCHES 18/18",
+		"residual_twice does not match",
+		"ste_m_plus_1 not emulated",
 		"verdict: the candidate does not match the oracle; it matches no_weighting\n",
 	} {
-		if !strings.Contains(out, want) {
+		if strings.HasSuffix(want, "\n") {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+			continue
+		}
+		if !strings.Contains(squashed, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}

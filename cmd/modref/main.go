@@ -9,14 +9,19 @@
 //	modref explain [-dir DIR] CASE
 //	modref gen [-dir DIR]
 //	modref mlp [-steps N] [-seed S] [-lr LR]
+//	modref train [--out DIR] [--data FILE] [--resume] [flags]
+//	modref sample --checkpoint DIR [--prompt TEXT] [flags]
 //
 // check compares a candidate implementation's arrays with the golden corpus
 // (docs/golden-format.md), or, without a candidate, modref's own; list and
 // explain describe the cases; gen regenerates the corpus from ref; mlp trains
-// a tiny perceptron with the autograd engine and prints its loss.
+// a tiny perceptron with the autograd engine and prints its loss; train
+// trains a byte-level MoD language model on a text and writes a run
+// directory (checkpoint, metrics, pictures); sample generates text from it
+// with causal routing.
 //
 // Exit status: 0 on success, 1 when check finds a mismatch, 2 on bad usage
-// or input.
+// or input, 130 when train is interrupted (after saving its checkpoint).
 package main
 
 import (
@@ -40,6 +45,8 @@ commands:
   explain   show a case's configuration, equations and what it catches
   gen       regenerate the corpus from ref
   mlp       train a tiny MLP with the autograd engine and print its loss
+  train     train a byte-level MoD language model (checkpoint, metrics, pictures)
+  sample    generate text from a trained model with causal routing
 
 Run modref <command> -h for a command's flags.
 `
@@ -67,6 +74,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runGen(args[1:], stdout, stderr)
 	case "mlp":
 		err = runMLP(args[1:], stdout, stderr)
+	case "train":
+		err = runTrain(args[1:], stdout, stderr)
+	case "sample":
+		err = runSample(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -79,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errMismatch):
 		return 1
+	case errors.Is(err, errInterrupted):
+		return 130
 	case !errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "modref %s: %v\n", args[0], err)
 	}

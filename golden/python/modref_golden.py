@@ -152,8 +152,10 @@ def check_candidate(case, values, allow_missing=False):
     values maps candidate names ("out", "selected", "aux.total", "grad.param.Wq", ...)
     to NumPy arrays, PyTorch tensors or Python numbers. Raises CandidateError naming
     the array: a name the case does not judge (with the nearest names), a missing
-    array (unless allow_missing), a wrong shape, a dtype modref does not accept, or
-    a NaN or infinite value.
+    array (unless allow_missing), a wrong shape (an integer position list such as
+    selected may differ in its last dimension: that is a different number of
+    selected tokens, which modref check judges), a dtype modref does not accept,
+    or a NaN or infinite value.
     """
     known = list(case.outputs)
     out = {}
@@ -165,12 +167,14 @@ def check_candidate(case, values, allow_missing=False):
                 "; it judges " + ", ".join(known)))
         shape, kind = case.outputs[key]
         a = _as_array(v)
-        # A `selected` of another width is judged as routing k' tokens (modref
-        # check reads it padded with -1); a 0/1 integer `targets` as the float mask.
-        other_k = key.endswith("selected") and a.ndim == 2 and len(shape) == 2 and a.shape[0] == shape[0]
+        # A position list (selected) of another width is a selection of a
+        # different number of tokens: modref judges and names it, so it is
+        # written as it is. Every other shape must match.
+        other_width = kind == "int" and a.ndim == len(shape) >= 1 and a.shape[:-1] == tuple(shape[:-1])
+        # A 0/1 integer `targets` is the float mask it stands for.
         if kind == "float" and key.endswith("targets") and a.dtype in _INTS and np.isin(a, (0, 1)).all():
             a = a.astype(np.float64)
-        if a.shape != shape and not other_k:
+        if a.shape != shape and not other_width:
             raise CandidateError("case %s: array %r has shape %s, want %s"
                                  % (case.name, key, list(a.shape), list(shape)))
         if kind == "int":

@@ -153,6 +153,14 @@ class TestWriteCandidate(unittest.TestCase):
         vals["outt"] = vals.pop("out")
         self.refused(vals, "'outt'", "did you mean 'out'")
 
+    def test_selection_of_another_width_is_written(self):
+        vals = dict(self.good)
+        vals["selected"] = np.array([[0], [1]], dtype=np.int64)
+        arrays = mg.check_candidate(self.case, vals)
+        self.assertEqual(arrays["selected"].shape, (2, 1))
+        vals["selected"] = np.array([0, 1], dtype=np.int64)
+        self.refused(vals, "'selected'", "[2]", "[2, 2]")
+
     def test_missing_array_named_with_shape(self):
         vals = dict(self.good)
         del vals["grad.param.W"]

@@ -1,7 +1,7 @@
 """A float64 PyTorch implementation of Mixture-of-Depths, written from docs/spec.md.
 
 This module is the independent cross-check of modref's golden corpus. It is
-written from the contract of docs/spec.md (§2-§10) and docs/golden-format.md
+written from the contract of docs/spec.md (§2-§10, §13) and docs/golden-format.md
 only; it does not read or translate any Go code. Every choice that docs/spec.md
 leaves open is listed in CHOICES below and in golden/torch/README.md.
 
@@ -32,6 +32,8 @@ CHOICES = {
     "load_balance_padding": "m and p are 0 at padded positions; F_s and P_s are means over all B rows",
     "dense_padding": "dense (straight-through) compute attends over the valid tokens of the row only",
     "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
+    "window": "a token at original position p attends to the tokens of its block's sequence "
+              "(in a routed block the selected ones) at positions in (p - w, p] (docs/spec.md §13)",
     "padded_outputs": "a layer passes a padded token through unchanged (out = x, docs/spec.md §6); "
                       "router logits, weights, targets, predictor logits and model logits are 0 there; "
                       "padded tokens never enter attention, selection or any loss",
@@ -56,7 +58,7 @@ CONVENTIONS = {
 # in "catches" really fail under it. None in normal use.
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
-              "capacity_off_by_one", "decode_mismatch")
+              "capacity_off_by_one", "decode_mismatch", "window_gathered_indices")
 DEVIATION = None
 
 
@@ -189,26 +191,35 @@ def attention_qkv(h, pos, P, cfg):
     return q, k, v
 
 
-def attend(q, pos_q, k, v, pos_k, P):
+def attend(q, pos_q, k, v, pos_k, P, window=0):
     """Multi-head causal attention of queries q (n x H x dh) over keys k, v (m x H x dh):
-    query i sees key j iff pos_k[j] <= pos_q[i] (pos_* are the mask's positions). Returns
-    n x d after Wo."""
+    query i sees key j iff pos_k[j] <= pos_q[i] and, with a window w > 0 (docs/spec.md
+    §13), pos_q[i] - pos_k[j] < w (pos_* are the mask's positions). Returns n x d after
+    Wo."""
     n, H, dh = q.shape
     scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(dh)
     mask = pos_k[None, :] <= pos_q[:, None]               # n x m
+    if window > 0:
+        mask = mask & (pos_q[:, None] - pos_k[None, :] < window)
     scores = scores.masked_fill(~mask[None, :, :], float("-inf"))
     a = torch.softmax(scores, dim=-1)
     o = torch.einsum("hij,jhd->ihd", a, v).reshape(n, H * dh)
     return o @ P["Wo"]
 
 
+def window_of(cfg):
+    """The sliding attention window w of docs/spec.md §13; 0 is none."""
+    return int(cfg.get("window", 0) or 0)
+
+
 def attn_block(xs, pos, P, cfg, mask_pos=None):
     """Attn(N1(xs)) for a sequence xs (n x d) at original positions pos. The causal mask
-    follows pos too, unless mask_pos is given (only the unsorted_indices deviation does)."""
+    and the window follow pos too, unless mask_pos is given (only the unsorted_indices
+    and window_gathered_indices deviations do)."""
     h = norm(xs, P, "Norm1", cfg)
     q, k, v = attention_qkv(h, pos, P, cfg)
     mp = pos if mask_pos is None else mask_pos
-    return attend(q, mp, k, v, mp, P)
+    return attend(q, mp, k, v, mp, P, window_of(cfg))
 
 
 def mlp(h, P, cfg):
@@ -381,6 +392,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                     it = torch.tensor(idx, dtype=torch.long)
                     if DEVIATION == "unsorted_indices":   # score order, mask by that order
                         it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
+                    elif DEVIATION == "window_gathered_indices":   # window counted in gathered indices
                         f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
                     else:
                         f = block_update(xb[it], it, P, cfg)
@@ -577,7 +590,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     x = hh + mlp_block(hh, Pl, lc)
                     continue
@@ -593,7 +606,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     if go:
                         g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
                         xp = xp + g[:, None] * mlp_block(xp, Pl, lc)
@@ -610,7 +623,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     y = hh + mlp_block(hh, Pl, lc)
                     x = x + g[:, None] * (y - x)
