@@ -64,10 +64,9 @@ type layerRun struct {
 	st  *layerState
 	res *ref.LayerResult
 	// out and mult are the deviant output and the factors applied to the
-	// block's update; weights, when set, replaces the reported g.
-	out     []*mat.Dense
-	mult    [][]float64
-	weights [][]float64
+	// block's update.
+	out  []*mat.Dense
+	mult [][]float64
 }
 
 // layerDeviations lists the emulated layer deviations, named as in
@@ -81,7 +80,7 @@ func layerDeviations() []layerDeviation {
 		{name: "ste_m_plus_1", skip: skipUnlessDense, output: steMPlusOne},
 		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
 		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
-		{name: "capacity_off_by_one", skip: skipUnlessTopK, offByOne: true},
+		{name: "capacity_off_by_one", offByOne: true},
 		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, output: windowGathered},
 	}
 }
@@ -134,13 +133,6 @@ func skipBlockOutput(cfg spec.Config) string {
 	return ""
 }
 
-func skipUnlessTopK(cfg spec.Config) string {
-	if cfg.Causal != spec.CausalOff {
-		return "causal routing has no capacity k (docs/spec.md §9)"
-	}
-	return ""
-}
-
 // run evaluates a routed layer under the deviation, deciding the routing on
 // the first call.
 func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
@@ -167,11 +159,15 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 // decide makes the routing decision at the current (unperturbed) point, as
 // the deviant implementation would, and freezes it with its constants.
 func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
+	res, err := ref.LayerForward(cfg, p, in)
+	if err != nil {
+		return err
+	}
+	st.fz = res.Frozen
 	if d.offByOne {
-		r, err := ref.RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
-		if err != nil {
-			return err
-		}
+		// k − 1 tokens of the top-k: the routing itself without causal
+		// routing; under causal routing (docs/spec.md §8, §9) the routing
+		// follows the sign and only the auxiliary targets shrink.
 		s, _ := in.X[0].Dims()
 		k, err := ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
 		if err != nil {
@@ -180,22 +176,19 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		for b := range k {
 			k[b] = max(k[b]-1, 0)
 		}
-		sel, err := ref.SelectTopK(r, k, in.Valid)
+		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
 			return err
 		}
-		if st.fz, err = ref.NewFrozen(cfg, p, in, sel); err != nil {
-			return err
+		if cfg.Causal == spec.CausalOff {
+			if st.fz, err = ref.NewFrozen(cfg, p, in, short); err != nil {
+				return err
+			}
+		} else {
+			st.fz.TopK = short
 		}
-	} else {
-		res, err := ref.LayerForward(cfg, p, in)
-		if err != nil {
-			return err
-		}
-		st.fz = res.Frozen
 	}
-	res, err := ref.LayerForwardFrozen(cfg, p, in, st.fz)
-	if err != nil {
+	if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 		return err
 	}
 	st.g0 = res.Weights
@@ -288,18 +281,12 @@ func residualScaled(l *layerRun) {
 }
 
 // noWeighting is out = x + f for the selected tokens (x + m·f in dense
-// compute); the reported multipliers are m, the factor applied, and the
-// reported weights g = 1, as docs/spec.md §6's "none" weighting has it.
+// compute): the implementation computes g but never applies it (docs/spec.md
+// §11). The reported weights stay g, as the router computes it; the
+// reported multipliers are m, the factor applied.
 func noWeighting(l *layerRun) {
 	m := l.res.Frozen.Selection.Mask()
 	l.mult = m
-	l.weights = make([][]float64, len(m))
-	for b := range m {
-		l.weights[b] = make([]float64, len(m[b]))
-		for i := range l.weights[b] {
-			l.weights[b][i] = 1
-		}
-	}
 	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
 		row := make([]float64, len(x))
 		for j := range row {
@@ -453,15 +440,11 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	res := l.res
-	weights := res.Weights
-	if l.weights != nil {
-		weights = l.weights
-	}
 	arrays := map[string]*Array{
 		"expected.out":              batchArray(l.out),
 		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
 		"expected.selected":         selected,
-		"expected.weights":          fieldArray(weights, s.valid),
+		"expected.weights":          fieldArray(res.Weights, s.valid),
 		"expected.multipliers":      fieldArray(l.mult, s.valid),
 		"expected.targets":          fieldArray(res.Targets, s.valid),
 		"expected.aux.router_bce":   Scalar(res.RouterBCE),

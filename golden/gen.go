@@ -9,7 +9,7 @@ import (
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 3
+const GeneratorVersion = 4
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"
@@ -84,11 +84,15 @@ func layerSpecs() []layerSpec {
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 3} })),
 		ls("layer-log-capacity", "Logarithmic capacity scaling with length: ratio(S) = 1 − (ln S/ln S_max)(1 − c), c = 0.25, S_max = 64.",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: 64} })),
+		// 0.35·8 = 2.8 is far from a whole number: floor gives k = 2, rounding
+		// to nearest or up gives 3 (layer-capacity-floor is the float trap).
+		ls("layer-fractional-capacity", "Capacity ratio 0.35 of S = 8: c·S = 2.8 is not a whole number, k = ⌊2.8⌋ = 2; a capacity rounded to nearest or up would be 3.",
+			gatherCatches, paper(0.35)),
 		ls("layer-causal-router", "Causal routing (docs/spec.md §9): a token is routed iff r > 0, no capacity; router_bce trains it.",
-			[]string{"residual_twice", "residual_scaled", "no_weighting"},
+			[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 })),
 		ls("layer-causal-predictor", "Causal routing by the predictor: a token is routed iff q > 0; the predictor trains on sg(x).",
-			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad"},
+			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) {
 				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalPredictor, spec.AuxPredictor, 0.1, spec.WeightSigmoid
 			})),

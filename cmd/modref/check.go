@@ -29,10 +29,11 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
-if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own float32 implementation (mod/) against the corpus.
+if none is named) against DIR/CASE.npz, a bad or missing file being that
+case's error. Without --candidate it checks modref's own float32
+implementation (mod/) against the corpus.
 
-Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
+Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
 flags:
 `)
@@ -67,6 +68,7 @@ flags:
 		}
 	}
 	var results []*golden.CaseResult
+	var bad []error
 	for _, name := range names {
 		c, err := golden.Load(*dir, name)
 		if err != nil {
@@ -84,12 +86,18 @@ flags:
 			path = filepath.Join(*candidate, name+".npz")
 			cand, err = golden.ReadNPZ(path)
 		}
-		if err != nil {
-			return err
+		var r *golden.CaseResult
+		if err == nil {
+			r, err = golden.Compare(c, cand, *allowMissing)
+			if err != nil {
+				err = fmt.Errorf("%s (case %s): %w", path, name, err)
+			}
 		}
-		r, err := golden.Compare(c, cand, *allowMissing)
 		if err != nil {
-			return fmt.Errorf("%s (case %s): %w", path, name, err)
+			// A bad candidate file is its case's error; the other cases
+			// are still judged.
+			r = &golden.CaseResult{Case: name, Error: err.Error()}
+			bad = append(bad, err)
 		}
 		results = append(results, r)
 	}
@@ -106,6 +114,9 @@ flags:
 		}
 	} else {
 		printResults(stdout, results, *candidate == "")
+	}
+	if len(bad) > 0 {
+		return errors.Join(bad...)
 	}
 	for _, r := range results {
 		if !r.Pass {
@@ -129,8 +140,13 @@ func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")
-	passed := 0
+	passed, bad := 0, 0
 	for _, r := range results {
+		if r.Error != "" {
+			bad++
+			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\tERROR: %s\n", r.Case, r.Error)
+			continue
+		}
 		worst := golden.ArrayResult{}
 		for _, a := range r.Arrays {
 			if a.MaxAbs >= worst.MaxAbs {
@@ -157,18 +173,52 @@ func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 		}
 	}
 	tw.Flush()
+	if bad > 0 {
+		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
+		return
+	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
 }
 
-// describeFlip says how far a routing difference is from a tie.
+// describeFlip says what kind of routing difference a row has: a broken tie
+// rule, a different number of tokens, or a flip and how far it is from a
+// tie.
 func describeFlip(m golden.RowMismatch) string {
+	if m.Tie {
+		if m.Causal {
+			return "a score of exactly 0: the rule decides (routed only when > 0, docs/spec.md §9), and the candidate broke it"
+		}
+		return "router weights exactly tied (gap 0): the tie rule decides (the lower position wins, docs/spec.md §4), and the candidate broke it"
+	}
+	var what string
+	switch {
+	case m.RoutesAll:
+		what = fmt.Sprintf("the candidate routes all %d tokens, the oracle %d (routing not applied?)", m.Candidate, m.Oracle)
+	case m.Candidate != m.Oracle:
+		what = fmt.Sprintf("a different number of tokens (the candidate %d, the oracle %d)", m.Candidate, m.Oracle)
+	}
+	var gap string
 	switch {
 	case math.IsInf(m.Gap, 1):
-		return "a different number of tokens (no flip between two tokens)"
+		if what == "" {
+			return "no gap to measure (the case stores no scores for this decision)"
+		}
+		return what
+	case m.Causal && m.NearTie:
+		gap = fmt.Sprintf("a score %.3g from 0, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case m.Causal:
+		gap = fmt.Sprintf("no differing decision within %.3g of the threshold 0: decisive", m.Gap)
 	case m.NearTie:
-		return fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+		gap = fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case what != "":
+		gap = fmt.Sprintf("gap %.3g in router weights: decisive", m.Gap)
+	default:
+		gap = fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
 	}
-	return fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
+	if what == "" {
+		return gap
+	}
+	return what + "; " + gap
 }
 
 // junitSuite is the subset of the JUnit XML schema that CI dashboards read.
@@ -177,6 +227,7 @@ type junitSuite struct {
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -184,6 +235,7 @@ type junitCase struct {
 	Name      string        `xml:"name,attr"`
 	ClassName string        `xml:"classname,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
+	Error     *junitFailure `xml:"error,omitempty"`
 }
 
 type junitFailure struct {
@@ -196,7 +248,11 @@ func writeJUnit(path string, results []*golden.CaseResult) error {
 	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
 	for _, r := range results {
 		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
-		if !r.Pass {
+		switch {
+		case r.Error != "":
+			suite.Errors++
+			jc.Error = &junitFailure{Message: "bad input", Text: r.Error}
+		case !r.Pass:
 			suite.Failures++
 			var lines []string
 			for _, a := range r.Arrays {

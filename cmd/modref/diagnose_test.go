@@ -83,8 +83,53 @@ func TestDiagnoseCorrectCandidate(t *testing.T) {
 func TestDiagnoseNoMatch(t *testing.T) {
 	bad := writeCandidate(t, "decode-router", func(m map[string]*golden.Array) { m["decode_logits"].F[7] += 1 })
 	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "decode-router")
-	if code != 1 || !strings.Contains(out, "verdict: the candidate matches neither the oracle nor any emulated deviation") {
+	if code != 1 || !strings.Contains(out, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it\n") ||
+		!strings.Contains(out, "arrays furthest from the oracle (error over tolerance):\n  decode_logits: max abs 1.00e+00 at [0 0 7]") {
 		t.Errorf("exit %d\n%s", code, out)
+	}
+}
+
+// TestDiagnoseWeakLead: a deviation is named as the closest only when it
+// explains at least half of the case's arrays; below that the verdict says
+// none explains the candidate and lists the arrays furthest from the oracle.
+func TestDiagnoseWeakLead(t *testing.T) {
+	c, err := golden.Load(corpus, "layer-paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := golden.DeviantCandidate(c, "no_weighting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := []string{"grad.input.x", "grad.param.Norm1", "grad.param.Wq", "grad.param.Wk", "grad.param.Wv",
+		"grad.param.Wo", "grad.param.Norm2", "grad.param.W1", "grad.param.W2", "grad.param.Router"}
+	for _, tc := range []struct {
+		broken int
+		want   string
+	}{
+		{4, "closest is no_weighting (14/18 arrays)"},
+		{10, "no known deviation explains it"},
+	} {
+		cand := make(map[string]*golden.Array)
+		for n, a := range dev {
+			cand[n] = a
+		}
+		for _, n := range grads[:tc.broken] {
+			b := *cand[n]
+			b.F = make([]float64, len(b.F))
+			for k := range b.F {
+				b.F[k] = 100
+			}
+			cand[n] = &b
+		}
+		path := filepath.Join(t.TempDir(), "layer-paper.npz")
+		if err := golden.WriteNPZ(path, cand); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+		if code != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("%d gradients broken: exit %d, output lacks %q:\n%s", tc.broken, code, tc.want, out)
+		}
 	}
 }
 

@@ -197,6 +197,28 @@ class TestWriteCandidate(unittest.TestCase):
         with np.load(self.out) as z:
             self.assertEqual(len(z.files), 18)
 
+    def test_real_case_edges(self):
+        # As modref check: a narrower `selected` (k - 1 tokens), 0/1 integer
+        # targets, and aux.total left out where the configuration makes it 0.
+        case = mg.load_case("layer-paper")
+        vals = expected_candidate(case)
+        vals["selected"] = vals["selected"][:, :-1]
+        vals["targets"] = vals["targets"].astype(np.int64)
+        del vals["aux.total"]
+        mg.write_candidate(case, self.out, vals)
+        with np.load(self.out) as z:
+            self.assertEqual(z["selected"].shape[1], case.outputs["selected"][0][1] - 1)
+            self.assertEqual(z["targets"].dtype, np.float64)
+            self.assertNotIn("aux.total", z.files)
+        vals["targets"][0, 0] = 2
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(case, self.out, vals)
+        bce = mg.load_case("layer-router-bce")
+        vals = expected_candidate(bce)
+        del vals["aux.total"]
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(bce, self.out, vals)
+
     def test_works_without_torch(self):
         script = ("import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
                   "sys.path.insert(0, %r)\n"

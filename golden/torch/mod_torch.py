@@ -361,7 +361,9 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         for i in tsel[b]:
             t[b, i] = 1.0
 
-    g = weights_of(r, m, vm, "none" if DEVIATION == "no_weighting" else cfg.get("weighting", "raw"))
+    g_router = weights_of(r, m, vm, cfg.get("weighting", "raw"))
+    # no_weighting: g is computed (and reported as `weights`) but not applied.
+    g = torch.ones_like(r) if DEVIATION == "no_weighting" else g_router
     compute = cfg.get("compute", "gather")
     mlp_only = bool(cfg.get("mlp_only", False))
 
@@ -425,11 +427,11 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     out = torch.stack(rows, dim=0)
     multipliers = (g * m).detach()
     if CONVENTIONS["weights"] == "routed":
-        w_out = multipliers
+        w_out = (g_router * m).detach()
     elif cfg.get("weighting", "raw") == "softmax":     # softmax g is only defined on selected tokens
-        w_out = multipliers
+        w_out = (g_router * m).detach()
     else:
-        w_out = (g * vm).detach()
+        w_out = (g_router * vm).detach()
 
     nvalid = vm.sum()
     aux = {}
