@@ -20,7 +20,7 @@ func emulated(t *testing.T, c *Case) []emulation {
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
 	}
-	ems, err := emulate(c)
+	ems, err := emulate(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
