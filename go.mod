@@ -6,6 +6,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/sbinet/npyio v0.6.0
 	github.com/viterin/vek v0.4.3
+	golang.org/x/term v0.11.0
 	gonum.org/v1/gonum v0.17.0
 	pgregory.net/rapid v1.3.0
 )
