@@ -52,9 +52,9 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 }
 
 // DiagnoseProgress is Diagnose, calling progress(done, total), when it is
-// not nil, each time one of the total deviant recomputations of a layer or
-// model case finishes, one call at a time (decode cases take a moment and
-// report none).
+// not nil, with done 0 when the total deviant recomputations of a layer or
+// model case start and each time one finishes, one call at a time (decode
+// cases take a moment and report none).
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
 	if _, err := Compare(c, cand, false); err != nil {
 		return nil, err
@@ -225,8 +225,8 @@ func Excess(a ArrayResult) float64 {
 // no reason not to be made, on up to GOMAXPROCS goroutines (each computation
 // owns its copy of the case's parameters and inputs, so the results do not
 // depend on the schedule). The first error in list order is returned.
-// When progress is not nil it is called, one call at a time, as each
-// computation finishes: done of total.
+// When progress is not nil it is called, one call at a time, with done 0
+// before the computations start and as each finishes: done of total.
 func emulateEach(ems []emulation, progress func(done, total int), compute func(i int) (map[string]*Array, error)) error {
 	errs := make([]error, len(ems))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -237,6 +237,9 @@ func emulateEach(ems []emulation, progress func(done, total int), compute func(i
 		if ems[i].reason == "" {
 			total++
 		}
+	}
+	if progress != nil {
+		progress(0, total)
 	}
 	for i := range ems {
 		if ems[i].reason != "" {
