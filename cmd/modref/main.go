@@ -45,7 +45,7 @@ commands:
   diagnose  name the deviation of docs/spec.md §11 a failing candidate matches
   list      list the corpus's cases
   explain   show a case's configuration, equations and what it catches
-  gen       regenerate the corpus from ref
+  gen       regenerate the corpus from ref and write it to a directory
   mlp       train a tiny MLP with the autograd engine and print its loss
 
 The cases come from the corpus built into modref; --corpus DIR reads
