@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -740,11 +741,16 @@ func TestGradients(t *testing.T) {
 	}
 }
 
+// measure turns on the measurement tests: go test ./autograd -measure.
+var measure = flag.Bool("measure", false, "run TestMeasureOpErrors, which prints the errors behind forwardTol and gradTol")
+
 // TestMeasureOpErrors prints the worst errors seen per operation, the
-// measurement behind forwardTol and gradTol. It runs with -v -run Measure.
+// measurement behind forwardTol and gradTol (docs/tolerances.md). It runs
+// with -measure (and -v to see its output from a package list):
+// go test ./autograd -run TestMeasureOpErrors -measure -v.
 func TestMeasureOpErrors(t *testing.T) {
-	if !testing.Verbose() {
-		t.Skip("a measurement, not a check: requires -v (go test ./autograd -run TestMeasureOpErrors -v)")
+	if !*measure {
+		t.Skip("a measurement, not a check: run with -measure (go test ./autograd -run TestMeasureOpErrors -measure -v)")
 	}
 	for name, gen := range opCases {
 		var worstF, worstG float64

@@ -395,7 +395,7 @@ func layerSpecOf(c *Case) layerSpec {
 }
 
 // emulateLayerCase recomputes a layer case under each deviation.
-func emulateLayerCase(c *Case) ([]emulation, error) {
+func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, error) {
 	if c.Manifest.Config.Layer == nil {
 		return nil, fmt.Errorf("layer case without a layer configuration")
 	}
@@ -417,7 +417,7 @@ func emulateLayerCase(c *Case) ([]emulation, error) {
 		}
 		devs[i] = ld
 	}
-	err := emulateEach(ems, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 	return ems, err
 }
 

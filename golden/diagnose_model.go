@@ -82,7 +82,7 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case) ([]emulation, error) {
+func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -106,7 +106,7 @@ func emulateModelCase(c *Case) ([]emulation, error) {
 		}
 		devs[i] = ld
 	}
-	err = emulateEach(ems, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 	return ems, err
 }
 

@@ -22,7 +22,7 @@ func emulated(t *testing.T, c *Case) []emulation {
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
 	}
-	ems, err := emulate(c)
+	ems, err := emulate(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,11 @@
 // an upstream gradient that defines a scalar loss, and every value an
 // implementation should compute, gradients included, in float64. On disk a
 // case is NAME.json, the Manifest, beside NAME.npz, its arrays in NumPy's
-// format (docs/golden-format.md). Load reads a case and checks that its
-// arrays are exactly those its manifest lists; List names the cases of a
-// directory; DefaultDir is the corpus of this repository.
+// format (docs/golden-format.md). The package carries its corpus:
+// Embedded returns it, and Dir a corpus of one's own on disk; a Corpus's
+// Load reads a case and checks that its arrays are exactly those its
+// manifest lists, and List names its cases. DefaultDir is where the corpus
+// lives in this repository.
 //
 // # Candidates
 //

@@ -60,12 +60,10 @@ func TestNPZLargeRoundTrip(t *testing.T) {
 
 // TestNPZReadByNumPy checks that numpy.load reads what WriteNPZ writes, and
 // that ReadNPZ reads what numpy.savez writes, including float32 and int32. It
-// needs Debian's python3-numpy, which .ci/run installs.
+// needs Python with NumPy ($MODREF_PYTHON, else python3 on PATH); .ci/run
+// installs Debian's python3-numpy.
 func TestNPZReadByNumPy(t *testing.T) {
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
-		t.Skipf("requires %s with numpy (apt-get install python3-numpy): %v", python, err)
-	}
+	python := pythonWithNumPy(t)
 	dir := t.TempDir()
 	ours := filepath.Join(dir, "ours.npz")
 	if err := WriteNPZ(ours, map[string]*Array{

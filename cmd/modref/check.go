@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -22,10 +21,9 @@ var errMismatch = errors.New("mismatch")
 
 // runCheck implements `modref check`.
 func runCheck(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: modref check [flags] [CASE...]
+		fmt.Fprint(fs.Output(), `usage: modref check [flags] [CASE...]
 
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
@@ -39,7 +37,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz file, or a directory of CASE.npz files")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
@@ -50,7 +48,7 @@ flags:
 	}
 	names := named
 	if len(names) == 0 {
-		all, err := golden.List(*dir)
+		all, err := corpus().List()
 		if err != nil {
 			return err
 		}
@@ -70,7 +68,7 @@ flags:
 	var results []*golden.CaseResult
 	var bad []error
 	for _, name := range names {
-		c, err := golden.Load(*dir, name)
+		c, err := corpus().Load(name)
 		if err != nil {
 			return err
 		}
@@ -132,39 +130,36 @@ func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
 	return modcase.Candidate(c)
 }
 
-// printResults writes the table a person reads: one line per case, and one
-// per array that failed or is missing, with where and by how much.
+// printResults writes the table a person reads: one line per case with its
+// worst array by error over tolerance, or, for a failing case, one line per
+// array that failed or is missing, worst first, with where and by how much.
 func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 	if self {
 		fmt.Fprintln(w, "implementation: modref's mod/ (float32 autograd), run on each case's inputs and parameters")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")
+	fmt.Fprintln(tw, "case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
 	passed, bad := 0, 0
 	for _, r := range results {
 		if r.Error != "" {
 			bad++
-			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\tERROR: %s\n", r.Case, r.Error)
+			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\t\tERROR: %s\n", r.Case, r.Error)
 			continue
 		}
-		worst := golden.ArrayResult{}
-		for _, a := range r.Arrays {
-			if a.MaxAbs >= worst.MaxAbs {
-				worst = a
-			}
-		}
+		ranked := byExcess(r)
 		if r.Pass {
 			passed++
-			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, worst.MaxAbs, worst.MaxRel, worst.Where)
+			worst := ranked[0]
+			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%s\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, excessText(worst), worst.MaxAbs, worst.MaxRel, worst.Where)
 			continue
 		}
-		for _, a := range r.Arrays {
+		for _, a := range ranked {
 			switch a.Status {
 			case golden.StatusMissing:
-				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tmissing\n", r.Case, a.Name)
+				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\tmissing\n", r.Case, a.Name)
 			case golden.StatusFail:
-				fmt.Fprintf(tw, "%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
-					r.Case, a.Name, a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
+					r.Case, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
 					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
 						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))

@@ -129,7 +129,8 @@ func TestCheckBadInput(t *testing.T) {
 		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
 		{[]string{"--candidate", good}, []string{"name exactly one case"}},
 		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"name exactly one case"}},
-		{[]string{"no-such-case"}, []string{"no-such-case.json"}},
+		{[]string{"no-such-case"}, []string{`no such case "no-such-case"`, "modref list"}},
+		{[]string{"layer-papr"}, []string{"did you mean layer-paper?"}},
 		{[]string{"--bogus"}, nil},
 	} {
 		code, _, errOut := runCmd(append([]string{"check", "-dir", corpus}, c.args...)...)

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -20,10 +19,9 @@ import (
 // and against the case recomputed under each deviation of docs/spec.md
 // §11, and name the deviation it matches.
 func runDiagnose(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("diagnose", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE
+		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE
 
 Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
@@ -38,18 +36,18 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
 	names, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(names) != 1 || *candidate == "" {
-		fmt.Fprintln(stderr, "usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE")
+		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE")
 		return errUsage
 	}
 	name := names[0]
-	c, err := golden.Load(*dir, name)
+	c, err := corpus().Load(name)
 	if err != nil {
 		return err
 	}
@@ -65,7 +63,7 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.Diagnose(c, cand)
+	results, err := golden.DiagnoseProgress(c, cand, progressLine(stderr, "diagnose "+name+": deviations recomputed"))
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +15,7 @@ import (
 // mod's per-layer KV-cache decoder, and reports the fraction of bytes each
 // layer processed and the decoding speed beside the model's dense twin.
 func runSample(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sample", stdout, stderr)
 	dir := fs.String("checkpoint", "", "run directory of modref train, or its checkpoint/ directory (required)")
 	prompt := fs.String("prompt", "The ", "text to continue (not empty)")
 	tokens := fs.Int("tokens", 200, "bytes to generate")

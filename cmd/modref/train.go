@@ -36,8 +36,7 @@ var resumeFlags = []string{"out", "resume", "data", "save-every", "quiet"}
 // and the pictures.
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	def := train.DefaultConfig()
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("train", stdout, stderr)
 	out := fs.String("out", "modref-run", "run directory: checkpoint/ and the pictures")
 	data := fs.String("data", "", "training text (default: "+train.DefaultTextName+")")
 	resume := fs.Bool("resume", false, "continue the checkpoint in --out (bit-identically)")
