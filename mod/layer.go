@@ -389,7 +389,16 @@ func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autogra
 	}
 	res.Out = l.addUpdate(tp, x, l.residualBase(tp, x, tokens{vidx, vpos}), tokens{cidx, cpos}, mult)
 
-	l.report(res, bt, r, g, q, cidx, mult, selIdx)
+	res.RouterLogits = append([]float32(nil), r.Data...)
+	if cfg.Weighting == spec.WeightSoftmax {
+		res.Weights = perToken(len(r.Data), g.Data, selIdx) // g is over the selected tokens
+	} else {
+		res.Weights = atValid(bt, g.Data)
+	}
+	res.Multipliers = perToken(len(r.Data), mult.Data, cidx)
+	if q != nil {
+		res.PredictorLogits = atValid(bt, q.Data)
+	}
 	l.losses(tp, res, bt, padded, r, q)
 	res.FLOPs = layerFLOPs(cfg, bt.lengths(), res.Capacity)
 	if n := res.Routed + res.Skipped; n > 0 {
@@ -495,32 +504,24 @@ func (l *Layer) addUpdate(tp *autograd.Tape, x, base *autograd.Tensor, computed 
 	return tp.ScatterAddRows(base, upd, computed.rows)
 }
 
-// report copies r, g, the multipliers and q into the result.
-func (l *Layer) report(res *LayerResult, bt batch, r, g, q *autograd.Tensor, cidx []int, mult *autograd.Tensor, selIdx []int) {
-	n := bt.rows * bt.s
-	res.RouterLogits = append([]float32(nil), r.Data...)
-	res.Weights = make([]float32, n)
-	if l.cfg.Weighting == spec.WeightSoftmax {
-		for j, k := range selIdx {
-			res.Weights[k] = g.Data[j]
-		}
-	} else {
-		for k := range n {
-			if bt.isValid(k) {
-				res.Weights[k] = g.Data[k]
-			}
-		}
+// perToken returns the n per-token values of v, whose entry j belongs to
+// token rows[j]; the other tokens get 0.
+func perToken(n int, v []float32, rows []int) []float32 {
+	out := make([]float32, n)
+	for j, k := range rows {
+		out[k] = v[j]
 	}
-	res.Multipliers = make([]float32, n)
-	for j, k := range cidx {
-		res.Multipliers[k] = mult.Data[j]
-	}
-	if q != nil {
-		res.PredictorLogits = make([]float32, n)
-		for k := range n {
-			if bt.isValid(k) {
-				res.PredictorLogits[k] = q.Data[k]
-			}
+	return out
+}
+
+// atValid returns a copy of the per-token values v with padded tokens set
+// to 0.
+func atValid(bt batch, v []float32) []float32 {
+	out := make([]float32, len(v))
+	for k := range v {
+		if bt.isValid(k) {
+			out[k] = v[k]
 		}
 	}
+	return out
 }
