@@ -97,7 +97,7 @@ func (tp *Tape) SliceRows(a *Tensor, r0, r1 int) *Tensor {
 }
 
 // StopGradient returns a tensor with a's values through which no gradient
-// flows: sg(a) in SPEC.md. It shares a's memory.
+// flows: sg(a) in docs/spec.md. It shares a's memory.
 func (tp *Tape) StopGradient(a *Tensor) *Tensor { return tp.view(a.Rows, a.Cols, a.Data, nil) }
 
 // SliceCols returns columns [c0, c1) of a as a new tensor.

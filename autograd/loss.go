@@ -80,7 +80,7 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 }
 
 // BCEWithLogits returns the mean binary cross-entropy of logits x against
-// targets t, in the stable form of SPEC.md section 8,
+// targets t, in the stable form of docs/spec.md §8,
 //
 //	max(x, 0) - x·t + log(1 + exp(-|x|)),
 //

@@ -15,6 +15,8 @@ type Tape struct {
 	// scratch and scratch64 are work buffers for backward passes.
 	scratch   []float32
 	scratch64 []float64
+	// heads is CausalAttention's work shared among goroutines.
+	heads *headWork
 }
 
 // opcode names a recorded operation; node.backward dispatches on it.
@@ -167,4 +169,16 @@ func (tp *Tape) f64(n int) []float64 {
 	tp.scratch64 = tp.scratch64[:n]
 	clear(tp.scratch64)
 	return tp.scratch64
+}
+
+// Zeros returns a tape-owned rows×cols constant of zeros (no gradient), to be
+// reused by the next forward pass after Reset like every tensor the tape
+// hands out.
+func (tp *Tape) Zeros(rows, cols int) *Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("autograd.Zeros: shape %dx%d", rows, cols))
+	}
+	t := tp.alloc(rows, cols, false)
+	clear(t.Data)
+	return t
 }

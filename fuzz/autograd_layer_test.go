@@ -13,7 +13,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// agLayer is a routed layer (SPEC.md sections 2, 5, 6: linear router,
+// agLayer is a routed layer (docs/spec.md §2, §5, §6: linear router,
 // gather compute, raw/sigmoid/softmax/none weighting) written with autograd
 // and nn ops, the way a float32 implementation builds one, and evaluated at
 // ref's frozen selection:
@@ -26,7 +26,7 @@ type agLayer struct {
 	block *nn.Block
 	x, w  *autograd.Tensor // (B·S)×d input, d×1 router
 	// detachWeight puts sg() around g: the deviation "router gets no
-	// gradient from the LM loss" (SPEC.md section 11), same forward values.
+	// gradient from the LM loss" (docs/spec.md §11), same forward values.
 	detachWeight bool
 }
 

@@ -13,7 +13,7 @@ var badRatios = []float64{0, -0.5, 1.0000001, 2, math.NaN(), math.Inf(1), math.I
 
 var capCount struct{ exact, logNonMonotoneS, rejected int }
 
-// capacityProp is SPEC.md section 3: k within [1, S]; the ratio rule
+// capacityProp is docs/spec.md §3: k within [1, S]; the ratio rule
 // monotone in c and S, the log rule monotone in c; the float-robust floor
 // (c = m/100 gives k = m·S/100 exactly when 100 divides m·S); integer
 // capacity exact or an error; invalid ratios rejected.

@@ -14,7 +14,7 @@ import (
 // forward of the prefix, so the cost of a run grows with its square.
 const maxDecodeLen = 10
 
-// genCausalModel draws a small causal-routing model (SPEC.md section 9):
+// genCausalModel draws a small causal-routing model (docs/spec.md §9):
 // 1 to 3 layers in a drawn pattern, router or predictor routing, raw,
 // sigmoid or none weighting, optionally MLP-only, RoPE or learned positions.
 func genCausalModel(src Source) (spec.ModelConfig, *ref.ModelParams, error) {
@@ -52,7 +52,7 @@ func genCausalModel(src Source) (spec.ModelConfig, *ref.ModelParams, error) {
 
 var decodeCount struct{ steps, routed, skipped, resets, limits, longest int }
 
-// decoderSM is SPEC.md section 9 as a state machine: decoding token by
+// decoderSM is docs/spec.md §9 as a state machine: decoding token by
 // token with per-layer caches equals the full-sequence causal forward of
 // the prefix, bit for bit (logits and per-layer routing), after every
 // appended token and across new sequences.
@@ -164,7 +164,7 @@ func compareDecode(impl Impl, mc spec.ModelConfig, mp *ref.ModelParams, tokens [
 	return nil
 }
 
-// routingOffAtInference is the deviation of SPEC.md section 11 "routing
+// routingOffAtInference is the deviation of docs/spec.md §11 "routing
 // disabled at inference": its decoder runs every layer densely.
 var routingOffAtInference = Impl{
 	Name:  "ref decoding with routing disabled",

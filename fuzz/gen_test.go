@@ -53,7 +53,8 @@ func genCapacity(src Source, s int) spec.Capacity {
 	return spec.Capacity{Kind: spec.CapacityRatio, Ratio: src.Pick(ratios, "c")}
 }
 
-// genBlock draws a small block shape.
+// genBlock draws a small block shape, a quarter of the time with a sliding
+// attention window of 1 to 4 positions.
 func genBlock(src Source) spec.BlockConfig {
 	shapes := [][2]int{{2, 1}, {4, 1}, {4, 2}, {8, 2}, {8, 4}, {6, 3}}
 	sh := shapes[src.Int(0, len(shapes)-1, "d, heads")]
@@ -66,6 +67,9 @@ func genBlock(src Source) spec.BlockConfig {
 	}
 	if src.Int(0, 4, "learned positions") == 0 {
 		b.Positions = spec.PositionLearned
+	}
+	if src.Int(0, 3, "windowed") == 3 { // docs/spec.md §13; an exhausted input (zeros) has no window
+		b.Window = src.Int(1, 4, "window")
 	}
 	return b
 }

@@ -15,23 +15,8 @@ import (
 )
 
 // Impls are the implementations every applicable property runs on: ref/
-// (float64) and mod/ (float32). Properties that replay a frozen decision
-// run on the implementations with a LayerFrozen only (withFrozen).
+// (float64) and mod/ (float32).
 var Impls = []Impl{Ref, Mod}
-
-// withFrozen returns the implementations that have a frozen-selection
-// forward. mod has none (its Layer.Forward always takes its own decision),
-// so the properties that need one (frozen weighting causality, the
-// predictor's stop-gradient by finite differences) run on ref only.
-func withFrozen() []Impl {
-	var out []Impl
-	for _, impl := range Impls {
-		if impl.LayerFrozen != nil {
-			out = append(out, impl)
-		}
-	}
-	return out
-}
 
 // Mod is mod/ as an Impl. Its inputs and parameters are rounded to float32
 // (mod.LoadParams rounds parameters; the adapter rounds X, noise and jitter)
@@ -45,10 +30,12 @@ func withFrozen() []Impl {
 //   - Layer loads ref's parameters into a mod layer (modcase.LayerFromRef)
 //     and runs Layer.Forward; the result carries Out, Selection, RouterWeights,
 //     Capacity, Weights, Multipliers, Targets, PredictorLogits, the losses,
-//     Routed and Skipped, and in Frozen only Selection and TopK (mod has no
-//     straight-through offsets or predictor input to replay).
+//     Routed and Skipped, and Frozen (mod's LayerResult.Frozen: Selection,
+//     TopK, STEOffset and PredictorInput, widened).
 //   - SelectCausal is mod.SelectCausal the same way.
-//   - LayerFrozen is nil: mod has no frozen-selection forward.
+//   - LayerFrozen is Layer.ForwardFrozen with ref's Frozen rounded to
+//     float32 (modcase.FrozenFromRef), read again at every call, so a
+//     PredictorInput aliasing X follows X's changes.
 //   - Model and NewDecoder load ref's model parameters into a mod model
 //     (modcase.ModelFromRef);
 //     the model result carries Logits, CE, Aux and per routed layer the
@@ -59,6 +46,7 @@ var Mod = Impl{
 	SelectTopK:   modSelectTopK,
 	SelectCausal: modSelectCausal,
 	Layer:        modLayer,
+	LayerFrozen:  modLayerFrozen,
 	Model:        modModel,
 	NewDecoder:   modNewDecoder,
 }
@@ -165,7 +153,11 @@ func modLayerResult(res *mod.LayerResult, rows, s int, withOut bool) *ref.LayerR
 		AuxLoss:           res.Aux,
 		Routed:            res.Routed,
 		Skipped:           res.Skipped,
-		Frozen:            ref.Frozen{Selection: sel, TopK: topK},
+		Frozen:            ref.Frozen{Selection: sel, TopK: topK, STEOffset: unflat(res.Frozen.STEOffset, rows, s)},
+	}
+	if pi := res.Frozen.PredictorInput; pi != nil {
+		d := len(pi) / (rows * s)
+		out.Frozen.PredictorInput = splitRows(autograd.New(rows*s, d, pi), rows, s)
 	}
 	if withOut {
 		out.Out = splitRows(res.Out, rows, s)
@@ -186,6 +178,26 @@ func modLayer(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.Lay
 	s, _ := in.X[0].Dims()
 	var tp autograd.Tape
 	res, err := l.Forward(&tp, modcase.LayerInputsFromRef(in))
+	if err != nil {
+		return nil, err
+	}
+	return modLayerResult(res, rows, s, true), nil
+}
+
+// modLayerFrozen is mod's frozen-decision layer with ref's parameters p
+// (see Mod).
+func modLayerFrozen(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error) {
+	l, err := modcase.LayerFromRef(cfg, p)
+	if err != nil {
+		return nil, err
+	}
+	rows := len(in.X)
+	if rows == 0 {
+		return nil, fmt.Errorf("mod adapter: no rows")
+	}
+	s, _ := in.X[0].Dims()
+	var tp autograd.Tape
+	res, err := l.ForwardFrozen(&tp, modcase.LayerInputsFromRef(in), modcase.FrozenFromRef(fz))
 	if err != nil {
 		return nil, err
 	}
@@ -273,24 +285,22 @@ func roundParams(ts []ref.Tensor) {
 	}
 }
 
-// modL2NormOverflowBug is a finding of running the properties on mod.
-const modL2NormOverflowBug = "mod bug found by fuzzing (issue 6): the l2norm router computes r = sqrt(Σ x_j²) in float32, " +
-	"so r is +Inf once ‖x‖₂ > sqrt(float32 max) ≈ 1.8e19 (x_j² or the sum overflows) although ‖x‖₂ itself is a float32 value up to 3.4e38; " +
-	"ref's float64 r is finite. With r = +Inf, raw weighting gives g = +Inf: under dense compute the straight-through weight " +
-	"g + sg(m·g − g) is NaN for every valid token (0·Inf − Inf), so skipped tokens come out NaN instead of x, " +
-	"and under gather compute a routed token gets x + Inf·f (NaN where f = 0); softmax over +Inf weights is NaN too; " +
-	"the selection becomes a tie at +Inf won by the lowest positions, where ref routes the tokens of largest norm"
+// l2NormOverflow says what goes wrong when an l2norm router computes
+// r = sqrt(Σ x_j²) in float32 without scaling the row first.
+const l2NormOverflow = "mod's l2norm router overflows: r = sqrt(Σ x_j²) in float32 is +Inf once ‖x‖₂ > sqrt(float32 max) ≈ 1.8e19 " +
+	"(x_j² or the sum overflows) although ‖x‖₂ itself is a float32 value up to 3.4e38, and ref's float64 r is finite. " +
+	"With r = +Inf, raw weighting gives g = +Inf: under dense compute the straight-through weight g + sg(m·g − g) is NaN " +
+	"(0·Inf − Inf), so skipped tokens come out NaN instead of x; the selection becomes a tie at +Inf won by the lowest positions"
 
 // l2NormOverflowLimit is sqrt(float32 max): above it, sqrt(Σ x_j²) in
 // float32 overflows.
 var l2NormOverflowLimit = math.Sqrt(maxF32)
 
-// knownModL2NormOverflow reports whether a layer case meets the
-// precondition of modL2NormOverflowBug for a float32 implementation: the
-// l2norm router and a valid token whose input has ‖x‖₂ (in float64) above
-// sqrt(float32 max). The generators cannot produce it for mod
-// (scalePalette32 keeps ‖x‖₂ below 1.7e19); TestModL2NormOverflowBug
-// reproduces the bug.
+// knownModL2NormOverflow reports whether a layer case needs an l2norm
+// router to scale before squaring in float32: the l2norm router and a valid
+// token whose input has ‖x‖₂ (in float64) above sqrt(float32 max). The
+// generators cannot produce it for mod (scalePalette32 keeps ‖x‖₂ below
+// 1.7e19); TestModL2NormRouterHugeInputs checks mod on such a case.
 func knownModL2NormOverflow(impl Impl, cfg spec.Config, in ref.LayerInputs) bool {
 	if !impl.Float32 || cfg.Router != spec.RouterL2Norm {
 		return false
@@ -310,15 +320,12 @@ func knownModL2NormOverflow(impl Impl, cfg spec.Config, in ref.LayerInputs) bool
 	return false
 }
 
-// TestModL2NormOverflowBug reproduces modL2NormOverflowBug: one row of four
+// TestModL2NormRouterHugeInputs checks that mod's l2norm router gives finite
+// weights, the float32 rounding of ref's, and leaves skipped tokens
+// unchanged, for inputs whose squares overflow float32: one row of four
 // tokens, x_j = ±1.5e19·(1 + i/4) (‖x‖₂ from 3e19 to 5.3e19, float32
-// values; x_j² ≥ 2.25e38 and the sums overflow), l2norm router, raw
-// weighting, dense compute: every r is +Inf, two tokens are routed (a tie
-// at +Inf, won by the lower positions) and the two skipped ones come out
-// NaN. mod now scales each row by its largest magnitude before squaring;
-// this is the regression test of that fix: it fails, naming the bug, if
-// mod's r overflows or a skipped token changes.
-func TestModL2NormOverflowBug(t *testing.T) {
+// values; x_j² ≥ 2.25e38), raw weighting, dense compute.
+func TestModL2NormRouterHugeInputs(t *testing.T) {
 	cfg := spec.Config{Block: spec.DefaultBlockConfig(4, 1, 4), Router: spec.RouterL2Norm, Weighting: spec.WeightRaw,
 		Capacity: spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.5}, Compute: spec.ComputeDense, Aux: spec.AuxNone, Causal: spec.CausalOff}
 	p := ref.NewLayerParams(cfg, ref.NewRand(3))
@@ -356,6 +363,6 @@ func TestModL2NormOverflowBug(t *testing.T) {
 		}
 	}
 	if broken {
-		t.Fatal(modL2NormOverflowBug)
+		t.Fatal(l2NormOverflow)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 var nanCount struct{ rejected, padded atomic.Int64 }
 
-// nanLayerProp is SPEC.md section 4 at the layer: a NaN that reaches a
+// nanLayerProp is docs/spec.md §4 at the layer: a NaN that reaches a
 // valid token's router weight (through x, or the random router's noise) is
 // an error naming its row and position; a NaN in a padded position is never
 // selected, never attended to, and leaves every valid output free of NaN.

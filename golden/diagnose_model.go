@@ -82,7 +82,7 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case) ([]emulation, error) {
+func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -106,7 +106,7 @@ func emulateModelCase(c *Case) ([]emulation, error) {
 		}
 		devs[i] = ld
 	}
-	err = emulateEach(ems, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 	return ems, err
 }
 
@@ -177,7 +177,7 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 }
 
 // decodeVariant is a way incremental decoding can differ from the full
-// causal forward (SPEC.md section 11, decode_mismatch).
+// causal forward (docs/spec.md §11, decode_mismatch).
 type decodeVariant struct {
 	name string
 	// routeAll routes every token through every routed layer: routing off
@@ -313,7 +313,12 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 		case on:
 			at := pos
 			if v.slotPositions {
-				at = len(kv.Positions)
+				// The slot: how many tokens this layer cached before
+				// (the cache itself may have dropped some to a window).
+				at = -1
+				for _, f := range routed[l][b] {
+					at += f
+				}
 			}
 			add(g, kv.BlockStep(blk, &lp.Block, x, at))
 		case v.cacheSkipped:
@@ -337,7 +342,7 @@ func decodeRouterWeight(c spec.Config, p *ref.LayerParams, x []float64) (float64
 	return 0, fmt.Errorf("router %q cannot decode", c.Router)
 }
 
-// decodeWeight is g of SPEC.md section 6 for the causal weightings.
+// decodeWeight is g of docs/spec.md §6 for the causal weightings.
 func decodeWeight(w spec.Weighting, r float64) (float64, error) {
 	switch w {
 	case spec.WeightRaw:

@@ -9,7 +9,7 @@ import (
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 3
+const GeneratorVersion = 4
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"
@@ -59,7 +59,7 @@ func layerSpecs() []layerSpec {
 		ls("layer-none", "No weighting, g = 1: the router receives no gradient from the output.",
 			[]string{"residual_twice", "unsorted_indices", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) { c.Weighting = spec.WeightNone })),
-		ls("layer-dense-ste", "Dense compute with the straight-through weight w = g + sg(m·g − g) (SPEC.md section 7), sigmoid g.",
+		ls("layer-dense-ste", "Dense compute with the straight-through weight w = g + sg(m·g − g) (docs/spec.md §7), sigmoid g.",
 			[]string{"ste_m_plus_1", "residual_twice", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) { c.Compute, c.Weighting = spec.ComputeDense, spec.WeightSigmoid })),
 		ls("layer-dense-ste-raw", "Dense compute with the straight-through weight and raw g = r.",
@@ -84,14 +84,21 @@ func layerSpecs() []layerSpec {
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 3} })),
 		ls("layer-log-capacity", "Logarithmic capacity scaling with length: ratio(S) = 1 − (ln S/ln S_max)(1 − c), c = 0.25, S_max = 64.",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: 64} })),
-		ls("layer-causal-router", "Causal routing (SPEC.md section 9): a token is routed iff r > 0, no capacity; router_bce trains it.",
-			[]string{"residual_twice", "residual_scaled", "no_weighting"},
+		// 0.35·8 = 2.8 is far from a whole number: floor gives k = 2, rounding
+		// to nearest or up gives 3 (layer-capacity-floor is the float trap).
+		ls("layer-fractional-capacity", "Capacity ratio 0.35 of S = 8: c·S = 2.8 is not a whole number, k = ⌊2.8⌋ = 2; a capacity rounded to nearest or up would be 3.",
+			gatherCatches, paper(0.35)),
+		ls("layer-causal-router", "Causal routing (docs/spec.md §9): a token is routed iff r > 0, no capacity; router_bce trains it.",
+			[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 })),
 		ls("layer-causal-predictor", "Causal routing by the predictor: a token is routed iff q > 0; the predictor trains on sg(x).",
-			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad"},
+			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) {
 				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalPredictor, spec.AuxPredictor, 0.1, spec.WeightSigmoid
 			})),
+		ls("layer-window", "Sliding-window attention, w = 3, in the routed block (docs/spec.md §13): a selected token at position p attends to the selected tokens at original positions in (p − 3, p], not to the last 3 of the gathered subset.",
+			append([]string{"window_gathered_indices"}, gatherCatches...),
+			with(paper(0.5), func(c *spec.Config) { c.Block.Window = 3 })),
 	}
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
@@ -151,6 +158,13 @@ func modelSpecs() ([]modelSpec, error) {
 				c.Causal, c.Aux, c.AuxWeight = spec.CausalPredictor, spec.AuxPredictor, 0.1
 			}),
 			pattern: spec.Pattern{Kind: spec.PatternAll}, decode: true},
+		{name: "decode-window", desc: "Sliding-window attention, w = 3, in every block (docs/spec.md §13), causal routing by r > 0 every other layer: the full forward counts the window in original positions, and decoding, whose caches keep only the last 3 positions, equals it.",
+			catches: []string{"decode_mismatch", "window_gathered_indices"}, layers: 4,
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Block.Window = 3
+				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
+			}),
+			pattern: every, decode: true},
 	}
 	var specs []modelSpec
 	for _, x := range list {

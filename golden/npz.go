@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sbinet/npyio/npy"
 	"github.com/sbinet/npyio/npz"
 )
 
@@ -57,17 +58,16 @@ func decodeNPZ(raw []byte) (arrays map[string]*Array, err error) {
 	if err := checkHeaders(raw); err != nil {
 		return nil, err
 	}
-	rd, err := npz.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
 	if err != nil {
 		return nil, fmt.Errorf("not a readable .npz archive: %w", err)
 	}
-	defer rd.Close()
 	arrays = make(map[string]*Array)
-	for _, key := range rd.Keys() {
+	for _, f := range zr.File {
 		// numpy stores array "x" as the zip entry "x.npy"; numpy.load
 		// strips the suffix, and so does this reader.
-		name := strings.TrimSuffix(key, ".npy")
-		a, err := readArray(rd, key)
+		name := strings.TrimSuffix(f.Name, ".npy")
+		a, err := readEntry(f)
 		if err != nil {
 			return nil, fmt.Errorf("array %q: %w", name, err)
 		}
@@ -112,11 +112,34 @@ func checkHeaders(raw []byte) error {
 	return nil
 }
 
-func readArray(rd *npz.Reader, key string) (*Array, error) {
-	hdr := rd.Header(key)
-	if hdr == nil {
-		return nil, fmt.Errorf("no .npy header")
+// readEntry reads one .npy entry of an archive. The entry is read whole
+// first and decoded from memory: npyio reads values with single Read calls
+// and does not retry a short read, which a deflated zip entry returns at
+// its 32 KiB window boundaries, so decoding straight from the entry would
+// garble every larger array of a compressed archive (np.savez_compressed,
+// npyio's own writer).
+func readEntry(f *zip.File) (*Array, error) {
+	rc, err := f.Open()
+	if err != nil {
+		return nil, err
 	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxArrayBytes+maxHeaderBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxArrayBytes+maxHeaderBytes {
+		return nil, fmt.Errorf("more than %d bytes", maxArrayBytes+maxHeaderBytes)
+	}
+	rd, err := npy.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("not a valid .npy entry: %w", err)
+	}
+	return readArray(rd)
+}
+
+func readArray(rd *npy.Reader) (*Array, error) {
+	hdr := &rd.Header
 	if hdr.Descr.Fortran {
 		return nil, fmt.Errorf("stored in Fortran order; write it in C order (numpy.ascontiguousarray)")
 	}
@@ -132,20 +155,20 @@ func readArray(rd *npz.Reader, key string) (*Array, error) {
 	var err error
 	switch hdr.Descr.Type {
 	case "<f8":
-		err = rd.Read(key, &a.F)
+		err = rd.Read(&a.F)
 	case "<f4":
 		var v []float32
-		if err = rd.Read(key, &v); err == nil {
+		if err = rd.Read(&v); err == nil {
 			a.F = make([]float64, len(v))
 			for i, x := range v {
 				a.F[i] = float64(x)
 			}
 		}
 	case "<i8":
-		err = rd.Read(key, &a.I)
+		err = rd.Read(&a.I)
 	case "<i4":
 		var v []int32
-		if err = rd.Read(key, &v); err == nil {
+		if err = rd.Read(&v); err == nil {
 			a.I = make([]int64, len(v))
 			for i, x := range v {
 				a.I[i] = int64(x)

@@ -5,7 +5,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// losses computes the auxiliary objectives of SPEC.md section 8 from the
+// losses computes the auxiliary objectives of docs/spec.md §8 from the
 // router weights r and the predictor logits q (nil without a predictor),
 // against the targets in res, over the valid tokens:
 //

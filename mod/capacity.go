@@ -7,7 +7,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// floorSlack is the slack of the float-robust floor of SPEC.md section 3:
+// floorSlack is the slack of the float-robust floor of docs/spec.md §3:
 // floorRobust(v) is the largest integer k with k <= v + floorSlack, so that
 // 0.29·100 = 28.999999999999996 gives 29.
 const floorSlack = 1e-9
@@ -15,7 +15,7 @@ const floorSlack = 1e-9
 func floorRobust(v float64) int { return int(math.Floor(v + floorSlack)) }
 
 // Capacity returns k_b, the number of tokens routed in a sequence of n valid
-// tokens out of S positions, under rule c (SPEC.md section 3, padding-aware):
+// tokens out of S positions, under rule c (docs/spec.md §3, padding-aware):
 //
 //   - ratio c:     k = clamp(floor(c·n), 1, n);
 //   - integer C:   an error unless 1 <= C <= S, then k = min(C, n);
@@ -56,7 +56,7 @@ func Capacity(c spec.Capacity, n, s int) (int, error) {
 	}
 }
 
-// AnnealedRatio is the capacity annealing schedule of SPEC.md section 3,
+// AnnealedRatio is the capacity annealing schedule of docs/spec.md §3,
 // c(step) = c0 + (c1 − c0)·min(step/warmup, 1), with warmup = 0 meaning c1
 // at every step; set it each step with Layer.SetCapacity. Ratios outside
 // (0, 1] and negative steps or warmups are errors.

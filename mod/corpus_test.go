@@ -48,7 +48,7 @@ func TestCorpus(t *testing.T) {
 	}
 }
 
-// recordArray notes the scaled error of one array for the -v report.
+// recordArray notes the scaled error of one array for the -measure report.
 func recordArray(c *golden.Case, a golden.ArrayResult) {
 	want := c.Arrays["expected."+a.Name]
 	if want == nil {

@@ -1,7 +1,7 @@
 // Package mod is the fast float32 Mixture-of-Depths implementation of
 // modref (Raposo et al. 2024, arXiv 2404.02258): a routed layer and a small
 // language model on the autograd engine and the blocks of package nn, with
-// every choice of ../shared/SPEC.md named in the configuration.
+// every choice of docs/spec.md named in the configuration.
 //
 // # Configuration
 //
@@ -25,7 +25,7 @@
 // through unchanged. Per-token inputs and outputs (router noise and jitter
 // eps, router logits, weights, targets) are B·S values in the same order.
 //
-// # The routed layer (SPEC.md sections 2 to 9)
+// # The routed layer (docs/spec.md §2 to §9)
 //
 // A routed layer computes the router weight r of every valid token
 // (linear, linear_bias, l2norm or random, plus jitter), selects in each row
@@ -36,7 +36,9 @@
 // residual stream (gather compute), or runs the block over every token and
 // multiplies its update by the straight-through weight w = g + sg(m·g − g)
 // (dense compute). With MLP-only routing, attention runs over every token
-// and only the MLP is routed. A NaN router weight is an error naming its row
+// and only the MLP is routed. With a sliding window w (spec.BlockConfig.Window,
+// docs/spec.md §13) a token at position p attends only to the tokens of its
+// block at original positions in (p − w, p]. A NaN router weight is an error naming its row
 // and position.
 //
 // # Results
@@ -46,6 +48,10 @@
 // losses, predictor logits and accuracy, the numbers of tokens routed and
 // skipped, the compute fraction, and the layer's forward FLOPs against its
 // dense twin (counted with the conventions of ref's FLOPs functions).
+// A layer's result also holds its decision with the stop-gradient constants
+// that go with it (LayerResult.Frozen); Layer.ForwardFrozen replays such a
+// decision, as ref.LayerForwardFrozen does, for finite differences and for
+// the properties that hold only with the routing fixed.
 //
 // # Parameters
 //
@@ -56,8 +62,8 @@
 //
 // # Decoding
 //
-// A Decoder generates token by token in causal routing mode (SPEC.md section
-// 9) with one key-value cache per layer that holds only the tokens routed
+// A Decoder generates token by token in causal routing mode (docs/spec.md
+// §9) with one key-value cache per layer that holds only the tokens routed
 // through that layer, at their original positions; its logits equal those
 // of the full-sequence causal forward.
 //

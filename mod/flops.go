@@ -5,7 +5,7 @@ import (
 )
 
 // LayerFLOPs is the forward cost of one layer over a batch, in the
-// conventions of SPEC.md section 10 as ref states them: matrix products
+// conventions of docs/spec.md §10 as ref states them: matrix products
 // only, 2·m·n·k each; a sequence counts its valid tokens; attention scores
 // and values over the full n×n square (the causal half is not subtracted);
 // router (2·d per token, 0 for random) and predictor (2·d·h + 2·h per token)
@@ -74,7 +74,7 @@ func layerFLOPs(c spec.Config, lengths, routed []int) LayerFLOPs {
 	return f
 }
 
-// ModelFLOPs is the forward cost of a whole model (SPEC.md section 10).
+// ModelFLOPs is the forward cost of a whole model (docs/spec.md §10).
 type ModelFLOPs struct {
 	Layers []LayerFLOPs // per layer, routed or dense
 	Head   int64        // the LM head, 2·d·vocab per valid token

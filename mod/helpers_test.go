@@ -18,7 +18,11 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// TestMain runs the tests and, with -v, prints the largest error measured
+// measure makes TestMain print the measured errors: go test ./mod -measure -v
+// (-v because go test shows a passing package's output only then).
+var measure = flag.Bool("measure", false, "print the largest error measured per kind of comparison after the tests")
+
+// TestMain runs the tests and, with -measure, prints the largest error measured
 // per kind of comparison: for comparisons with ref (layer, model, decode),
 // |got − want| / max(‖want‖∞, 1); for the golden corpus, |got − want| over
 // the manifest's bound atol + rtol·|want|, and that scaled difference too
@@ -27,7 +31,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) { userChecks = userChecks || f.Name == "rapid.checks" })
 	code := m.Run()
-	if testing.Verbose() {
+	if *measure {
 		kinds := make([]string, 0, len(measured.max))
 		for kind := range measured.max {
 			kinds = append(kinds, kind)
@@ -54,7 +58,7 @@ func rapidChecks(n int) {
 }
 
 // measured records the largest scaled error seen per kind of comparison,
-// for the tolerance report that TestMain prints with -v.
+// for the tolerance report that TestMain prints with -measure.
 var measured = struct {
 	sync.Mutex
 	max map[string]float64

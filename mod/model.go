@@ -9,7 +9,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// Model is a small Mixture-of-Depths language model (SPEC.md section 10):
+// Model is a small Mixture-of-Depths language model (docs/spec.md §10):
 // token embedding (plus learned absolute position embeddings when the block
 // configuration asks for them), a stack of dense and routed layers, a final
 // norm and a linear head, trained with next-token cross-entropy plus the
@@ -265,7 +265,7 @@ func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, 
 		x = tp.Add(x, tp.GatherRows(m.PosEmbed, flat))
 	}
 	if padded {
-		x = tp.ScatterAddRows(autograd.New(bt.rows*bt.s, x.Cols, nil), x, vidx)
+		x = tp.ScatterAddRows(tp.Zeros(bt.rows*bt.s, x.Cols), x, vidx)
 	}
 	return x
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// TestStraightThroughDerivative checks SPEC.md section 7 exactly: the
+// TestStraightThroughDerivative checks docs/spec.md §7 exactly: the
 // straight-through weight equals m·g, and ∂(Σ c_i w_i)/∂g_i = c_i for
 // selected and unselected tokens alike. The formula found in the wild,
 // w = g·m + (g − sg(g)), has derivative m + 1 and fails here on every
@@ -28,7 +28,7 @@ func TestStraightThroughDerivative(t *testing.T) {
 	}
 	g := autograd.NewParam(n, 1, gv)
 	var tp autograd.Tape
-	w := straightThrough(&tp, g, autograd.New(n, 1, mv))
+	w := tp.Add(g, steOffset(&tp, g, autograd.New(n, 1, mv)))
 	tp.Backward(tp.SumAll(tp.Mul(w, autograd.New(n, 1, c))))
 	for i := range n {
 		if w.Data[i] != mv[i]*gv[i] {
@@ -96,7 +96,7 @@ func iota(n int) []int {
 	return p
 }
 
-// TestPredictorSendsNoGradientToTrunk checks SPEC.md section 8: the
+// TestPredictorSendsNoGradientToTrunk checks docs/spec.md §8: the
 // predictor's loss reaches the predictor's parameters and nothing else —
 // not the layer input, the router or the block — in a layer and in a model.
 func TestPredictorSendsNoGradientToTrunk(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// routerLogits returns r (SPEC.md section 2) for the rows xv of the valid
+// routerLogits returns r (docs/spec.md §2) for the rows xv of the valid
 // tokens, whose flat rows are vidx: w·x (linear), w·x + b (linear_bias),
 // ‖x‖₂ (l2norm) or the noise input (random), plus s·eps with jitter. It is
 // len(vidx)×1.
@@ -79,7 +79,7 @@ func checkField(name string, v []float32, used bool, why string, n int) error {
 	return nil
 }
 
-// weights returns the output weight g of SPEC.md section 6 at every row of
+// weights returns the output weight g of docs/spec.md §6 at every row of
 // r (raw: r, sigmoid: σ(r), none: 1), and for softmax weighting the softmax
 // of each sequence's selected router weights, one row per selected token
 // (selIdx lists their flat rows, sequence after sequence; sel their

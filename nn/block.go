@@ -9,7 +9,7 @@ import (
 )
 
 // BlockConfig describes a pre-norm transformer block. The zero values of
-// Norm, Act and RoPEBase select the defaults of SPEC.md section 5.
+// Norm, Act and RoPEBase select the defaults of docs/spec.md §5.
 type BlockConfig struct {
 	// D is the model width d and Heads the number of attention heads; d/Heads
 	// must be a whole, even number (RoPE rotates pairs).
@@ -53,7 +53,7 @@ func (c BlockConfig) validate() error {
 	return nil
 }
 
-// Block is the pre-norm transformer block of SPEC.md section 5:
+// Block is the pre-norm transformer block of docs/spec.md §5:
 //
 //	H = X + Attn(N1(X))
 //	Y = H + MLP(N2(H))

@@ -54,16 +54,11 @@ func (r *RoPE) Apply(tp *autograd.Tape, x *autograd.Tensor, pos []int) *autograd
 		panic(fmt.Sprintf("nn.RoPE.Apply: x is %dx%d, %d positions: want (h·%d)x%d", x.Rows, x.Cols, n, n, dh))
 	}
 	r.tables(pos)
-	heads, half := x.Rows/n, dh/2
-	c := tp.Reshape(tp.GatherRows(r.cos, pos), 1, n*dh)
-	s := tp.Reshape(tp.GatherRows(r.sin, pos), 1, n*dh)
-	swapped := tp.ConcatCols(tp.SliceCols(x, half, dh), tp.SliceCols(x, 0, half))
-	y := tp.Add(tp.Mul(tp.Reshape(x, heads, n*dh), c), tp.Mul(tp.Reshape(swapped, heads, n*dh), s))
-	return tp.Reshape(y, heads*n, dh)
+	return tp.RotateHalf(x, r.cos, r.sin, pos)
 }
 
 // tables makes sure the tables cover every position in pos, rebuilding them
-// (in new memory, so that tensors gathered earlier stay valid) when a
+// (in new memory, so that operations recorded earlier stay valid) when a
 // position is beyond them or Base has changed.
 func (r *RoPE) tables(pos []int) {
 	top := -1

@@ -4,15 +4,16 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/ref/internal/elem"
 	"github.com/modref/modref/spec"
 )
 
 // FloorSlack is the slack of the float-robust floor: FloorRobust(v) is the
-// largest integer k with k <= v + FloorSlack (SPEC.md section 3).
+// largest integer k with k <= v + FloorSlack (docs/spec.md §3).
 const FloorSlack = 1e-9
 
 // FloorRobust returns the largest integer k with k <= v + FloorSlack, so that
-// 0.29*100 = 28.999999999999996 floors to 29 (SPEC.md section 3).
+// 0.29*100 = 28.999999999999996 floors to 29 (docs/spec.md §3).
 func FloorRobust(v float64) int {
 	return int(math.Floor(v + FloorSlack))
 }
@@ -21,7 +22,7 @@ func clampInt(k, lo, hi int) int {
 	return min(max(k, lo), hi)
 }
 
-// CapacityFromRatio is SPEC.md section 3, fixed ratio:
+// CapacityFromRatio is docs/spec.md §3, fixed ratio:
 // k = clamp(FloorRobust(c*S), 1, S).
 func CapacityFromRatio(c float64, s int) (int, error) {
 	if s < 1 {
@@ -33,7 +34,7 @@ func CapacityFromRatio(c float64, s int) (int, error) {
 	return clampInt(FloorRobust(float64(c*float64(s))), 1, s), nil
 }
 
-// CapacityFromInteger is SPEC.md section 3, integer capacity (the paper's
+// CapacityFromInteger is docs/spec.md §3, integer capacity (the paper's
 // capacity per batch element): k = C, an error unless 1 <= C <= S.
 func CapacityFromInteger(capTokens, s int) (int, error) {
 	if capTokens < 1 || capTokens > s {
@@ -42,7 +43,7 @@ func CapacityFromInteger(capTokens, s int) (int, error) {
 	return capTokens, nil
 }
 
-// LogCapacityRatio is SPEC.md section 3, logarithmic scaling:
+// LogCapacityRatio is docs/spec.md §3, logarithmic scaling:
 // ratio(S) = 1 - (ln S / ln S_max)(1 - c), with ratio(1) = 1.
 func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if !(c > 0 && c <= 1) {
@@ -57,10 +58,10 @@ func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if s == 1 {
 		return 1, nil
 	}
-	return 1 - float64((math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c)), nil
+	return 1 - float64((elem.Log(float64(s))/elem.Log(float64(maxLen)))*(1-c)), nil
 }
 
-// CapacityFromLog is SPEC.md section 3, logarithmic scaling:
+// CapacityFromLog is docs/spec.md §3, logarithmic scaling:
 // k = clamp(FloorRobust(S*ratio(S)), 1, S). The float-robust floor of the
 // fixed ratio is used here too.
 func CapacityFromLog(c float64, s, maxLen int) (int, error) {
@@ -74,7 +75,7 @@ func CapacityFromLog(c float64, s, maxLen int) (int, error) {
 // TokensFor returns k for a row of n valid tokens under rule c; a row with
 // n = 0 valid tokens gets k = 0. For the integer rule, C is first checked
 // against the padded length s (1 <= C <= s) and then k = min(C, n), a choice
-// SPEC.md leaves open (docs/equations.md).
+// the contract leaves open (docs/spec.md §3).
 func TokensFor(c spec.Capacity, n, s int) (int, error) {
 	if n < 0 || n > s {
 		return 0, fmt.Errorf("capacity: valid length %d, want 0 <= V_b <= S = %d", n, s)
@@ -100,7 +101,7 @@ func TokensFor(c spec.Capacity, n, s int) (int, error) {
 	return 0, c.Validate()
 }
 
-// RowCapacities is the padding-aware capacity of SPEC.md section 3: k_b for
+// RowCapacities is the padding-aware capacity of docs/spec.md §3: k_b for
 // each of the b rows, where row b has valid[b] valid tokens (nil valid: all
 // s positions of every row are valid). k_b = 0 when V_b = 0.
 func RowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
@@ -118,7 +119,7 @@ func RowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
 	return k, nil
 }
 
-// AnnealedRatio is SPEC.md section 3, capacity annealing:
+// AnnealedRatio is docs/spec.md §3, capacity annealing:
 // c(step) = c0 + (c1 - c0) * min(step/warmup, 1). warmup = 0 means c1 at
 // every step.
 func AnnealedRatio(c0, c1 float64, step, warmup int) (float64, error) {

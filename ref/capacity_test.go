@@ -104,22 +104,6 @@ func TestAnnealedRatioHand(t *testing.T) {
 	}
 }
 
-func TestCapacityValidate(t *testing.T) {
-	for _, tc := range []struct {
-		c    spec.Capacity
-		want string
-	}{
-		{spec.Capacity{Kind: "percent"}, `Kind = "percent"`},
-		{spec.Capacity{Kind: spec.CapacityRatio, Ratio: 1.2}, "Ratio = 1.2"},
-		{spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.5, MaxLen: 1}, "MaxLen = 1"},
-		{spec.Capacity{Kind: spec.CapacityInteger}, "Tokens = 0"},
-	} {
-		if err := tc.c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v.Validate() = %v, want an error mentioning %q", tc.c, err, tc.want)
-		}
-	}
-}
-
 // k is monotone in c and in S for the fixed ratio, and monotone in c for log
 // scaling (log scaling is not monotone in S near S_max: see docs/equations.md).
 func TestCapacityMonotoneProperty(t *testing.T) {

@@ -38,12 +38,18 @@ func attentionMatrixForm(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos [
 		s.Scale(1/math.Sqrt(float64(dh)), &s)
 		pm := mat.NewDense(n, n, nil)
 		for i := 0; i < n; i++ {
-			row := make([]float64, i+1)
-			for j := 0; j <= i; j++ {
-				row[j] = s.At(i, j)
+			// Keys j <= i, and with a window those at positions in
+			// (pos_i − w, pos_i] (docs/spec.md §13).
+			j0 := 0
+			for c.Window > 0 && pos[i]-pos[j0] >= c.Window {
+				j0++
+			}
+			row := make([]float64, i+1-j0)
+			for j := j0; j <= i; j++ {
+				row[j-j0] = s.At(i, j)
 			}
 			for j, pj := range Softmax(row) {
-				pm.Set(i, j, pj)
+				pm.Set(i, j0+j, pj)
 			}
 		}
 		var o mat.Dense
@@ -55,19 +61,38 @@ func attentionMatrixForm(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos [
 	return &out
 }
 
+// TestAttentionMatchesMatrixForm also checks the window of docs/spec.md §13
+// at gathered positions 0, 2, 3, 7, 11: with w = 3 the token at 3 sees 2 and
+// 3 (not 0), the one at 7 only itself; w = 1 leaves each token only itself;
+// w = 12 and more is no window at all.
 func TestAttentionMatchesMatrixForm(t *testing.T) {
 	for _, heads := range []int{1, 2, 4} {
-		c := spec.DefaultBlockConfig(8, heads, 12)
-		rng := NewRand(uint64(heads))
-		p := NewBlockParams(c, rng)
-		x := RandomMatrix(rng, 5, 8, 1)
-		pos := []int{0, 2, 3, 7, 11}
-		got, err := AttentionUpdate(c, &p, x, pos)
-		if err != nil {
-			t.Fatal(err)
+		for _, w := range []int{0, 1, 3, 5, 12} {
+			c := spec.DefaultBlockConfig(8, heads, 12)
+			c.Window = w
+			rng := NewRand(uint64(heads))
+			p := NewBlockParams(c, rng)
+			x := RandomMatrix(rng, 5, 8, 1)
+			pos := []int{0, 2, 3, 7, 11}
+			got, err := AttentionUpdate(c, &p, x, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := attentionMatrixForm(c, &p, x, pos)
+			assertClose(t, fmt.Sprintf("attention, %d heads, window %d", heads, w), got.RawMatrix().Data, want.RawMatrix().Data, 1e-12)
+			c.Window = 0
+			unwindowed, err := AttentionUpdate(c, &p, x, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			differs := false
+			for i, v := range unwindowed.RawMatrix().Data {
+				differs = differs || v != got.RawMatrix().Data[i]
+			}
+			if differs != (w > 0 && w < 12) {
+				t.Errorf("%d heads, window %d: output differs from no window = %v, want %v", heads, w, differs, w > 0 && w < 12)
+			}
 		}
-		want := attentionMatrixForm(c, &p, x, pos)
-		assertClose(t, fmt.Sprintf("attention, %d heads", heads), got.RawMatrix().Data, want.RawMatrix().Data, 1e-12)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // Decoder is token-by-token decoding of one sequence in causal routing mode
-// (SPEC.md section 9). Each layer has its own KVCache: a routed layer's cache
+// (docs/spec.md §9). Each layer has its own KVCache: a routed layer's cache
 // holds only the tokens routed through it, at their original positions; a
 // dense layer's, and the attention of an MLP-only routed layer, every token.
 type Decoder struct {
@@ -49,7 +49,7 @@ func NewDecoder(c spec.ModelConfig, p *ModelParams) (*Decoder, error) {
 		}
 		switch {
 		case ml.Config.Causal == spec.CausalOff:
-			return nil, fmt.Errorf("decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
+			return nil, fmt.Errorf("decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (docs/spec.md §9)", l)
 		case ml.Config.Router == spec.RouterRandom:
 			return nil, fmt.Errorf("decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case ml.Config.Jitter != 0:
@@ -143,7 +143,7 @@ func routerWeight(c spec.Config, p *LayerParams, x []float64) float64 {
 	panic(fmt.Sprintf("ref: routerWeight with router %q (NewDecoder rejects it)", c.Router))
 }
 
-// causalWeight is g of SPEC.md section 6 for the causal weightings.
+// causalWeight is g of docs/spec.md §6 for the causal weightings.
 func causalWeight(w spec.Weighting, r float64) float64 {
 	switch w {
 	case spec.WeightRaw:

@@ -2,9 +2,9 @@ package ref
 
 import "github.com/modref/modref/spec"
 
-// FLOPs conventions (SPEC.md section 10), stated once here and in
+// FLOPs conventions (docs/spec.md §10), stated once here and in
 // docs/equations.md:
-//   - Only matrix products are counted, 2*m*n*k each (SPEC.md section 1).
+//   - Only matrix products are counted, 2*m*n*k each (docs/spec.md §1).
 //     Norms, softmax, activations, RoPE, residual adds and the weighting are
 //     not counted.
 //   - A sequence's token count is its number of valid tokens V_b; padded
@@ -77,7 +77,7 @@ func DenseLayerFLOPs(c spec.BlockConfig, lengths []int) LayerFLOPs {
 
 // RoutedLayerFLOPs is a routed layer on rows of the given valid lengths with
 // routed[b] tokens selected in row b. Gather compute counts routed[b] tokens
-// (routed[b]^2 for attention); dense compute (SPEC.md section 7) counts every
+// (routed[b]^2 for attention); dense compute (docs/spec.md §7) counts every
 // valid token; MLP-only routing counts every valid token in attention and the
 // routed ones in the MLP.
 func RoutedLayerFLOPs(c spec.Config, lengths, routed []int) LayerFLOPs {
@@ -109,7 +109,7 @@ func HeadFLOPs(d, vocab, n int) int64 {
 	return 2 * int64(n) * int64(d) * int64(vocab)
 }
 
-// ModelFLOPs is the forward FLOPs of a whole model (SPEC.md section 10).
+// ModelFLOPs is the forward FLOPs of a whole model (docs/spec.md §10).
 type ModelFLOPs struct {
 	Layers []LayerFLOPs // per layer
 	Head   int64        // LM head

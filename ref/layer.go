@@ -23,16 +23,16 @@ type Frozen struct {
 	// Selection is the frozen routing decision.
 	Selection Selection
 	// TopK is the top-k selection under the layer's capacity whose indicator
-	// is the auxiliary target t (SPEC.md section 8). It equals Selection,
+	// is the auxiliary target t (docs/spec.md §8). It equals Selection,
 	// except under causal routing (section 9): routing then follows r > 0 or
 	// q > 0, while the router and the predictor still learn to predict the
 	// top-k choice (the paper's Sec. 3.5).
 	TopK Selection
-	// STEOffset is sg(m g - g) of SPEC.md section 7 (dense compute only; nil
+	// STEOffset is sg(m g - g) of docs/spec.md §7 (dense compute only; nil
 	// otherwise).
 	STEOffset [][]float64
-	// PredictorInput is sg(x), the predictor's constant input (SPEC.md
-	// section 8; nil when the layer has no predictor).
+	// PredictorInput is sg(x), the predictor's constant input (docs/spec.md
+	// §8; nil when the layer has no predictor).
 	PredictorInput []*mat.Dense
 }
 
@@ -43,7 +43,7 @@ type LayerResult struct {
 	RouterWeights [][]float64  // r (after jitter)
 	Capacity      []int        // k_b: top-k capacity, or the routed count in causal mode
 	Selection     Selection    // routed positions per row
-	Weights       [][]float64  // g (SPEC.md section 6)
+	Weights       [][]float64  // g (docs/spec.md §6)
 	// Multipliers are the factors applied to Update: g for the selected tokens
 	// (gather), the straight-through w (dense), 0 for tokens not routed.
 	Multipliers       [][]float64
@@ -83,7 +83,7 @@ func checkLayer(cfg spec.Config, p *LayerParams, in LayerInputs) (rows, s int, e
 	return rows, s, nil
 }
 
-// LayerForward is one routed layer (SPEC.md sections 2 to 9): router
+// LayerForward is one routed layer (docs/spec.md §2 to §9): router
 // weights, the routing decision (top-k with the layer's capacity, or the
 // causal rule of section 9), then LayerForwardFrozen with that decision.
 func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
@@ -113,7 +113,7 @@ func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult
 	return layerApply(cfg, p, in, fz, r)
 }
 
-// selectTopK is the top-k selection of SPEC.md section 4 under the layer's
+// selectTopK is the top-k selection of docs/spec.md §4 under the layer's
 // capacity rule.
 func selectTopK(cfg spec.Config, r [][]float64, rows, s int, valid []int) (Selection, error) {
 	k, err := RowCapacities(cfg.Capacity, rows, s, valid)
@@ -174,8 +174,8 @@ func freeze(cfg spec.Config, in LayerInputs, sel, topk Selection, r [][]float64)
 }
 
 // LayerForwardFrozen is one routed layer with the routing decision and the
-// stop-gradient constants taken from fz instead of computed (SPEC.md
-// sections 5 to 8): out_i = x_i + g_i f_i(X~) for the selected i (gather), or
+// stop-gradient constants taken from fz instead of computed (docs/spec.md
+// §5 to §8): out_i = x_i + g_i f_i(X~) for the selected i (gather), or
 // x_i + w_i f_i(X) with w = g + sg(m g - g) (dense), and out_i = x_i for the
 // others. Use it for finite-difference gradients.
 func LayerForwardFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen) (*LayerResult, error) {

@@ -236,7 +236,7 @@ func mulElem(a, b *mat.Dense) *mat.Dense {
 // The router gradient through a frozen selection has the closed form
 // dL/dw = sum_i (proj_i · f_i) dg_i/dr_i x_i over the tokens whose multiplier
 // carries g: the selected ones (gather) or every valid one (dense, the
-// straight-through derivative 1 of SPEC.md section 7).
+// straight-through derivative 1 of docs/spec.md §7).
 func TestLayerRouterGradientClosedForm(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -298,8 +298,8 @@ func TestLayerRouterGradientClosedForm(t *testing.T) {
 }
 
 // Softmax weighting makes a past token's output depend on a later token's
-// router weight with the selection held fixed; sigmoid does not (SPEC.md
-// section 6). The predictor's loss does not reach X (stop-gradient, section 8).
+// router weight with the selection held fixed; sigmoid does not (docs/spec.md
+// §6). The predictor's loss does not reach X (stop-gradient, section 8).
 func TestLayerGradientDependencies(t *testing.T) {
 	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 6), 0.5)
 	cfg.Router = spec.RouterRandom
@@ -395,7 +395,7 @@ func TestNewFrozenHandSelection(t *testing.T) {
 	}
 }
 
-// TestCausalTargetsAreTopK checks SPEC.md sections 8 and 9 together: under
+// TestCausalTargetsAreTopK checks docs/spec.md §8 and §9 together: under
 // causal routing a token is routed iff r > 0, but the auxiliary targets are
 // still the top-k choice under the layer's capacity. Router weights
 // (2, 1, 0.5, -3) route tokens 0, 1 and 2; capacity 0.5 of 4 makes the

@@ -123,7 +123,7 @@ type ModelResult struct {
 }
 
 // DenseLayerForward is a dense (non-routed) layer: out_i = x_i + f_i(X) over
-// the V_b valid tokens of each row (SPEC.md section 5 with every token
+// the V_b valid tokens of each row (docs/spec.md §5 with every token
 // selected and weight 1); padded positions keep x.
 func DenseLayerForward(c spec.BlockConfig, p *BlockParams, x []*mat.Dense, valid []int) ([]*mat.Dense, error) {
 	rows, s, err := batchShape("dense layer input", x, c.D)
@@ -185,7 +185,7 @@ func HeadLogits(c spec.BlockConfig, p *ModelParams, x []float64) []float64 {
 	return vecMat(normalize(c, p.FinalNorm, p.FinalNormBias, x), p.Head)
 }
 
-// ModelForward is the whole language model (SPEC.md section 10): embedding,
+// ModelForward is the whole language model (docs/spec.md §10): embedding,
 // each layer (dense, or routed with its own decision), final norm, head,
 // cross-entropy, and the routed layers' auxiliary losses.
 func ModelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, error) {

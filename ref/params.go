@@ -9,8 +9,8 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// BlockParams are the parameters of one pre-norm transformer block (SPEC.md
-// section 5). Weights are d_in×d_out (y = x·W).
+// BlockParams are the parameters of one pre-norm transformer block (docs/spec.md
+// §5). Weights are d_in×d_out (y = x·W).
 type BlockParams struct {
 	Norm1     []float64  // gamma of N1, length d
 	Norm1Bias []float64  // beta of N1 (LayerNorm only; nil for RMSNorm)
@@ -108,7 +108,7 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 	m := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
 		for j := 0; j < c; j++ {
-			m.Set(i, j, std*rng.NormFloat64())
+			m.Set(i, j, std*normal(rng))
 		}
 	}
 	return m
@@ -118,13 +118,13 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 	v := make([]float64, n)
 	for i := range v {
-		v[i] = mean + float64(std*rng.NormFloat64())
+		v[i] = mean + float64(std*normal(rng))
 	}
 	return v
 }
 
 // RandomField returns a rows×cols per-token field of N(0,1) draws, the form
-// of the random router's noise and of the jitter eps (SPEC.md section 2).
+// of the random router's noise and of the jitter eps (docs/spec.md §2).
 func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 	f := make([][]float64, rows)
 	for b := range f {

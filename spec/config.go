@@ -117,9 +117,14 @@ type BlockConfig struct {
 	Norm     NormKind   // RMSNorm (default) or LayerNorm
 	NormEps  float64    // eps inside the norm; must be > 0
 	MLP      Activation // GELU (default) or SwiGLU
-	RoPEBase float64    // rotary base; 10000 in SPEC.md
+	RoPEBase float64    // rotary base; 10000 in docs/spec.md
 	// Positions is rope (default) or learned absolute embeddings at the input.
 	Positions PositionKind
+	// Window, when positive, is the sliding attention window w of
+	// docs/spec.md §13: a token at original position p attends to the
+	// tokens of its sequence (in a routed block, the selected ones) at
+	// positions in (p − w, p]. 0 means no window.
+	Window int
 }
 
 // DefaultBlockConfig returns the docs/spec.md defaults (RMSNorm with eps 1e-6,
@@ -150,13 +155,15 @@ func (c BlockConfig) Validate() error {
 	case c.Positions != PositionRoPE && c.Positions != PositionLearned:
 		return fmt.Errorf("block: Positions = %q, want %q or %q", c.Positions, PositionRoPE, PositionLearned)
 	case c.Positions == PositionRoPE && (!(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 0)):
-		return fmt.Errorf("block: RoPEBase = %v, want a finite value > 1 (10000 in SPEC.md)", c.RoPEBase)
+		return fmt.Errorf("block: RoPEBase = %v, want a finite value > 1 (10000 in docs/spec.md)", c.RoPEBase)
+	case c.Window < 0:
+		return fmt.Errorf("block: Window = %d, want 0 (no window) or a positive number of positions (docs/spec.md §13)", c.Window)
 	}
 	return nil
 }
 
 // Config is one routed layer: the block shape plus every routing choice of
-// docs/spec.md §2 to §9, named with the spec's words.
+// docs/spec.md §2 to §9, named with its words.
 type Config struct {
 	Block BlockConfig
 
@@ -259,10 +266,10 @@ func (c Config) Validate() error {
 	case CausalOff:
 	case CausalRouter, CausalPredictor:
 		if c.Weighting == WeightSoftmax {
-			return fmt.Errorf("config: Weighting = softmax with Causal = %q: softmax over the selected tokens makes a token's output depend on later tokens, so it is rejected in causal routing (SPEC.md section 9); use raw, sigmoid or none", c.Causal)
+			return fmt.Errorf("config: Weighting = softmax with Causal = %q: softmax over the selected tokens makes a token's output depend on later tokens, so it is rejected in causal routing (docs/spec.md §9); use raw, sigmoid or none", c.Causal)
 		}
 		if c.Compute == ComputeDense {
-			return fmt.Errorf("config: Compute = dense with Causal = %q: dense compute runs f on every token, so per-layer caches could not hold only the routed tokens (SPEC.md section 9); use gather", c.Causal)
+			return fmt.Errorf("config: Compute = dense with Causal = %q: dense compute runs f on every token, so per-layer caches could not hold only the routed tokens (docs/spec.md §9); use gather", c.Causal)
 		}
 	default:
 		return fmt.Errorf("config: Causal = %q, want off, router or predictor", c.Causal)

@@ -17,6 +17,7 @@ type configJSON struct {
 	MLP               Activation    `json:"mlp"`
 	Positions         PositionKind  `json:"positions"`
 	RoPEBase          float64       `json:"rope_base"`
+	Window            int           `json:"window,omitempty"`
 	Router            RouterKind    `json:"router"`
 	Jitter            float64       `json:"jitter"`
 	Capacity          Capacity      `json:"capacity"`
@@ -36,7 +37,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(configJSON{
 		DModel: b.D, Heads: b.Heads, DFF: b.DFF,
 		Norm: b.Norm, NormEps: b.NormEps, MLP: b.MLP,
-		Positions: b.Positions, RoPEBase: b.RoPEBase,
+		Positions: b.Positions, RoPEBase: b.RoPEBase, Window: b.Window,
 		Router: c.Router, Jitter: c.Jitter, Capacity: c.Capacity,
 		Weighting: c.Weighting, Compute: c.Compute, MLPOnly: c.MLPOnly,
 		Aux: c.Aux, AuxWeight: c.AuxWeight, LoadBalanceWeight: c.LoadBalanceWeight,
@@ -57,7 +58,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 		Block: BlockConfig{
 			D: j.DModel, Heads: j.Heads, DFF: j.DFF,
 			Norm: j.Norm, NormEps: j.NormEps, MLP: j.MLP,
-			Positions: j.Positions, RoPEBase: j.RoPEBase,
+			Positions: j.Positions, RoPEBase: j.RoPEBase, Window: j.Window,
 		},
 		Router: j.Router, Jitter: j.Jitter, Capacity: j.Capacity,
 		Weighting: j.Weighting, Compute: j.Compute, MLPOnly: j.MLPOnly,

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -22,23 +21,23 @@ var errMismatch = errors.New("mismatch")
 
 // runCheck implements `modref check`.
 func runCheck(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: modref check [flags] [CASE...]
+		fmt.Fprint(fs.Output(), `usage: modref check [flags] [CASE...]
 
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
-if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own float32 implementation (mod/) against the corpus.
+if none is named) against DIR/CASE.npz, a bad or missing file being that
+case's error. Without --candidate it checks modref's own float32
+implementation (mod/) against the corpus.
 
-Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
+Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
 flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz file, or a directory of CASE.npz files")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
@@ -49,7 +48,7 @@ flags:
 	}
 	names := named
 	if len(names) == 0 {
-		all, err := golden.List(*dir)
+		all, err := corpus().List()
 		if err != nil {
 			return err
 		}
@@ -67,8 +66,9 @@ flags:
 		}
 	}
 	var results []*golden.CaseResult
+	var bad []error
 	for _, name := range names {
-		c, err := golden.Load(*dir, name)
+		c, err := corpus().Load(name)
 		if err != nil {
 			return err
 		}
@@ -84,12 +84,18 @@ flags:
 			path = filepath.Join(*candidate, name+".npz")
 			cand, err = golden.ReadNPZ(path)
 		}
-		if err != nil {
-			return err
+		var r *golden.CaseResult
+		if err == nil {
+			r, err = golden.Compare(c, cand, *allowMissing)
+			if err != nil {
+				err = fmt.Errorf("%s (case %s): %w", path, name, err)
+			}
 		}
-		r, err := golden.Compare(c, cand, *allowMissing)
 		if err != nil {
-			return fmt.Errorf("%s (case %s): %w", path, name, err)
+			// A bad candidate file is its case's error; the other cases
+			// are still judged.
+			r = &golden.CaseResult{Case: name, Error: err.Error()}
+			bad = append(bad, err)
 		}
 		results = append(results, r)
 	}
@@ -107,6 +113,9 @@ flags:
 	} else {
 		printResults(stdout, results, *candidate == "")
 	}
+	if len(bad) > 0 {
+		return errors.Join(bad...)
+	}
 	for _, r := range results {
 		if !r.Pass {
 			return errMismatch
@@ -121,34 +130,36 @@ func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
 	return modcase.Candidate(c)
 }
 
-// printResults writes the table a person reads: one line per case, and one
-// per array that failed or is missing, with where and by how much.
+// printResults writes the table a person reads: one line per case with its
+// worst array by error over tolerance, or, for a failing case, one line per
+// array that failed or is missing, worst first, with where and by how much.
 func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 	if self {
 		fmt.Fprintln(w, "implementation: modref's mod/ (float32 autograd), run on each case's inputs and parameters")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")
-	passed := 0
+	fmt.Fprintln(tw, "case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
+	passed, bad := 0, 0
 	for _, r := range results {
-		worst := golden.ArrayResult{}
-		for _, a := range r.Arrays {
-			if a.MaxAbs >= worst.MaxAbs {
-				worst = a
-			}
-		}
-		if r.Pass {
-			passed++
-			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, worst.MaxAbs, worst.MaxRel, worst.Where)
+		if r.Error != "" {
+			bad++
+			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\t\tERROR: %s\n", r.Case, r.Error)
 			continue
 		}
-		for _, a := range r.Arrays {
+		ranked := byExcess(r)
+		if r.Pass {
+			passed++
+			worst := ranked[0]
+			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%s\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, excessText(worst), worst.MaxAbs, worst.MaxRel, worst.Where)
+			continue
+		}
+		for _, a := range ranked {
 			switch a.Status {
 			case golden.StatusMissing:
-				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tmissing\n", r.Case, a.Name)
+				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\tmissing\n", r.Case, a.Name)
 			case golden.StatusFail:
-				fmt.Fprintf(tw, "%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
-					r.Case, a.Name, a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
+					r.Case, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
 					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
 						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))
@@ -157,18 +168,52 @@ func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
 		}
 	}
 	tw.Flush()
+	if bad > 0 {
+		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
+		return
+	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
 }
 
-// describeFlip says how far a routing difference is from a tie.
+// describeFlip says what kind of routing difference a row has: a broken tie
+// rule, a different number of tokens, or a flip and how far it is from a
+// tie.
 func describeFlip(m golden.RowMismatch) string {
+	if m.Tie {
+		if m.Causal {
+			return "a score of exactly 0: the rule decides (routed only when > 0, docs/spec.md §9), and the candidate broke it"
+		}
+		return "router weights exactly tied (gap 0): the tie rule decides (the lower position wins, docs/spec.md §4), and the candidate broke it"
+	}
+	var what string
+	switch {
+	case m.RoutesAll:
+		what = fmt.Sprintf("the candidate routes all %d tokens, the oracle %d (routing not applied?)", m.Candidate, m.Oracle)
+	case m.Candidate != m.Oracle:
+		what = fmt.Sprintf("a different number of tokens (the candidate %d, the oracle %d)", m.Candidate, m.Oracle)
+	}
+	var gap string
 	switch {
 	case math.IsInf(m.Gap, 1):
-		return "a different number of tokens (no flip between two tokens)"
+		if what == "" {
+			return "no gap to measure (the case stores no scores for this decision)"
+		}
+		return what
+	case m.Causal && m.NearTie:
+		gap = fmt.Sprintf("a score %.3g from 0, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case m.Causal:
+		gap = fmt.Sprintf("no differing decision within %.3g of the threshold 0: decisive", m.Gap)
 	case m.NearTie:
-		return fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+		gap = fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case what != "":
+		gap = fmt.Sprintf("gap %.3g in router weights: decisive", m.Gap)
+	default:
+		gap = fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
 	}
-	return fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
+	if what == "" {
+		return gap
+	}
+	return what + "; " + gap
 }
 
 // junitSuite is the subset of the JUnit XML schema that CI dashboards read.
@@ -177,6 +222,7 @@ type junitSuite struct {
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -184,6 +230,7 @@ type junitCase struct {
 	Name      string        `xml:"name,attr"`
 	ClassName string        `xml:"classname,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
+	Error     *junitFailure `xml:"error,omitempty"`
 }
 
 type junitFailure struct {
@@ -196,7 +243,11 @@ func writeJUnit(path string, results []*golden.CaseResult) error {
 	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
 	for _, r := range results {
 		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
-		if !r.Pass {
+		switch {
+		case r.Error != "":
+			suite.Errors++
+			jc.Error = &junitFailure{Message: "bad input", Text: r.Error}
+		case !r.Pass:
 			suite.Failures++
 			var lines []string
 			for _, a := range r.Arrays {

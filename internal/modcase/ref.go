@@ -99,3 +99,15 @@ func field32(f [][]float64) []float32 {
 	}
 	return v
 }
+
+// FrozenFromRef returns ref's frozen routing decision and stop-gradient
+// constants as mod's, the constants rounded to float32: the selection, the
+// targets' top-k, the straight-through offsets (nil stays nil) and the
+// predictor's input (nil stays nil), B·S and (B·S)×d row-major.
+func FrozenFromRef(fz ref.Frozen) mod.Frozen {
+	out := mod.Frozen{Selected: fz.Selection.Rows, TopK: fz.TopK.Rows, STEOffset: field32(fz.STEOffset)}
+	for _, m := range fz.PredictorInput {
+		out.PredictorInput = append(out.PredictorInput, rowMajor32(m)...)
+	}
+	return out
+}
