@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -57,6 +58,10 @@ type CaseResult struct {
 	Arrays []ArrayResult `json:"arrays"`
 }
 
+// ErrBadValue marks a candidate value no implementation can produce: a NaN
+// or infinity, or a selected position outside the sequence.
+var ErrBadValue = errors.New("invalid value")
+
 // CandidateName returns the name a candidate uses for an expected array.
 func CandidateName(expected string) string { return strings.TrimPrefix(expected, "expected.") }
 
@@ -82,6 +87,14 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			continue
 		}
 		want := c.Arrays[info.Name]
+		if strings.HasSuffix(info.Name, "selected") && got.I != nil {
+			s := int64(c.Manifest.Config.SeqLen)
+			for k, v := range got.I {
+				if v < -1 || v >= s {
+					return nil, fmt.Errorf("%w: array %q holds %d at %v; a selected position is −1 (none) or in [0, %d)", ErrBadValue, name, v, got.Index(k), s)
+				}
+			}
+		}
 		if r, ok := compareSelectedWidths(c, info, got, want); ok {
 			r.Name = name
 			res.Pass = res.Pass && r.Status == StatusPass
@@ -92,10 +105,14 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
 		}
 		if want.IsInt() != got.IsInt() {
-			return nil, fmt.Errorf("array %q has dtype %s, want an integer array (%s)", name, got.DType, want.DType)
+			kind := "a floating-point array (<f8 or <f4)"
+			if want.IsInt() {
+				kind = "an integer array (<i8 or <i4)"
+			}
+			return nil, fmt.Errorf("array %q has dtype %s, want %s", name, got.DType, kind)
 		}
 		if k := got.firstNonFinite(); k >= 0 {
-			return nil, fmt.Errorf("array %q holds %v at %v", name, got.F[k], got.Index(k))
+			return nil, fmt.Errorf("%w: array %q holds %v at %v", ErrBadValue, name, got.F[k], got.Index(k))
 		}
 		r := compareArray(c, info, got, want)
 		r.Name = name
@@ -147,7 +164,7 @@ func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
 				if r.Where == nil {
 					r.Where, r.Got, r.Want = want.Index(k), float64(got.I[k]), float64(want.I[k])
 				}
-				r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(got.I[k]-want.I[k])))
+				r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(got.I[k])-float64(want.I[k])))
 			}
 		}
 		if r.Status == StatusFail {
@@ -199,9 +216,13 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 			scores = c.Arrays[prefix+"predictor_logits"]
 		}
 	}
+	seqLen := c.Manifest.Config.SeqLen
+	if scores != nil && !sameShape(scores.Shape, []int{want.Shape[0], seqLen}) {
+		scores = nil
+	}
 	var out []RowMismatch
 	for b := 0; b < want.Shape[0]; b++ {
-		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected")), decisions(want, b, strings.HasSuffix(name, "selected"))
+		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected"), seqLen), decisions(want, b, strings.HasSuffix(name, "selected"), seqLen)
 		m := RowMismatch{Row: b, Gap: math.Inf(1)}
 		for p := range gs {
 			if !ws[p] {
@@ -219,7 +240,7 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 		sort.Ints(m.OnlyCandidate)
 		sort.Ints(m.OnlyOracle)
 		if scores != nil {
-			s := scores.F[b*c.Manifest.Config.SeqLen : (b+1)*c.Manifest.Config.SeqLen]
+			s := scores.F[b*seqLen : (b+1)*seqLen]
 			m.Gap = flipGap(s, m.OnlyCandidate, m.OnlyOracle, causal)
 		}
 		m.NearTie = m.Gap < c.Manifest.Routing.Margin
@@ -228,21 +249,23 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 	return out
 }
 
-// decisions returns the set of routed positions of row b.
-func decisions(a *Array, b int, positions bool) map[int]bool {
+// decisions returns the set of routed positions of row b. A list of
+// positions counts only entries in [0, seqLen) (Compare refuses others).
+func decisions(a *Array, b int, positions bool, seqLen int) map[int]bool {
 	inner := size(a.Shape[1:])
 	set := make(map[int]bool)
 	for j := 0; j < inner; j++ {
-		var v float64
+		routed := false
 		if a.I != nil {
-			v = float64(a.I[b*inner+j])
+			v := a.I[b*inner+j]
+			routed = v != 0
+			if positions && v >= 0 && v < int64(seqLen) {
+				set[int(v)] = true
+			}
 		} else {
-			v = a.F[b*inner+j]
+			routed = a.F[b*inner+j] != 0
 		}
-		switch {
-		case positions && v >= 0:
-			set[int(v)] = true
-		case !positions && v != 0:
+		if !positions && routed {
 			set[j] = true
 		}
 	}
