@@ -53,9 +53,12 @@ type RowMismatch struct {
 
 // CaseResult is the verdict on one case.
 type CaseResult struct {
-	Case   string        `json:"case"`
-	Pass   bool          `json:"pass"`
-	Arrays []ArrayResult `json:"arrays"`
+	Case string `json:"case"`
+	// Candidate says what was judged: the candidate file, or modref's own
+	// implementation.
+	Candidate string        `json:"candidate"`
+	Pass      bool          `json:"pass"`
+	Arrays    []ArrayResult `json:"arrays"`
 }
 
 // ErrBadValue marks a candidate value no implementation can produce: a NaN

@@ -25,9 +25,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/modref/modref/internal/atomicfile"
 )
 
 func main() {
+	atomicfile.HandleSignals()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

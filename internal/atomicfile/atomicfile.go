@@ -101,7 +101,16 @@ func WriteFile(path string, data []byte) error {
 // moment between two renames. On any error dir is unchanged and the
 // temporary directory is gone.
 func ReplaceDir(dir string, fill func(tmp string) error) error {
-	dir = filepath.Clean(dir)
+	// The directory itself is replaced, not a link to it, and "." has a
+	// parent to hold the temporary directory.
+	real, err := filepath.EvalSymlinks(dir)
+	if err == nil {
+		real, err = filepath.Abs(real)
+	}
+	if err != nil {
+		return fmt.Errorf("replacing %s: %w", dir, err)
+	}
+	dir = real
 	tmp := tempName(dir)
 	pending.Store(tmp, true)
 	defer pending.Delete(tmp)
