@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -52,6 +53,10 @@ const (
 	// maxArrayBytes bounds the decoded data of ReadNPZ, which knows no
 	// case: 8 bytes per element.
 	maxArrayBytes = 1 << 30
+	// maxSkipBytes bounds the declared sizes, together, of the members a
+	// candidate holds beyond the arrays its case judges, which are only
+	// streamed through the CRC-32 check: it bounds the time they take.
+	maxSkipBytes = 64 << 20
 )
 
 // readPlan says which arrays of an archive a reader decodes and how many
@@ -157,6 +162,7 @@ func readNPZ(r io.ReaderAt, size int64, plan *readPlan) (map[string]*Array, erro
 	}
 	arrays := make(map[string]*Array, len(zr.File))
 	budget := int64(maxArrayBytes / 8)
+	skipped := uint64(0)
 	for _, zf := range zr.File {
 		// numpy stores array "x" as the member "x.npy"; numpy.load strips
 		// the suffix, and so does this reader.
@@ -171,6 +177,9 @@ func readNPZ(r io.ReaderAt, size int64, plan *readPlan) (map[string]*Array, erro
 			case !ok && plan.refuseOthers:
 				return nil, fmt.Errorf("array %q is not listed in %s", name, plan.what)
 			case !ok:
+				if skipped += zf.UncompressedSize64; skipped > maxSkipBytes || zf.UncompressedSize64 > maxSkipBytes {
+					return nil, fmt.Errorf("%w: the arrays %s does not judge declare more than %d bytes together (array %q)", ErrTooLarge, plan.what, maxSkipBytes, name)
+				}
 				if err := skipMember(zf); err != nil {
 					return nil, fmt.Errorf("array %q (not judged, checked and skipped): %w", name, err)
 				}
@@ -197,9 +206,9 @@ func readNPZ(r io.ReaderAt, size int64, plan *readPlan) (map[string]*Array, erro
 // skipMember streams a member through archive/zip's CRC-32 and length
 // checks with a fixed buffer, keeping nothing.
 func skipMember(zf *zip.File) error {
-	rc, err := zf.Open()
+	rc, err := openMember(zf)
 	if err != nil {
-		return memberError(err)
+		return err
 	}
 	defer rc.Close()
 	if _, err := io.Copy(io.Discard, rc); err != nil {
@@ -207,6 +216,35 @@ func skipMember(zf *zip.File) error {
 	}
 	return nil
 }
+
+// crcReader checks, at the end of a member, the CRC-32 of every byte read
+// against the member's. archive/zip does too, but skips the check when the
+// stored CRC-32 is 0, which numpy (Python's zipfile) reports as a bad CRC
+// for any non-empty member.
+type crcReader struct {
+	rc  io.ReadCloser
+	zf  *zip.File
+	crc uint32
+}
+
+func openMember(zf *zip.File) (*crcReader, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, memberError(err)
+	}
+	return &crcReader{rc: rc, zf: zf}, nil
+}
+
+func (r *crcReader) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	r.crc = crc32.Update(r.crc, crc32.IEEETable, p[:n])
+	if err == io.EOF && r.crc != r.zf.CRC32 {
+		return n, zip.ErrChecksum
+	}
+	return n, err
+}
+
+func (r *crcReader) Close() error { return r.rc.Close() }
 
 // memberError names the class of an error archive/zip returns for a member.
 func memberError(err error) error {
@@ -280,9 +318,9 @@ func checkDirectory(r io.ReaderAt, size int64) error {
 // reads exactly that many bytes, and reads on to the end so that
 // archive/zip verifies the length and the CRC-32.
 func readMember(zf *zip.File, maxElems int, plan *readPlan) (*Array, error) {
-	rc, err := zf.Open()
+	rc, err := openMember(zf)
 	if err != nil {
-		return nil, memberError(err)
+		return nil, err
 	}
 	defer rc.Close()
 	var pre [12]byte
