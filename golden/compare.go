@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -310,4 +311,36 @@ func (c *Case) layerConfig(prefix string) *LayerConfig {
 		return nil
 	}
 	return &cfg.Layers[l].Layer
+}
+
+// jsonFloat is a float64 as JSON can hold it: infinities, which a gap with
+// no flip between two tokens or a difference beyond float64's range are,
+// become the strings "inf" and "-inf".
+func jsonFloat(v float64) any {
+	switch {
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return v
+}
+
+// MarshalJSON writes an infinite gap as "inf".
+func (m RowMismatch) MarshalJSON() ([]byte, error) {
+	type plain RowMismatch
+	return json.Marshal(struct {
+		plain
+		Gap any `json:"gap"`
+	}{plain(m), jsonFloat(m.Gap)})
+}
+
+// MarshalJSON writes infinite differences as "inf".
+func (r ArrayResult) MarshalJSON() ([]byte, error) {
+	type plain ArrayResult
+	return json.Marshal(struct {
+		plain
+		MaxAbs any `json:"max_abs"`
+		MaxRel any `json:"max_rel"`
+	}{plain(r), jsonFloat(r.MaxAbs), jsonFloat(r.MaxRel)})
 }

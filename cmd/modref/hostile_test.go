@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -547,4 +548,28 @@ func TestHostileMessages(t *testing.T) {
 		a.F = nil
 	})
 	checkAndDiagnose(t, writeFile(t, t.TempDir(), "c.npz", craft(t, ints)), `"out" has dtype <i8, want a floating-point array`)
+}
+
+// A verdict with an infinite gap (a different number of selected tokens)
+// or an overflowing difference is still valid JSON.
+func TestHostileJSONInfinity(t *testing.T) {
+	dir := absCorpus(t)
+	ms := caseMembers(t, func(m map[string]*golden.Array) {
+		s := m["selected"]
+		wider := make([]int64, 0, len(s.I)+s.Shape[0])
+		for b := range s.Shape[0] {
+			row := s.I[b*s.Shape[1] : (b+1)*s.Shape[1]]
+			wider = append(append(wider, row...), -1)
+		}
+		s.I, s.Shape = wider, []int{s.Shape[0], s.Shape[1] + 1}
+		wider[0] = 7 - wider[0]
+		m["out"].F[0] = math.MaxFloat64
+		m["weights"].F[0] = -math.MaxFloat64
+	})
+	cand := writeFile(t, t.TempDir(), "c.npz", craft(t, ms))
+	code, out, errOut := runBin(t, "check", "--dir", dir, "--candidate", cand, "--json", "layer-paper")
+	var v []map[string]any
+	if code != 1 || json.Unmarshal([]byte(out), &v) != nil || !strings.Contains(out, `"inf"`) {
+		t.Errorf("exit %d, want 1 with valid JSON holding \"inf\"\n%s%s", code, out, errOut)
+	}
 }
