@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -30,6 +30,9 @@ import (
 var modrefBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("MODREF_LIMITED_LAUNCH") != "" {
+		launchLimited()
+	}
 	dir, err := os.MkdirTemp("", "modref-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -572,4 +575,99 @@ func TestHostileJSONInfinity(t *testing.T) {
 	if code != 1 || json.Unmarshal([]byte(out), &v) != nil || !strings.Contains(out, `"inf"`) {
 		t.Errorf("exit %d, want 1 with valid JSON holding \"inf\"\n%s%s", code, out, errOut)
 	}
+}
+
+// maxRSSBytes is the peak resident memory modref check may reach on the
+// worst crafted candidates. Measured here: 5–6 MB on each of them, 11 MB
+// for modref's own check of the whole corpus; the reader's bounds
+// (docs/golden-format.md) keep a hostile file far below this figure.
+const maxRSSBytes = 32 << 20
+
+// TestHostileMemoryBound runs check on the worst crafted candidates in a
+// child process whose address space is capped (setrlimit RLIMIT_AS, 2 GiB:
+// an allocation the size the files declare fails, and the child dies), and
+// asserts the exit status and that the peak RSS (getrusage's maxrss) stays
+// under maxRSSBytes. The child is started by a fresh launcher process (this
+// test binary, see launchLimited): Linux carries the maximum RSS across
+// fork and exec, so a child of the test process itself would report the
+// test's own memory.
+func TestHostileMemoryBound(t *testing.T) {
+	dir := absCorpus(t)
+	cands := t.TempDir()
+	var huge, hugeExtra []member
+	for _, m := range caseMembers(t, nil) {
+		huge = append(huge, member{name: m.name, data: npyBytes("<f8", []int{1 << 27}, nil)})
+	}
+	hugeExtra = caseMembers(t, nil)
+	for i := range 40 {
+		hugeExtra = append(hugeExtra, member{name: fmt.Sprintf("extra%d.npy", i), data: npyBytes("<f8", []int{1 << 27}, nil)})
+	}
+	bomb := append(caseMembers(t, nil), member{name: "bomb.npy", data: npyBytes("<f8", []int{7 << 20}, make([]byte, 56<<20)), deflate: true})
+	judgedBomb := caseMembers(t, nil)
+	for i := range judgedBomb {
+		if judgedBomb[i].name == "out.npy" {
+			judgedBomb[i] = member{name: "out.npy", data: npyBytes("<f8", []int{2, 8, 8}, make([]byte, 256<<20)), deflate: true}
+		}
+	}
+	many := make([]member, 200000)
+	for i := range many {
+		many[i] = member{name: fmt.Sprintf("m%d.npy", i)}
+	}
+	for _, c := range []struct {
+		name string
+		ms   []member
+		code int
+	}{
+		{"judged-1gib-each.npz", huge, 2},
+		{"unjudged-1gib-each.npz", hugeExtra, 0},
+		{"unjudged-bomb.npz", bomb, 0},
+		{"judged-bomb.npz", judgedBomb, 2},
+		{"many-members.npz", many, 2},
+	} {
+		p := writeFile(t, cands, c.name, craft(t, c.ms))
+		cmd := exec.Command(os.Args[0], "-test.run=^$", "--", modrefBin, "check", "--dir", dir, "--candidate", p, "layer-paper")
+		cmd.Env = append(os.Environ(), "MODREF_LIMITED_LAUNCH=1")
+		cmd.Dir = t.TempDir()
+		out, err := cmd.CombinedOutput()
+		var code int
+		var rss int64
+		if _, serr := fmt.Sscanf(string(out[bytes.LastIndex(out, []byte("\nlaunched:"))+1:]), "launched: exit %d, maxrss %d", &code, &rss); err != nil || serr != nil {
+			t.Fatalf("%s: launcher: %v %v\n%s", c.name, err, serr, out)
+		}
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s", c.name, code, c.code, out)
+		}
+		t.Logf("%s: exit %d, peak RSS %.1f MB", c.name, code, float64(rss)/1e6)
+		if rss > maxRSSBytes {
+			t.Errorf("%s: peak RSS %d MB, over the bound of %d MB", c.name, rss>>20, maxRSSBytes>>20)
+		}
+	}
+}
+
+// launchLimited is the launcher of TestHostileMemoryBound: it caps the
+// address space of itself and its children at 2 GiB, runs the command
+// after "--", and prints its exit status and peak RSS in bytes.
+func launchLimited() {
+	args := os.Args
+	for len(args) > 0 && args[0] != "--" {
+		args = args[1:]
+	}
+	if len(args) < 2 {
+		fmt.Println("launched: no command")
+		os.Exit(1)
+	}
+	lim := &syscall.Rlimit{Cur: 2 << 30, Max: 2 << 30}
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, lim); err != nil {
+		fmt.Println("setrlimit:", err)
+		os.Exit(1)
+	}
+	cmd := exec.Command(args[1], args[2:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	cmd.Run()
+	if cmd.ProcessState == nil {
+		fmt.Println("launched: did not start")
+		os.Exit(1)
+	}
+	fmt.Printf("\nlaunched: exit %d, maxrss %d\n", cmd.ProcessState.ExitCode(), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss*1024)
+	os.Exit(0)
 }
