@@ -61,8 +61,16 @@ func Load(dir, name string) (*Case, error) {
 		return nil, fmt.Errorf("%s: name is %q, want %q as in the file name", mpath, m.Name, name)
 	}
 	plan := &readPlan{arrays: make(map[string]int), refuseOthers: true, what: filepath.Base(mpath)}
+	total := 0
 	for _, info := range m.Arrays {
-		plan.arrays[info.Name] = size(info.Shape)
+		n := 1
+		for _, d := range info.Shape {
+			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
+		}
+		if total += n; n > maxCaseElements || total > maxCaseElements {
+			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", mpath, ErrTooLarge, maxCaseElements)
+		}
+		plan.arrays[info.Name] = n
 	}
 	arrays, err := readNPZFile(apath, plan)
 	if err != nil {
@@ -94,6 +102,11 @@ func Load(dir, name string) (*Case, error) {
 	}
 	return c, nil
 }
+
+// maxCaseElements bounds the values of all arrays a manifest lists, and so
+// the memory a corpus case (which -dir may point anywhere) makes Load
+// allocate: 32 MiB of float64. The largest case holds under 10,000.
+const maxCaseElements = 1 << 22
 
 // ErrManifestArrays marks a manifest whose configuration disagrees with its
 // arrays.

@@ -671,3 +671,18 @@ func launchLimited() {
 	fmt.Printf("\nlaunched: exit %d, maxrss %d\n", cmd.ProcessState.ExitCode(), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss*1024)
 	os.Exit(0)
 }
+
+// A corpus manifest listing arrays too large to allocate (the product of
+// its dimensions overflowing int, too) is refused before its .npz is read.
+func TestHostileManifestSizes(t *testing.T) {
+	for _, shape := range []string{"[1073741824]", "[4294967296, 4294967296]", "[3037000500, 3037000500]"} {
+		dir := copyCase(t, "layer-paper")
+		p := filepath.Join(dir, "layer-paper.json")
+		raw, _ := os.ReadFile(p)
+		at := strings.Index(string(raw), `"name": "input.x"`)
+		sh := strings.Index(string(raw)[at:], `"shape": [`) + at + len(`"shape": `)
+		end := strings.Index(string(raw)[sh:], "]") + sh + 1
+		writeFile(t, dir, "layer-paper.json", []byte(string(raw[:sh])+shape+string(raw[end:])))
+		expectRefused(t, []string{"check", "--dir", dir, "layer-paper"}, []string{"layer-paper.json", "too large", "4194304 values"}, dir)
+	}
+}
