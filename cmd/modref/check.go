@@ -31,7 +31,11 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
 if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own float32 implementation (mod/) against the corpus.
+own float32 implementation (mod/) against the corpus; an empty --candidate ""
+is a usage error. Candidates are read as untrusted input: regular files only,
+sizes bounded by the case, every CRC-32 and data length verified
+(docs/golden-format.md). The table (or JSON) is printed before the --junit
+report, which is written atomically and never over an input.
 
 Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
 

@@ -1,9 +1,14 @@
 package atomicfile
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func entries(t *testing.T, dir string) []string {
@@ -74,4 +79,59 @@ func TestReplaceDir(t *testing.T) {
 	if names := entries(t, parent); len(names) != 1 {
 		t.Errorf("beside the directory: %v, want only c", names)
 	}
+}
+
+// TestSignalRemovesTemporaries: a process terminated while it fills a
+// replacement directory and writes a file leaves neither temporary behind,
+// and the old contents whole. The child is this test binary (see
+// TestMain).
+func TestSignalRemovesTemporaries(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "c")
+	os.Mkdir(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "old"), []byte("old"), 0o644)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ATOMICFILE_CHILD="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child said %q", line)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("child exit %d, want %d", code, 128+int(syscall.SIGTERM))
+	}
+	if names := entries(t, parent); len(names) != 2 {
+		t.Errorf("beside the directory after SIGTERM: %v, want c and r.xml only", names)
+	}
+	if names := entries(t, dir); len(names) != 1 || names[0] != "old" {
+		t.Errorf("directory after SIGTERM: %v, want [old]", names)
+	}
+}
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("ATOMICFILE_CHILD"); dir != "" {
+		HandleSignals()
+		ReplaceDir(dir, func(tmp string) error {
+			os.WriteFile(filepath.Join(tmp, "new"), nil, 0o644)
+			// A file being written at the same moment, held open.
+			tmpFile := tempName(filepath.Join(filepath.Dir(dir), "r.xml"))
+			pending.Store(tmpFile, true)
+			os.WriteFile(tmpFile, []byte("partial"), 0o644)
+			os.WriteFile(filepath.Join(filepath.Dir(dir), "r.xml"), []byte("old report"), 0o644)
+			fmt.Println("ready")
+			time.Sleep(time.Minute)
+			return nil
+		})
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }
