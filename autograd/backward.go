@@ -30,6 +30,9 @@ const (
 	opMaskedFill
 	opCrossEntropy
 	opBCEWithLogits
+	opStandardize
+	opCausalAttention
+	opRotateHalf
 )
 
 // backward adds the gradient of one recorded operation into its operands.
@@ -57,6 +60,12 @@ func (tp *Tape) backward(nd *node) {
 		tp.backwardCrossEntropy(nd)
 	case opBCEWithLogits:
 		tp.backwardBCE(nd)
+	case opStandardize:
+		tp.backwardStandardize(nd)
+	case opCausalAttention:
+		tp.backwardCausalAttention(nd)
+	case opRotateHalf:
+		tp.backwardRotateHalf(nd)
 	default:
 		panic("autograd: no backward for opcode")
 	}

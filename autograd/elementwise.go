@@ -80,7 +80,7 @@ func (tp *Tape) binary(op opcode, name string, a, b *Tensor) *Tensor {
 		}
 	}
 	if out.Grad != nil {
-		tp.push(op, out, a, b).n = int(bc)
+		tp.push(op, out, a, b).arg = int(bc)
 	}
 	return out
 }
@@ -88,7 +88,7 @@ func (tp *Tape) binary(op opcode, name string, a, b *Tensor) *Tensor {
 // backwardBinary differentiates Add, Sub and Mul.
 func (tp *Tape) backwardBinary(nd *node) {
 	a, b, g := nd.a, nd.b, nd.out.Grad
-	bc := broadcast(nd.n)
+	bc := broadcast(nd.arg)
 	cols := a.Cols
 	if a.Grad != nil {
 		if nd.op != opMul {
@@ -150,7 +150,7 @@ func (tp *Tape) Scale(a *Tensor, s float32) *Tensor {
 	out := tp.alloc(a.Rows, a.Cols, needsGrad(a))
 	vek32.MulNumber_Into(out.Data, a.Data, s)
 	if out.Grad != nil {
-		tp.push(opScale, out, a, nil).s = s
+		tp.push(opScale, out, a, nil).scale = s
 	}
 	return out
 }
@@ -184,13 +184,19 @@ func (tp *Tape) Sigmoid(a *Tensor) *Tensor { return tp.unary(opSigmoid, a) }
 func (tp *Tape) SiLU(a *Tensor) *Tensor { return tp.unary(opSiLU, a) }
 
 // GELU returns the erf form of the Gaussian error linear unit,
-// x·Φ(x) = x/2·(1 + erf(x/√2)), elementwise.
+// x·Φ(x) = x/2·(1 + erf(x/√2)), elementwise. Unlike the other pointwise
+// functions it is evaluated in float32 (gelu.go), within a few float32
+// roundings of the float64 value.
 func (tp *Tape) GELU(a *Tensor) *Tensor { return tp.unary(opGELU, a) }
 
 func (tp *Tape) unary(op opcode, a *Tensor) *Tensor {
 	out := tp.alloc(a.Rows, a.Cols, needsGrad(a))
-	for i, x := range a.Data {
-		out.Data[i] = float32(unaryForward(op, float64(x)))
+	if op == opGELU {
+		geluForward(out.Data, a.Data)
+	} else {
+		for i, x := range a.Data {
+			out.Data[i] = float32(unaryForward(op, float64(x)))
+		}
 	}
 	if out.Grad != nil {
 		tp.push(op, out, a, nil)
@@ -221,8 +227,6 @@ func unaryForward(op opcode, x float64) float64 {
 		return sigmoid(x)
 	case opSiLU:
 		return x * sigmoid(x)
-	case opGELU:
-		return 0.5 * x * (1 + math.Erf(x/math.Sqrt2))
 	}
 	panic("autograd: unaryForward of a non-unary op")
 }
@@ -243,8 +247,6 @@ func unaryDerivative(op opcode, x, y float64) float64 {
 	case opSiLU:
 		s := sigmoid(x)
 		return s * (1 + float64(x*(1-s)))
-	case opGELU:
-		return float64(0.5*(1+math.Erf(x/math.Sqrt2))) + float64(x*math.Exp(-0.5*x*x))/math.Sqrt(2*math.Pi)
 	}
 	panic("autograd: unaryDerivative of a non-unary op")
 }
@@ -260,8 +262,10 @@ func (tp *Tape) backwardUnary(nd *node) {
 		vek32.Add_Inplace(a.Grad, g)
 	case opScale:
 		for i, v := range g {
-			a.Grad[i] += float32(nd.s * v)
+			a.Grad[i] += float32(nd.scale * v)
 		}
+	case opGELU:
+		geluBackward(a.Grad, g, a.Data)
 	default:
 		y := nd.out.Data
 		for i, x := range a.Data {

@@ -186,7 +186,7 @@ func TestShapePanics(t *testing.T) {
 
 // TestStopGradient checks that no gradient crosses StopGradient while the
 // value does, and that the straight-through weight w = g + sg(m·g − g) of
-// SPEC.md section 7 has derivative exactly 1 with respect to g.
+// docs/spec.md §7 has derivative exactly 1 with respect to g.
 func TestStopGradient(t *testing.T) {
 	var tp Tape
 	g := NewParam(4, 1, []float32{0.5, -1.25, 2, 3})
@@ -201,6 +201,22 @@ func TestStopGradient(t *testing.T) {
 	for i, d := range g.Grad {
 		if d != 1 {
 			t.Errorf("∂w[%d]/∂g[%d] = %v, want 1 for selected and unselected tokens alike", i, i, d)
+		}
+	}
+}
+
+func TestZerosIsReusedAndCleared(t *testing.T) {
+	var tp Tape
+	z := tp.Zeros(2, 3)
+	z.Data[4] = 7
+	tp.Reset()
+	z2 := tp.Zeros(2, 3)
+	if z2 != z || z2.Grad != nil {
+		t.Fatalf("Zeros after Reset: got a new tensor (%v) or a gradient (%v); want the same constant reused", z2 != z, z2.Grad != nil)
+	}
+	for i, v := range z2.Data {
+		if v != 0 {
+			t.Fatalf("Zeros after Reset: element %d is %v, want 0", i, v)
 		}
 	}
 }

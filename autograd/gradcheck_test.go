@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -271,6 +272,38 @@ func softmaxCase(log bool) opGen {
 	}
 }
 
+// standardizeCase draws rows for Standardize, with an eps from 0 to 1.
+func standardizeCase(t *rapid.T) opCase {
+	r, c := dims(t, "rows"), dims(t, "cols")
+	eps := rapid.SampledFrom([]float64{0, 1e-5, 1}).Draw(t, "eps")
+	if c == 1 && eps == 0 {
+		eps = 1e-5 // a one-element row has σ² = 0
+	}
+	return opCase{
+		shapes: [][2]int{{r, c}}, lo: 0.1, hi: magnitude(t, 1e3),
+		f32: func(tp *Tape, in []*Tensor) *Tensor { return tp.Standardize(in[0], eps) },
+		f64: func(in []m64) m64 {
+			a := in[0]
+			out := newM64(a.r, a.c)
+			for i := 0; i < a.r; i++ {
+				x := a.d[i*a.c : (i+1)*a.c]
+				var mu, ss float64
+				for _, v := range x {
+					mu += v
+				}
+				mu /= float64(a.c)
+				for _, v := range x {
+					ss += (v - mu) * (v - mu)
+				}
+				for j, v := range x {
+					out.d[i*a.c+j] = (v - mu) / math.Sqrt(ss/float64(a.c)+eps)
+				}
+			}
+			return out
+		},
+	}
+}
+
 func gatherCase(t *rapid.T) opCase {
 	r, c := dims(t, "rows"), dims(t, "cols")
 	idx := rapid.SliceOfN(rapid.IntRange(0, r-1), 1, 2*r).Draw(t, "idx")
@@ -535,6 +568,7 @@ var opCases = map[string]opGen{
 	"MaskedFill":  maskedSoftmaxCase,
 	"CrossEnt":    crossEntropyCase,
 	"BCE":         bceCase,
+	"Standardize": standardizeCase,
 }
 
 // draw fills a tensor of the given shape with float32 values of magnitude in
@@ -707,11 +741,16 @@ func TestGradients(t *testing.T) {
 	}
 }
 
+// measure turns on the measurement tests: go test ./autograd -measure.
+var measure = flag.Bool("measure", false, "run TestMeasureOpErrors, which prints the errors behind forwardTol and gradTol")
+
 // TestMeasureOpErrors prints the worst errors seen per operation, the
-// measurement behind forwardTol and gradTol. It runs with -v -run Measure.
+// measurement behind forwardTol and gradTol (docs/tolerances.md). It runs
+// with -measure (and -v to see its output from a package list):
+// go test ./autograd -run TestMeasureOpErrors -measure -v.
 func TestMeasureOpErrors(t *testing.T) {
-	if !testing.Verbose() {
-		t.Skip("a measurement, not a check: requires -v (go test ./autograd -run TestMeasureOpErrors -v)")
+	if !*measure {
+		t.Skip("a measurement, not a check: run with -measure (go test ./autograd -run TestMeasureOpErrors -measure -v)")
 	}
 	for name, gen := range opCases {
 		var worstF, worstG float64

@@ -97,7 +97,7 @@ func (tp *Tape) SliceRows(a *Tensor, r0, r1 int) *Tensor {
 }
 
 // StopGradient returns a tensor with a's values through which no gradient
-// flows: sg(a) in SPEC.md. It shares a's memory.
+// flows: sg(a) in docs/spec.md. It shares a's memory.
 func (tp *Tape) StopGradient(a *Tensor) *Tensor { return tp.view(a.Rows, a.Cols, a.Data, nil) }
 
 // SliceCols returns columns [c0, c1) of a as a new tensor.
@@ -111,7 +111,7 @@ func (tp *Tape) SliceCols(a *Tensor, c0, c1 int) *Tensor {
 		copy(out.Data[i*w:(i+1)*w], a.Data[i*a.Cols+c0:i*a.Cols+c1])
 	}
 	if out.Grad != nil {
-		tp.push(opSliceCols, out, a, nil).n = c0
+		tp.push(opSliceCols, out, a, nil).arg = c0
 	}
 	return out
 }
@@ -170,7 +170,7 @@ func (tp *Tape) backwardSliceConcat(nd *node) {
 			return
 		}
 		for i := 0; i < a.Rows; i++ {
-			vek32.Add_Inplace(a.Grad[i*a.Cols+nd.n:i*a.Cols+nd.n+out.Cols], g[i*out.Cols:(i+1)*out.Cols])
+			vek32.Add_Inplace(a.Grad[i*a.Cols+nd.arg:i*a.Cols+nd.arg+out.Cols], g[i*out.Cols:(i+1)*out.Cols])
 		}
 	case opConcatRows:
 		off := 0
@@ -203,7 +203,7 @@ func (tp *Tape) SplitHeads(a *Tensor, h int) *Tensor {
 	out := tp.alloc(h*a.Rows, a.Cols/h, needsGrad(a))
 	permute(out.Data, a.Data, a.Rows, h, a.Cols/h, true, false)
 	if out.Grad != nil {
-		tp.push(opSplitHeads, out, a, nil).n = h
+		tp.push(opSplitHeads, out, a, nil).arg = h
 	}
 	return out
 }
@@ -218,7 +218,7 @@ func (tp *Tape) MergeHeads(a *Tensor, h int) *Tensor {
 	out := tp.alloc(t, h*a.Cols, needsGrad(a))
 	permute(out.Data, a.Data, t, h, a.Cols, false, false)
 	if out.Grad != nil {
-		tp.push(opMergeHeads, out, a, nil).n = h
+		tp.push(opMergeHeads, out, a, nil).arg = h
 	}
 	return out
 }
@@ -249,7 +249,7 @@ func (tp *Tape) backwardHeads(nd *node) {
 	if a.Grad == nil {
 		return
 	}
-	h := nd.n
+	h := nd.arg
 	if nd.op == opSplitHeads {
 		// out is (h·T)×dₕ; send its gradient back to the wide layout.
 		permute(a.Grad, nd.out.Grad, a.Rows, h, a.Cols/h, false, true)

@@ -32,7 +32,7 @@ func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
 		m, s := rowExpSum(x, e)
 		l := m + math.Log(s)
 		// The row's log-sum-exp, kept in float64 for the backward pass.
-		nd.vals = append(nd.vals, l)
+		nd.saved = append(nd.saved, l)
 		sum += l - float64(x[c])
 		count++
 	}
@@ -60,7 +60,7 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 	}
 	// ∂/∂x_j = (softmax(x)_j - 1[j = target]) · g / count
 	scale := float64(nd.out.Grad[0]) / float64(nd.count)
-	lse := nd.vals
+	lse := nd.saved
 	for i, c := range nd.idx {
 		if c == IgnoreIndex {
 			continue
@@ -80,7 +80,7 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 }
 
 // BCEWithLogits returns the mean binary cross-entropy of logits x against
-// targets t, in the stable form of SPEC.md section 8,
+// targets t, in the stable form of docs/spec.md §8,
 //
 //	max(x, 0) - x·t + log(1 + exp(-|x|)),
 //

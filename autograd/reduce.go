@@ -51,7 +51,7 @@ func (tp *Tape) reduce(name string, a *Tensor, axis int, scale float64) *Tensor 
 	}
 	if out.Grad != nil {
 		nd := tp.push(opReduce, out, a, nil)
-		nd.n, nd.s = axis, float32(scale)
+		nd.arg, nd.scale = axis, float32(scale)
 	}
 	return out
 }
@@ -75,7 +75,7 @@ func (tp *Tape) backwardReduce(nd *node) {
 	for i := 0; i < a.Rows; i++ {
 		row := a.Grad[i*a.Cols : (i+1)*a.Cols]
 		for j := range row {
-			row[j] += float32(nd.s * g[reduceIndex(nd.n, i, j)])
+			row[j] += float32(nd.scale * g[reduceIndex(nd.arg, i, j)])
 		}
 	}
 }

@@ -36,9 +36,13 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 
 // rowExpSum sets e_j = exp(x_j - max x) and returns max x and Σ e_j.
 func rowExpSum(x []float32, e []float64) (m, sum float64) {
+	// A NaN is never the maximum here, unlike with math.Max, but it makes
+	// its exponential and so the sum NaN all the same.
 	m = math.Inf(-1)
 	for _, v := range x {
-		m = math.Max(m, float64(v))
+		if f := float64(v); f > m {
+			m = f
+		}
 	}
 	for j, v := range x {
 		e[j] = math.Exp(float64(v) - m)

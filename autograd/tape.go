@@ -15,6 +15,8 @@ type Tape struct {
 	// scratch and scratch64 are work buffers for backward passes.
 	scratch   []float32
 	scratch64 []float64
+	// heads is CausalAttention's work shared among goroutines.
+	heads *headWork
 }
 
 // opcode names a recorded operation; node.backward dispatches on it.
@@ -27,13 +29,13 @@ type node struct {
 	op     opcode
 	out    *Tensor
 	a, b   *Tensor
-	s      float32 // a scalar argument
-	n      int     // an integer argument
+	scale  float32 // Scale's factor; a reduction's (1 for a sum, 1/count for a mean)
+	arg    int     // the integer argument: broadcast mode, first column, heads or axis
 	idx    []int
 	mask   []bool
 	target []float32
 	list   []*Tensor
-	vals   []float64 // intermediates the backward pass reuses
+	saved  []float64 // intermediates the backward pass reuses (a loss's log-sum-exp per row)
 	count  int       // number of terms a mean divides by
 }
 
@@ -103,7 +105,7 @@ func (tp *Tape) push(op opcode, out, a, b *Tensor) *node {
 	nd := &tp.nodes[len(tp.nodes)-1]
 	*nd = node{
 		op: op, out: out, a: a, b: b,
-		idx: nd.idx[:0], mask: nd.mask[:0], target: nd.target[:0], list: nd.list[:0], vals: nd.vals[:0],
+		idx: nd.idx[:0], mask: nd.mask[:0], target: nd.target[:0], list: nd.list[:0], saved: nd.saved[:0],
 	}
 	return nd
 }
@@ -167,4 +169,16 @@ func (tp *Tape) f64(n int) []float64 {
 	tp.scratch64 = tp.scratch64[:n]
 	clear(tp.scratch64)
 	return tp.scratch64
+}
+
+// Zeros returns a tape-owned rows×cols constant of zeros (no gradient), to be
+// reused by the next forward pass after Reset like every tensor the tape
+// hands out.
+func (tp *Tape) Zeros(rows, cols int) *Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("autograd.Zeros: shape %dx%d", rows, cols))
+	}
+	t := tp.alloc(rows, cols, false)
+	clear(t.Data)
+	return t
 }

@@ -1,16 +1,21 @@
 """Time a training step of a Mixture-of-Depths language model in PyTorch on CPU.
 
-Usage: /usr/bin/python3 bench/torch_lm.py [--threads N] [--sizes small,medium,large] [--steps N]
+Usage: /usr/bin/python3 bench/torch_lm.py [--threads N] [--sizes small,medium,large] [--variants dense,...] [--steps N]
 
 The PyTorch side of docs/performance.md's language-model table: the model
 modref's mod/ benchmarks, written the way a PyTorch user would (float32,
 batched top-k, gather and scatter_add, RoPE at the original positions,
 causal attention among the selected tokens), so that the two are timed on the
 same machine and thread count. Per size it prints the median wall time of a
-forward and backward pass of the loss for the dense model, MoD on every other
-layer at capacity 12.5%, and MoD on all layers at 12.5%.
+forward and backward pass of the loss (after 2 warm-up steps) for the dense
+model, MoD on every other layer at capacity 12.5%, and MoD on all layers at
+12.5% (or only the
+variants named by --variants: dense, mod-every-other-12.5, mod-all-12.5).
+The header line names the OpenBLAS kernel set that runs (openblas_get_corename).
+bench/paired.py runs it pair by pair with modref's Go benchmark.
 """
 
+import ctypes
 import math
 import sys
 import time
@@ -118,14 +123,32 @@ def time_step(model, tokens, targets, steps):
     return times[len(times) // 2]
 
 
+VARIANTS = (("dense", lambda l: False), ("mod-every-other-12.5", lambda l: l % 2 == 0),
+            ("mod-all-12.5", lambda l: True))
+
+
+def openblas_core():
+    """The kernel set of the OpenBLAS loaded into this process, or "none"."""
+    with open("/proc/self/maps") as f:
+        libs = sorted({l.split()[-1] for l in f if "libopenblas" in l})
+    if not libs:
+        return "none"
+    lib = ctypes.CDLL(libs[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return "%s (%s)" % (lib.openblas_get_corename().decode(), libs[0])
+
+
 def main(argv):
     threads, names, steps = 2, ["small", "medium", "large"], 5
+    variants = [v for v, _ in VARIANTS]
     it = iter(argv)
     for a in it:
         if a == "--threads":
             threads = int(next(it))
         elif a == "--sizes":
             names = next(it).split(",")
+        elif a == "--variants":
+            variants = next(it).split(",")
         elif a == "--steps":
             steps = int(next(it))
         else:
@@ -133,16 +156,16 @@ def main(argv):
             return 2
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    print("torch %s, %d threads, %s" % (torch.__version__, torch.get_num_threads(),
-                                         torch.__config__.parallel_info().splitlines()[0]))
+    print("torch %s, %d threads, OpenBLAS core %s" % (torch.__version__, torch.get_num_threads(), openblas_core()))
     for name in names:
         d, heads, S, B, L = SIZES[name]
         tokens = torch.randint(0, VOCAB, (B, S))
         targets = torch.randint(0, VOCAB, (B, S))
-        for variant, routed in (("dense", lambda l: False), ("mod-every-other-12.5%", lambda l: l % 2 == 0),
-                                ("mod-all-12.5%", lambda l: True)):
+        for variant, routed in VARIANTS:
+            if variant not in variants:
+                continue
             model = LM(d, heads, L, routed)
-            t = time_step(model, tokens, targets, steps if name != "large" else max(2, steps // 2))
+            t = time_step(model, tokens, targets, steps)
             print("%-7s %-22s %10.2f ms/step" % (name, variant, 1e3 * t))
             sys.stdout.flush()
     return 0

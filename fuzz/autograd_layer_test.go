@@ -10,9 +10,10 @@ import (
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// agLayer is a routed layer (SPEC.md sections 2, 5, 6: linear router,
+// agLayer is a routed layer (docs/spec.md §2, §5, §6: linear router,
 // gather compute, raw/sigmoid/softmax/none weighting) written with autograd
 // and nn ops, the way a float32 implementation builds one, and evaluated at
 // ref's frozen selection:
@@ -25,12 +26,12 @@ type agLayer struct {
 	block *nn.Block
 	x, w  *autograd.Tensor // (B·S)×d input, d×1 router
 	// detachWeight puts sg() around g: the deviation "router gets no
-	// gradient from the LM loss" (SPEC.md section 11), same forward values.
+	// gradient from the LM loss" (docs/spec.md §11), same forward values.
 	detachWeight bool
 }
 
 // agForward records the layer on tp and returns out, (B·S)×d.
-func (l *agLayer) forward(tp *autograd.Tape, wt ref.Weighting, sel ref.Selection) *autograd.Tensor {
+func (l *agLayer) forward(tp *autograd.Tape, wt spec.Weighting, sel ref.Selection) *autograd.Tensor {
 	s := sel.S
 	r := tp.MatMul(l.x, l.w)
 	var idx []int
@@ -48,11 +49,11 @@ func (l *agLayer) forward(tp *autograd.Tape, wt ref.Weighting, sel ref.Selection
 		pos = append(pos, rowSel)
 		rb := tp.GatherRows(r, rowIdx)
 		switch wt {
-		case ref.WeightSigmoid:
+		case spec.WeightSigmoid:
 			rb = tp.Sigmoid(rb)
-		case ref.WeightSoftmax:
+		case spec.WeightSoftmax:
 			rb = tp.Reshape(tp.Softmax(tp.Reshape(rb, 1, len(rowSel))), len(rowSel), 1)
-		case ref.WeightNone:
+		case spec.WeightNone:
 			ones := make([]float32, len(rowSel))
 			for j := range ones {
 				ones[j] = 1
@@ -123,7 +124,7 @@ func autogradPropWith(detach bool) func(failer, Source) {
 		if src.Int(0, 2, "swiglu") == 0 {
 			act = nn.ActSwiGLU
 		}
-		wt := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightSoftmax, ref.WeightNone}[src.Int(0, 3, "weighting")]
+		wt := []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightSoftmax, spec.WeightNone}[src.Int(0, 3, "weighting")]
 		rng := ref.NewRand(src.Uint64("seed"))
 		block, err := nn.NewBlock(nn.BlockConfig{D: d, Heads: heads, DFF: dff, Norm: norm, Act: act}, rng)
 		if err != nil {
@@ -146,14 +147,14 @@ func autogradPropWith(detach bool) func(failer, Source) {
 		}
 
 		// The same layer in ref, from the same (float32) values.
-		blk := ref.DefaultBlockConfig(d, heads, dff)
+		blk := spec.DefaultBlockConfig(d, heads, dff)
 		if norm == nn.NormLayer {
-			blk.Norm, blk.NormEps = ref.NormLayer, 1e-5 // nn's LayerNorm eps
+			blk.Norm, blk.NormEps = spec.NormLayer, 1e-5 // nn's LayerNorm eps
 		}
 		if act == nn.ActSwiGLU {
-			blk.MLP = ref.ActSwiGLU
+			blk.MLP = spec.ActSwiGLU
 		}
-		cfg := ref.DefaultConfig(blk, []float64{0.25, 0.5, 0.75, 1}[src.Int(0, 3, "c")])
+		cfg := spec.DefaultConfig(blk, []float64{0.25, 0.5, 0.75, 1}[src.Int(0, 3, "c")])
 		cfg.Weighting = wt
 		ps := block.Params()
 		next := func() *autograd.Tensor { p := ps[0]; ps = ps[1:]; return p }
@@ -238,7 +239,7 @@ func autogradPropWith(detach bool) func(failer, Source) {
 }
 
 // lossOf is Σ U ⊙ out of ref's frozen layer.
-func lossOf(cfg ref.Config, lp *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen, up []*mat.Dense) func() (float64, error) {
+func lossOf(cfg spec.Config, lp *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen, up []*mat.Dense) func() (float64, error) {
 	return func() (float64, error) {
 		r, err := ref.LayerForwardFrozen(cfg, lp, in, fz)
 		if err != nil {

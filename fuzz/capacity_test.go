@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // badRatios are capacity ratios every rule must reject.
@@ -12,7 +13,7 @@ var badRatios = []float64{0, -0.5, 1.0000001, 2, math.NaN(), math.Inf(1), math.I
 
 var capCount struct{ exact, logNonMonotoneS, rejected int }
 
-// capacityProp is SPEC.md section 3: k within [1, S]; the ratio rule
+// capacityProp is docs/spec.md §3: k within [1, S]; the ratio rule
 // monotone in c and S, the log rule monotone in c; the float-robust floor
 // (c = m/100 gives k = m·S/100 exactly when 100 divides m·S); integer
 // capacity exact or an error; invalid ratios rejected.
@@ -79,12 +80,12 @@ func capacityProp(t failer, src Source) {
 	}
 	vb := src.Int(0, s, "V_b")
 	if capTokens >= 1 && capTokens <= s {
-		kb, err := ref.Capacity{Kind: ref.CapacityInteger, Tokens: capTokens}.TokensFor(vb, s)
+		kb, err := ref.TokensFor(spec.Capacity{Kind: spec.CapacityInteger, Tokens: capTokens}, vb, s)
 		if err != nil || kb != min(capTokens, vb) {
 			t.Fatalf("integer capacity C=%d with V_b=%d, S=%d: k = %d, %v; want min(C, V_b) = %d", capTokens, vb, s, kb, err, min(capTokens, vb))
 		}
 	}
-	kr, err := ref.Capacity{Kind: ref.CapacityRatio, Ratio: c1}.TokensFor(vb, s)
+	kr, err := ref.TokensFor(spec.Capacity{Kind: spec.CapacityRatio, Ratio: c1}, vb, s)
 	if err != nil || (vb == 0 && kr != 0) || (vb > 0 && (kr < 1 || kr > vb)) {
 		t.Fatalf("ratio capacity c=%v with V_b=%d: k = %d, %v; want 0 for V_b = 0, else in [1, V_b]", c1, vb, kr, err)
 	}

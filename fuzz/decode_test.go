@@ -7,51 +7,52 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // maxDecodeLen bounds a decoded sequence: each step re-runs the full
 // forward of the prefix, so the cost of a run grows with its square.
 const maxDecodeLen = 10
 
-// genCausalModel draws a small causal-routing model (SPEC.md section 9):
+// genCausalModel draws a small causal-routing model (docs/spec.md §9):
 // 1 to 3 layers in a drawn pattern, router or predictor routing, raw,
 // sigmoid or none weighting, optionally MLP-only, RoPE or learned positions.
-func genCausalModel(src Source) (ref.ModelConfig, *ref.ModelParams, error) {
+func genCausalModel(src Source) (spec.ModelConfig, *ref.ModelParams, error) {
 	blk := genBlock(src)
-	routing := ref.Config{Block: blk, Router: []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm}[src.Int(0, 2, "router")],
+	routing := spec.Config{Block: blk, Router: []spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm}[src.Int(0, 2, "router")],
 		// Ratio or log capacity with S_max >= every prefix: causal routing
 		// ignores the capacity, but ref's full forward still computes the
 		// auxiliary targets under it, and an integer C would reject the
 		// prefixes shorter than C.
-		Capacity:  ref.Capacity{Kind: ref.CapacityRatio, Ratio: src.Pick(ratios, "c")},
-		Weighting: []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone}[src.Int(0, 2, "weighting")],
-		Compute:   ref.ComputeGather, MLPOnly: src.Int(0, 3, "mlp only") == 0,
-		Aux:    ref.AuxNone,
-		Causal: []ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}[src.Int(0, 1, "causal")],
+		Capacity:  spec.Capacity{Kind: spec.CapacityRatio, Ratio: src.Pick(ratios, "c")},
+		Weighting: []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightNone}[src.Int(0, 2, "weighting")],
+		Compute:   spec.ComputeGather, MLPOnly: src.Int(0, 3, "mlp only") == 0,
+		Aux:    spec.AuxNone,
+		Causal: []spec.CausalRouting{spec.CausalRouter, spec.CausalPredictor}[src.Int(0, 1, "causal")],
 	}
 	if src.Int(0, 1, "log capacity") == 1 {
-		routing.Capacity = ref.Capacity{Kind: ref.CapacityLog, Ratio: routing.Capacity.Ratio, MaxLen: maxDecodeLen}
+		routing.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: routing.Capacity.Ratio, MaxLen: maxDecodeLen}
 	}
 	n := src.Int(1, 3, "layers")
-	pattern := []ref.Pattern{
-		{Kind: ref.PatternAll},
-		{Kind: ref.PatternEveryOther},
-		{Kind: ref.PatternDenseEnds, DenseStart: min(1, n-1)},
+	pattern := []spec.Pattern{
+		{Kind: spec.PatternAll},
+		{Kind: spec.PatternEveryOther},
+		{Kind: spec.PatternDenseEnds, DenseStart: min(1, n-1)},
 	}[src.Int(0, 2, "pattern")]
 	maxLen := 0
-	if blk.Positions == ref.PositionLearned {
+	if blk.Positions == spec.PositionLearned {
 		maxLen = src.Int(2, maxDecodeLen, "max len")
 	}
-	mc, err := ref.NewModelConfig(src.Int(2, 12, "vocab"), maxLen, n, routing, pattern, nil)
+	mc, err := spec.NewModelConfig(src.Int(2, 12, "vocab"), maxLen, n, routing, pattern, nil)
 	if err != nil {
-		return ref.ModelConfig{}, nil, err
+		return spec.ModelConfig{}, nil, err
 	}
 	return mc, ref.NewModelParams(mc, src.Uint64("seed")), nil
 }
 
 var decodeCount struct{ steps, routed, skipped, resets, limits, longest int }
 
-// decoderSM is SPEC.md section 9 as a state machine: decoding token by
+// decoderSM is docs/spec.md §9 as a state machine: decoding token by
 // token with per-layer caches equals the full-sequence causal forward of
 // the prefix, bit for bit (logits and per-layer routing), after every
 // appended token and across new sequences.
@@ -128,7 +129,7 @@ func decoderSM(impl Impl) func(*rapid.T) {
 // 30 s of fuzzing its logits and routing never differed in a single bit
 // (mod's own decode test allows 2e-6 of the scale for a matrix kernel
 // that might sum in a shape-dependent order; none does here).
-func compareDecode(impl Impl, mc ref.ModelConfig, mp *ref.ModelParams, tokens []int, steps []*ref.StepResult) error {
+func compareDecode(impl Impl, mc spec.ModelConfig, mp *ref.ModelParams, tokens []int, steps []*ref.StepResult) error {
 	tg := make([]int, len(tokens))
 	for i := range tg {
 		tg[i] = ref.IgnoreTarget
@@ -163,17 +164,17 @@ func compareDecode(impl Impl, mc ref.ModelConfig, mp *ref.ModelParams, tokens []
 	return nil
 }
 
-// routingOffAtInference is the deviation of SPEC.md section 11 "routing
+// routingOffAtInference is the deviation of docs/spec.md §11 "routing
 // disabled at inference": its decoder runs every layer densely.
 var routingOffAtInference = Impl{
 	Name:  "ref decoding with routing disabled",
 	Model: ref.ModelForward,
-	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
-		dense := ref.ModelConfig{Vocab: c.Vocab, MaxLen: c.MaxLen}
+	NewDecoder: func(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+		dense := spec.ModelConfig{Vocab: c.Vocab, MaxLen: c.MaxLen}
 		dp := *p
 		dp.Layers = nil
 		for l, ml := range c.Layers {
-			dense.Layers = append(dense.Layers, ref.ModelLayer{Config: ml.Config})
+			dense.Layers = append(dense.Layers, spec.ModelLayer{Config: ml.Config})
 			dp.Layers = append(dp.Layers, &ref.LayerParams{Block: p.Layers[l].Block})
 		}
 		d, err := ref.NewDecoder(dense, &dp)

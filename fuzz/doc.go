@@ -1,6 +1,6 @@
 // Package fuzz holds the fuzz targets and property tests of modref (issue 6):
-// the routing invariants of Mixture-of-Depths (SPEC.md sections 3, 4, 6, 7,
-// 8 and 9) checked over random small configurations, and the loaders of the
+// the routing invariants of Mixture-of-Depths (docs/spec.md §3, §4, §6, §7,
+// §8 and §9) checked over random small configurations, and the loaders of the
 // golden corpus checked against arbitrary bytes. docs/fuzzing.md lists every
 // invariant, why it holds and which target checks it.
 //
@@ -11,7 +11,11 @@
 // mod/ as an Impl, and run every applicable property on Impls = {Ref, Mod}.
 package fuzz
 
-import "github.com/modref/modref/ref"
+import (
+	"github.com/modref/modref/ref"
+
+	"github.com/modref/modref/spec"
+)
 
 // Impl is one implementation of the routing computations under test. ref/
 // is the first (Ref); another implementation joins by adapting its API to
@@ -27,11 +31,11 @@ type Impl struct {
 	// (skipped tokens equal their input) are about float32 values, and
 	// properties compare its outputs with its own outputs only.
 	Float32 bool
-	// SelectTopK is the top-k selection of SPEC.md section 4 (ref.SelectTopK's
+	// SelectTopK is the top-k selection of docs/spec.md §4 (ref.SelectTopK's
 	// contract: k[b] tokens of row b, ties to the lower position, ascending,
 	// padded positions never chosen, NaN an error naming row and position).
 	SelectTopK func(r [][]float64, k []int, valid []int) (ref.Selection, error)
-	// SelectCausal is the causal routing decision of SPEC.md section 9
+	// SelectCausal is the causal routing decision of docs/spec.md §9
 	// (ref.SelectCausal's contract: the valid positions with score > 0).
 	SelectCausal func(q [][]float64, valid []int) (ref.Selection, error)
 	// Layer is one routed layer with its own routing decision. Properties
@@ -39,17 +43,16 @@ type Impl struct {
 	// PredictorBCE, LoadBalance and AuxLoss (padding), and Frozen where they
 	// replay a decision (Frozen.Selection, Frozen.TopK, Frozen.STEOffset,
 	// Frozen.PredictorInput, as ref.LayerForward fills them).
-	Layer func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
-	// LayerFrozen is the layer with the routing decision taken from fz.
-	// Properties read Out, and PredictorBCE for the predictor's gradient.
-	// nil for an implementation without a frozen-selection forward (mod):
-	// the properties that need it run on the others only.
-	LayerFrozen func(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
+	Layer func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error)
+	// LayerFrozen is the layer with the routing decision and the
+	// stop-gradient constants taken from fz. Properties read Out, and
+	// PredictorBCE for the predictor's gradient.
+	LayerFrozen func(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error)
 	// Model is the full-sequence model forward; properties read Logits and,
 	// per routed layer, Layers[l].Selection.
-	Model func(c ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error)
-	// NewDecoder starts token-by-token decoding (SPEC.md section 9).
-	NewDecoder func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error)
+	Model func(c spec.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error)
+	// NewDecoder starts token-by-token decoding (docs/spec.md §9).
+	NewDecoder func(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error)
 }
 
 // Stepper is a decoder: Step feeds the next token of the sequence. Properties
@@ -66,7 +69,7 @@ var Ref = Impl{
 	Layer:        ref.LayerForward,
 	LayerFrozen:  ref.LayerForwardFrozen,
 	Model:        ref.ModelForward,
-	NewDecoder: func(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+	NewDecoder: func(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error) {
 		d, err := ref.NewDecoder(c, p)
 		if err != nil {
 			return nil, err

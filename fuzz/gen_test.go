@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // layerOpts restricts the layer configurations genLayer draws.
@@ -23,7 +24,7 @@ type layerOpts struct {
 
 // layerCase is one drawn routed layer: configuration, parameters, inputs.
 type layerCase struct {
-	cfg  ref.Config
+	cfg  spec.Config
 	p    *ref.LayerParams
 	in   ref.LayerInputs
 	rng  *rand.Rand
@@ -37,34 +38,38 @@ func (c *layerCase) String() string {
 }
 
 var (
-	routers = []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}
+	routers = []spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm, spec.RouterRandom}
 	ratios  = []float64{0.01, 0.125, 0.25, 0.29, 0.5, 0.57, 0.75, 1}
 )
 
 // genCapacity draws a valid capacity rule for padded length s.
-func genCapacity(src Source, s int) ref.Capacity {
+func genCapacity(src Source, s int) spec.Capacity {
 	switch src.Int(0, 2, "capacity kind") {
 	case 1:
-		return ref.Capacity{Kind: ref.CapacityInteger, Tokens: src.Int(1, s, "C")}
+		return spec.Capacity{Kind: spec.CapacityInteger, Tokens: src.Int(1, s, "C")}
 	case 2:
-		return ref.Capacity{Kind: ref.CapacityLog, Ratio: src.Pick(ratios, "c"), MaxLen: max(2, s+src.Int(0, 8, "S_max - S"))}
+		return spec.Capacity{Kind: spec.CapacityLog, Ratio: src.Pick(ratios, "c"), MaxLen: max(2, s+src.Int(0, 8, "S_max - S"))}
 	}
-	return ref.Capacity{Kind: ref.CapacityRatio, Ratio: src.Pick(ratios, "c")}
+	return spec.Capacity{Kind: spec.CapacityRatio, Ratio: src.Pick(ratios, "c")}
 }
 
-// genBlock draws a small block shape.
-func genBlock(src Source) ref.BlockConfig {
+// genBlock draws a small block shape, a quarter of the time with a sliding
+// attention window of 1 to 4 positions.
+func genBlock(src Source) spec.BlockConfig {
 	shapes := [][2]int{{2, 1}, {4, 1}, {4, 2}, {8, 2}, {8, 4}, {6, 3}}
 	sh := shapes[src.Int(0, len(shapes)-1, "d, heads")]
-	b := ref.DefaultBlockConfig(sh[0], sh[1], src.Int(1, 8, "d_ff"))
+	b := spec.DefaultBlockConfig(sh[0], sh[1], src.Int(1, 8, "d_ff"))
 	if src.Int(0, 3, "layernorm") == 0 {
-		b.Norm = ref.NormLayer
+		b.Norm = spec.NormLayer
 	}
 	if src.Int(0, 3, "swiglu") == 0 {
-		b.MLP = ref.ActSwiGLU
+		b.MLP = spec.ActSwiGLU
 	}
 	if src.Int(0, 4, "learned positions") == 0 {
-		b.Positions = ref.PositionLearned
+		b.Positions = spec.PositionLearned
+	}
+	if src.Int(0, 3, "windowed") == 3 { // docs/spec.md §13; an exhausted input (zeros) has no window
+		b.Window = src.Int(1, 4, "window")
 	}
 	return b
 }
@@ -106,40 +111,40 @@ func genMatrix(src Source, rng *rand.Rand, s, d int, unitScale, f32 bool) *mat.D
 // finite inputs.
 func genLayer(src Source, o layerOpts) *layerCase {
 	c := &layerCase{rows: src.Int(1, 3, "B"), s: src.Int(1, 8, "S")}
-	cfg := ref.Config{Block: genBlock(src), Aux: ref.AuxNone, Causal: ref.CausalOff, Compute: ref.ComputeGather}
+	cfg := spec.Config{Block: genBlock(src), Aux: spec.AuxNone, Causal: spec.CausalOff, Compute: spec.ComputeGather}
 	cfg.Router = routers[src.Int(0, len(routers)-1, "router")]
-	if o.causal && cfg.Router == ref.RouterRandom {
+	if o.causal && cfg.Router == spec.RouterRandom {
 		// The random router's noise is a training input (ref.NewDecoder).
 		cfg.Router = routers[src.Int(0, 2, "causal router")]
 	}
 	cfg.Capacity = genCapacity(src, c.s)
 	// softmax is last, so that n-1 choices leave it out.
-	ws := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax}
+	ws := []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightNone, spec.WeightSoftmax}
 	n := len(ws)
 	if o.causal {
 		n--
 	}
 	cfg.Weighting = ws[src.Int(0, n-1, "weighting")]
 	if !o.causal && src.Int(0, 2, "dense") == 0 {
-		cfg.Compute = ref.ComputeDense
+		cfg.Compute = spec.ComputeDense
 	}
 	if src.Int(0, 3, "mlp only") == 0 {
 		cfg.MLPOnly = true
 	}
 	switch {
 	case o.causal:
-		cfg.Causal = []ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}[src.Int(0, 1, "causal")]
+		cfg.Causal = []spec.CausalRouting{spec.CausalRouter, spec.CausalPredictor}[src.Int(0, 1, "causal")]
 	case o.topK:
 	default:
-		if cfg.Weighting != ref.WeightSoftmax && cfg.Compute == ref.ComputeGather && cfg.Router != ref.RouterRandom && src.Int(0, 3, "causal") == 0 {
-			cfg.Causal = []ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}[src.Int(0, 1, "causal kind")]
+		if cfg.Weighting != spec.WeightSoftmax && cfg.Compute == spec.ComputeGather && cfg.Router != spec.RouterRandom && src.Int(0, 3, "causal") == 0 {
+			cfg.Causal = []spec.CausalRouting{spec.CausalRouter, spec.CausalPredictor}[src.Int(0, 1, "causal kind")]
 		}
 	}
 	switch src.Int(0, 2, "aux") {
 	case 1:
-		cfg.Aux, cfg.AuxWeight = ref.AuxRouterBCE, 0.5
+		cfg.Aux, cfg.AuxWeight = spec.AuxRouterBCE, 0.5
 	case 2:
-		cfg.Aux, cfg.AuxWeight = ref.AuxPredictor, 0.5
+		cfg.Aux, cfg.AuxWeight = spec.AuxPredictor, 0.5
 	}
 	if !o.causal && src.Int(0, 4, "jitter") == 0 {
 		cfg.Jitter = 0.5
@@ -151,7 +156,7 @@ func genLayer(src Source, o layerOpts) *layerCase {
 	for range c.rows {
 		c.in.X = append(c.in.X, genMatrix(src, c.rng, c.s, cfg.Block.D, o.unitScale, o.float32))
 	}
-	if cfg.Router == ref.RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		c.in.Noise = genField(src, c.rng, c.rows, c.s)
 	}
 	if cfg.Jitter > 0 {

@@ -8,18 +8,19 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // steBuild builds the straight-through weight from g (a parameter) and the
 // 0/1 mask m on a tape.
 type steBuild func(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor
 
-// steSPEC is SPEC.md section 7: w = g + sg(m g - g).
+// steSPEC is docs/spec.md §7: w = g + sg(m g - g).
 func steSPEC(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(m, g), g)))
 }
 
-// steWild is the deviation of SPEC.md section 11: w = g m + (g - sg(g)),
+// steWild is the deviation of docs/spec.md §11: w = g m + (g - sg(g)),
 // whose derivative is m + 1.
 func steWild(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 	return tp.Add(tp.Mul(g, m), tp.Sub(g, tp.StopGradient(g)))
@@ -27,7 +28,7 @@ func steWild(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 
 var stePalette = []float64{1, -1, 0.5, -3.25, 0, math.Copysign(0, -1), 1e-30, -1e30, 3e38, -3e38, 1e-45, 7}
 
-// steProp is SPEC.md section 7: the forward weight is m g exactly and its
+// steProp is docs/spec.md §7: the forward weight is m g exactly and its
 // derivative with respect to g is exactly 1 for every token, selected or
 // not (autograd); ref's StraightThroughWeights with a frozen offset has
 // finite-difference derivative 1 too.
@@ -117,7 +118,7 @@ func failsSomewhere(prop func(failer, Source), n int) (err error) {
 
 var predCount struct{ measured, aliasCaught atomic.Int64 }
 
-// predictorProp is SPEC.md section 8: the predictor reads sg(x), so its loss
+// predictorProp is docs/spec.md §8: the predictor reads sg(x), so its loss
 // has no gradient with respect to the trunk's x: the finite difference of
 // PredictorBCE (selection, targets and PredictorInput frozen) with respect
 // to every coordinate of X is exactly 0, while its gradient with respect to
@@ -127,7 +128,7 @@ var predCount struct{ measured, aliasCaught atomic.Int64 }
 func predictorProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
 		c := genLayer(src, layerOpts{unitScale: true, float32: impl.Float32})
-		c.cfg.Aux, c.cfg.AuxWeight = ref.AuxPredictor, 1
+		c.cfg.Aux, c.cfg.AuxWeight = spec.AuxPredictor, 1
 		c.p = ref.NewLayerParams(c.cfg, c.rng)
 		res, err := impl.Layer(c.cfg, c.p, c.in)
 		if err != nil {
@@ -155,7 +156,7 @@ func predictorProp(impl Impl) func(failer, Source) {
 					t.Fatalf("%s: %v", impl.Name, err)
 				}
 				if d != 0 {
-					t.Fatalf("%s: predictor loss has derivative %v with respect to x[%d] element %d; the predictor must read sg(x) (SPEC.md section 8)\n%s", impl.Name, d, b, k, c)
+					t.Fatalf("%s: predictor loss has derivative %v with respect to x[%d] element %d; the predictor must read sg(x) (docs/spec.md §8)\n%s", impl.Name, d, b, k, c)
 				}
 				if da, _ := ref.FDDerivative(loss(alias), data, k, 0); da != 0 {
 					aliasNonzero = true
@@ -196,12 +197,11 @@ func allZero(v []float64) bool {
 	return true
 }
 
-// TestPredictorSendsNoGradientToTrunk runs on the implementations with a
-// frozen-selection forward (withFrozen): ref only. Its finite differences
-// need the selection, the targets and the predictor's input held fixed, and
-// mod's layer has no frozen forward.
+// TestPredictorSendsNoGradientToTrunk runs on every implementation. Its
+// finite differences need the selection, the targets and the predictor's
+// input held fixed: ref.LayerForwardFrozen and mod's Layer.ForwardFrozen.
 func TestPredictorSendsNoGradientToTrunk(t *testing.T) {
-	for _, impl := range withFrozen() {
+	for _, impl := range Impls {
 		t.Run(impl.Name, func(t *testing.T) {
 			predCount.measured.Store(0)
 			predCount.aliasCaught.Store(0)
@@ -215,4 +215,4 @@ func TestPredictorSendsNoGradientToTrunk(t *testing.T) {
 	}
 }
 
-func FuzzPredictorGradient(f *testing.F) { f.Fuzz(fuzzImpls(predictorProp, withFrozen())) }
+func FuzzPredictorGradient(f *testing.F) { f.Fuzz(fuzzImpls(predictorProp, Impls)) }

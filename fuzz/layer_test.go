@@ -7,16 +7,17 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 var layerCount struct{ skipped, changed, mlpOnly, dense, padded atomic.Int64 }
 
-// skipProp is SPEC.md sections 6 and 7 (Eq. 1): a token that skips the
+// skipProp is docs/spec.md §6 and §7 (Eq. 1): a token that skips the
 // layer (or is padding) comes out bit-identical to its input, and with f
 // forced to zero (Wo = 0 and W2 = 0, so Attn and MLP both return 0) every
 // token does, selected ones included. That second half catches the residual
 // counted twice, out = x + g(x + f), and the residual scaled, out = g(x + f)
-// (SPEC.md section 11). Under MLP-only routing a skipped token still gets
+// (docs/spec.md §11). Under MLP-only routing a skipped token still gets
 // the dense attention's update, so there only padding passes unchanged.
 func skipProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {
@@ -28,7 +29,7 @@ func skipProp(impl Impl) func(failer, Source) {
 		if c.cfg.MLPOnly {
 			layerCount.mlpOnly.Add(1)
 		}
-		if c.cfg.Compute == ref.ComputeDense {
+		if c.cfg.Compute == spec.ComputeDense {
 			layerCount.dense.Add(1)
 		}
 		for b := 0; b < c.rows; b++ {
@@ -71,7 +72,7 @@ func skipProp(impl Impl) func(failer, Source) {
 
 var causalCount struct{ compared, routedBefore atomic.Int64 }
 
-// causalRoutingProp is SPEC.md section 9: with causal routing (r > 0 or
+// causalRoutingProp is docs/spec.md §9: with causal routing (r > 0 or
 // q > 0, raw/sigmoid/none weighting) a token's routing and output depend on
 // the tokens at or before it only, so changing every token after t leaves
 // the outputs and the routing at positions <= t bit-identical.
@@ -165,7 +166,7 @@ func TestCausalRoutingIsCausal(t *testing.T) {
 }
 
 // TestTopKIsNotCausal measures the non-causality of top-k training routing
-// (SPEC.md section 9): how often changing the tokens after t flips the
+// (docs/spec.md §9): how often changing the tokens after t flips the
 // selection of a token at or before t. The rate must be above zero, or the
 // causal-routing test above would not be telling anything apart.
 func TestTopKIsNotCausal(t *testing.T) {
@@ -211,7 +212,7 @@ func TestTopKIsNotCausal(t *testing.T) {
 	t.Logf("top-k routing: a change after t flipped a selection at or before t in %d of %d draws (%.1f%%); it changed an output at or before t in %d (%.1f%%)",
 		flips, eligible, 100*float64(flips)/float64(eligible), outChanged, 100*float64(outChanged)/float64(eligible))
 	if flips == 0 {
-		t.Fatalf("no selection flip in %d draws: top-k routing looks causal, which SPEC.md section 9 says it is not", eligible)
+		t.Fatalf("no selection flip in %d draws: top-k routing looks causal, which docs/spec.md §9 says it is not", eligible)
 	}
 }
 
@@ -227,7 +228,7 @@ func seedBytes(seed uint64, n int) []byte {
 
 var leakCount struct{ softmax, softmaxLeaks atomic.Int64 }
 
-// frozenCausalityProp is SPEC.md section 6 with the selection held fixed:
+// frozenCausalityProp is docs/spec.md §6 with the selection held fixed:
 // under raw, sigmoid and none weighting a token's output depends on tokens
 // after it only through the selection, so with the selection frozen a change
 // of the future leaves the past bit-identical. Softmax normalises over the
@@ -254,14 +255,14 @@ func frozenCausalityProp(impl Impl) func(failer, Source) {
 				if j < 0 {
 					continue
 				}
-				if c.cfg.Weighting != ref.WeightSoftmax {
+				if c.cfg.Weighting != spec.WeightSoftmax {
 					t.Fatalf("%s: %s weighting, selection frozen: changing the tokens after %d changed row %d position %d column %d from %v to %v\n%s",
 						impl.Name, c.cfg.Weighting, cut, b, i, j, res.Out[b].At(i, j), res2.Out[b].At(i, j), c)
 				}
 				leak = true
 			}
 		}
-		if c.cfg.Weighting == ref.WeightSoftmax {
+		if c.cfg.Weighting == spec.WeightSoftmax {
 			leakCount.softmax.Add(1)
 			if leak {
 				leakCount.softmaxLeaks.Add(1)
@@ -270,11 +271,10 @@ func frozenCausalityProp(impl Impl) func(failer, Source) {
 	}
 }
 
-// TestFrozenWeightingCausality runs on the implementations with a
-// frozen-selection forward (withFrozen): ref only, since mod's layer always
-// takes its own routing decision and cannot replay one.
+// TestFrozenWeightingCausality runs on every implementation: ref's
+// LayerForwardFrozen and mod's Layer.ForwardFrozen replay a decision.
 func TestFrozenWeightingCausality(t *testing.T) {
-	for _, impl := range withFrozen() {
+	for _, impl := range Impls {
 		t.Run(impl.Name, func(t *testing.T) {
 			leakCount.softmax.Store(0)
 			leakCount.softmaxLeaks.Store(0)
@@ -284,7 +284,7 @@ func TestFrozenWeightingCausality(t *testing.T) {
 			n, leaks := leakCount.softmax.Load(), leakCount.softmaxLeaks.Load()
 			t.Logf("%s: softmax draws: %d, past output changed by the future in %d", impl.Name, n, leaks)
 			if leaks == 0 {
-				t.Fatalf("%s: softmax weighting never leaked in %d draws; SPEC.md section 6 says it does", impl.Name, n)
+				t.Fatalf("%s: softmax weighting never leaked in %d draws; docs/spec.md §6 says it does", impl.Name, n)
 			}
 		})
 	}
@@ -295,9 +295,9 @@ func TestFrozenWeightingCausality(t *testing.T) {
 // and a past token's output moves under softmax and never under raw,
 // sigmoid or none.
 func TestSoftmaxLeaks(t *testing.T) {
-	for _, w := range []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightNone, ref.WeightSoftmax} {
-		cfg := ref.DefaultConfig(ref.DefaultBlockConfig(4, 2, 8), 0.5)
-		cfg.Router, cfg.Weighting = ref.RouterRandom, w
+	for _, w := range []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightNone, spec.WeightSoftmax} {
+		cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 8), 0.5)
+		cfg.Router, cfg.Weighting = spec.RouterRandom, w
 		rng := ref.NewRand(7)
 		p := ref.NewLayerParams(cfg, rng)
 		in := ref.LayerInputs{X: []*mat.Dense{ref.RandomMatrix(rng, 4, 4, 1)}, Noise: [][]float64{{1, -1, 0.5, 2}}}
@@ -316,12 +316,12 @@ func TestSoftmaxLeaks(t *testing.T) {
 		d := res2.Out[0].At(0, 0) - res.Out[0].At(0, 0)
 		moved := rowDiff(res.Out[0], res2.Out[0], 0) >= 0
 		t.Logf("%-8s: token 0's output moved by %.3g (column 0) when token 3's router weight went from 2 to 3", w, d)
-		if moved != (w == ref.WeightSoftmax) {
-			t.Errorf("%s weighting: token 0's output moved = %v, want %v", w, moved, w == ref.WeightSoftmax)
+		if moved != (w == spec.WeightSoftmax) {
+			t.Errorf("%s weighting: token 0's output moved = %v, want %v", w, moved, w == spec.WeightSoftmax)
 		}
 	}
 }
 
 func FuzzSkippedTokens(f *testing.F)   { f.Fuzz(fuzzImpls(skipProp, Impls)) }
 func FuzzCausalRouting(f *testing.F)   { f.Fuzz(fuzzImpls(causalRoutingProp, Impls)) }
-func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzImpls(frozenCausalityProp, withFrozen())) }
+func FuzzFrozenCausality(f *testing.F) { f.Fuzz(fuzzImpls(frozenCausalityProp, Impls)) }

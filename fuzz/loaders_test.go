@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -160,47 +159,11 @@ func checkArrays(t *testing.T, arrays map[string]*golden.Array) {
 	}
 }
 
-// npzHeaderBug is a bug in golden found by FuzzReadNPZ and FuzzCompare and
-// reported in issue 6.
-const npzHeaderBug = "golden bug found by fuzzing (issue 6), fixed: ReadNPZ bounds an array's data (maxArrayBytes) but not its .npy header: " +
-	"a version-2 header declares its length as a uint32, npyio allocates that many bytes and scans them, " +
-	"so a 198-byte .npz declaring 0xF0000000 makes ReadNPZ allocate 7.5 GiB and run 9 s before returning an error " +
-	"(a recovered slice-bounds panic inside npyio); under fuzzing the worker dies"
-
-// npzHeaderLimit is the header length above which an input meets the
-// precondition of npzHeaderBug: numpy writes headers of a few hundred bytes.
-const npzHeaderLimit = 1 << 20
-
-// knownNPZHeaderBug reports whether an .npz holds an entry whose .npy header
-// declares a length above npzHeaderLimit: the precondition of the bug, which
-// TestNPZHeaderLengthBug checks its reproduction meets.
-func knownNPZHeaderBug(data []byte) bool {
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		return false
-	}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			continue
-		}
-		var h [12]byte
-		n, _ := io.ReadFull(rc, h[:])
-		rc.Close()
-		if n < 12 || string(h[:6]) != "\x93NUMPY" {
-			continue
-		}
-		if h[6] >= 2 && binary.LittleEndian.Uint32(h[8:12]) > npzHeaderLimit {
-			return true
-		}
-	}
-	return false
-}
-
-// TestNPZHeaderLengthBug reproduces npzHeaderBug with a 64 MiB declared
-// header (to keep the test short) and fails, naming the bug, while
-// ReadNPZ allocates at least that much for it.
-func TestNPZHeaderLengthBug(t *testing.T) {
+// TestReadNPZBoundsHeaderLength checks that ReadNPZ refuses an .npy
+// header that declares far more bytes than its file holds (a version-2
+// header declares its length as a uint32; here 64 MiB in a 198-byte .npz),
+// with an error and without allocating the declared length.
+func TestReadNPZBoundsHeaderLength(t *testing.T) {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	w, err := zw.Create("x.npy")
@@ -216,9 +179,6 @@ func TestNPZHeaderLengthBug(t *testing.T) {
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !knownNPZHeaderBug(buf.Bytes()) {
-		t.Fatal("knownNPZHeaderBug does not recognise the reproduction")
-	}
 	p := filepath.Join(t.TempDir(), "x.npz")
 	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
@@ -229,13 +189,11 @@ func TestNPZHeaderLengthBug(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	alloc := m1.TotalAlloc - m0.TotalAlloc
 	if err == nil {
-		t.Fatalf("ReadNPZ accepted a header that declares %d bytes in a %d-byte file", declared, buf.Len())
+		t.Errorf("ReadNPZ accepted a header that declares %d bytes in a %d-byte file", declared, buf.Len())
 	}
-	if alloc < declared {
-		t.Logf("ReadNPZ allocated %d MiB for a %d-byte file: the bug is fixed (error: %v)", alloc>>20, buf.Len(), err)
-		return
+	if alloc >= declared {
+		t.Errorf("ReadNPZ allocated %d MiB for a %d-byte file declaring a %d MiB header", alloc>>20, buf.Len(), declared>>20)
 	}
-	t.Fatalf("%s: here a %d-byte file declaring %d MiB allocated %d MiB (error: %v)", npzHeaderBug, buf.Len(), declared>>20, alloc>>20, err)
 }
 
 // FuzzReadNPZ: golden.ReadNPZ on arbitrary file contents returns arrays
@@ -333,15 +291,10 @@ func FuzzLoad(f *testing.F) {
 	})
 }
 
-// validLengthsBug is a bug in golden found by FuzzLoad and reported in
-// issue 6 (not fixed here: fuzz/ does not change golden/).
-const validLengthsBug = "golden bug found by fuzzing (issue 6), fixed: Load accepts config.valid_lengths with fewer entries than config.batch, " +
-	"and Compare then panics with index out of range in judged (golden/compare.go) on any B×S expected array"
-
-// TestValidLengthsBug reproduces validLengthsBug on the corpus's padding case
-// with one valid length removed; it fails, naming the bug, if Load accepts it
-// and Compare panics again.
-func TestValidLengthsBug(t *testing.T) {
+// TestLoadRefusesShortValidLengths checks that Load refuses a manifest whose
+// config.valid_lengths has fewer entries than config.batch (the judge
+// indexes it by batch row): the corpus's padding case with one removed.
+func TestLoadRefusesShortValidLengths(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(corpusDir, "layer-padding.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -360,31 +313,15 @@ func TestValidLengthsBug(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := golden.Load(dir, "layer-padding")
-	if err != nil {
-		t.Logf("Load now rejects the manifest (%v): the bug is fixed", err)
-		return
+	if _, err := golden.Load(dir, "layer-padding"); err == nil || !strings.Contains(err.Error(), "valid_lengths") {
+		t.Errorf("Load of valid_lengths [10] with batch 2: error %v, want one naming valid_lengths", err)
 	}
-	panicked := func() (p any) {
-		defer func() { p = recover() }()
-		golden.Compare(c, selfCandidate(c), false)
-		return nil
-	}()
-	if panicked == nil {
-		t.Log("Compare no longer panics: the bug is fixed")
-		return
-	}
-	t.Fatalf("%s: %v", validLengthsBug, panicked)
 }
 
-// nilLayerBug is a second bug in golden, found while writing FuzzLoad's
-// properties and reported in issue 6.
-const nilLayerBug = "golden bug found by fuzzing (issue 6), fixed: Load accepts a kind \"layer\" manifest whose config.layer is null or absent, " +
-	"and RefCandidate (used by modref check) then panics with a nil pointer dereference in recompute (golden/run.go)"
-
-// TestNilLayerBug reproduces nilLayerBug on layer-paper with config.layer
-// set to null; it fails, naming the bug, if it comes back.
-func TestNilLayerBug(t *testing.T) {
+// TestLoadRefusesLayerCaseWithoutLayer checks that Load refuses a kind
+// "layer" manifest whose config.layer is null (check and RefCandidate read
+// it): layer-paper with config.layer set to null.
+func TestLoadRefusesLayerCaseWithoutLayer(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(corpusDir, "layer-paper.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -408,21 +345,9 @@ func TestNilLayerBug(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := golden.Load(dir, "layer-paper")
-	if err != nil {
-		t.Logf("Load now rejects the manifest (%v): the bug is fixed", err)
-		return
+	if _, err := golden.Load(dir, "layer-paper"); err == nil || !strings.Contains(err.Error(), "layer") {
+		t.Errorf("Load of a layer case with config.layer null: error %v, want one naming the layer", err)
 	}
-	panicked := func() (p any) {
-		defer func() { p = recover() }()
-		golden.RefCandidate(c)
-		return nil
-	}()
-	if panicked == nil {
-		t.Log("RefCandidate no longer panics: the bug is fixed")
-		return
-	}
-	t.Fatalf("%s: %v", nilLayerBug, panicked)
 }
 
 // The cases FuzzCompare judges candidates against: a plain layer, padding

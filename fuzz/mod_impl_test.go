@@ -3,34 +3,20 @@ package fuzz
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/internal/modcase"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Impls are the implementations every applicable property runs on: ref/
-// (float64) and mod/ (float32). Properties that replay a frozen decision
-// run on the implementations with a LayerFrozen only (withFrozen).
+// (float64) and mod/ (float32).
 var Impls = []Impl{Ref, Mod}
-
-// withFrozen returns the implementations that have a frozen-selection
-// forward. mod has none (its Layer.Forward always takes its own decision),
-// so the properties that need one (frozen weighting causality, the
-// predictor's stop-gradient by finite differences) run on ref only.
-func withFrozen() []Impl {
-	var out []Impl
-	for _, impl := range Impls {
-		if impl.LayerFrozen != nil {
-			out = append(out, impl)
-		}
-	}
-	return out
-}
 
 // Mod is mod/ as an Impl. Its inputs and parameters are rounded to float32
 // (mod.LoadParams rounds parameters; the adapter rounds X, noise and jitter)
@@ -39,22 +25,19 @@ func withFrozen() []Impl {
 // float32 value (Float32: the generators round for it), compares float32
 // values bit for bit.
 //
-//   - SelectTopK is mod's top-k selection, which mod does not export, run
-//     through a layer: Router = random with the weights r as its noise (so
-//     the layer's router weights are exactly r, rounded to float32),
-//     Weighting = none, and an integer capacity C = k_b, which mod clamps
-//     to min(C, V_b) = k_b. Row b runs as the last of b+1 rows whose first b
-//     are all padding (V = 0, nothing selected, nothing checked), so that a
-//     NaN error names row b as mod itself names it.
-//   - Layer loads ref's parameters into a mod layer (same names) and runs
-//     Layer.Forward; the result carries Out, Selection, RouterWeights,
+//   - SelectTopK is mod.SelectTopK on each row's first V_b weights, rounded
+//     to float32, with the row named in an error as mod's layer names it.
+//   - Layer loads ref's parameters into a mod layer (modcase.LayerFromRef)
+//     and runs Layer.Forward; the result carries Out, Selection, RouterWeights,
 //     Capacity, Weights, Multipliers, Targets, PredictorLogits, the losses,
-//     Routed and Skipped, and in Frozen only Selection and TopK (mod has no
-//     straight-through offsets or predictor input to replay).
-//   - SelectCausal is mod's causal decision through a layer the same way
-//     (Causal = router, noise = q).
-//   - LayerFrozen is nil: mod has no frozen-selection forward.
-//   - Model and NewDecoder load ref's model parameters into a mod model;
+//     Routed and Skipped, and Frozen (mod's LayerResult.Frozen: Selection,
+//     TopK, STEOffset and PredictorInput, widened).
+//   - SelectCausal is mod.SelectCausal the same way.
+//   - LayerFrozen is Layer.ForwardFrozen with ref's Frozen rounded to
+//     float32 (modcase.FrozenFromRef), read again at every call, so a
+//     PredictorInput aliasing X follows X's changes.
+//   - Model and NewDecoder load ref's model parameters into a mod model
+//     (modcase.ModelFromRef);
 //     the model result carries Logits, CE, Aux and per routed layer the
 //     layer result as above without Out.
 var Mod = Impl{
@@ -63,11 +46,12 @@ var Mod = Impl{
 	SelectTopK:   modSelectTopK,
 	SelectCausal: modSelectCausal,
 	Layer:        modLayer,
+	LayerFrozen:  modLayerFrozen,
 	Model:        modModel,
 	NewDecoder:   modNewDecoder,
 }
 
-// modSelectTopK is mod's selection through a layer (see Mod).
+// modSelectTopK is mod's top-k selection row by row (see Mod).
 func modSelectTopK(r [][]float64, k []int, valid []int) (ref.Selection, error) {
 	rows := len(r)
 	sel := ref.Selection{Rows: make([][]int, rows)}
@@ -80,53 +64,31 @@ func modSelectTopK(r [][]float64, k []int, valid []int) (ref.Selection, error) {
 		if k[b] < 0 || k[b] > s {
 			return sel, fmt.Errorf("mod adapter: k[%d] = %d outside [0, S = %d]", b, k[b], s)
 		}
-		cfg := ref.Config{Block: ref.DefaultBlockConfig(2, 1, 1), Router: ref.RouterRandom, Weighting: ref.WeightNone,
-			Capacity: ref.Capacity{Kind: ref.CapacityInteger, Tokens: max(k[b], 1)}, Compute: ref.ComputeGather,
-			Aux: ref.AuxNone, Causal: ref.CausalOff}
-		l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+		row, err := mod.SelectTopK(to32(r[b][:validLen(valid, b, s)]), k[b])
 		if err != nil {
-			return sel, err
+			return sel, fmt.Errorf("row %d: %w", b, err)
 		}
-		vl := make([]int, b+1)
-		vl[b] = validLen(valid, b, s)
-		noise := make([]float32, (b+1)*s)
-		for i, v := range r[b] {
-			noise[b*s+i] = float32(v)
-		}
-		var tp autograd.Tape
-		res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New((b+1)*s, 2, nil), Batch: b + 1, SeqLen: s, Valid: vl, Noise: noise})
-		if err != nil {
-			return sel, err
-		}
-		sel.Rows[b] = append([]int{}, res.Selected[b]...)
+		sel.Rows[b] = row
 	}
 	return sel, nil
 }
 
-// modSelectCausal is mod's causal routing decision through a layer:
-// Causal = router with the random router's noise set to q, so that the
-// layer's router weights are exactly q (rounded to float32) and it routes
-// the valid positions with q > 0. (The layer also takes the top-k targets
-// under a ratio-1 capacity, which every row satisfies.)
+// modSelectCausal is mod's causal routing decision row by row (see Mod).
 func modSelectCausal(q [][]float64, valid []int) (ref.Selection, error) {
 	rows := len(q)
 	if rows == 0 {
 		return ref.Selection{}, nil
 	}
 	s := len(q[0])
-	cfg := ref.Config{Block: ref.DefaultBlockConfig(2, 1, 1), Router: ref.RouterRandom, Weighting: ref.WeightNone,
-		Capacity: ref.Capacity{Kind: ref.CapacityRatio, Ratio: 1}, Compute: ref.ComputeGather,
-		Aux: ref.AuxNone, Causal: ref.CausalRouter}
-	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		return ref.Selection{}, err
+	sel := ref.Selection{S: s, Rows: make([][]int, rows)}
+	for b := range rows {
+		row, err := mod.SelectCausal(to32(q[b][:validLen(valid, b, s)]))
+		if err != nil {
+			return sel, fmt.Errorf("row %d: %w", b, err)
+		}
+		sel.Rows[b] = row
 	}
-	var tp autograd.Tape
-	res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New(rows*s, 2, nil), Batch: rows, SeqLen: s, Valid: valid, Noise: flatField32(q)})
-	if err != nil {
-		return ref.Selection{}, err
-	}
-	return modLayerResult(res, rows, s, false).Selection, nil
+	return sel, nil
 }
 
 // to32 rounds float64 values to float32.
@@ -144,18 +106,6 @@ func widen(v []float32) []float64 {
 		return nil
 	}
 	return f64(v)
-}
-
-// flatField32 stacks a B×S field into B·S float32 values (nil stays nil).
-func flatField32(f [][]float64) []float32 {
-	if f == nil {
-		return nil
-	}
-	var v []float32
-	for _, row := range f {
-		v = append(v, to32(row)...)
-	}
-	return v
 }
 
 // unflat splits B·S values into B rows of S, widened.
@@ -178,14 +128,6 @@ func splitRows(t *autograd.Tensor, rows, s int) []*mat.Dense {
 		out[b] = mat.NewDense(s, c, f64(t.Data[b*s*c:(b+1)*s*c]))
 	}
 	return out
-}
-
-func paramMap(ts []ref.Tensor) map[string][]float64 {
-	m := make(map[string][]float64, len(ts))
-	for _, t := range ts {
-		m[t.Name] = t.Data
-	}
-	return m
 }
 
 // modLayerResult converts mod's layer result (B rows of S) to ref's type.
@@ -211,7 +153,11 @@ func modLayerResult(res *mod.LayerResult, rows, s int, withOut bool) *ref.LayerR
 		AuxLoss:           res.Aux,
 		Routed:            res.Routed,
 		Skipped:           res.Skipped,
-		Frozen:            ref.Frozen{Selection: sel, TopK: topK},
+		Frozen:            ref.Frozen{Selection: sel, TopK: topK, STEOffset: unflat(res.Frozen.STEOffset, rows, s)},
+	}
+	if pi := res.Frozen.PredictorInput; pi != nil {
+		d := len(pi) / (rows * s)
+		out.Frozen.PredictorInput = splitRows(autograd.New(rows*s, d, pi), rows, s)
 	}
 	if withOut {
 		out.Out = splitRows(res.Out, rows, s)
@@ -220,67 +166,52 @@ func modLayerResult(res *mod.LayerResult, rows, s int, withOut bool) *ref.LayerR
 }
 
 // modLayer is a mod layer with ref's parameters p (see Mod).
-func modLayer(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error) {
-	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+func modLayer(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error) {
+	l, err := modcase.LayerFromRef(cfg, p)
 	if err != nil {
-		return nil, err
-	}
-	if err := mod.LoadParams(l.Params(""), paramMap(p.Tensors(""))); err != nil {
 		return nil, err
 	}
 	rows := len(in.X)
 	if rows == 0 {
 		return nil, fmt.Errorf("mod adapter: no rows")
 	}
-	s, d := in.X[0].Dims()
-	var x []float32
-	for _, m := range in.X {
-		for i := range s {
-			x = append(x, to32(m.RawRowView(i)[:d])...)
-		}
-	}
+	s, _ := in.X[0].Dims()
 	var tp autograd.Tape
-	res, err := l.Forward(&tp, mod.LayerInputs{X: autograd.New(rows*s, d, x), Batch: rows, SeqLen: s, Valid: in.Valid,
-		Noise: flatField32(in.Noise), Jitter: flatField32(in.Jitter)})
+	res, err := l.Forward(&tp, modcase.LayerInputsFromRef(in))
 	if err != nil {
 		return nil, err
 	}
 	return modLayerResult(res, rows, s, true), nil
 }
 
-// newModModel is a mod model holding ref's parameters p.
-func newModModel(c ref.ModelConfig, p *ref.ModelParams) (*mod.Model, error) {
-	m, err := mod.NewModel(c, 1)
+// modLayerFrozen is mod's frozen-decision layer with ref's parameters p
+// (see Mod).
+func modLayerFrozen(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen) (*ref.LayerResult, error) {
+	l, err := modcase.LayerFromRef(cfg, p)
 	if err != nil {
 		return nil, err
 	}
-	if err := mod.LoadParams(m.Params(), paramMap(p.Tensors())); err != nil {
+	rows := len(in.X)
+	if rows == 0 {
+		return nil, fmt.Errorf("mod adapter: no rows")
+	}
+	s, _ := in.X[0].Dims()
+	var tp autograd.Tape
+	res, err := l.ForwardFrozen(&tp, modcase.LayerInputsFromRef(in), modcase.FrozenFromRef(fz))
+	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	return modLayerResult(res, rows, s, true), nil
 }
 
 // modModel is mod's full forward with ref's parameters (see Mod).
-func modModel(c ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error) {
-	m, err := newModModel(c, p)
+func modModel(c spec.ModelConfig, p *ref.ModelParams, in ref.ModelInputs) (*ref.ModelResult, error) {
+	m, err := modcase.ModelFromRef(c, p)
 	if err != nil {
 		return nil, err
 	}
-	mi := mod.ModelInputs{Tokens: in.Tokens, Targets: in.Targets, Valid: in.Valid}
-	for _, f := range []struct {
-		from [][][]float64
-		to   *[][]float32
-	}{{in.Noise, &mi.Noise}, {in.Jitter, &mi.Jitter}} {
-		if f.from == nil {
-			continue
-		}
-		*f.to = make([][]float32, len(f.from))
-		for l, v := range f.from {
-			(*f.to)[l] = flatField32(v)
-		}
-	}
 	var tp autograd.Tape
-	res, err := m.Forward(&tp, mi)
+	res, err := m.Forward(&tp, modcase.ModelInputsFromRef(in))
 	if err != nil {
 		return nil, err
 	}
@@ -307,8 +238,8 @@ func (st modStepper) Step(token int) (*ref.StepResult, error) {
 		RouterWeights: widen(r.RouterLogits), PredictorLogits: widen(r.PredictorLogits)}, nil
 }
 
-func modNewDecoder(c ref.ModelConfig, p *ref.ModelParams) (Stepper, error) {
-	m, err := newModModel(c, p)
+func modNewDecoder(c spec.ModelConfig, p *ref.ModelParams) (Stepper, error) {
+	m, err := modcase.ModelFromRef(c, p)
 	if err != nil {
 		return nil, err
 	}
@@ -354,26 +285,24 @@ func roundParams(ts []ref.Tensor) {
 	}
 }
 
-// modL2NormOverflowBug is a finding of running the properties on mod.
-const modL2NormOverflowBug = "mod bug found by fuzzing (issue 6): the l2norm router computes r = sqrt(Σ x_j²) in float32, " +
-	"so r is +Inf once ‖x‖₂ > sqrt(float32 max) ≈ 1.8e19 (x_j² or the sum overflows) although ‖x‖₂ itself is a float32 value up to 3.4e38; " +
-	"ref's float64 r is finite. With r = +Inf, raw weighting gives g = +Inf: under dense compute the straight-through weight " +
-	"g + sg(m·g − g) is NaN for every valid token (0·Inf − Inf), so skipped tokens come out NaN instead of x, " +
-	"and under gather compute a routed token gets x + Inf·f (NaN where f = 0); softmax over +Inf weights is NaN too; " +
-	"the selection becomes a tie at +Inf won by the lowest positions, where ref routes the tokens of largest norm"
+// l2NormOverflow says what goes wrong when an l2norm router computes
+// r = sqrt(Σ x_j²) in float32 without scaling the row first.
+const l2NormOverflow = "mod's l2norm router overflows: r = sqrt(Σ x_j²) in float32 is +Inf once ‖x‖₂ > sqrt(float32 max) ≈ 1.8e19 " +
+	"(x_j² or the sum overflows) although ‖x‖₂ itself is a float32 value up to 3.4e38, and ref's float64 r is finite. " +
+	"With r = +Inf, raw weighting gives g = +Inf: under dense compute the straight-through weight g + sg(m·g − g) is NaN " +
+	"(0·Inf − Inf), so skipped tokens come out NaN instead of x; the selection becomes a tie at +Inf won by the lowest positions"
 
 // l2NormOverflowLimit is sqrt(float32 max): above it, sqrt(Σ x_j²) in
 // float32 overflows.
 var l2NormOverflowLimit = math.Sqrt(maxF32)
 
-// knownModL2NormOverflow reports whether a layer case meets the
-// precondition of modL2NormOverflowBug for a float32 implementation: the
-// l2norm router and a valid token whose input has ‖x‖₂ (in float64) above
-// sqrt(float32 max). The generators cannot produce it for mod
-// (scalePalette32 keeps ‖x‖₂ below 1.7e19); TestModL2NormOverflowBug
-// reproduces the bug.
-func knownModL2NormOverflow(impl Impl, cfg ref.Config, in ref.LayerInputs) bool {
-	if !impl.Float32 || cfg.Router != ref.RouterL2Norm {
+// knownModL2NormOverflow reports whether a layer case needs an l2norm
+// router to scale before squaring in float32: the l2norm router and a valid
+// token whose input has ‖x‖₂ (in float64) above sqrt(float32 max). The
+// generators cannot produce it for mod (scalePalette32 keeps ‖x‖₂ below
+// 1.7e19); TestModL2NormRouterHugeInputs checks mod on such a case.
+func knownModL2NormOverflow(impl Impl, cfg spec.Config, in ref.LayerInputs) bool {
+	if !impl.Float32 || cfg.Router != spec.RouterL2Norm {
 		return false
 	}
 	for b, x := range in.X {
@@ -391,17 +320,14 @@ func knownModL2NormOverflow(impl Impl, cfg ref.Config, in ref.LayerInputs) bool 
 	return false
 }
 
-// TestModL2NormOverflowBug reproduces modL2NormOverflowBug: one row of four
+// TestModL2NormRouterHugeInputs checks that mod's l2norm router gives finite
+// weights, the float32 rounding of ref's, and leaves skipped tokens
+// unchanged, for inputs whose squares overflow float32: one row of four
 // tokens, x_j = ±1.5e19·(1 + i/4) (‖x‖₂ from 3e19 to 5.3e19, float32
-// values; x_j² ≥ 2.25e38 and the sums overflow), l2norm router, raw
-// weighting, dense compute: every r is +Inf, two tokens are routed (a tie
-// at +Inf, won by the lower positions) and the two skipped ones come out
-// NaN. mod now scales each row by its largest magnitude before squaring;
-// this is the regression test of that fix: it fails, naming the bug, if
-// mod's r overflows or a skipped token changes.
-func TestModL2NormOverflowBug(t *testing.T) {
-	cfg := ref.Config{Block: ref.DefaultBlockConfig(4, 1, 4), Router: ref.RouterL2Norm, Weighting: ref.WeightRaw,
-		Capacity: ref.Capacity{Kind: ref.CapacityRatio, Ratio: 0.5}, Compute: ref.ComputeDense, Aux: ref.AuxNone, Causal: ref.CausalOff}
+// values; x_j² ≥ 2.25e38), raw weighting, dense compute.
+func TestModL2NormRouterHugeInputs(t *testing.T) {
+	cfg := spec.Config{Block: spec.DefaultBlockConfig(4, 1, 4), Router: spec.RouterL2Norm, Weighting: spec.WeightRaw,
+		Capacity: spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.5}, Compute: spec.ComputeDense, Aux: spec.AuxNone, Causal: spec.CausalOff}
 	p := ref.NewLayerParams(cfg, ref.NewRand(3))
 	roundParams(p.Tensors(""))
 	x := mat.NewDense(4, 4, nil)
@@ -437,6 +363,6 @@ func TestModL2NormOverflowBug(t *testing.T) {
 		}
 	}
 	if broken {
-		t.Fatal(modL2NormOverflowBug)
+		t.Fatal(l2NormOverflow)
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 var nanCount struct{ rejected, padded atomic.Int64 }
 
-// nanLayerProp is SPEC.md section 4 at the layer: a NaN that reaches a
+// nanLayerProp is docs/spec.md §4 at the layer: a NaN that reaches a
 // valid token's router weight (through x, or the random router's noise) is
 // an error naming its row and position; a NaN in a padded position is never
 // selected, never attended to, and leaves every valid output free of NaN.
@@ -20,7 +20,7 @@ func nanLayerProp(impl Impl) func(failer, Source) {
 		b := src.Int(0, c.rows-1, "NaN row")
 		i := src.Int(0, c.s-1, "NaN position")
 		v := validLen(c.in.Valid, b, c.s)
-		if c.cfg.Router == ref.RouterRandom {
+		if c.cfg.Router == spec.RouterRandom {
 			c.in.Noise[b][i] = math.NaN()
 		} else {
 			c.in.X[b].Set(i, src.Int(0, c.cfg.Block.D-1, "NaN column"), math.NaN())

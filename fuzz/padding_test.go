@@ -7,7 +7,7 @@ import (
 
 var padCount struct{ changed atomic.Int64 }
 
-// paddingProp is SPEC.md section 3: padded positions are never selected and
+// paddingProp is docs/spec.md §3: padded positions are never selected and
 // contribute nothing to any loss. Redrawing everything at the padded
 // positions (x, the random router's noise, the jitter) leaves the selection,
 // every valid output and every loss (router BCE, predictor BCE, load

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Counters of the interesting cases the generators produced, read by the
@@ -15,7 +16,7 @@ type counters struct{ padded, boundaryTie, nanErr, nanPadded, permuted, zeroRow 
 
 var selCount counters
 
-// selectionProp is SPEC.md sections 3 and 4 for impl.SelectTopK: k_b tokens
+// selectionProp is docs/spec.md §3 and §4 for impl.SelectTopK: k_b tokens
 // per row under the capacity rule (padding-aware), ascending, valid
 // positions only, the k largest with ties to the lower position, equivariant
 // under a permutation of distinct weights; a NaN weight is an error naming
@@ -121,9 +122,9 @@ func selectionProp(impl Impl) func(failer, Source) {
 	}
 }
 
-// checkCapacities checks the padding-aware capacities of SPEC.md section 3:
+// checkCapacities checks the padding-aware capacities of docs/spec.md §3:
 // k_b in [1, V_b], 0 exactly when V_b = 0.
-func checkCapacities(t failer, c ref.Capacity, k, valid []int, s int) {
+func checkCapacities(t failer, c spec.Capacity, k, valid []int, s int) {
 	for b, kb := range k {
 		v := validLen(valid, b, s)
 		lo := 1
@@ -137,7 +138,7 @@ func checkCapacities(t failer, c ref.Capacity, k, valid []int, s int) {
 	}
 }
 
-// checkTopK checks sel against the definition of SPEC.md section 4.
+// checkTopK checks sel against the definition of docs/spec.md §4.
 func checkTopK(t failer, name string, r [][]float64, k, valid []int, sel ref.Selection) {
 	if len(sel.Rows) != len(r) {
 		t.Fatalf("%s: selection has %d rows, want %d", name, len(sel.Rows), len(r))
@@ -188,7 +189,7 @@ func distinct(v []float64) bool {
 	return true
 }
 
-// causalSelectionProp is SPEC.md section 9: impl.SelectCausal routes
+// causalSelectionProp is docs/spec.md §9: impl.SelectCausal routes
 // exactly the valid positions with a score > 0.
 func causalSelectionProp(impl Impl) func(failer, Source) {
 	return func(t failer, src Source) {

@@ -117,7 +117,7 @@ var (
 	// (Impl.Float32): scalePalette with its two largest scales, 1e20 and
 	// float32-max/4, replaced by 1e16 and 1e18. At those, float32 overflows
 	// inside a layer where the float64 result is finite: x_j² and Σ_j x_j²
-	// above 1.8e19 (the l2norm router before its fix, modL2NormOverflowBug), x·W1 in the
+	// above 1.8e19 (an l2norm router that squares in float32 without scaling, l2NormOverflow), x·W1 in the
 	// predictor, r itself beyond float32's range; NaN follows where an
 	// infinity meets 0 or another infinity (softmax of +Inf, w = g +
 	// sg(m·g − g) with g = ±Inf, SiLU(−Inf)). With d ≤ 8 and |N(0,1)| ≤ 6,

@@ -76,15 +76,3 @@ func (a *Array) firstNonFinite() int {
 	}
 	return -1
 }
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -3,9 +3,8 @@ package golden
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/modref/modref/internal/atomicfile"
@@ -25,83 +24,11 @@ func Paths(dir, name string) (manifest, arrays string) {
 	return filepath.Join(dir, name+".json"), filepath.Join(dir, name+".npz")
 }
 
-// List returns the names of the cases in dir, sorted: every NAME.json that
-// has a NAME.npz beside it.
-func List(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading corpus %s: %w", dir, unwrapPath(err))
-	}
-	var names []string
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || e.IsDir() {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, name+".npz")); err == nil {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	if len(names) == 0 {
-		return nil, fmt.Errorf("corpus %s holds no cases (NAME.json with NAME.npz)", dir)
-	}
-	return names, nil
-}
+// List returns the names of the cases in dir, sorted: Dir(dir).List().
+func List(dir string) ([]string, error) { return Dir(dir).List() }
 
-// Load reads case name from dir and checks that its arrays are exactly those
-// its manifest lists, with the listed dtypes and shapes.
-func Load(dir, name string) (*Case, error) {
-	mpath, apath := Paths(dir, name)
-	m, err := ReadManifest(mpath)
-	if err != nil {
-		return nil, err
-	}
-	if m.Name != name {
-		return nil, fmt.Errorf("%s: name is %q, want %q as in the file name", mpath, m.Name, name)
-	}
-	plan := &readPlan{arrays: make(map[string]int), refuseOthers: true, what: filepath.Base(mpath)}
-	total := 0
-	for _, info := range m.Arrays {
-		n := 1
-		for _, d := range info.Shape {
-			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
-		}
-		if total += n; n > maxCaseElements || total > maxCaseElements {
-			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", mpath, ErrTooLarge, maxCaseElements)
-		}
-		plan.arrays[info.Name] = n
-	}
-	arrays, err := readNPZFile(apath, plan)
-	if err != nil {
-		return nil, err
-	}
-	listed := make(map[string]bool)
-	for _, info := range m.Arrays {
-		listed[info.Name] = true
-		a, ok := arrays[info.Name]
-		if !ok {
-			return nil, fmt.Errorf("%s: array %q listed in %s is missing", apath, info.Name, filepath.Base(mpath))
-		}
-		if a.DType != info.DType || !sameShape(a.Shape, info.Shape) {
-			return nil, fmt.Errorf("%s: array %q is %s %v, the manifest says %s %v",
-				apath, info.Name, a.DType, a.Shape, info.DType, info.Shape)
-		}
-		if k := a.firstNonFinite(); k >= 0 {
-			return nil, fmt.Errorf("%s: array %q holds %v at %v", apath, info.Name, a.F[k], a.Index(k))
-		}
-	}
-	for n := range arrays {
-		if !listed[n] {
-			return nil, fmt.Errorf("%s: array %q is not listed in %s", apath, n, filepath.Base(mpath))
-		}
-	}
-	c := &Case{Manifest: m, Arrays: arrays}
-	if err := c.checkSizes(); err != nil {
-		return nil, fmt.Errorf("%s: %w", mpath, err)
-	}
-	return c, nil
-}
+// Load reads case name from dir and checks its arrays: Dir(dir).Load(name).
+func Load(dir, name string) (*Case, error) { return Dir(dir).Load(name) }
 
 // maxCaseElements bounds the values of all arrays a manifest lists, and so
 // the memory a corpus case (which -dir may point anywhere) makes Load
@@ -188,7 +115,7 @@ func (c *Case) Write(dir string) error {
 	}
 	for _, info := range m.Arrays {
 		a, ok := c.Arrays[info.Name]
-		if !ok || a.DType != info.DType || !sameShape(a.Shape, info.Shape) {
+		if !ok || a.DType != info.DType || !slices.Equal(a.Shape, info.Shape) {
 			return errors.New("case " + m.Name + ": array " + info.Name + " does not match its manifest entry")
 		}
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/modref/modref/spec"
 )
 
 // Status of one array's comparison.
@@ -44,11 +47,24 @@ type RowMismatch struct {
 	// not; OnlyOracle the other way round.
 	OnlyCandidate []int `json:"only_candidate"`
 	OnlyOracle    []int `json:"only_oracle"`
-	// Gap is the smallest difference, in the oracle's router weights (or
-	// causal scores), that the flip crossed; NearTie says it is within the
-	// case's near-tie margin, where two correct float32 implementations may
+	// Candidate and Oracle are how many tokens of the row each routed;
+	// RoutesAll says the candidate routed every valid token of the row and
+	// the oracle did not (routing not applied).
+	Candidate int  `json:"candidate"`
+	Oracle    int  `json:"oracle"`
+	RoutesAll bool `json:"routes_all"`
+	// Causal says the layer routes by the sign of a score (docs/spec.md §9)
+	// rather than by top-k.
+	Causal bool `json:"causal"`
+	// Gap is the smallest difference, in the oracle's router weights (or,
+	// under causal routing, the distance of a causal score from 0), that
+	// the flip crossed. Tie says it is exactly 0: the scores are exactly
+	// tied (or a causal score is exactly 0), so the tie rule decides and the
+	// candidate broke it. NearTie says it is within the case's near-tie
+	// margin but not 0, where two correct float32 implementations may
 	// disagree.
 	Gap     float64 `json:"gap"`
+	Tie     bool    `json:"tie"`
 	NearTie bool    `json:"near_tie"`
 }
 
@@ -60,6 +76,11 @@ type CaseResult struct {
 	Candidate string        `json:"candidate"`
 	Pass      bool          `json:"pass"`
 	Arrays    []ArrayResult `json:"arrays"`
+	// Error is set, and Pass false, when the candidate could not be judged
+	// (bad input: an unreadable file, a wrong shape or dtype, a NaN): it
+	// names what and where. Compare never sets it; callers that judge many
+	// candidates record a bad one here and go on.
+	Error string `json:"error,omitempty"`
 }
 
 // ErrBadValue marks a candidate value no implementation can produce: a NaN
@@ -71,9 +92,12 @@ func CandidateName(expected string) string { return strings.TrimPrefix(expected,
 
 // Compare judges a candidate's arrays against a case's expected arrays. A
 // missing array, one of the wrong shape, a float array where integers are
-// expected, or a NaN or infinite value is bad input and returns an error
-// naming the array, unless allowMissing lets missing arrays be reported as
-// such.
+// expected (or integers where floats are, except 0/1 targets), or a NaN or
+// infinite value is bad input and returns an error naming the array, unless
+// allowMissing lets missing arrays be reported as such. An array that is 0
+// by configuration (ZeroByConfiguration) may be missing and is judged as
+// zeros; a selected array of another width is judged as a routing
+// mismatch.
 func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, error) {
 	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
 	for _, info := range c.Manifest.Arrays {
@@ -82,6 +106,11 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 		}
 		name := CandidateName(info.Name)
 		got, ok := cand[name]
+		if !ok && ZeroByConfiguration(c, info.Name) {
+			// An array that is 0 by configuration may be left out: it is
+			// judged as zeros.
+			got, ok = &Array{Shape: info.Shape, F: make([]float64, size(info.Shape)), DType: "<f8"}, true
+		}
 		if !ok {
 			if !allowMissing {
 				return nil, fmt.Errorf("array %q is missing (the case expects it; --allow-missing reports it instead)", name)
@@ -105,15 +134,18 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			res.Arrays = append(res.Arrays, r)
 			continue
 		}
-		if !sameShape(got.Shape, want.Shape) {
+		if !slices.Equal(got.Shape, want.Shape) {
 			return nil, fmt.Errorf("array %q has shape %v, want %v", name, got.Shape, want.Shape)
 		}
-		if want.IsInt() != got.IsInt() {
-			kind := "a floating-point array (<f8 or <f4)"
-			if want.IsInt() {
-				kind = "an integer array (<i8 or <i4)"
+		switch {
+		case want.IsInt() && !got.IsInt():
+			return nil, fmt.Errorf("array %q has dtype %s, want integers (%s; int32 also accepted)", name, got.DType, want.DType)
+		case !want.IsInt() && got.IsInt():
+			if !strings.HasSuffix(name, "targets") || !zeroOne(got) {
+				return nil, fmt.Errorf("array %q has dtype %s, want floating point (%s; float32 also accepted)", name, got.DType, want.DType)
 			}
-			return nil, fmt.Errorf("array %q has dtype %s, want %s", name, got.DType, kind)
+			// targets is a 0/1 mask: integers 0 and 1 say the same.
+			got = asFloat(got)
 		}
 		if k := got.firstNonFinite(); k >= 0 {
 			return nil, fmt.Errorf("%w: array %q holds %v at %v", ErrBadValue, name, got.F[k], got.Index(k))
@@ -128,6 +160,28 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 	return res, nil
 }
 
+// ZeroByConfiguration reports whether an expected array is 0 by the case's
+// configuration, so that a candidate may leave it out
+// (docs/golden-format.md, "Candidates"): a layer's aux.total when its
+// auxiliary and load-balancing weights are both 0.
+func ZeroByConfiguration(c *Case, expected string) bool {
+	if !strings.HasSuffix(expected, "aux.total") {
+		return false
+	}
+	l := c.layerConfig(strings.TrimSuffix(expected, "aux.total"))
+	return l != nil && (l.Aux == spec.AuxNone || l.AuxWeight == 0) && l.LoadBalanceWeight == 0
+}
+
+// zeroOne reports whether an integer array holds only 0 and 1.
+func zeroOne(a *Array) bool {
+	for _, v := range a.I {
+		if v != 0 && v != 1 {
+			return false
+		}
+	}
+	return true
+}
+
 // compareSelectedWidths judges a list of selected positions (B×k, padded
 // with −1) whose width differs from the oracle's: an implementation that
 // selects a different number of tokens writes a different k. It compares
@@ -138,10 +192,29 @@ func compareSelectedWidths(c *Case, info ArrayInfo, got, want *Array) (ArrayResu
 		return ArrayResult{}, false
 	}
 	r := ArrayResult{Status: StatusPass, Tolerance: *info.Tolerance}
-	if r.Routing = routingMismatch(c, info.Name, got, want); r.Routing != nil {
-		r.Status = StatusFail
-		r.Where = []int{r.Routing[0].Row}
-		r.Got, r.Want = float64(got.Shape[1]), float64(want.Shape[1])
+	if r.Routing = routingMismatch(c, info.Name, got, want); r.Routing == nil {
+		return r, true
+	}
+	r.Status = StatusFail
+	// The first element that differs, the narrower array read as padded
+	// with −1 to the wider width.
+	at := func(a *Array, b, j int) int64 {
+		if j < a.Shape[1] {
+			return a.I[b*a.Shape[1]+j]
+		}
+		return -1
+	}
+	for b := range want.Shape[0] {
+		for j := range max(got.Shape[1], want.Shape[1]) {
+			g, w := at(got, b, j), at(want, b, j)
+			if g == w {
+				continue
+			}
+			if r.Where == nil {
+				r.Where, r.Got, r.Want = []int{b, j}, float64(g), float64(w)
+			}
+			r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(g-w)))
+		}
 	}
 	return r, true
 }
@@ -221,13 +294,13 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 		}
 	}
 	seqLen := c.Manifest.Config.SeqLen
-	if scores != nil && !sameShape(scores.Shape, []int{want.Shape[0], seqLen}) {
+	if scores != nil && !slices.Equal(scores.Shape, []int{want.Shape[0], seqLen}) {
 		scores = nil
 	}
 	var out []RowMismatch
 	for b := 0; b < want.Shape[0]; b++ {
 		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected"), seqLen), decisions(want, b, strings.HasSuffix(name, "selected"), seqLen)
-		m := RowMismatch{Row: b, Gap: math.Inf(1)}
+		m := RowMismatch{Row: b, Gap: math.Inf(1), Causal: causal, Candidate: len(gs), Oracle: len(ws)}
 		for p := range gs {
 			if !ws[p] {
 				m.OnlyCandidate = append(m.OnlyCandidate, p)
@@ -247,7 +320,10 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 			s := scores.F[b*seqLen : (b+1)*seqLen]
 			m.Gap = flipGap(s, m.OnlyCandidate, m.OnlyOracle, causal)
 		}
-		m.NearTie = m.Gap < c.Manifest.Routing.Margin
+		m.Tie = m.Gap == 0
+		m.NearTie = m.Gap < c.Manifest.Routing.Margin && !m.Tie
+		v := validLen(c.Manifest.Config.ValidLengths, b, c.Manifest.Config.SeqLen)
+		m.RoutesAll = m.Candidate == v && m.Oracle < v
 		out = append(out, m)
 	}
 	return out
@@ -301,7 +377,7 @@ func flipGap(s []float64, onlyCand, onlyOracle []int, causal bool) float64 {
 
 // layerConfig returns the configuration of the routed layer an array name
 // prefix ("expected." or "expected.L<l>.") refers to.
-func (c *Case) layerConfig(prefix string) *LayerConfig {
+func (c *Case) layerConfig(prefix string) *spec.Config {
 	cfg := c.Manifest.Config
 	if cfg.Layer != nil {
 		return cfg.Layer
@@ -310,7 +386,16 @@ func (c *Case) layerConfig(prefix string) *LayerConfig {
 	if _, err := fmt.Sscanf(prefix, "expected.L%d.", &l); err != nil || l < 0 || l >= len(cfg.Layers) {
 		return nil
 	}
-	return &cfg.Layers[l].Layer
+	return &cfg.Layers[l].Config
+}
+
+// asFloat returns an integer array's values as a float64 array.
+func asFloat(a *Array) *Array {
+	v := make([]float64, len(a.I))
+	for k, x := range a.I {
+		v[k] = float64(x)
+	}
+	return Float(v, a.Shape...)
 }
 
 // jsonFloat is a float64 as JSON can hold it: infinities, which a gap with

@@ -139,7 +139,16 @@ func TestCompareBadCandidates(t *testing.T) {
 		{"float selected", func(m map[string]*Array) {
 			s := m["selected"]
 			m["selected"] = &Array{Shape: s.Shape, F: make([]float64, len(s.I)), DType: "<f4"}
-		}, `array "selected" has dtype <f4, want an integer array`},
+		}, `array "selected" has dtype <f4, want integers (<i8`},
+		{"float out as integers", func(m map[string]*Array) {
+			o := m["out"]
+			m["out"] = &Array{Shape: o.Shape, I: make([]int64, len(o.F)), DType: "<i8"}
+		}, `array "out" has dtype <i8, want floating point (<f8`},
+		{"integer targets beyond 0/1", func(m map[string]*Array) {
+			tg := m["targets"]
+			m["targets"] = &Array{Shape: tg.Shape, I: make([]int64, len(tg.F)), DType: "<i8"}
+			m["targets"].I[3] = 2
+		}, `array "targets" has dtype <i8, want floating point (<f8`},
 	} {
 		cand := perfect(c)
 		tc.edit(cand)
@@ -188,9 +197,102 @@ func TestCompareSelectedOfAnotherWidth(t *testing.T) {
 	if r.Status != StatusFail || len(r.Routing) != rows {
 		t.Fatalf("k-1 tokens per row: %+v", r)
 	}
+	// The row of the table shows the first differing element, the narrower
+	// array read as padded with −1: the oracle's last position.
+	if !slices.Equal(r.Where, []int{0, k - 1}) || r.Got != -1 || r.Want != float64(want.I[k-1]) {
+		t.Errorf("k-1 tokens per row: where %v got %v want %v, want [0 %d] -1 %d", r.Where, r.Got, r.Want, k-1, want.I[k-1])
+	}
 	for b, m := range r.Routing {
 		if len(m.OnlyCandidate) != 0 || len(m.OnlyOracle) != 1 || int64(m.OnlyOracle[0]) != want.I[b*k+k-1] {
 			t.Errorf("row %d: %+v, want only the oracle's last position %d", b, m, want.I[b*k+k-1])
 		}
+	}
+}
+
+// TestCompareIntegerTargets: targets is a 0/1 mask stored as float64; a
+// candidate may give it as integers 0 and 1, judged the same.
+func TestCompareIntegerTargets(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand := perfect(c)
+	tg := cand["targets"]
+	it := &Array{Shape: tg.Shape, DType: "<i4"}
+	for _, v := range tg.F {
+		it.I = append(it.I, int64(v))
+	}
+	cand["targets"] = it
+	if r := mustCompare(t, c, cand); !r.Pass {
+		t.Errorf("integer 0/1 targets: %+v", result(t, r, "targets"))
+	}
+	it.I[0] = 1 - it.I[0]
+	if r := result(t, mustCompare(t, c, cand), "targets"); r.Status != StatusFail || len(r.Routing) != 1 {
+		t.Errorf("integer targets with one flipped: %+v", r)
+	}
+}
+
+// TestCompareZeroByConfiguration: aux.total may be left out exactly where the
+// configuration makes it 0, and is then judged as 0.
+func TestCompareZeroByConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		name, array string
+		optional    bool
+	}{
+		{"layer-paper", "aux.total", true},
+		{"layer-paper", "targets", false},
+		{"layer-router-bce", "aux.total", false},
+		{"layer-load-balance", "aux.total", false},
+		{"model-every-other", "L0.aux.total", true},
+		{"model-all-layers", "L0.aux.total", false},
+	} {
+		c := loadCase(t, tc.name)
+		if got := ZeroByConfiguration(c, "expected."+tc.array); got != tc.optional {
+			t.Errorf("%s %s: ZeroByConfiguration = %v", tc.name, tc.array, got)
+		}
+		if tc.optional && c.Arrays["expected."+tc.array].F[0] != 0 {
+			t.Errorf("%s %s is optional but %v", tc.name, tc.array, c.Arrays["expected."+tc.array].F[0])
+		}
+		cand := perfect(c)
+		delete(cand, tc.array)
+		r, err := Compare(c, cand, false)
+		switch {
+		case tc.optional && (err != nil || !r.Pass):
+			t.Errorf("%s without %s: %v %+v", tc.name, tc.array, err, r)
+		case !tc.optional && (err == nil || !strings.Contains(err.Error(), "is missing")):
+			t.Errorf("%s without %s: error %v, want it missing", tc.name, tc.array, err)
+		}
+	}
+}
+
+// TestCompareTieRule: on layer-ties a candidate that gives an exactly tied
+// boundary to the higher position broke the tie rule; that is no near tie.
+func TestCompareTieRule(t *testing.T) {
+	c := loadCase(t, "layer-ties")
+	cand := perfect(c)
+	sel, r := cand["selected"], c.Arrays["expected.router_logits"]
+	s, k := r.Shape[1], sel.Shape[1]
+	row := sel.I[:k]
+	last := row[0]
+	for _, p := range row {
+		if r.F[p] <= r.F[last] {
+			last = p
+		}
+	}
+	swapped := false
+	for i := range s {
+		if !slices.Contains(row, int64(i)) && r.F[i] == r.F[last] {
+			row[slices.Index(row, last)] = int64(i)
+			slices.Sort(row)
+			swapped = true
+			break
+		}
+	}
+	if !swapped {
+		t.Fatal("layer-ties has no exact tie in row 0")
+	}
+	res := result(t, mustCompare(t, c, cand), "selected")
+	if res.Status != StatusFail || len(res.Routing) != 1 {
+		t.Fatalf("tie broken the wrong way: %+v", res)
+	}
+	if m := res.Routing[0]; !m.Tie || m.NearTie || m.Gap != 0 {
+		t.Errorf("tie broken the wrong way: %+v, want Tie and not NearTie", m)
 	}
 }

@@ -1,8 +1,14 @@
 package golden
 
 import (
+	"bytes"
+	"errors"
+	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,7 +42,7 @@ func TestCorpusIsRegenerated(t *testing.T) {
 		}
 		for an, wa := range want.Arrays {
 			ga := got.Arrays[an]
-			if ga == nil || !sameShape(wa.Shape, ga.Shape) || wa.DType != ga.DType {
+			if ga == nil || !slices.Equal(wa.Shape, ga.Shape) || wa.DType != ga.DType {
 				t.Errorf("%s: array %s missing or reshaped", name, an)
 				continue
 			}
@@ -52,6 +58,88 @@ func TestCorpusIsRegenerated(t *testing.T) {
 					break
 				}
 			}
+		}
+	}
+}
+
+// TestEmbeddedCorpus checks that the corpus compiled into the package is
+// the committed one, file for file and byte for byte.
+func TestEmbeddedCorpus(t *testing.T) {
+	entries, err := os.ReadDir("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emb := Embedded()
+	got, err := fs.ReadDir(emb.fsys, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(entries) {
+		t.Errorf("embedded corpus has %d files, corpus/ has %d", len(got), len(entries))
+	}
+	for _, e := range entries {
+		want, err := os.ReadFile(filepath.Join("corpus", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := fs.ReadFile(emb.fsys, e.Name())
+		if err != nil {
+			t.Errorf("%s: not embedded: %v", e.Name(), err)
+		} else if !bytes.Equal(have, want) {
+			t.Errorf("%s: embedded bytes differ from corpus/", e.Name())
+		}
+	}
+	names, err := emb.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := emb.Load(names[0]); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestUnknownCaseNamesNearOnes checks that a mistyped case name is an
+// ErrUnknownCase error naming the cases it probably meant.
+func TestUnknownCaseNamesNearOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want []string // in the message
+		not  []string
+	}{
+		{"layer-papr", []string{"did you mean layer-paper"}, nil},
+		{"layer-causal", []string{"layer-causal-predictor", "layer-causal-router"}, []string{"layer-paper"}},
+		{"ties", []string{"layer-ties"}, nil},
+		{"transformer-xl", []string{"it holds"}, []string{"did you mean"}},
+		{"../corpus/layer-paper", []string{"no such case"}, nil},
+	} {
+		_, err := Embedded().Load(tc.name)
+		if !errors.Is(err, ErrUnknownCase) {
+			t.Errorf("%q: error %v, want ErrUnknownCase", tc.name, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %q does not say %q", tc.name, err, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %q says %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		d    int
+	}{{"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"layer-paper", "layer-papr", 1}, {"flaw", "lawn", 2}} {
+		if d := editDistance(tc.a, tc.b); d != tc.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
+		}
+		if d := editDistance(tc.b, tc.a); d != tc.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.b, tc.a, d, tc.d)
 		}
 	}
 }

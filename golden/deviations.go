@@ -1,13 +1,13 @@
 package golden
 
 // Deviation is one of the known departures from the paper's equations
-// (SPEC.md section 11) that the oracle tells apart.
+// (docs/spec.md §11) that the oracle tells apart.
 type Deviation struct {
 	Name        string
 	Description string
 }
 
-// Deviations lists SPEC.md section 11 in order, with the names manifests use
+// Deviations lists docs/spec.md §11 in order, with the names manifests use
 // in "catches".
 var Deviations = []Deviation{
 	{"residual_twice", "residual counted twice: out = x + g·(x + f), the block returned its own residual"},
@@ -19,6 +19,7 @@ var Deviations = []Deviation{
 	{"predictor_block_output", "predictor fed the block output instead of the layer input"},
 	{"capacity_off_by_one", "capacity off by one: a strict '>' against the k-th router weight selects k − 1 tokens"},
 	{"decode_mismatch", "incremental decoding differs from the full causal forward (misaligned cache, skipped tokens cached, or routing off at inference)"},
+	{"window_gathered_indices", "sliding attention window counted in indices of the gathered subset instead of original positions: a selected token attends to the last w selected tokens, however far back"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "".

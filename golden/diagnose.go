@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -12,7 +13,7 @@ import (
 const OracleName = "oracle"
 
 // DeviationResult is the verdict on a candidate under one deviation of
-// SPEC.md section 11: the case recomputed as an implementation with that
+// docs/spec.md §11: the case recomputed as an implementation with that
 // deviation would compute it, and the candidate judged against those values
 // with the case's tolerances.
 type DeviationResult struct {
@@ -40,17 +41,25 @@ type DeviationResult struct {
 }
 
 // Diagnose judges a candidate against a case and against the case
-// recomputed under every deviation of SPEC.md section 11 that can be
+// recomputed under every deviation of docs/spec.md §11 that can be
 // emulated for the case's kind (docs/golden-format.md, "Diagnosing a failing
 // candidate"). The first result is the oracle (Name OracleName); then one
 // result per deviation in the order of Deviations (decode_mismatch once per
 // variant). Bad input in the candidate (a missing array, a wrong shape or
 // dtype, NaN or Inf) is an error, as in Compare.
 func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
+	return DiagnoseProgress(c, cand, nil)
+}
+
+// DiagnoseProgress is Diagnose, calling progress(done, total), when it is
+// not nil, with done 0 when the total deviant recomputations of a layer or
+// model case start and each time one finishes, one call at a time (decode
+// cases take a moment and report none).
+func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
 	if _, err := Compare(c, cand, false); err != nil {
 		return nil, err
 	}
-	ems, err := emulate(c)
+	ems, err := emulate(c, progress)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -79,7 +88,7 @@ func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]Deviation
 // write for the case: every array a candidate provides, under its candidate
 // name. It is an error if the deviation is not emulated for the case.
 func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) {
-	ems, err := emulate(c)
+	ems, err := emulate(c, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -113,16 +122,17 @@ type emulation struct {
 // notEmulated is an emulation that could not be made, and why.
 func notEmulated(name, reason string) emulation { return emulation{name: name, reason: reason} }
 
-// emulate recomputes the case under every deviation, by kind.
-func emulate(c *Case) ([]emulation, error) {
+// emulate recomputes the case under every deviation, by kind, reporting
+// progress as emulateEach does.
+func emulate(c *Case, progress func(done, total int)) ([]emulation, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, err
 	}
 	switch c.Manifest.Kind {
 	case KindLayer:
-		return emulateLayerCase(c)
+		return emulateLayerCase(c, progress)
 	case KindModel:
-		return emulateModelCase(c)
+		return emulateModelCase(c, progress)
 	case KindDecode:
 		return emulateDecodeCase(c)
 	}
@@ -144,7 +154,7 @@ func deviantCase(c *Case, em emulation) (*Case, error) {
 		if !ok {
 			return nil, fmt.Errorf("emulating %s: array %q was not recomputed", em.name, info.Name)
 		}
-		if !sameShape(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
+		if !slices.Equal(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
 			return nil, fmt.Errorf("emulating %s: array %q recomputed as %s %v, the case has %s %v",
 				em.name, info.Name, a.DType, a.Shape, info.DType, info.Shape)
 		}
@@ -215,10 +225,22 @@ func Excess(a ArrayResult) float64 {
 // no reason not to be made, on up to GOMAXPROCS goroutines (each computation
 // owns its copy of the case's parameters and inputs, so the results do not
 // depend on the schedule). The first error in list order is returned.
-func emulateEach(ems []emulation, compute func(i int) (map[string]*Array, error)) error {
+// When progress is not nil it is called, one call at a time, with done 0
+// before the computations start and as each finishes: done of total.
+func emulateEach(ems []emulation, progress func(done, total int), compute func(i int) (map[string]*Array, error)) error {
 	errs := make([]error, len(ems))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done, total := 0, 0
+	for i := range ems {
+		if ems[i].reason == "" {
+			total++
+		}
+	}
+	if progress != nil {
+		progress(0, total)
+	}
 	for i := range ems {
 		if ems[i].reason != "" {
 			continue
@@ -229,6 +251,12 @@ func emulateEach(ems []emulation, compute func(i int) (map[string]*Array, error)
 			defer wg.Done()
 			defer func() { <-sem }()
 			ems[i].arrays, errs[i] = compute(i)
+			if progress != nil {
+				mu.Lock()
+				done++
+				progress(done, total)
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
@@ -262,7 +290,7 @@ func checkInputShapes(c *Case) error {
 		if cfg.Layer == nil {
 			return fmt.Errorf("a layer case needs config.layer")
 		}
-		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.DModel}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.Layer.Block.D}
 		want["input.x"], want["upstream.out"], want["input.noise"], want["input.jitter"] = bsd, bsd, bs, bs
 	} else {
 		want["input.tokens"], want["input.targets"] = bs, bs
@@ -271,7 +299,7 @@ func checkInputShapes(c *Case) error {
 		}
 	}
 	for name, shape := range want {
-		if a, ok := c.Arrays[name]; ok && !sameShape(a.Shape, shape) {
+		if a, ok := c.Arrays[name]; ok && !slices.Equal(a.Shape, shape) {
 			return fmt.Errorf("array %q has shape %v, the configuration needs %v", name, a.Shape, shape)
 		}
 	}

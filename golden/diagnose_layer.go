@@ -7,13 +7,14 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // predictorFeed is what a deviant layer feeds its predictor.
 type predictorFeed int
 
 const (
-	// feedFrozenInput is SPEC.md section 8: sg(x).
+	// feedFrozenInput is docs/spec.md §8: sg(x).
 	feedFrozenInput predictorFeed = iota
 	// feedLiveInput is x without stop-gradient: the predictor's loss reaches
 	// the trunk.
@@ -22,7 +23,7 @@ const (
 	feedOutput
 )
 
-// layerDeviation is a deviation of a routed layer (SPEC.md section 11),
+// layerDeviation is a deviation of a routed layer (docs/spec.md §11),
 // built from ref's pieces without changing ref: the layer is evaluated with
 // ref.LayerForwardFrozen and then corrected, so that its finite-difference
 // gradient with the routing frozen is the deviant implementation's gradient.
@@ -32,7 +33,7 @@ type layerDeviation struct {
 	name string
 	// skip says why the deviation cannot be emulated for a routed layer of
 	// configuration cfg, or returns "".
-	skip func(cfg ref.Config) string
+	skip func(cfg spec.Config) string
 	// offByOne selects k − 1 tokens per row (at least 0) instead of k.
 	offByOne bool
 	// scoreOrder records each row's selected positions in router-score
@@ -57,16 +58,15 @@ type layerState struct {
 
 // layerRun is one evaluation of a routed layer under a deviation.
 type layerRun struct {
-	cfg ref.Config
+	cfg spec.Config
 	p   *ref.LayerParams
 	in  ref.LayerInputs
 	st  *layerState
 	res *ref.LayerResult
 	// out and mult are the deviant output and the factors applied to the
-	// block's update; weights, when set, replaces the reported g.
-	out     []*mat.Dense
-	mult    [][]float64
-	weights [][]float64
+	// block's update.
+	out  []*mat.Dense
+	mult [][]float64
 }
 
 // layerDeviations lists the emulated layer deviations, named as in
@@ -80,15 +80,28 @@ func layerDeviations() []layerDeviation {
 		{name: "ste_m_plus_1", skip: skipUnlessDense, output: steMPlusOne},
 		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
 		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
-		{name: "capacity_off_by_one", skip: skipUnlessTopK, offByOne: true},
+		{name: "capacity_off_by_one", offByOne: true},
+		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, output: windowGathered},
 	}
 }
 
-func skipUnsorted(cfg ref.Config) string {
+func skipUnlessGatheredWindow(cfg spec.Config) string {
 	switch {
-	case cfg.Causal != ref.CausalOff:
+	case cfg.Block.Window == 0:
+		return "the block has no attention window"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block on every valid token, whose indices are their positions"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention over every valid token, whose indices are their positions"
+	}
+	return ""
+}
+
+func skipUnsorted(cfg spec.Config) string {
+	switch {
+	case cfg.Causal != spec.CausalOff:
 		return "causal routing picks tokens by sign in position order; there is no top-k whose indices could come out unsorted"
-	case cfg.Compute == ref.ComputeDense:
+	case cfg.Compute == spec.ComputeDense:
 		return "dense compute runs the block on every token in position order; the selection only masks the weight"
 	case cfg.MLPOnly:
 		return "MLP-only routing routes a per-token MLP and runs attention over every token in position order, so the order of the selected tokens changes nothing"
@@ -96,40 +109,33 @@ func skipUnsorted(cfg ref.Config) string {
 	return ""
 }
 
-func skipUnlessDense(cfg ref.Config) string {
-	if cfg.Compute != ref.ComputeDense {
-		return "the straight-through weight exists only with dense compute (SPEC.md section 7)"
+func skipUnlessDense(cfg spec.Config) string {
+	if cfg.Compute != spec.ComputeDense {
+		return "the straight-through weight exists only with dense compute (docs/spec.md §7)"
 	}
 	return ""
 }
 
-func skipUnlessPredictor(cfg ref.Config) string {
+func skipUnlessPredictor(cfg spec.Config) string {
 	if !cfg.HasPredictor() {
 		return "the layer has no predictor"
 	}
 	return ""
 }
 
-func skipBlockOutput(cfg ref.Config) string {
+func skipBlockOutput(cfg spec.Config) string {
 	if why := skipUnlessPredictor(cfg); why != "" {
 		return why
 	}
-	if cfg.Causal == ref.CausalPredictor {
+	if cfg.Causal == spec.CausalPredictor {
 		return "the predictor decides the routing, so it runs before the block and cannot be fed its output"
-	}
-	return ""
-}
-
-func skipUnlessTopK(cfg ref.Config) string {
-	if cfg.Causal != ref.CausalOff {
-		return "causal routing has no capacity k (SPEC.md section 9)"
 	}
 	return ""
 }
 
 // run evaluates a routed layer under the deviation, deciding the routing on
 // the first call.
-func (d *layerDeviation) run(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
+func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, error) {
 	if !st.decided {
 		if err := d.decide(cfg, p, in, st); err != nil {
 			return nil, err
@@ -152,12 +158,16 @@ func (d *layerDeviation) run(cfg ref.Config, p *ref.LayerParams, in ref.LayerInp
 
 // decide makes the routing decision at the current (unperturbed) point, as
 // the deviant implementation would, and freezes it with its constants.
-func (d *layerDeviation) decide(cfg ref.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
+func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
+	res, err := ref.LayerForward(cfg, p, in)
+	if err != nil {
+		return err
+	}
+	st.fz = res.Frozen
 	if d.offByOne {
-		r, err := ref.RouterWeights(cfg, p, in.X, in.Noise, in.Jitter)
-		if err != nil {
-			return err
-		}
+		// k − 1 tokens of the top-k: the routing itself without causal
+		// routing; under causal routing (docs/spec.md §8, §9) the routing
+		// follows the sign and only the auxiliary targets shrink.
 		s, _ := in.X[0].Dims()
 		k, err := ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
 		if err != nil {
@@ -166,22 +176,19 @@ func (d *layerDeviation) decide(cfg ref.Config, p *ref.LayerParams, in ref.Layer
 		for b := range k {
 			k[b] = max(k[b]-1, 0)
 		}
-		sel, err := ref.SelectTopK(r, k, in.Valid)
+		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
 			return err
 		}
-		if st.fz, err = ref.NewFrozen(cfg, p, in, sel); err != nil {
-			return err
+		if cfg.Causal == spec.CausalOff {
+			if st.fz, err = ref.NewFrozen(cfg, p, in, short); err != nil {
+				return err
+			}
+		} else {
+			st.fz.TopK = short
 		}
-	} else {
-		res, err := ref.LayerForward(cfg, p, in)
-		if err != nil {
-			return err
-		}
-		st.fz = res.Frozen
 	}
-	res, err := ref.LayerForwardFrozen(cfg, p, in, st.fz)
-	if err != nil {
+	if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 		return err
 	}
 	st.g0 = res.Weights
@@ -274,18 +281,12 @@ func residualScaled(l *layerRun) {
 }
 
 // noWeighting is out = x + f for the selected tokens (x + m·f in dense
-// compute); the reported multipliers are m, the factor applied, and the
-// reported weights g = 1, as SPEC.md section 6's "none" weighting has it.
+// compute): the implementation computes g but never applies it (docs/spec.md
+// §11). The reported weights stay g, as the router computes it; the
+// reported multipliers are m, the factor applied.
 func noWeighting(l *layerRun) {
 	m := l.res.Frozen.Selection.Mask()
 	l.mult = m
-	l.weights = make([][]float64, len(m))
-	for b := range m {
-		l.weights[b] = make([]float64, len(m[b]))
-		for i := range l.weights[b] {
-			l.weights[b][i] = 1
-		}
-	}
 	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
 		row := make([]float64, len(x))
 		for j := range row {
@@ -297,7 +298,7 @@ func noWeighting(l *layerRun) {
 
 // steMPlusOne is dense compute with the weight found in the wild,
 // w = g·m + (g − sg(g)), with sg(g) the weight at the unperturbed point: its
-// value is m·g, as SPEC.md section 7's, but dw/dg = m + 1 instead of 1.
+// value is m·g, as docs/spec.md §7's, but dw/dg = m + 1 instead of 1.
 // (Equivalently the loss gains Σ_i m_i c_i g_i with c_i = Σ_j U_ij f_ij
 // held constant; the tests check that form.)
 func steMPlusOne(l *layerRun) {
@@ -315,18 +316,31 @@ func steMPlusOne(l *layerRun) {
 
 // scoreOrderOutput runs the block on each row's selected tokens in
 // router-score order, so that the causal mask follows the scores, while RoPE
-// still uses every token's original position. ref's KV cache needs
-// ascending positions, so token t of the score-ordered sequence at original
-// position p_t is fed at position t with Wq and Wk rotated by p_t − t:
+// still uses every token's original position (indexOrderOutput).
+func scoreOrderOutput(l *layerRun) { l.out = indexOrderOutput(l, l.st.order) }
+
+// windowGathered is a windowed block run on the gathered tokens as if they
+// were a sequence of their own: the window of docs/spec.md §13 counted in
+// indices of the gathered subset, RoPE still at the original positions.
+// Fed at their indices t (see indexOrderOutput), ref's window by position is
+// exactly the window by index.
+func windowGathered(l *layerRun) { l.out = indexOrderOutput(l, l.res.Frozen.Selection.Rows) }
+
+// indexOrderOutput returns the layer's output with the block run on each
+// row's selected tokens in the given order, each token fed at its index t in
+// that order, so that the causal mask and the window follow the order, while
+// RoPE still uses every token's original position: ref's KV cache needs
+// ascending positions, so token t at original position p_t is fed at
+// position t with Wq and Wk rotated by p_t − t:
 // RoPE(x·Wq·R(p_t − t), t) = RoPE(x·Wq, p_t), since rotations in the same
 // planes add their angles.
-func scoreOrderOutput(l *layerRun) {
+func indexOrderOutput(l *layerRun, order [][]int) []*mat.Dense {
 	blk := l.cfg.Block
 	out := make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
 		o := mat.DenseCopyOf(x)
 		var kv ref.KVCache
-		for t, i := range l.st.order[b] {
+		for t, i := range order[b] {
 			f := kv.BlockStep(blk, rotatedBlock(blk, &l.p.Block, i-t), x.RawRowView(i), t)
 			g := l.res.Multipliers[b][i]
 			for j, v := range f {
@@ -335,13 +349,13 @@ func scoreOrderOutput(l *layerRun) {
 		}
 		out[b] = o
 	}
-	l.out = out
+	return out
 }
 
 // rotatedBlock returns the block's parameters with the columns of Wq and Wk
 // rotated by RoPE at position delta, head by head (unchanged without RoPE).
-func rotatedBlock(c ref.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
-	if c.Positions != ref.PositionRoPE || delta == 0 {
+func rotatedBlock(c spec.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
+	if c.Positions != spec.PositionRoPE || delta == 0 {
 		return p
 	}
 	q := *p
@@ -349,7 +363,7 @@ func rotatedBlock(c ref.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockPa
 	return &q
 }
 
-func rotateHeads(c ref.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
+func rotateHeads(c spec.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
 	rows, cols := w.Dims()
 	dh := c.D / c.Heads
 	out := mat.NewDense(rows, cols, nil)
@@ -377,11 +391,11 @@ func layerSpecOf(c *Case) layerSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.Layer.Ref(), ties: m.Routing.Ties}
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
 }
 
 // emulateLayerCase recomputes a layer case under each deviation.
-func emulateLayerCase(c *Case) ([]emulation, error) {
+func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, error) {
 	if c.Manifest.Config.Layer == nil {
 		return nil, fmt.Errorf("layer case without a layer configuration")
 	}
@@ -403,7 +417,7 @@ func emulateLayerCase(c *Case) ([]emulation, error) {
 		}
 		devs[i] = ld
 	}
-	err := emulateEach(ems, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 	return ems, err
 }
 
@@ -426,15 +440,11 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	res := l.res
-	weights := res.Weights
-	if l.weights != nil {
-		weights = l.weights
-	}
 	arrays := map[string]*Array{
 		"expected.out":              batchArray(l.out),
 		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
 		"expected.selected":         selected,
-		"expected.weights":          fieldArray(weights, s.valid),
+		"expected.weights":          fieldArray(res.Weights, s.valid),
 		"expected.multipliers":      fieldArray(l.mult, s.valid),
 		"expected.targets":          fieldArray(res.Targets, s.valid),
 		"expected.aux.router_bce":   Scalar(res.RouterBCE),

@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // modelSpecOf is the generator's description of a model or decode case.
@@ -14,7 +15,7 @@ func modelSpecOf(c *Case) modelSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.modelConfig(), decode: m.Kind == KindDecode}
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: m.Kind == KindDecode}
 }
 
 // modelRun is one evaluation of a model with every routed layer under a
@@ -30,7 +31,7 @@ type modelRun struct {
 // embedding, the layers, final norm, head, mean cross-entropy over the valid
 // positions with a target, plus the routed layers' auxiliary losses. The
 // inputs must have passed ref.ModelForward.
-func (d *layerDeviation) runModel(cfg ref.ModelConfig, p *ref.ModelParams, in ref.ModelInputs, st []layerState) (*modelRun, error) {
+func (d *layerDeviation) runModel(cfg spec.ModelConfig, p *ref.ModelParams, in ref.ModelInputs, st []layerState) (*modelRun, error) {
 	blk := cfg.Block()
 	mr := &modelRun{layers: make([]*layerRun, len(cfg.Layers))}
 	x := ref.Embed(p, in.Tokens, in.Valid)
@@ -81,7 +82,7 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case) ([]emulation, error) {
+func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -105,13 +106,13 @@ func emulateModelCase(c *Case) ([]emulation, error) {
 		}
 		devs[i] = ld
 	}
-	err = emulateEach(ems, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 	return ems, err
 }
 
 // skipModel says why a deviation cannot be emulated for some routed layer of
 // the model, or returns "".
-func skipModel(cfg ref.ModelConfig, d layerDeviation) string {
+func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
 	for l, ml := range cfg.Layers {
 		if !ml.Routed || d.skip == nil {
 			continue
@@ -176,7 +177,7 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 }
 
 // decodeVariant is a way incremental decoding can differ from the full
-// causal forward (SPEC.md section 11, decode_mismatch).
+// causal forward (docs/spec.md §11, decode_mismatch).
 type decodeVariant struct {
 	name string
 	// routeAll routes every token through every routed layer: routing off
@@ -263,7 +264,7 @@ func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, 
 // step decodes token tok at position pos through every layer, as ref.Decoder
 // does but with the variant's fault, appends each layer's routing decision
 // to routed[l][b] and returns the residual stream after the last layer.
-func (v decodeVariant) step(cfg ref.ModelConfig, p *ref.ModelParams, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
+func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
 	if tok < 0 || tok >= cfg.Vocab {
 		return nil, fmt.Errorf("token %d at position %d, want 0 <= id < vocab = %d", tok, pos, cfg.Vocab)
 	}
@@ -287,7 +288,7 @@ func (v decodeVariant) step(cfg ref.ModelConfig, p *ref.ModelParams, caches []re
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
 		score := r
-		if lc.Causal == ref.CausalPredictor {
+		if lc.Causal == spec.CausalPredictor {
 			score = ref.PredictorLogit(lp, x)
 		}
 		if math.IsNaN(score) {
@@ -312,7 +313,12 @@ func (v decodeVariant) step(cfg ref.ModelConfig, p *ref.ModelParams, caches []re
 		case on:
 			at := pos
 			if v.slotPositions {
-				at = len(kv.Positions)
+				// The slot: how many tokens this layer cached before
+				// (the cache itself may have dropped some to a window).
+				at = -1
+				for _, f := range routed[l][b] {
+					at += f
+				}
 			}
 			add(g, kv.BlockStep(blk, &lp.Block, x, at))
 		case v.cacheSkipped:
@@ -324,26 +330,26 @@ func (v decodeVariant) step(cfg ref.ModelConfig, p *ref.ModelParams, caches []re
 
 // decodeRouterWeight is r for one token of a decodable layer (no noise, no
 // jitter).
-func decodeRouterWeight(c ref.Config, p *ref.LayerParams, x []float64) (float64, error) {
+func decodeRouterWeight(c spec.Config, p *ref.LayerParams, x []float64) (float64, error) {
 	switch c.Router {
-	case ref.RouterLinear:
+	case spec.RouterLinear:
 		return ref.RouterLinearWeight(p.Router, x), nil
-	case ref.RouterLinearBias:
+	case spec.RouterLinearBias:
 		return ref.RouterLinearBiasWeight(p.Router, p.RouterBias[0], x), nil
-	case ref.RouterL2Norm:
+	case spec.RouterL2Norm:
 		return ref.RouterL2NormWeight(x), nil
 	}
 	return 0, fmt.Errorf("router %q cannot decode", c.Router)
 }
 
-// decodeWeight is g of SPEC.md section 6 for the causal weightings.
-func decodeWeight(w ref.Weighting, r float64) (float64, error) {
+// decodeWeight is g of docs/spec.md §6 for the causal weightings.
+func decodeWeight(w spec.Weighting, r float64) (float64, error) {
 	switch w {
-	case ref.WeightRaw:
+	case spec.WeightRaw:
 		return r, nil
-	case ref.WeightSigmoid:
+	case spec.WeightSigmoid:
 		return ref.Sigmoid(r), nil
-	case ref.WeightNone:
+	case spec.WeightNone:
 		return 1, nil
 	}
 	return 0, fmt.Errorf("weighting %q cannot decode", w)

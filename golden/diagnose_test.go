@@ -2,12 +2,14 @@ package golden
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // emulations caches emulate's results by case name: the tests share them
@@ -20,7 +22,7 @@ func emulated(t *testing.T, c *Case) []emulation {
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
 	}
-	ems, err := emulate(c)
+	ems, err := emulate(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +58,14 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":      {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
-		"layer-dense-ste":  {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
-		"layer-predictor":  {"predictor_no_stopgrad", "predictor_block_output"},
-		"layer-mlp-only":   {"residual_twice", "residual_scaled", "no_weighting"},
-		"model-predictor":  {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
-		"decode-predictor": {"decode_mismatch"},
+		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
+		"layer-predictor":     {"predictor_no_stopgrad", "predictor_block_output"},
+		"layer-mlp-only":      {"residual_twice", "residual_scaled", "no_weighting"},
+		"layer-causal-router": {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
+		"model-predictor":     {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
+		"decode-predictor":    {"decode_mismatch"},
+		"layer-window":        {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
 	}
 	for name, devs := range want {
 		c := loadCase(t, name)
@@ -339,6 +343,58 @@ func TestUnsortedIndicesByHand(t *testing.T) {
 	}
 }
 
+// TestWindowGatheredByHand: with the window counted in gathered indices,
+// the selected token at index t of its row attends to the selected tokens
+// at indices t − w + 1 .. t, however far back their positions are; so its
+// update is the last row of ref's unwindowed block on those tokens alone,
+// at their original positions. The case's own (oracle) output differs.
+func TestWindowGatheredByHand(t *testing.T) {
+	c := loadCase(t, "layer-window")
+	s := layerSpecOf(c)
+	w := s.cfg.Block.Window
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := find(t, emulated(t, c), "window_gathered_indices").arrays["expected.out"]
+	sel, g, want := c.Arrays["expected.selected"], c.Arrays["expected.weights"], c.Arrays["expected.out"]
+	k := sel.Shape[1]
+	unwindowed := s.cfg.Block
+	unwindowed.Window = 0
+	differ := 0
+	for b := 0; b < s.batch; b++ {
+		var pos []int
+		for j := 0; j < k; j++ {
+			if p := int(sel.I[b*k+j]); p >= 0 {
+				pos = append(pos, p)
+			}
+		}
+		for ti, p := range pos {
+			last := pos[max(0, ti-w+1) : ti+1]
+			xs := mat.NewDense(len(last), s.cfg.Block.D, nil)
+			for r, q := range last {
+				xs.SetRow(r, dr.in.X[b].RawRowView(q))
+			}
+			f, err := ref.BlockUpdate(unwindowed, &dr.p.Block, xs, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < s.cfg.Block.D; j++ {
+				byHand := dr.in.X[b].At(p, j) + at(g, b, p)*f.At(len(last)-1, j)
+				if !near(at(got, b, p, j), byHand, 1e-12) {
+					t.Errorf("row %d, token %d (index %d), [%d]: %v, by hand %v", b, p, ti, j, at(got, b, p, j), byHand)
+				}
+				if !near(at(want, b, p, j), byHand, 1e-9) {
+					differ++
+				}
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("the oracle's output equals the gathered-index window's everywhere: the case cannot tell them apart")
+	}
+}
+
 // TestScoreOrderRotation: fed in ascending position order, the score-order
 // block (positions 0..k−1 with Wq, Wk rotated by p_t − t) gives ref's output:
 // the rotation trick preserves RoPE at the original positions.
@@ -366,7 +422,7 @@ func TestScoreOrderRotation(t *testing.T) {
 
 // TestSTEMPlusOneGradient derives the straight-through deviation's gradient
 // independently. With w = g·m + (g − sg(g)), dw/dg = m + 1, one more than
-// SPEC.md section 7's 1 on the selected tokens, so the gradient gains
+// docs/spec.md §7's 1 on the selected tokens, so the gradient gains
 // Σ_i m_i c_i ∂g_i/∂θ with c_i = ∂loss/∂w_i = Σ_j U_ij f_ij. With raw
 // weights g_i = r_i = w_router·x_i, so ∂g_i/∂w_router = x_i and
 // ∂g_i/∂x_i = w_router; f_i = (out_i − x_i)/g_i at a selected token. All
@@ -446,5 +502,70 @@ func TestDeviantCandidate(t *testing.T) {
 	}
 	if _, err := DeviantCandidate(c, "bogus", ""); err == nil {
 		t.Error("an unknown deviation: no error")
+	}
+}
+
+// TestNoWeightingReportsG: an implementation that computes g and never
+// applies it is ref with weighting "none" (out = x + m·f, multipliers m, the
+// router's gradient from the auxiliary losses only), reporting the g its
+// router computes as weights. That candidate, made by ref and not by the
+// emulation, must be named no_weighting and nothing else.
+func TestNoWeightingReportsG(t *testing.T) {
+	for _, name := range []string{"layer-paper", "layer-softmax", "layer-dense-ste"} {
+		c := loadCase(t, name)
+		m := *c.Manifest
+		l := *m.Config.Layer
+		l.Weighting = spec.WeightNone
+		m.Config.Layer = &l
+		cand, err := RefCandidate(&Case{Manifest: &m, Arrays: c.Arrays})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cand["weights"] = c.Arrays["expected.weights"]
+		rs, err := diagnoseWith(c, cand, emulated(t, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Match != (r.Name == "no_weighting") {
+				t.Errorf("%s: %s match = %v (%d/%d arrays, worst %s)", name, label(r), r.Match, r.Matching, r.Total, r.Worst.Name)
+			}
+		}
+	}
+}
+
+// TestCapacityOffByOneCausal: under causal routing the routing follows the
+// sign of r, so an off-by-one capacity leaves selected and out alone and
+// drops from each row's targets the top-k token with the smallest r.
+func TestCapacityOffByOneCausal(t *testing.T) {
+	c := loadCase(t, "layer-causal-router")
+	off := find(t, emulated(t, c), "capacity_off_by_one").arrays
+	for _, n := range []string{"expected.selected", "expected.out", "expected.multipliers"} {
+		a, b := off[n], c.Arrays[n]
+		if !slices.Equal(a.F, b.F) || !slices.Equal(a.I, b.I) {
+			t.Errorf("%s changed", n)
+		}
+	}
+	r, tg := c.Arrays["expected.router_logits"], c.Arrays["expected.targets"]
+	s := r.Shape[1]
+	for b := range r.Shape[0] {
+		drop := -1
+		for i := range s {
+			if tg.F[b*s+i] == 1 && (drop < 0 || r.F[b*s+i] < r.F[b*s+drop]) {
+				drop = i
+			}
+		}
+		for i := range s {
+			want := tg.F[b*s+i]
+			if i == drop {
+				want = 0
+			}
+			if got := off["expected.targets"].F[b*s+i]; got != want {
+				t.Errorf("row %d position %d: off-by-one target %v, by hand %v", b, i, got, want)
+			}
+		}
+	}
+	if off["expected.aux.total"].F[0] == c.Arrays["expected.aux.total"].F[0] {
+		t.Error("the off-by-one targets leave aux.total unchanged")
 	}
 }

@@ -7,12 +7,12 @@ import (
 
 	"github.com/modref/modref/internal/atomicfile"
 
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 3
+const GeneratorVersion = 4
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"
@@ -27,20 +27,20 @@ const (
 // All deviations a gather-compute layer case with raw weights exposes.
 var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"}
 
-func block() ref.BlockConfig { return ref.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
+func block() spec.BlockConfig { return spec.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
 
 // paper is the paper's routed layer with capacity ratio c.
-func paper(c float64) ref.Config { return ref.DefaultConfig(block(), c) }
+func paper(c float64) spec.Config { return spec.DefaultConfig(block(), c) }
 
 // with returns cfg changed by f.
-func with(cfg ref.Config, f func(*ref.Config)) ref.Config {
+func with(cfg spec.Config, f func(*spec.Config)) spec.Config {
 	f(&cfg)
 	return cfg
 }
 
 // layerSpecs is the catalogue of layer cases.
 func layerSpecs() []layerSpec {
-	ls := func(name, desc string, catches []string, cfg ref.Config) layerSpec {
+	ls := func(name, desc string, catches []string, cfg spec.Config) layerSpec {
 		return layerSpec{name: name, description: desc, catches: catches, seed: 1, batch: 2, seqLen: 8, cfg: cfg}
 	}
 	specs := []layerSpec{
@@ -48,54 +48,63 @@ func layerSpecs() []layerSpec {
 			"capacity ratio 0.5, top-k per row, gather, pre-norm block with RoPE at original positions, out = x + r·f.",
 			gatherCatches, paper(0.5)),
 		ls("layer-linear-bias-sigmoid", "Linear router with bias; sigmoid output weight g = σ(r).",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Router, c.Weighting = ref.RouterLinearBias, ref.WeightSigmoid })),
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightSigmoid })),
 		ls("layer-l2norm", "Parameter-free router r = ‖x‖₂; raw weighting.",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Router = ref.RouterL2Norm })),
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Router = spec.RouterL2Norm })),
 		ls("layer-random", "The paper's stochastic-routing baseline: r drawn from N(0,1), given as input.noise.",
 			[]string{"residual_twice", "residual_scaled", "unsorted_indices", "capacity_off_by_one"},
-			with(paper(0.5), func(c *ref.Config) { c.Router = ref.RouterRandom })),
+			with(paper(0.5), func(c *spec.Config) { c.Router = spec.RouterRandom })),
 		ls("layer-jitter", "Training-time jitter r + 0.1·ε with ε given as input.jitter; sigmoid weighting.",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Jitter, c.Weighting = 0.1, ref.WeightSigmoid })),
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Jitter, c.Weighting = 0.1, spec.WeightSigmoid })),
 		ls("layer-softmax", "Softmax of r over each row's selected tokens as the weight (the blog seed's choice).",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Weighting = ref.WeightSoftmax })),
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Weighting = spec.WeightSoftmax })),
 		// With g = 1, g·(x + f) = x + g·f: residual_scaled changes nothing here.
 		ls("layer-none", "No weighting, g = 1: the router receives no gradient from the output.",
 			[]string{"residual_twice", "unsorted_indices", "capacity_off_by_one"},
-			with(paper(0.5), func(c *ref.Config) { c.Weighting = ref.WeightNone })),
-		ls("layer-dense-ste", "Dense compute with the straight-through weight w = g + sg(m·g − g) (SPEC.md section 7), sigmoid g.",
+			with(paper(0.5), func(c *spec.Config) { c.Weighting = spec.WeightNone })),
+		ls("layer-dense-ste", "Dense compute with the straight-through weight w = g + sg(m·g − g) (docs/spec.md §7), sigmoid g.",
 			[]string{"ste_m_plus_1", "residual_twice", "capacity_off_by_one"},
-			with(paper(0.5), func(c *ref.Config) { c.Compute, c.Weighting = ref.ComputeDense, ref.WeightSigmoid })),
+			with(paper(0.5), func(c *spec.Config) { c.Compute, c.Weighting = spec.ComputeDense, spec.WeightSigmoid })),
 		ls("layer-dense-ste-raw", "Dense compute with the straight-through weight and raw g = r.",
 			[]string{"ste_m_plus_1", "residual_twice", "capacity_off_by_one"},
-			with(paper(0.5), func(c *ref.Config) { c.Compute = ref.ComputeDense })),
+			with(paper(0.5), func(c *spec.Config) { c.Compute = spec.ComputeDense })),
 		ls("layer-mlp-only", "MLP-only routing: attention runs densely over all tokens, only the MLP is routed.",
 			[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
-			with(paper(0.5), func(c *ref.Config) { c.MLPOnly = true })),
+			with(paper(0.5), func(c *spec.Config) { c.MLPOnly = true })),
 		ls("layer-router-bce", "Auxiliary router_bce loss (weight 0.1): BCE-with-logits of r against the top-k targets.",
 			append([]string{}, gatherCatches...),
-			with(paper(0.5), func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxRouterBCE, 0.1 })),
+			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 })),
 		ls("layer-predictor", "Auxiliary predictor (Linear d→d/2, SiLU, Linear d/2→1) on sg(x), BCE against the targets, weight 0.1.",
 			append([]string{"predictor_no_stopgrad", "predictor_block_output"}, gatherCatches...),
-			with(paper(0.5), func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxPredictor, 0.1 })),
+			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxPredictor, 0.1 })),
 		ls("layer-load-balance", "Load-balancing loss S·Σ_s F_s P_s with weight 0.01, sigmoid weighting.",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.LoadBalanceWeight, c.Weighting = 0.01, ref.WeightSigmoid })),
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.LoadBalanceWeight, c.Weighting = 0.01, spec.WeightSigmoid })),
 		ls("layer-layernorm-swiglu", "LayerNorm instead of RMSNorm and a SwiGLU MLP.",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Block.Norm, c.Block.NormEps, c.Block.MLP = ref.NormLayer, 1e-5, ref.ActSwiGLU })),
-		ls("layer-integer-capacity", "Integer capacity C = 3 tokens per row (the paper's capacity per batch element).",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Capacity = ref.Capacity{Kind: ref.CapacityInteger, Tokens: 3} })),
-		ls("layer-log-capacity", "Logarithmic capacity scaling with length: ratio(S) = 1 − (ln S/ln S_max)(1 − c), c = 0.25, S_max = 64.",
-			gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Capacity = ref.Capacity{Kind: ref.CapacityLog, Ratio: 0.25, MaxLen: 64} })),
-		ls("layer-causal-router", "Causal routing (SPEC.md section 9): a token is routed iff r > 0, no capacity; router_bce trains it.",
-			[]string{"residual_twice", "residual_scaled", "no_weighting"},
-			with(paper(0.5), func(c *ref.Config) { c.Causal, c.Aux, c.AuxWeight = ref.CausalRouter, ref.AuxRouterBCE, 0.1 })),
-		ls("layer-causal-predictor", "Causal routing by the predictor: a token is routed iff q > 0; the predictor trains on sg(x).",
-			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad"},
-			with(paper(0.5), func(c *ref.Config) {
-				c.Causal, c.Aux, c.AuxWeight, c.Weighting = ref.CausalPredictor, ref.AuxPredictor, 0.1, ref.WeightSigmoid
+			gatherCatches, with(paper(0.5), func(c *spec.Config) {
+				c.Block.Norm, c.Block.NormEps, c.Block.MLP = spec.NormLayer, 1e-5, spec.ActSwiGLU
 			})),
+		ls("layer-integer-capacity", "Integer capacity C = 3 tokens per row (the paper's capacity per batch element).",
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 3} })),
+		ls("layer-log-capacity", "Logarithmic capacity scaling with length: ratio(S) = 1 − (ln S/ln S_max)(1 − c), c = 0.25, S_max = 64.",
+			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: 64} })),
+		// 0.35·8 = 2.8 is far from a whole number: floor gives k = 2, rounding
+		// to nearest or up gives 3 (layer-capacity-floor is the float trap).
+		ls("layer-fractional-capacity", "Capacity ratio 0.35 of S = 8: c·S = 2.8 is not a whole number, k = ⌊2.8⌋ = 2; a capacity rounded to nearest or up would be 3.",
+			gatherCatches, paper(0.35)),
+		ls("layer-causal-router", "Causal routing (docs/spec.md §9): a token is routed iff r > 0, no capacity; router_bce trains it.",
+			[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
+			with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 })),
+		ls("layer-causal-predictor", "Causal routing by the predictor: a token is routed iff q > 0; the predictor trains on sg(x).",
+			[]string{"residual_twice", "residual_scaled", "predictor_no_stopgrad", "capacity_off_by_one"},
+			with(paper(0.5), func(c *spec.Config) {
+				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalPredictor, spec.AuxPredictor, 0.1, spec.WeightSigmoid
+			})),
+		ls("layer-window", "Sliding-window attention, w = 3, in the routed block (docs/spec.md §13): a selected token at position p attends to the selected tokens at original positions in (p − 3, p], not to the last 3 of the gathered subset.",
+			append([]string{"window_gathered_indices"}, gatherCatches...),
+			with(paper(0.5), func(c *spec.Config) { c.Block.Window = 3 })),
 	}
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
-		gatherCatches, with(paper(0.5), func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxRouterBCE, 0.1 }))
+		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
 	padding.seqLen, padding.valid = 10, []int{10, 6}
 	floor := ls("layer-capacity-floor", "The float-robust capacity floor: c = 0.29 of S = 100 must give k = 29, though 0.29·100 = 28.999999999999996 in float64.",
 		[]string{"capacity_off_by_one", "residual_twice"}, paper(0.29))
@@ -112,50 +121,57 @@ func modelSpecs() ([]modelSpec, error) {
 		name, desc string
 		catches    []string
 		layers     int
-		routing    ref.Config
-		pattern    ref.Pattern
-		capacities []ref.Capacity
+		routing    spec.Config
+		pattern    spec.Pattern
+		capacities []spec.Capacity
 		maxLen     int
 		valid      []int
 		decode     bool
 	}
-	every := ref.Pattern{Kind: ref.PatternEveryOther}
+	every := spec.Pattern{Kind: spec.PatternEveryOther}
 	list := []m{
 		{name: "model-every-other", desc: "A 4-layer MoD language model routing every other layer (the paper's best setting) at capacity 0.25, with padding; loss = CE.",
 			catches: gatherCatches, layers: 4, routing: paper(0.25), pattern: every, valid: []int{8, 5}},
 		{name: "model-all-layers", desc: "Every layer routed at capacity 0.5, sigmoid weighting, router_bce auxiliary loss.",
 			catches: gatherCatches, layers: 3,
-			routing: with(paper(0.5), func(c *ref.Config) { c.Weighting, c.Aux, c.AuxWeight = ref.WeightSigmoid, ref.AuxRouterBCE, 0.1 }),
-			pattern: ref.Pattern{Kind: ref.PatternAll}},
+			routing: with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1 }),
+			pattern: spec.Pattern{Kind: spec.PatternAll}},
 		{name: "model-dense-ends", desc: "Dense first and last layers, the middle ones routed (the GPT codebase's pattern), per-layer capacities 0.5 and 0.25.",
 			catches: gatherCatches, layers: 4, routing: paper(0.5),
-			pattern:    ref.Pattern{Kind: ref.PatternDenseEnds, DenseStart: 1, DenseEnd: 1},
-			capacities: []ref.Capacity{{Kind: ref.CapacityRatio, Ratio: 0.5}, {Kind: ref.CapacityRatio, Ratio: 0.25}}},
+			pattern:    spec.Pattern{Kind: spec.PatternDenseEnds, DenseStart: 1, DenseEnd: 1},
+			capacities: []spec.Capacity{{Kind: spec.CapacityRatio, Ratio: 0.5}, {Kind: spec.CapacityRatio, Ratio: 0.25}}},
 		{name: "model-learned-positions", desc: "Learned absolute position embeddings at the input instead of RoPE; every other layer routed, dense straight-through compute.",
 			catches: []string{"ste_m_plus_1"}, layers: 2, maxLen: 8,
-			routing: with(paper(0.5), func(c *ref.Config) {
-				c.Block.Positions, c.Compute, c.Weighting = ref.PositionLearned, ref.ComputeDense, ref.WeightSigmoid
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Block.Positions, c.Compute, c.Weighting = spec.PositionLearned, spec.ComputeDense, spec.WeightSigmoid
 			}),
 			pattern: every},
 		{name: "model-predictor", desc: "Every other layer routed with the auxiliary predictor; its loss must not reach the trunk.",
 			catches: []string{"predictor_no_stopgrad", "predictor_block_output"}, layers: 2,
-			routing: with(paper(0.5), func(c *ref.Config) { c.Aux, c.AuxWeight = ref.AuxPredictor, 0.1 }), pattern: every},
+			routing: with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxPredictor, 0.1 }), pattern: every},
 		{name: "decode-router", desc: "Causal routing by r > 0 (router_bce-trained router): token-by-token decoding with per-layer caches of routed tokens equals the full causal forward.",
 			catches: []string{"decode_mismatch"}, layers: 4,
-			routing: with(paper(0.5), func(c *ref.Config) {
-				c.Causal, c.Aux, c.AuxWeight, c.Weighting = ref.CausalRouter, ref.AuxRouterBCE, 0.1, ref.WeightSigmoid
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
 			}),
 			pattern: every, decode: true},
 		{name: "decode-predictor", desc: "Causal routing by the predictor (q > 0) on every layer: decoding equals the full causal forward.",
 			catches: []string{"decode_mismatch"}, layers: 3,
-			routing: with(paper(0.5), func(c *ref.Config) {
-				c.Causal, c.Aux, c.AuxWeight = ref.CausalPredictor, ref.AuxPredictor, 0.1
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Causal, c.Aux, c.AuxWeight = spec.CausalPredictor, spec.AuxPredictor, 0.1
 			}),
-			pattern: ref.Pattern{Kind: ref.PatternAll}, decode: true},
+			pattern: spec.Pattern{Kind: spec.PatternAll}, decode: true},
+		{name: "decode-window", desc: "Sliding-window attention, w = 3, in every block (docs/spec.md §13), causal routing by r > 0 every other layer: the full forward counts the window in original positions, and decoding, whose caches keep only the last 3 positions, equals it.",
+			catches: []string{"decode_mismatch", "window_gathered_indices"}, layers: 4,
+			routing: with(paper(0.5), func(c *spec.Config) {
+				c.Block.Window = 3
+				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
+			}),
+			pattern: every, decode: true},
 	}
 	var specs []modelSpec
 	for _, x := range list {
-		cfg, err := ref.NewModelConfig(16, x.maxLen, x.layers, x.routing, x.pattern, x.capacities)
+		cfg, err := spec.NewModelConfig(16, x.maxLen, x.layers, x.routing, x.pattern, x.capacities)
 		if err != nil {
 			return nil, errorf(x.name, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // layerSpec is a layer case to generate.
@@ -15,7 +16,7 @@ type layerSpec struct {
 	seed              uint64
 	batch, seqLen     int
 	valid             []int
-	cfg               ref.Config
+	cfg               spec.Config
 	// ties makes the case test the tie rule: in every row the first token
 	// left out gets exactly the router weight of the last token selected.
 	ties bool
@@ -37,7 +38,7 @@ func drawLayer(s layerSpec, seed uint64) layerDraw {
 	for b := 0; b < s.batch; b++ {
 		dr.in.X = append(dr.in.X, ref.RandomMatrix(rng, s.seqLen, d, 1))
 	}
-	if s.cfg.Router == ref.RouterRandom {
+	if s.cfg.Router == spec.RouterRandom {
 		dr.in.Noise = ref.RandomField(rng, s.batch, s.seqLen)
 	}
 	if s.cfg.Jitter > 0 {
@@ -116,23 +117,22 @@ func genLayer(s layerSpec) (*Case, error) {
 }
 
 // layerGaps is the distance of each row's routing decision from a flip.
-func layerGaps(cfg ref.Config, res *ref.LayerResult, valid []int) []float64 {
+func layerGaps(cfg spec.Config, res *ref.LayerResult, valid []int) []float64 {
 	switch cfg.Causal {
-	case ref.CausalRouter:
+	case spec.CausalRouter:
 		return causalGaps(res.RouterWeights, valid)
-	case ref.CausalPredictor:
+	case spec.CausalPredictor:
 		return causalGaps(res.PredictorLogits, valid)
 	}
 	return gapsOf(ref.BoundaryGaps(res.RouterWeights, res.Capacity, valid))
 }
 
 func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gaps []float64) (*Case, error) {
-	cfg := s.cfg
-	lc := layerConfigOf(cfg)
+	cfg := writtenOut(s.cfg)
 	m := &Manifest{
 		Format: Format, Version: Version, Name: s.name, Kind: KindLayer,
 		Description: s.description, Catches: s.catches,
-		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &lc},
+		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &cfg},
 		Loss:    "sum(upstream.out * out) + aux.total",
 		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties},
 		Provenance: Provenance{
@@ -173,7 +173,7 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 		b.expect("expected.predictor_accuracy", Scalar(res.PredictorAccuracy))
 		b.expect("expected.aux.predictor_bce", Scalar(res.PredictorBCE))
 	}
-	if cfg.Aux == ref.AuxRouterBCE {
+	if cfg.Aux == spec.AuxRouterBCE {
 		b.expect("expected.aux.router_bce", Scalar(res.RouterBCE))
 	}
 	if cfg.LoadBalanceWeight > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // modelSpec is a model or decode case to generate.
@@ -13,7 +14,7 @@ type modelSpec struct {
 	seed              uint64
 	batch, seqLen     int
 	valid             []int
-	cfg               ref.ModelConfig
+	cfg               spec.ModelConfig
 	// decode makes a decode case: the full causal forward against
 	// token-by-token decoding, with no gradients.
 	decode bool
@@ -31,7 +32,7 @@ func drawModel(s modelSpec, seed uint64) (*ref.ModelParams, ref.ModelInputs) {
 	}
 	for _, l := range s.cfg.Layers {
 		var noise, jitter [][]float64
-		if l.Routed && l.Config.Router == ref.RouterRandom {
+		if l.Routed && l.Config.Router == spec.RouterRandom {
 			noise = ref.RandomField(rng, s.batch, s.seqLen)
 		}
 		if l.Routed && l.Config.Jitter > 0 {
@@ -81,7 +82,7 @@ func genModel(s modelSpec) (*Case, error) {
 func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs, res *ref.ModelResult, gaps [][]float64) (*Case, error) {
 	cc := CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Vocab: s.cfg.Vocab, MaxLen: s.cfg.MaxLen}
 	for _, l := range s.cfg.Layers {
-		cc.Layers = append(cc.Layers, ModelLayerConfig{Routed: l.Routed, Layer: layerConfigOf(l.Config)})
+		cc.Layers = append(cc.Layers, spec.ModelLayer{Routed: l.Routed, Config: writtenOut(l.Config)})
 	}
 	kind, loss, reference := KindModel, "ce + sum over routed layers of L<l>.aux.total",
 		"ref.ModelForward; gradients: ref.FDGradient of ref.ModelForwardFrozen"

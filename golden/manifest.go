@@ -64,7 +64,7 @@ type Tolerance struct {
 
 // Routing records how far a case's routing decisions are from a tie.
 type Routing struct {
-	// Margin is the near-tie margin of SPEC.md section 4: a flip between two
+	// Margin is the near-tie margin of docs/spec.md §4: a flip between two
 	// tokens whose router weights differ by less is not a decisive error.
 	Margin float64 `json:"margin"`
 	// Gaps holds, per routed layer (in layer order) and batch row, the gap
@@ -194,7 +194,7 @@ func (m *Manifest) encode() ([]byte, error) {
 func (m *Manifest) checkCatches() error {
 	for _, c := range m.Catches {
 		if DeviationDescription(c) == "" {
-			return fmt.Errorf("catches: %q is not a deviation of SPEC.md section 11", c)
+			return fmt.Errorf("catches: %q is not a deviation of docs/spec.md §11", c)
 		}
 	}
 	return nil

@@ -35,7 +35,7 @@ func recompute(c *Case) (*Case, error) {
 	switch m.Kind {
 	case KindLayer:
 		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.Layer.Ref(), ties: m.Routing.Ties}
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: *cfg.Layer, ties: m.Routing.Ties}
 		dr, err := layerDrawOf(c, s)
 		if err != nil {
 			return nil, err
@@ -47,7 +47,7 @@ func recompute(c *Case) (*Case, error) {
 		return layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, valid))
 	case KindModel, KindDecode:
 		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.modelConfig(), decode: m.Kind == KindDecode}
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.ModelConfig(), decode: m.Kind == KindDecode}
 		p, in, err := modelDrawOf(c, s)
 		if err != nil {
 			return nil, err

@@ -2,10 +2,10 @@ package mod
 
 import (
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// losses computes the auxiliary objectives of SPEC.md section 8 from the
+// losses computes the auxiliary objectives of docs/spec.md §8 from the
 // router weights r and the predictor logits q (nil without a predictor),
 // against the targets in res, over the valid tokens:
 //
@@ -46,13 +46,13 @@ func (l *Layer) losses(tp *autograd.Tape, res *LayerResult, bt batch, padded boo
 	res.LoadBalance = float64(lb.Data[0])
 
 	var aux *autograd.Tensor
-	if cfg.Aux == ref.AuxRouterBCE && cfg.AuxWeight > 0 {
+	if cfg.Aux == spec.AuxRouterBCE && cfg.AuxWeight > 0 {
 		aux = tp.Scale(bce, float32(cfg.AuxWeight))
 	}
 	if q != nil {
 		pl := tp.BCEWithLogits(q, res.Targets, valid)
 		res.PredictorBCE = float64(pl.Data[0])
-		if cfg.Aux == ref.AuxPredictor && cfg.AuxWeight > 0 {
+		if cfg.Aux == spec.AuxPredictor && cfg.AuxWeight > 0 {
 			aux = tp.Scale(pl, float32(cfg.AuxWeight))
 		}
 		hit, n := 0, 0

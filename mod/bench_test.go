@@ -1,11 +1,12 @@
-package mod
+package mod_test
 
 import (
+	"github.com/modref/modref/mod"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // BenchmarkModStep measures one forward and backward pass of a whole MoD
@@ -26,11 +27,11 @@ func BenchmarkModStep(b *testing.B) {
 	}
 	patterns := []struct {
 		name    string
-		pattern ref.Pattern
+		pattern spec.Pattern
 	}{
-		{"dense", ref.Pattern{Kind: ref.PatternList}},
-		{"mod-every-other-12.5", ref.Pattern{Kind: ref.PatternEveryOther}},
-		{"mod-all-12.5", ref.Pattern{Kind: ref.PatternAll}},
+		{"dense", spec.Pattern{Kind: spec.PatternList}},
+		{"mod-every-other-12.5", spec.Pattern{Kind: spec.PatternEveryOther}},
+		{"mod-all-12.5", spec.Pattern{Kind: spec.PatternAll}},
 	}
 	for _, size := range sizes {
 		for _, pat := range patterns {
@@ -38,17 +39,17 @@ func BenchmarkModStep(b *testing.B) {
 				if size.d == 512 && testing.Short() {
 					b.Skip("large size skipped with -short")
 				}
-				routing := ref.DefaultConfig(ref.DefaultBlockConfig(size.d, size.heads, 4*size.d), 0.125)
-				cfg, err := ref.NewModelConfig(256, 0, size.lay, routing, pat.pattern, nil)
+				routing := spec.DefaultConfig(spec.DefaultBlockConfig(size.d, size.heads, 4*size.d), 0.125)
+				cfg, err := spec.NewModelConfig(256, 0, size.lay, routing, pat.pattern, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
-				m, err := NewModel(cfg, 1)
+				m, err := mod.NewModel(cfg, 1)
 				if err != nil {
 					b.Fatal(err)
 				}
 				rng := rand.New(rand.NewPCG(1, 2))
-				in := ModelInputs{Tokens: make([][]int, size.batch), Targets: make([][]int, size.batch)}
+				in := mod.ModelInputs{Tokens: make([][]int, size.batch), Targets: make([][]int, size.batch)}
 				for r := range size.batch {
 					row := make([]int, size.seqLen+1)
 					for i := range row {
@@ -56,7 +57,7 @@ func BenchmarkModStep(b *testing.B) {
 					}
 					in.Tokens[r], in.Targets[r] = row[:size.seqLen], row[1:]
 				}
-				params := Tensors(m.Params())
+				params := mod.Tensors(m.Params())
 				var tp autograd.Tape
 				var ratio float64
 				step := func() {

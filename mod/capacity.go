@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// floorSlack is the slack of the float-robust floor of SPEC.md section 3:
+// floorSlack is the slack of the float-robust floor of docs/spec.md §3:
 // floorRobust(v) is the largest integer k with k <= v + floorSlack, so that
 // 0.29·100 = 28.999999999999996 gives 29.
 const floorSlack = 1e-9
@@ -15,7 +15,7 @@ const floorSlack = 1e-9
 func floorRobust(v float64) int { return int(math.Floor(v + floorSlack)) }
 
 // Capacity returns k_b, the number of tokens routed in a sequence of n valid
-// tokens out of S positions, under rule c (SPEC.md section 3, padding-aware):
+// tokens out of S positions, under rule c (docs/spec.md §3, padding-aware):
 //
 //   - ratio c:     k = clamp(floor(c·n), 1, n);
 //   - integer C:   an error unless 1 <= C <= S, then k = min(C, n);
@@ -23,7 +23,7 @@ func floorRobust(v float64) int { return int(math.Floor(v + floorSlack)) }
 //     k = clamp(floor(n·ratio(n)), 1, n), an error if n > S_max;
 //
 // with the float-robust floor, and k = 0 when n = 0.
-func Capacity(c ref.Capacity, n, s int) (int, error) {
+func Capacity(c spec.Capacity, n, s int) (int, error) {
 	if err := c.Validate(); err != nil {
 		return 0, err
 	}
@@ -31,12 +31,12 @@ func Capacity(c ref.Capacity, n, s int) (int, error) {
 		return 0, fmt.Errorf("capacity: valid length %d, want 0 <= V_b <= S = %d", n, s)
 	}
 	switch c.Kind {
-	case ref.CapacityInteger:
+	case spec.CapacityInteger:
 		if c.Tokens > s {
 			return 0, fmt.Errorf("capacity: integer capacity C = %d with sequence length S = %d, want 1 <= C <= S", c.Tokens, s)
 		}
 		return min(c.Tokens, n), nil
-	case ref.CapacityLog:
+	case spec.CapacityLog:
 		if n == 0 {
 			return 0, nil
 		}
@@ -48,7 +48,7 @@ func Capacity(c ref.Capacity, n, s int) (int, error) {
 			ratio = 1 - float64((math.Log(float64(n))/math.Log(float64(c.MaxLen)))*(1-c.Ratio))
 		}
 		return min(max(floorRobust(float64(n)*ratio), 1), n), nil
-	default: // ref.CapacityRatio
+	default: // spec.CapacityRatio
 		if n == 0 {
 			return 0, nil
 		}
@@ -56,7 +56,7 @@ func Capacity(c ref.Capacity, n, s int) (int, error) {
 	}
 }
 
-// AnnealedRatio is the capacity annealing schedule of SPEC.md section 3,
+// AnnealedRatio is the capacity annealing schedule of docs/spec.md §3,
 // c(step) = c0 + (c1 − c0)·min(step/warmup, 1), with warmup = 0 meaning c1
 // at every step; set it each step with Layer.SetCapacity. Ratios outside
 // (0, 1] and negative steps or warmups are errors.

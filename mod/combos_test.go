@@ -1,4 +1,4 @@
-package mod
+package mod_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // TestLayerCombinations checks every router × weighting × compute mode ×
@@ -15,17 +16,17 @@ import (
 // padded batch (B = 2, S = 6, valid lengths 6 and 4), so that each
 // combination is covered on every run and not only when rapid draws it.
 func TestLayerCombinations(t *testing.T) {
-	routers := []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom}
-	weightings := []ref.Weighting{ref.WeightRaw, ref.WeightSigmoid, ref.WeightSoftmax, ref.WeightNone}
+	routers := []spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm, spec.RouterRandom}
+	weightings := []spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightSoftmax, spec.WeightNone}
 	for _, router := range routers {
 		for _, w := range weightings {
-			for _, compute := range []ref.Compute{ref.ComputeGather, ref.ComputeDense} {
-				for _, aux := range []ref.AuxObjective{ref.AuxNone, ref.AuxRouterBCE, ref.AuxPredictor} {
+			for _, compute := range []spec.Compute{spec.ComputeGather, spec.ComputeDense} {
+				for _, aux := range []spec.AuxObjective{spec.AuxNone, spec.AuxRouterBCE, spec.AuxPredictor} {
 					name := fmt.Sprintf("%s/%s/%s/%s", router, w, compute, aux)
 					t.Run(name, func(t *testing.T) {
-						cfg := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 8), 0.5)
+						cfg := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 8), 0.5)
 						cfg.Router, cfg.Weighting, cfg.Compute, cfg.Aux = router, w, compute, aux
-						if aux != ref.AuxNone {
+						if aux != spec.AuxNone {
 							cfg.AuxWeight = 0.1
 						}
 						cfg.LoadBalanceWeight = 0.01
@@ -39,7 +40,7 @@ func TestLayerCombinations(t *testing.T) {
 
 // fixedLayerCase draws ref's parameters and inputs for cfg from seed,
 // rounded to float32.
-func fixedLayerCase(cfg ref.Config, rows, s int, valid []int, seed uint64) layerCase {
+func fixedLayerCase(cfg spec.Config, rows, s int, valid []int, seed uint64) layerCase {
 	rng := ref.NewRand(seed)
 	c := layerCase{cfg: cfg, p: ref.NewLayerParams(cfg, rng)}
 	roundParams(c.p.Tensors(""))
@@ -49,7 +50,7 @@ func fixedLayerCase(cfg ref.Config, rows, s int, valid []int, seed uint64) layer
 		round32(x.RawMatrix().Data)
 		c.in.X = append(c.in.X, x)
 	}
-	if cfg.Router == ref.RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		c.in.Noise = ref.RandomField(rng, rows, s)
 		for _, r := range c.in.Noise {
 			round32(r)
@@ -64,16 +65,16 @@ func fixedLayerCase(cfg ref.Config, rows, s int, valid []int, seed uint64) layer
 // layer patterns (every other layer, every layer), each router and each
 // auxiliary objective, against ref.
 func TestModelCombinations(t *testing.T) {
-	for _, pat := range []ref.Pattern{{Kind: ref.PatternEveryOther}, {Kind: ref.PatternAll}} {
-		for _, router := range []ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm, ref.RouterRandom} {
-			for _, aux := range []ref.AuxObjective{ref.AuxNone, ref.AuxRouterBCE, ref.AuxPredictor} {
+	for _, pat := range []spec.Pattern{{Kind: spec.PatternEveryOther}, {Kind: spec.PatternAll}} {
+		for _, router := range []spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm, spec.RouterRandom} {
+			for _, aux := range []spec.AuxObjective{spec.AuxNone, spec.AuxRouterBCE, spec.AuxPredictor} {
 				t.Run(fmt.Sprintf("%s/%s/%s", pat.Kind, router, aux), func(t *testing.T) {
-					routing := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
-					routing.Router, routing.Aux, routing.Weighting = router, aux, ref.WeightSigmoid
-					if aux != ref.AuxNone {
+					routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+					routing.Router, routing.Aux, routing.Weighting = router, aux, spec.WeightSigmoid
+					if aux != spec.AuxNone {
 						routing.AuxWeight = 0.1
 					}
-					cfg, err := ref.NewModelConfig(9, 0, 4, routing, pat, nil)
+					cfg, err := spec.NewModelConfig(9, 0, 4, routing, pat, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -93,7 +94,7 @@ func TestModelCombinations(t *testing.T) {
 }
 
 // combinationModel draws the model case of TestModelCombinations.
-func combinationModel(cfg ref.ModelConfig, router ref.RouterKind, seed uint64) modelCase {
+func combinationModel(cfg spec.ModelConfig, router spec.RouterKind, seed uint64) modelCase {
 	c := modelCase{cfg: cfg, p: ref.NewModelParams(cfg, seed)}
 	roundParams(c.p.Tensors())
 	rng := ref.NewRand(seed)
@@ -104,7 +105,7 @@ func combinationModel(cfg ref.ModelConfig, router ref.RouterKind, seed uint64) m
 	}
 	for _, ml := range cfg.Layers {
 		var noise [][]float64
-		if ml.Routed && router == ref.RouterRandom {
+		if ml.Routed && router == spec.RouterRandom {
 			noise = ref.RandomField(rng, 2, 7)
 			for _, r := range noise {
 				round32(r)

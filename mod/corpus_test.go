@@ -1,4 +1,4 @@
-package mod
+package mod_test
 
 import (
 	"math"
@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/modcase"
 )
 
 // corpusDir is the golden corpus, relative to this package.
 const corpusDir = "../golden/corpus"
 
-// TestCorpus runs mod on every case of the golden corpus (Candidate) and
+// TestCorpus runs mod on every case of the golden corpus (modcase.Candidate) and
 // judges it with golden.Compare, the judge of `modref check`: every expected
 // and gradient array within the tolerance its manifest gives, at valid
 // positions for arrays whose leading dimensions are B×S, selections and
@@ -28,7 +29,7 @@ func TestCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cand, err := Candidate(c)
+			cand, err := modcase.Candidate(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +48,7 @@ func TestCorpus(t *testing.T) {
 	}
 }
 
-// recordArray notes the scaled error of one array for the -v report.
+// recordArray notes the scaled error of one array for the -measure report.
 func recordArray(c *golden.Case, a golden.ArrayResult) {
 	want := c.Arrays["expected."+a.Name]
 	if want == nil {

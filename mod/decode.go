@@ -5,14 +5,16 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // Decoder generates one sequence token by token in causal routing mode
-// (SPEC.md section 9). Each layer has its own key-value cache: a routed
+// (docs/spec.md §9). Each layer has its own key-value cache: a routed
 // layer's cache holds only the tokens routed through it, with their
 // original positions; a dense layer's, and the attention of an MLP-only
-// routed layer, every token. Its logits equal those of Model.Forward on the
+// routed layer, every token. With a window w (spec.BlockConfig.Window,
+// docs/spec.md §13) a cache keeps only the tokens at the last w positions,
+// the only ones a later token can attend to. Its logits equal those of Model.Forward on the
 // whole sequence, to float32 round-off.
 type Decoder struct {
 	m      *Model
@@ -26,6 +28,24 @@ type Decoder struct {
 type kvCache struct {
 	pos          []int
 	keys, values []float32
+}
+
+// evict drops the cached tokens at positions <= last: with a window w and a
+// query at position p, those at p − w and before, which neither this query
+// nor any later one attends to (docs/spec.md §13). The survivors move to the
+// front of the buffers, so a cache holds at most w tokens and its memory
+// stays bounded however long the sequence.
+func (c *kvCache) evict(last, d int) {
+	n := 0
+	for n < len(c.pos) && c.pos[n] <= last {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	c.pos = c.pos[:copy(c.pos, c.pos[n:])]
+	c.keys = c.keys[:copy(c.keys, c.keys[n*d:])]
+	c.values = c.values[:copy(c.values, c.values[n*d:])]
 }
 
 // StepResult is what one decoding step computes.
@@ -54,9 +74,9 @@ func NewDecoder(m *Model) (*Decoder, error) {
 		}
 		c := rl.cfg
 		switch {
-		case c.Causal == ref.CausalOff:
-			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
-		case c.Router == ref.RouterRandom:
+		case c.Causal == spec.CausalOff:
+			return nil, fmt.Errorf("mod: decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (docs/spec.md §9)", l)
+		case c.Router == spec.RouterRandom:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case c.Jitter != 0:
 			return nil, fmt.Errorf("mod: decoder: layer %d has Jitter = %v; jitter is training-only, set it to 0 for decoding", l, c.Jitter)
@@ -70,6 +90,8 @@ func NewDecoder(m *Model) (*Decoder, error) {
 // computed from the token's own residual stream; a routed token joins that
 // layer's cache and becomes x + g·f, a skipped one keeps x and is never
 // cached there.
+//
+//	token → Logits: [vocab]
 func (dec *Decoder) Step(token int) (*StepResult, error) {
 	m, pos := dec.m, dec.pos
 	if token < 0 || token >= m.cfg.Vocab {
@@ -100,7 +122,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		score := r.Data[0]
 		if rl.Predictor != nil {
 			res.PredictorLogits[l] = rl.Predictor.Logits(tp, tp.StopGradient(x)).Data[0]
-			if rl.cfg.Causal == ref.CausalPredictor {
+			if rl.cfg.Causal == spec.CausalPredictor {
 				score = res.PredictorLogits[l]
 			}
 		}
@@ -127,6 +149,8 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 
 // step is the block's update f for one token x (1×d) at position pos, given
 // the cache of the tokens before it, which it joins.
+//
+//	x: [1, d] → [1, d]
 func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	a := b.attnStep(tp, c, x, pos)
 	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
@@ -135,6 +159,8 @@ func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int)
 // attnStep is Attn(N1(x)) for one token x (1×d) at position pos: its query
 // attends to the cached keys and to its own, which it appends to the cache
 // with its value, in the order of operations of the full forward.
+//
+//	x: [1, d] → [1, d]
 func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
 	at := b.Attn
 	h, d := at.Heads, x.Cols
@@ -151,6 +177,9 @@ func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos 
 	c.pos = append(c.pos, pos)
 	c.keys = append(c.keys, k.Data...)
 	c.values = append(c.values, at.Wv.Forward(tp, xn).Data...)
+	if w := at.Window; w > 0 {
+		c.evict(pos-w, d)
+	}
 	n := len(c.pos)
 	keys := tp.SplitHeads(autograd.New(n, d, c.keys), h)
 	values := tp.SplitHeads(autograd.New(n, d, c.values), h)

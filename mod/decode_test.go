@@ -1,7 +1,9 @@
-package mod
+package mod_test
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // decodeTol bounds the difference between token-by-token decoding and the
@@ -27,7 +30,7 @@ func checkDecode(t *rapid.T, c modelCase) {
 	decisiveRefForward(t, c)
 	m := modelFromRef(t, c.cfg, c.p)
 	var tp autograd.Tape
-	full, err := m.Forward(&tp, modelInputs(c.in))
+	full, err := m.Forward(&tp, modcase.ModelInputsFromRef(c.in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +40,7 @@ func checkDecode(t *rapid.T, c modelCase) {
 		if c.in.Valid != nil {
 			v = c.in.Valid[b]
 		}
-		dec, err := NewDecoder(m)
+		dec, err := mod.NewDecoder(m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,17 +76,17 @@ func TestDecodeEqualsFullForward(t *testing.T) {
 // router and router_bce, so that each pattern is covered on every run.
 func TestDecodePatterns(t *testing.T) {
 	rapidChecks(20)
-	for _, pat := range []ref.Pattern{
-		{Kind: ref.PatternAll},
-		{Kind: ref.PatternEveryOther},
-		{Kind: ref.PatternEveryNth, Every: 3, Offset: 1},
-		{Kind: ref.PatternDenseEnds, DenseStart: 1, DenseEnd: 1},
-		{Kind: ref.PatternList, Layers: []int{1, 2}},
+	for _, pat := range []spec.Pattern{
+		{Kind: spec.PatternAll},
+		{Kind: spec.PatternEveryOther},
+		{Kind: spec.PatternEveryNth, Every: 3, Offset: 1},
+		{Kind: spec.PatternDenseEnds, DenseStart: 1, DenseEnd: 1},
+		{Kind: spec.PatternList, Layers: []int{1, 2}},
 	} {
 		t.Run(string(pat.Kind), func(t *testing.T) {
-			routing := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
-			routing.Causal, routing.Aux, routing.AuxWeight, routing.Weighting = ref.CausalRouter, ref.AuxRouterBCE, 0.1, ref.WeightSigmoid
-			cfg, err := ref.NewModelConfig(11, 0, 4, routing, pat, nil)
+			routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+			routing.Causal, routing.Aux, routing.AuxWeight, routing.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
+			cfg, err := spec.NewModelConfig(11, 0, 4, routing, pat, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,27 +104,27 @@ func TestDecodePatterns(t *testing.T) {
 // TestDecoderRejects checks that NewDecoder names the layer and field that
 // make causal decoding impossible.
 func TestDecoderRejects(t *testing.T) {
-	base := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
-	base.Causal = ref.CausalRouter
+	base := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+	base.Causal = spec.CausalRouter
 	for _, tc := range []struct {
-		change func(*ref.Config)
+		change func(*spec.Config)
 		want   string
 	}{
-		{func(c *ref.Config) { c.Causal = ref.CausalOff }, "layer 0 has Causal = off"},
-		{func(c *ref.Config) { c.Router = ref.RouterRandom }, "layer 0 has Router = random"},
-		{func(c *ref.Config) { c.Jitter = 0.1 }, "layer 0 has Jitter = 0.1"},
+		{func(c *spec.Config) { c.Causal = spec.CausalOff }, "layer 0 has Causal = off"},
+		{func(c *spec.Config) { c.Router = spec.RouterRandom }, "layer 0 has Router = random"},
+		{func(c *spec.Config) { c.Jitter = 0.1 }, "layer 0 has Jitter = 0.1"},
 	} {
 		cfg := base
 		tc.change(&cfg)
-		mc, err := ref.NewModelConfig(8, 0, 2, cfg, ref.Pattern{Kind: ref.PatternEveryOther}, nil)
+		mc, err := spec.NewModelConfig(8, 0, 2, cfg, spec.Pattern{Kind: spec.PatternEveryOther}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := NewModel(mc, 1)
+		m, err := mod.NewModel(mc, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := NewDecoder(m); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := mod.NewDecoder(m); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewDecoder: error %v, want one containing %q", err, tc.want)
 		}
 	}

@@ -1,15 +1,15 @@
 // Package mod is the fast float32 Mixture-of-Depths implementation of
 // modref (Raposo et al. 2024, arXiv 2404.02258): a routed layer and a small
 // language model on the autograd engine and the blocks of package nn, with
-// every choice of ../shared/SPEC.md named in the configuration.
+// every choice of docs/spec.md named in the configuration.
 //
 // # Configuration
 //
-// The configuration types are those of package ref (ref.Config,
-// ref.BlockConfig, ref.Capacity, ref.Pattern, ref.ModelConfig), so that one
-// vocabulary describes the float64 reference, the golden corpus and this
-// package. Only the types and their Validate methods are used; every
-// computation is done here, in float32. NewLayer, NewModel and NewDecoder
+// The configuration types are those of package spec (spec.Config,
+// spec.BlockConfig, spec.Capacity, spec.Pattern, spec.ModelConfig), so that
+// one vocabulary describes the float64 reference, the golden corpus and this
+// package. mod imports neither ref nor golden (docs/design.md,
+// "Dependencies"); every computation is done here, in float32. NewLayer, NewModel and NewDecoder
 // return an error naming the field at fault for a configuration that cannot
 // work; nothing panics later because of the configuration. A routed layer's
 // capacity rule can be changed between steps with Layer.SetCapacity (for
@@ -25,7 +25,7 @@
 // through unchanged. Per-token inputs and outputs (router noise and jitter
 // eps, router logits, weights, targets) are B·S values in the same order.
 //
-// # The routed layer (SPEC.md sections 2 to 9)
+// # The routed layer (docs/spec.md §2 to §9)
 //
 // A routed layer computes the router weight r of every valid token
 // (linear, linear_bias, l2norm or random, plus jitter), selects in each row
@@ -36,7 +36,9 @@
 // residual stream (gather compute), or runs the block over every token and
 // multiplies its update by the straight-through weight w = g + sg(m·g − g)
 // (dense compute). With MLP-only routing, attention runs over every token
-// and only the MLP is routed. A NaN router weight is an error naming its row
+// and only the MLP is routed. With a sliding window w (spec.BlockConfig.Window,
+// docs/spec.md §13) a token at position p attends only to the tokens of its
+// block at original positions in (p − w, p]. A NaN router weight is an error naming its row
 // and position.
 //
 // # Results
@@ -46,18 +48,22 @@
 // losses, predictor logits and accuracy, the numbers of tokens routed and
 // skipped, the compute fraction, and the layer's forward FLOPs against its
 // dense twin (counted with the conventions of ref's FLOPs functions).
+// A layer's result also holds its decision with the stop-gradient constants
+// that go with it (LayerResult.Frozen); Layer.ForwardFrozen replays such a
+// decision, as ref.LayerForwardFrozen does, for finite differences and for
+// the properties that hold only with the routing fixed.
 //
 // # Parameters
 //
 // Layer.Params and Model.Params name every parameter as ref and the golden
 // corpus do ("Wq", "L1.Router", "Embed", ...). LoadParams fills them from
-// float64 values; LayerFromCase and ModelFromCase build a layer or a model
-// with its inputs from a golden case.
+// float64 values; package internal/modcase builds a layer or a model with
+// its inputs from a golden case or from ref's parameters.
 //
 // # Decoding
 //
-// A Decoder generates token by token in causal routing mode (SPEC.md section
-// 9) with one key-value cache per layer that holds only the tokens routed
+// A Decoder generates token by token in causal routing mode (docs/spec.md
+// §9) with one key-value cache per layer that holds only the tokens routed
 // through that layer, at their original positions; its logits equal those
 // of the full-sequence causal forward.
 //

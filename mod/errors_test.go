@@ -3,32 +3,34 @@ package mod
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // TestConfigErrors checks that an invalid configuration is an error from
 // the constructor that names the field and why.
 func TestConfigErrors(t *testing.T) {
-	good := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
+	good := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
 	for _, tc := range []struct {
-		change func(*ref.Config)
+		change func(*spec.Config)
 		want   string
 	}{
-		{func(c *ref.Config) { c.Router = "mlp" }, `Router = "mlp"`},
-		{func(c *ref.Config) { c.Capacity.Ratio = 0 }, "Ratio = 0, want c in (0, 1]"},
-		{func(c *ref.Config) { c.Capacity = ref.Capacity{Kind: ref.CapacityLog, Ratio: 0.5, MaxLen: 1} }, "MaxLen = 1"},
-		{func(c *ref.Config) { c.Weighting = "tanh" }, `Weighting = "tanh"`},
-		{func(c *ref.Config) { c.Compute = "sparse" }, `Compute = "sparse"`},
-		{func(c *ref.Config) { c.Jitter = -1 }, "Jitter = -1"},
-		{func(c *ref.Config) { c.AuxWeight = 0.1 }, "AuxWeight = 0.1 with Aux = none"},
-		{func(c *ref.Config) { c.Causal, c.Weighting = ref.CausalRouter, ref.WeightSoftmax }, "Weighting = softmax with Causal"},
-		{func(c *ref.Config) { c.Causal, c.Compute = ref.CausalRouter, ref.ComputeDense }, "Compute = dense with Causal"},
-		{func(c *ref.Config) { c.Block.Heads = 3 }, "not a multiple of Heads = 3"},
-		{func(c *ref.Config) { c.Block.NormEps = 0 }, "NormEps = 0"},
+		{func(c *spec.Config) { c.Router = "mlp" }, `Router = "mlp"`},
+		{func(c *spec.Config) { c.Capacity.Ratio = 0 }, "Ratio = 0, want c in (0, 1]"},
+		{func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityLog, Ratio: 0.5, MaxLen: 1} }, "MaxLen = 1"},
+		{func(c *spec.Config) { c.Weighting = "tanh" }, `Weighting = "tanh"`},
+		{func(c *spec.Config) { c.Compute = "sparse" }, `Compute = "sparse"`},
+		{func(c *spec.Config) { c.Jitter = -1 }, "Jitter = -1"},
+		{func(c *spec.Config) { c.AuxWeight = 0.1 }, "AuxWeight = 0.1 with Aux = none"},
+		{func(c *spec.Config) { c.Causal, c.Weighting = spec.CausalRouter, spec.WeightSoftmax }, "Weighting = softmax with Causal"},
+		{func(c *spec.Config) { c.Causal, c.Compute = spec.CausalRouter, spec.ComputeDense }, "Compute = dense with Causal"},
+		{func(c *spec.Config) { c.Block.Heads = 3 }, "not a multiple of Heads = 3"},
+		{func(c *spec.Config) { c.Block.NormEps = 0 }, "NormEps = 0"},
 	} {
 		cfg := good
 		tc.change(&cfg)
@@ -37,7 +39,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("NewLayer: error %v, want one containing %q", err, tc.want)
 		}
 	}
-	mc, err := ref.NewModelConfig(8, 0, 2, good, ref.Pattern{Kind: ref.PatternAll}, nil)
+	mc, err := spec.NewModelConfig(8, 0, 2, good, spec.Pattern{Kind: spec.PatternAll}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +57,8 @@ func TestConfigErrors(t *testing.T) {
 // TestInputErrors checks that inputs that do not fit the layer, a capacity
 // that cannot hold, and a NaN router weight are errors naming the cause.
 func TestInputErrors(t *testing.T) {
-	cfg := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
-	cfg.Router = ref.RouterRandom
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+	cfg.Router = spec.RouterRandom
 	l, err := NewLayer(cfg, rand.New(rand.NewPCG(1, 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestInputErrors(t *testing.T) {
 			t.Errorf("Forward: error %v, want one containing %q", err, tc.want)
 		}
 	}
-	cfg.Capacity = ref.Capacity{Kind: ref.CapacityInteger, Tokens: 6}
+	cfg.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 6}
 	if l, err = NewLayer(cfg, rand.New(rand.NewPCG(1, 1))); err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +94,9 @@ func TestInputErrors(t *testing.T) {
 // TestModelNaNError checks that a NaN router weight deep in a model is an
 // error naming the layer, the row and the position.
 func TestModelNaNError(t *testing.T) {
-	routing := ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5)
-	routing.Router = ref.RouterRandom
-	mc, err := ref.NewModelConfig(8, 0, 3, routing, ref.Pattern{Kind: ref.PatternList, Layers: []int{1}}, nil)
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+	routing.Router = spec.RouterRandom
+	mc, err := spec.NewModelConfig(8, 0, 3, routing, spec.Pattern{Kind: spec.PatternList, Layers: []int{1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,18 +117,18 @@ func TestModelNaNError(t *testing.T) {
 // TestCapacityMatchesRef checks every capacity rule, with the float-robust
 // floor (c = 0.29 of 100 gives 29) and padding, against ref's.
 func TestCapacityMatchesRef(t *testing.T) {
-	if k, err := Capacity(ref.Capacity{Kind: ref.CapacityRatio, Ratio: 0.29}, 100, 100); err != nil || k != 29 {
+	if k, err := Capacity(spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.29}, 100, 100); err != nil || k != 29 {
 		t.Errorf("ratio 0.29 of 100: k = %d, %v; want 29", k, err)
 	}
-	for _, c := range []ref.Capacity{
-		{Kind: ref.CapacityRatio, Ratio: 0.125}, {Kind: ref.CapacityRatio, Ratio: 0.29}, {Kind: ref.CapacityRatio, Ratio: 1},
-		{Kind: ref.CapacityInteger, Tokens: 1}, {Kind: ref.CapacityInteger, Tokens: 7}, {Kind: ref.CapacityInteger, Tokens: 40},
-		{Kind: ref.CapacityLog, Ratio: 0.25, MaxLen: 64}, {Kind: ref.CapacityLog, Ratio: 0.5, MaxLen: 2},
+	for _, c := range []spec.Capacity{
+		{Kind: spec.CapacityRatio, Ratio: 0.125}, {Kind: spec.CapacityRatio, Ratio: 0.29}, {Kind: spec.CapacityRatio, Ratio: 1},
+		{Kind: spec.CapacityInteger, Tokens: 1}, {Kind: spec.CapacityInteger, Tokens: 7}, {Kind: spec.CapacityInteger, Tokens: 40},
+		{Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: 64}, {Kind: spec.CapacityLog, Ratio: 0.5, MaxLen: 2},
 	} {
 		for s := 1; s <= 64; s++ {
 			for n := 0; n <= s; n++ {
 				got, gerr := Capacity(c, n, s)
-				want, werr := c.TokensFor(n, s)
+				want, werr := ref.TokensFor(c, n, s)
 				if (gerr == nil) != (werr == nil) || got != want {
 					t.Fatalf("%+v, %d of %d valid: k = %d (%v), ref %d (%v)", c, n, s, got, gerr, want, werr)
 				}
@@ -141,7 +143,7 @@ func TestSelectTopK(t *testing.T) {
 	r := []float32{0.5, 2, 0.5, -1, 2, 0.5}
 	for k, want := range [][]int{{}, {1}, {1, 4}, {0, 1, 4}, {0, 1, 2, 4}, {0, 1, 2, 4, 5}, {0, 1, 2, 3, 4, 5}} {
 		got, _, err := selectTopK(nil, nil, r, k)
-		if err != nil || !intsEqual(got, want) {
+		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("k = %d: selected %v (%v), want %v", k, got, err, want)
 		}
 	}
@@ -150,22 +152,22 @@ func TestSelectTopK(t *testing.T) {
 // TestFLOPsMatchRef checks the FLOPs accounting against ref's at the
 // benchmark sizes, for every compute mode, MLP and predictor.
 func TestFLOPsMatchRef(t *testing.T) {
-	for _, blk := range []ref.BlockConfig{ref.DefaultBlockConfig(64, 4, 256), ref.DefaultBlockConfig(256, 8, 1024)} {
+	for _, blk := range []spec.BlockConfig{spec.DefaultBlockConfig(64, 4, 256), spec.DefaultBlockConfig(256, 8, 1024)} {
 		for _, swiglu := range []bool{false, true} {
 			if swiglu {
-				blk.MLP = ref.ActSwiGLU
+				blk.MLP = spec.ActSwiGLU
 			}
 			lengths, routed := []int{256, 200, 0}, []int{32, 25, 0}
 			if got, want := denseFLOPs(blk, lengths), ref.DenseLayerFLOPs(blk, lengths); got != LayerFLOPs(want) {
 				t.Errorf("dense %+v: %+v, ref %+v", blk, got, want)
 			}
-			for _, cfg := range []ref.Config{
-				ref.DefaultConfig(blk, 0.125),
-				func() ref.Config { c := ref.DefaultConfig(blk, 0.125); c.Compute = ref.ComputeDense; return c }(),
-				func() ref.Config { c := ref.DefaultConfig(blk, 0.125); c.MLPOnly = true; return c }(),
-				func() ref.Config {
-					c := ref.DefaultConfig(blk, 0.125)
-					c.Router, c.Aux, c.AuxWeight = ref.RouterRandom, ref.AuxPredictor, 0.1
+			for _, cfg := range []spec.Config{
+				spec.DefaultConfig(blk, 0.125),
+				func() spec.Config { c := spec.DefaultConfig(blk, 0.125); c.Compute = spec.ComputeDense; return c }(),
+				func() spec.Config { c := spec.DefaultConfig(blk, 0.125); c.MLPOnly = true; return c }(),
+				func() spec.Config {
+					c := spec.DefaultConfig(blk, 0.125)
+					c.Router, c.Aux, c.AuxWeight = spec.RouterRandom, spec.AuxPredictor, 0.1
 					return c
 				}(),
 			} {
@@ -180,7 +182,7 @@ func TestFLOPsMatchRef(t *testing.T) {
 // TestSetCapacity checks capacity annealing against ref's schedule and that
 // an invalid capacity is refused with the layer unchanged.
 func TestSetCapacity(t *testing.T) {
-	l, err := NewLayer(ref.DefaultConfig(ref.DefaultBlockConfig(8, 2, 16), 0.5), rand.New(rand.NewPCG(1, 1)))
+	l, err := NewLayer(spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5), rand.New(rand.NewPCG(1, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +192,11 @@ func TestSetCapacity(t *testing.T) {
 		if err != nil || werr != nil || math.Abs(got-want) > 1e-15 {
 			t.Fatalf("step %d: ratio %v (%v), ref %v (%v)", step, got, err, want, werr)
 		}
-		if err := l.SetCapacity(ref.Capacity{Kind: ref.CapacityRatio, Ratio: got}); err != nil {
+		if err := l.SetCapacity(spec.Capacity{Kind: spec.CapacityRatio, Ratio: got}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.SetCapacity(ref.Capacity{Kind: ref.CapacityRatio, Ratio: 1.5}); err == nil || !strings.Contains(err.Error(), "Ratio = 1.5") {
+	if err := l.SetCapacity(spec.Capacity{Kind: spec.CapacityRatio, Ratio: 1.5}); err == nil || !strings.Contains(err.Error(), "Ratio = 1.5") {
 		t.Errorf("SetCapacity(1.5): error %v, want one naming Ratio", err)
 	}
 	if got := l.Config().Capacity.Ratio; got != 0.125 {

@@ -1,9 +1,11 @@
 package mod
 
-import "github.com/modref/modref/ref"
+import (
+	"github.com/modref/modref/spec"
+)
 
 // LayerFLOPs is the forward cost of one layer over a batch, in the
-// conventions of SPEC.md section 10 as ref states them: matrix products
+// conventions of docs/spec.md §10 as ref states them: matrix products
 // only, 2·m·n·k each; a sequence counts its valid tokens; attention scores
 // and values over the full n×n square (the causal half is not subtracted);
 // router (2·d per token, 0 for random) and predictor (2·d·h + 2·h per token)
@@ -21,19 +23,19 @@ type LayerFLOPs struct {
 
 // blockFLOPs adds the cost of attention over attnN tokens and the MLP over
 // mlpN tokens to f.
-func blockFLOPs(f *LayerFLOPs, c ref.BlockConfig, attnN, mlpN int) {
+func blockFLOPs(f *LayerFLOPs, c spec.BlockConfig, attnN, mlpN int) {
 	d, n := int64(c.D), int64(attnN)
 	f.Projections += 8 * n * d * d
 	f.AttentionScores += 4 * n * n * d
 	mats := int64(2)
-	if c.MLP == ref.ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		mats = 3
 	}
 	f.MLP += mats * 2 * int64(mlpN) * d * int64(c.DFF)
 }
 
 // denseFLOPs is a dense block over sequences of the given valid lengths.
-func denseFLOPs(c ref.BlockConfig, lengths []int) LayerFLOPs {
+func denseFLOPs(c spec.BlockConfig, lengths []int) LayerFLOPs {
 	var f LayerFLOPs
 	for _, n := range lengths {
 		blockFLOPs(&f, c, n, n)
@@ -47,19 +49,19 @@ func denseFLOPs(c ref.BlockConfig, lengths []int) LayerFLOPs {
 // with routed[b] tokens routed in sequence b: gather compute counts the
 // routed tokens, dense compute every valid one, and MLP-only routing every
 // valid token in attention and the routed ones in the MLP.
-func layerFLOPs(c ref.Config, lengths, routed []int) LayerFLOPs {
+func layerFLOPs(c spec.Config, lengths, routed []int) LayerFLOPs {
 	var f LayerFLOPs
 	d := int64(c.Block.D)
 	for b, n := range lengths {
 		attnN, mlpN := routed[b], routed[b]
-		if c.Compute == ref.ComputeDense {
+		if c.Compute == spec.ComputeDense {
 			attnN, mlpN = n, n
 		}
 		if c.MLPOnly {
 			attnN = n
 		}
 		blockFLOPs(&f, c.Block, attnN, mlpN)
-		if c.Router != ref.RouterRandom {
+		if c.Router != spec.RouterRandom {
 			f.Router += 2 * d * int64(n)
 		}
 		if c.HasPredictor() {
@@ -72,7 +74,7 @@ func layerFLOPs(c ref.Config, lengths, routed []int) LayerFLOPs {
 	return f
 }
 
-// ModelFLOPs is the forward cost of a whole model (SPEC.md section 10).
+// ModelFLOPs is the forward cost of a whole model (docs/spec.md §10).
 type ModelFLOPs struct {
 	Layers []LayerFLOPs // per layer, routed or dense
 	Head   int64        // the LM head, 2·d·vocab per valid token

@@ -1,10 +1,11 @@
-package mod
+package mod_test
 
 import (
 	"flag"
 	"fmt"
+	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod"
 	"math"
-	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -13,11 +14,15 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// TestMain runs the tests and, with -v, prints the largest error measured
+// measure makes TestMain print the measured errors: go test ./mod -measure -v
+// (-v because go test shows a passing package's output only then).
+var measure = flag.Bool("measure", false, "print the largest error measured per kind of comparison after the tests")
+
+// TestMain runs the tests and, with -measure, prints the largest error measured
 // per kind of comparison: for comparisons with ref (layer, model, decode),
 // |got − want| / max(‖want‖∞, 1); for the golden corpus, |got − want| over
 // the manifest's bound atol + rtol·|want|, and that scaled difference too
@@ -26,7 +31,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) { userChecks = userChecks || f.Name == "rapid.checks" })
 	code := m.Run()
-	if testing.Verbose() {
+	if *measure {
 		kinds := make([]string, 0, len(measured.max))
 		for kind := range measured.max {
 			kinds = append(kinds, kind)
@@ -53,7 +58,7 @@ func rapidChecks(n int) {
 }
 
 // measured records the largest scaled error seen per kind of comparison,
-// for the tolerance report that TestMain prints with -v.
+// for the tolerance report that TestMain prints with -measure.
 var measured = struct {
 	sync.Mutex
 	max map[string]float64
@@ -153,15 +158,6 @@ func flatField(f [][]float64) []float64 {
 	return v
 }
 
-// paramValues returns ref's parameters by name.
-func paramValues(ts []ref.Tensor) map[string][]float64 {
-	m := make(map[string][]float64, len(ts))
-	for _, t := range ts {
-		m[t.Name] = t.Data
-	}
-	return m
-}
-
 // roundParams rounds ref's parameters to float32 in place.
 func roundParams(ts []ref.Tensor) {
 	for _, t := range ts {
@@ -170,44 +166,32 @@ func roundParams(ts []ref.Tensor) {
 }
 
 // layerFromRef returns a mod layer holding ref's parameters p.
-func layerFromRef(tb reporter, cfg ref.Config, p *ref.LayerParams) *Layer {
+func layerFromRef(tb reporter, cfg spec.Config, p *ref.LayerParams) *mod.Layer {
 	tb.Helper()
-	l, err := NewLayer(cfg, rand.New(rand.NewPCG(1, 2)))
+	l, err := modcase.LayerFromRef(cfg, p)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := LoadParams(l.Params(""), paramValues(p.Tensors(""))); err != nil {
 		tb.Fatal(err)
 	}
 	return l
 }
 
 // modelFromRef returns a mod model holding ref's parameters p.
-func modelFromRef(tb reporter, cfg ref.ModelConfig, p *ref.ModelParams) *Model {
+func modelFromRef(tb reporter, cfg spec.ModelConfig, p *ref.ModelParams) *mod.Model {
 	tb.Helper()
-	m, err := NewModel(cfg, 1)
+	m, err := modcase.ModelFromRef(cfg, p)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := LoadParams(m.Params(), paramValues(p.Tensors())); err != nil {
 		tb.Fatal(err)
 	}
 	return m
 }
 
-// layerInputs converts ref's inputs to mod's, X as a parameter so that it
-// receives a gradient.
-func layerInputs(in ref.LayerInputs) LayerInputs {
-	s, _ := in.X[0].Dims()
-	x := to32(flatBatch(in.X))
-	li := LayerInputs{X: autograd.NewParam(len(in.X)*s, len(x)/(len(in.X)*s), x), Batch: len(in.X), SeqLen: s, Valid: in.Valid}
-	if in.Noise != nil {
-		li.Noise = to32(flatField(in.Noise))
+// to32 rounds float64 values to float32.
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
 	}
-	if in.Jitter != nil {
-		li.Jitter = to32(flatField(in.Jitter))
-	}
-	return li
+	return out
 }
 
 // refSelection returns mod's selection as ref's.
@@ -229,18 +213,6 @@ func validMask(valid []int, s, c int) func(int) bool {
 		p := k / c
 		return p%s < valid[p/s]
 	}
-}
-
-func intsEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // dot returns Σ a⊙b over a batch of matrices and u.

@@ -6,10 +6,10 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// Layer is one routed Mixture-of-Depths layer (SPEC.md sections 2 to 9): a
+// Layer is one routed Mixture-of-Depths layer (docs/spec.md §2 to §9): a
 // router, a capacity rule, the pre-norm block f, the output weighting, and
 // optionally the auxiliary predictor.
 //
@@ -19,16 +19,16 @@ type Layer struct {
 	// Router is the d×1 router weight w (linear and linear_bias routers;
 	// nil otherwise) and RouterBias the 1×1 bias b (linear_bias only).
 	Router, RouterBias *autograd.Tensor
-	// Predictor is the auxiliary predictor of SPEC.md section 8, nil unless
+	// Predictor is the auxiliary predictor of docs/spec.md §8, nil unless
 	// the configuration uses one (Aux = predictor or Causal = predictor).
 	Predictor *Predictor
 
-	cfg   ref.Config // every routing choice, checked by NewLayer
+	cfg   spec.Config // every routing choice, checked by NewLayer
 	blk   *block
 	order []int // selection work buffer
 }
 
-// Predictor is the auxiliary MLP of SPEC.md section 8 that predicts from
+// Predictor is the auxiliary MLP of docs/spec.md §8 that predicts from
 // sg(x_i) whether token i is routed: q = SiLU(x·W1 + b1)·W2 + b2.
 type Predictor struct {
 	// In is Linear(d, h) with bias, Out is Linear(h, 1) with bias.
@@ -37,6 +37,8 @@ type Predictor struct {
 
 // Logits returns q for every row of x; x should be a stop-gradient copy of
 // the layer input, so that the predictor's loss trains only the predictor.
+//
+//	x: [N, d] → [N, h] → [N, 1]
 func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	return p.Out.Forward(tp, tp.SiLU(p.In.Forward(tp, x)))
 }
@@ -45,7 +47,7 @@ func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tens
 // from rng: the block as nn.NewBlock draws it, then the router weight from
 // N(0, nn.InitStd²) with a zero bias, then the predictor's Linear maps as
 // nn.NewLinear draws them. An invalid cfg is an error naming the field.
-func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func NewLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	l, err := newLayer(cfg, rng)
 	if err != nil {
 		return nil, fmt.Errorf("mod: %w", err)
@@ -54,7 +56,7 @@ func NewLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // newLayer is NewLayer with errors not prefixed by the package name.
-func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
+func newLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,14 +66,14 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 	}
 	l := &Layer{cfg: cfg, blk: blk}
 	d := cfg.Block.D
-	if cfg.Router == ref.RouterLinear || cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinear || cfg.Router == spec.RouterLinearBias {
 		w := make([]float32, d)
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() * nn.InitStd)
 		}
 		l.Router = autograd.NewParam(d, 1, w)
 	}
-	if cfg.Router == ref.RouterLinearBias {
+	if cfg.Router == spec.RouterLinearBias {
 		l.RouterBias = autograd.NewParam(1, 1, nil)
 	}
 	if cfg.HasPredictor() {
@@ -82,12 +84,12 @@ func newLayer(cfg ref.Config, rng *rand.Rand) (*Layer, error) {
 }
 
 // Config returns the layer's configuration.
-func (l *Layer) Config() ref.Config { return l.cfg }
+func (l *Layer) Config() spec.Config { return l.cfg }
 
 // SetCapacity changes the capacity rule, for instance each training step of
 // a capacity annealing schedule (see AnnealedRatio), or returns an error
 // naming the field that cannot work; the layer is then unchanged.
-func (l *Layer) SetCapacity(c ref.Capacity) error {
+func (l *Layer) SetCapacity(c spec.Capacity) error {
 	cfg := l.cfg
 	cfg.Capacity = c
 	if err := cfg.Validate(); err != nil {
@@ -140,11 +142,11 @@ type LayerResult struct {
 	// TopK holds each row's top-k choice under the capacity, ascending. It
 	// equals Selected except under causal routing, where tokens are routed
 	// by r > 0 or q > 0 while the auxiliary objectives still learn to predict
-	// the top-k choice (SPEC.md sections 8 and 9).
+	// the top-k choice (docs/spec.md §8 and §9).
 	TopK [][]int
 	// Targets are t_i = 1 for the tokens of TopK, 0 otherwise (B·S).
 	Targets []float32
-	// Weights are g (SPEC.md section 6) at every valid position: r, σ(r) or
+	// Weights are g (docs/spec.md §6) at every valid position: r, σ(r) or
 	// 1, and for softmax weighting the softmax over the routed tokens (0 for
 	// the others). 0 at padded positions.
 	Weights []float32
@@ -158,7 +160,7 @@ type LayerResult struct {
 	PredictorLogits   []float32
 	PredictorAccuracy float64
 	// RouterBCE, PredictorBCE and LoadBalance are the auxiliary losses of
-	// SPEC.md section 8 (PredictorBCE is 0 without a predictor), and Aux the
+	// docs/spec.md §8 (PredictorBCE is 0 without a predictor), and Aux the
 	// value of AuxLoss (0 when it is nil).
 	RouterBCE, PredictorBCE, LoadBalance, Aux float64
 	// Routed and Skipped count the valid tokens that went through the block
@@ -167,6 +169,9 @@ type LayerResult struct {
 	ComputeFraction float64
 	// FLOPs is the layer's forward cost against its dense twin.
 	FLOPs LayerFLOPs
+	// Frozen is the decision and the constants to replay with
+	// ForwardFrozen (its Selected and TopK are the fields above).
+	Frozen Frozen
 }
 
 // check validates the inputs against the configuration.
@@ -183,15 +188,17 @@ func (l *Layer) check(in LayerInputs) (batch, error) {
 		}
 		return bt, fmt.Errorf("X is %s, want (B·S)×d = %dx%d", shape, n, d)
 	}
-	if err := checkField("Noise", in.Noise, l.cfg.Router == ref.RouterRandom, "Router = random", n); err != nil {
+	if err := checkField("Noise", in.Noise, l.cfg.Router == spec.RouterRandom, "Router = random", n); err != nil {
 		return bt, err
 	}
 	return bt, checkField("Jitter", in.Jitter, l.cfg.Jitter > 0, "Jitter > 0", n)
 }
 
-// Forward runs the layer on a batch (SPEC.md sections 2 to 9). An input
+// Forward runs the layer on a batch (docs/spec.md §2 to §9). An input
 // that does not fit, a capacity rule that cannot hold for these lengths, or
 // a NaN router weight (naming its row and position) is an error.
+//
+//	in.X: [B·S, d] → Out: [B·S, d]
 func (l *Layer) Forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error) {
 	res, err := l.forward(tp, in)
 	if err != nil {
@@ -206,32 +213,137 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	if err != nil {
 		return nil, err
 	}
+	r := l.routerWeights(tp, in, bt)
+	var q *autograd.Tensor
+	if l.Predictor != nil {
+		q = l.Predictor.Logits(tp, tp.StopGradient(in.X))
+	}
+	res, err := l.decide(bt, r, q)
+	if err != nil {
+		return nil, err
+	}
+	res.Frozen = Frozen{Selected: res.Selected, TopK: res.TopK}
+	if q != nil {
+		res.Frozen.PredictorInput = append([]float32(nil), in.X.Data...)
+	}
+	l.apply(tp, in, bt, r, q, res, nil)
+	return res, nil
+}
+
+// Frozen is a routing decision and the stop-gradient constants that go with
+// it, ref.Frozen's counterpart. A forward given a Frozen (ForwardFrozen) is
+// a smooth function of the parameters and of X: no change of X changes
+// which tokens are routed, so its finite differences are the gradients of
+// docs/spec.md §12, and properties that hold only with the decision fixed
+// (docs/fuzzing.md, 14 and 16) can be checked.
+type Frozen struct {
+	// Selected lists, per sequence, the routed positions in ascending order.
+	Selected [][]int
+	// TopK holds each sequence's top-k choice, whose indicator is the
+	// target t of docs/spec.md §8; it equals Selected except under causal
+	// routing (§9).
+	TopK [][]int
+	// STEOffset is sg(m·g − g) of docs/spec.md §7 at every flat row (B·S
+	// values, 0 at padded positions) under dense compute; nil otherwise.
+	STEOffset []float32
+	// PredictorInput is sg(x), the predictor's input: a copy of the
+	// (B·S)×d layer input X, row-major; nil without a predictor.
+	PredictorInput []float32
+}
+
+// ForwardFrozen runs the layer with the routing decision and the
+// stop-gradient constants taken from fz instead of computed (docs/spec.md
+// §5 to §8), like ref.LayerForwardFrozen: the router weights r, and g from
+// them, are computed from in; the selection, the targets, the
+// straight-through offsets (dense compute) and the predictor's input come
+// from fz. Replaying a result's own Frozen on the same inputs gives that
+// result bit for bit. A decision that does not fit the inputs (a row count,
+// a position outside the valid ones, unsorted positions, a missing or
+// misshapen constant) is an error naming it.
+//
+//	in.X: [B·S, d] → Out: [B·S, d]
+func (l *Layer) ForwardFrozen(tp *autograd.Tape, in LayerInputs, fz Frozen) (*LayerResult, error) {
+	bt, err := l.check(in)
+	if err == nil {
+		err = l.checkFrozen(bt, fz)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mod: layer (frozen): %w", err)
+	}
+	r := l.routerWeights(tp, in, bt)
+	var q *autograd.Tensor
+	if l.Predictor != nil {
+		q = l.Predictor.Logits(tp, autograd.New(in.X.Rows, in.X.Cols, fz.PredictorInput))
+	}
+	res := &LayerResult{Selected: fz.Selected, TopK: fz.TopK, Capacity: make([]int, bt.rows), Frozen: fz}
+	for b := range bt.rows {
+		res.Capacity[b] = len(fz.Selected[b])
+		res.Routed += len(fz.Selected[b])
+		res.Skipped += bt.validLen(b) - len(fz.Selected[b])
+	}
+	l.apply(tp, in, bt, r, q, res, fz.STEOffset)
+	return res, nil
+}
+
+// checkFrozen checks that fz is a decision for the batch bt.
+func (l *Layer) checkFrozen(bt batch, fz Frozen) error {
+	for _, f := range []struct {
+		name string
+		pos  [][]int
+	}{{"Selected", fz.Selected}, {"TopK", fz.TopK}} {
+		if len(f.pos) != bt.rows {
+			return fmt.Errorf("frozen %s has %d rows, want B = %d", f.name, len(f.pos), bt.rows)
+		}
+		for b, row := range f.pos {
+			v := bt.validLen(b)
+			for j, i := range row {
+				if i < 0 || i >= v || (j > 0 && i <= row[j-1]) {
+					return fmt.Errorf("frozen %s row %d: positions %v are not ascending valid positions in [0, V_b = %d)", f.name, b, row, v)
+				}
+			}
+		}
+	}
+	n := bt.rows * bt.s
+	if err := checkField("frozen STEOffset", fz.STEOffset, l.cfg.Compute == spec.ComputeDense, "dense compute", n); err != nil {
+		return err
+	}
+	if l.Predictor == nil {
+		if fz.PredictorInput != nil {
+			return fmt.Errorf("frozen PredictorInput is given but the layer has no predictor; pass nil")
+		}
+	} else if want := n * l.cfg.Block.D; len(fz.PredictorInput) != want {
+		return fmt.Errorf("frozen PredictorInput has %d values, want (B·S)·d = %d", len(fz.PredictorInput), want)
+	}
+	return nil
+}
+
+// routerWeights returns r over every row of the batch, 0 at padded rows.
+//
+//	in.X: [B·S, d] → [B·S, 1]
+func (l *Layer) routerWeights(tp *autograd.Tape, in LayerInputs, bt batch) *autograd.Tensor {
+	x := in.X
+	vidx := bt.rowsOf(nil, bt.validPositions())
+	switch {
+	case len(vidx) == 0:
+		return tp.Zeros(x.Rows, 1)
+	case bt.padded():
+		r := l.routerLogits(tp, tp.GatherRows(x, vidx), in, vidx)
+		return tp.ScatterAddRows(tp.Zeros(x.Rows, 1), r, vidx)
+	}
+	return l.routerLogits(tp, x, in, vidx)
+}
+
+// apply computes, for the decision in res (Selected, TopK, Capacity and the
+// counts), the output, the weights and the losses from the router weights r
+// and the predictor logits q. ste holds the straight-through offsets
+// sg(m·g − g) of dense compute (B·S values); nil computes them from g and
+// records them in res.Frozen.
+func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autograd.Tensor, res *LayerResult, ste []float32) {
 	cfg := l.cfg
 	x := in.X
 	padded := bt.padded()
 	vpos := bt.validPositions()
 	vidx := bt.rowsOf(nil, vpos)
-
-	// Router weights r over every row, 0 at padded ones.
-	var r *autograd.Tensor
-	switch {
-	case len(vidx) == 0:
-		r = autograd.New(x.Rows, 1, nil)
-	case padded:
-		r = l.routerLogits(tp, tp.GatherRows(x, vidx), in, vidx)
-		r = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), r, vidx)
-	default:
-		r = l.routerLogits(tp, x, in, vidx)
-	}
-	var q *autograd.Tensor
-	if l.Predictor != nil {
-		q = l.Predictor.Logits(tp, tp.StopGradient(x))
-	}
-
-	res, err := l.decide(bt, r, q)
-	if err != nil {
-		return nil, err
-	}
 	sel := res.Selected
 	selIdx := bt.rowsOf(nil, sel)
 	res.Targets = make([]float32, x.Rows)
@@ -243,48 +355,69 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	g := l.weights(tp, r, sel, selIdx)
 	cidx, cpos := selIdx, sel
 	var mult *autograd.Tensor
-	if cfg.Compute == ref.ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		cidx, cpos = vidx, vpos
 		gv := g
-		if cfg.Weighting == ref.WeightSoftmax {
-			gv = tp.ScatterAddRows(autograd.New(x.Rows, 1, nil), g, selIdx)
+		if cfg.Weighting == spec.WeightSoftmax {
+			gv = tp.ScatterAddRows(tp.Zeros(x.Rows, 1), g, selIdx)
 		}
 		if padded {
 			gv = tp.GatherRows(gv, vidx)
 		}
-		// Dense compute is top-k only (causal routing rejects it), so the
-		// selection mask is the targets.
-		m := make([]float32, len(vidx))
-		for j, k := range vidx {
-			m[j] = res.Targets[k]
+		var off *autograd.Tensor
+		if ste == nil {
+			// Dense compute is top-k only (causal routing rejects it), so
+			// the selection mask is the targets.
+			m := make([]float32, len(vidx))
+			for j, k := range vidx {
+				m[j] = res.Targets[k]
+			}
+			off = steOffset(tp, gv, autograd.New(len(vidx), 1, m))
+			res.Frozen.STEOffset = make([]float32, x.Rows)
+			for j, k := range vidx {
+				res.Frozen.STEOffset[k] = off.Data[j]
+			}
+		} else {
+			off = autograd.New(len(vidx), 1, pick(ste, vidx, 1))
 		}
-		mult = straightThrough(tp, gv, autograd.New(len(vidx), 1, m))
+		mult = tp.Add(gv, off)
 	} else {
 		mult = g
-		if cfg.Weighting != ref.WeightSoftmax {
+		if cfg.Weighting != spec.WeightSoftmax {
 			mult = tp.GatherRows(g, selIdx)
 		}
 	}
-	res.Out = l.apply(tp, x, padded, vidx, vpos, cidx, cpos, mult)
+	res.Out = l.addUpdate(tp, x, l.residualBase(tp, x, tokens{vidx, vpos}), tokens{cidx, cpos}, mult)
 
-	l.report(res, bt, r, g, q, cidx, mult, selIdx)
+	res.RouterLogits = append([]float32(nil), r.Data...)
+	if cfg.Weighting == spec.WeightSoftmax {
+		res.Weights = perToken(len(r.Data), g.Data, selIdx) // g is over the selected tokens
+	} else {
+		res.Weights = atValid(bt, g.Data)
+	}
+	res.Multipliers = perToken(len(r.Data), mult.Data, cidx)
+	if q != nil {
+		res.PredictorLogits = atValid(bt, q.Data)
+	}
 	l.losses(tp, res, bt, padded, r, q)
 	res.FLOPs = layerFLOPs(cfg, bt.lengths(), res.Capacity)
 	if n := res.Routed + res.Skipped; n > 0 {
 		res.ComputeFraction = float64(res.Routed) / float64(n)
 	}
-	return res, nil
 }
 
-// straightThrough is the weight of SPEC.md section 7,
-// w = g + sg(m·g − g): its value is m·g exactly (g + (g − g) = g and
-// g + (0 − g) = 0 in floating point) and its derivative with respect to g
-// is 1 for every token, selected (m = 1) or not.
-func straightThrough(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
-	return tp.Add(g, tp.StopGradient(tp.Sub(tp.Mul(g, m), g)))
+// steOffset is the constant of the straight-through weight of docs/spec.md
+// §7, w = g + sg(m·g − g): the offset sg(m·g − g). With it w's value is m·g
+// exactly (g + (g − g) = g and g + (0 − g) = 0 in floating point) and its
+// derivative with respect to g is 1 for every token, selected (m = 1) or
+// not.
+//
+//	g, m: [n, 1] → [n, 1]
+func steOffset(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
+	return tp.StopGradient(tp.Sub(tp.Mul(g, m), g))
 }
 
-// decide makes the routing decision of SPEC.md sections 4 and 9 from the
+// decide makes the routing decision of docs/spec.md §4 and §9 from the
 // router weights r (or the predictor logits q, for Causal = predictor): the
 // selected positions of every sequence, its capacity and the counts of
 // routed and skipped tokens.
@@ -301,9 +434,9 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
 		switch l.cfg.Causal {
-		case ref.CausalRouter:
+		case spec.CausalRouter:
 			res.Selected[b], err = selectCausal([]int{}, row)
-		case ref.CausalPredictor:
+		case spec.CausalPredictor:
 			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
 		default:
 			res.Selected[b] = res.TopK[b]
@@ -318,71 +451,77 @@ func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
 	return res, nil
 }
 
-// apply is Eq. 1: out = base + mult·f at the rows cidx (positions cpos),
-// base elsewhere, where base is x, or x + Attn(N1(x)) over the valid tokens
-// for MLP-only routing, and f is the block's update of the tokens cidx as
-// sequences (MLP-only: MLP(N2(base)) of each).
-func (l *Layer) apply(tp *autograd.Tape, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int,
-	cidx []int, cpos [][]int, mult *autograd.Tensor) *autograd.Tensor {
-	base := x
-	if l.cfg.MLPOnly && len(vidx) > 0 {
-		if padded {
-			base = tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, vidx), vpos), vidx)
-		} else {
-			base = tp.Add(x, l.blk.attnUpdate(tp, x, vpos))
-		}
+// tokens is a set of tokens of a batch: their rows in the (B·S)×d matrix,
+// and their positions in each sequence.
+type tokens struct {
+	rows []int
+	pos  [][]int
+}
+
+// residualBase is the residual stream a routed token's update is added to:
+// x, or for MLP-only routing x + Attn(N1(x)) with attention over the valid
+// tokens.
+//
+//	x: [B·S, d] → [B·S, d]
+func (l *Layer) residualBase(tp *autograd.Tape, x *autograd.Tensor, valid tokens) *autograd.Tensor {
+	if !l.cfg.MLPOnly || len(valid.rows) == 0 {
+		return x
 	}
-	if len(cidx) == 0 {
+	if len(valid.rows) < x.Rows { // padded
+		return tp.ScatterAddRows(x, l.blk.attnUpdate(tp, tp.GatherRows(x, valid.rows), valid.pos), valid.rows)
+	}
+	return tp.Add(x, l.blk.attnUpdate(tp, x, valid.pos))
+}
+
+// addUpdate is Eq. 1: out = base + mult·f at the computed tokens, base
+// elsewhere, where f is the block's update of the computed tokens as
+// sequences (MLP-only: MLP(N2(base)) of each).
+//
+//	x, base: [B·S, d], mult: [len(computed.rows), 1] → [B·S, d]
+func (l *Layer) addUpdate(tp *autograd.Tape, x, base *autograd.Tensor, computed tokens, mult *autograd.Tensor) *autograd.Tensor {
+	if len(computed.rows) == 0 {
 		return base
 	}
 	// Every row, in order: no gather or scatter needed.
-	all := len(cidx) == x.Rows
+	all := len(computed.rows) == x.Rows
 	xs := base
 	if !l.cfg.MLPOnly {
 		xs = x
 	}
 	if !all {
-		xs = tp.GatherRows(xs, cidx)
+		xs = tp.GatherRows(xs, computed.rows)
 	}
 	var f *autograd.Tensor
 	if l.cfg.MLPOnly {
 		f = l.blk.MLPUpdate(tp, xs)
 	} else {
-		f = l.blk.update(tp, xs, cpos)
+		f = l.blk.update(tp, xs, computed.pos)
 	}
 	upd := tp.Mul(f, mult)
 	if all {
 		return tp.Add(base, upd)
 	}
-	return tp.ScatterAddRows(base, upd, cidx)
+	return tp.ScatterAddRows(base, upd, computed.rows)
 }
 
-// report copies r, g, the multipliers and q into the result.
-func (l *Layer) report(res *LayerResult, bt batch, r, g, q *autograd.Tensor, cidx []int, mult *autograd.Tensor, selIdx []int) {
-	n := bt.rows * bt.s
-	res.RouterLogits = append([]float32(nil), r.Data...)
-	res.Weights = make([]float32, n)
-	if l.cfg.Weighting == ref.WeightSoftmax {
-		for j, k := range selIdx {
-			res.Weights[k] = g.Data[j]
-		}
-	} else {
-		for k := range n {
-			if bt.isValid(k) {
-				res.Weights[k] = g.Data[k]
-			}
-		}
+// perToken returns the n per-token values of v, whose entry j belongs to
+// token rows[j]; the other tokens get 0.
+func perToken(n int, v []float32, rows []int) []float32 {
+	out := make([]float32, n)
+	for j, k := range rows {
+		out[k] = v[j]
 	}
-	res.Multipliers = make([]float32, n)
-	for j, k := range cidx {
-		res.Multipliers[k] = mult.Data[j]
-	}
-	if q != nil {
-		res.PredictorLogits = make([]float32, n)
-		for k := range n {
-			if bt.isValid(k) {
-				res.PredictorLogits[k] = q.Data[k]
-			}
+	return out
+}
+
+// atValid returns a copy of the per-token values v with padded tokens set
+// to 0.
+func atValid(bt batch, v []float32) []float32 {
+	out := make([]float32, len(v))
+	for k := range v {
+		if bt.isValid(k) {
+			out[k] = v[k]
 		}
 	}
+	return out
 }

@@ -6,10 +6,10 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/nn"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// Model is a small Mixture-of-Depths language model (SPEC.md section 10):
+// Model is a small Mixture-of-Depths language model (docs/spec.md §10):
 // token embedding (plus learned absolute position embeddings when the block
 // configuration asks for them), a stack of dense and routed layers, a final
 // norm and a linear head, trained with next-token cross-entropy plus the
@@ -26,22 +26,22 @@ type Model struct {
 	Norm nn.Norm
 	Head *nn.Linear
 
-	cfg   ref.ModelConfig // checked by NewModel
-	dense []*block        // the dense layers' blocks, nil at routed positions
+	cfg   spec.ModelConfig // checked by NewModel
+	dense []*block         // the dense layers' blocks, nil at routed positions
 }
 
 // NewModel returns the model described by cfg, its parameters drawn from
 // rand.New(rand.NewPCG(seed, 0)) in the order Params lists them (weights
 // and embeddings N(0, nn.InitStd²), norm gains 1, biases 0), or an error
 // naming the field of cfg that cannot work.
-func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
+func NewModel(cfg spec.ModelConfig, seed uint64) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("mod: %w", err)
 	}
 	blk := cfg.Block()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	m := &Model{cfg: cfg, Embed: nn.NewEmbedding(cfg.Vocab, blk.D, rng)}
-	if blk.Positions == ref.PositionLearned {
+	if blk.Positions == spec.PositionLearned {
 		m.PosEmbed = nn.NewEmbedding(cfg.MaxLen, blk.D, rng).W
 	}
 	m.Layers = make([]*Layer, len(cfg.Layers))
@@ -57,7 +57,7 @@ func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
 			return nil, fmt.Errorf("mod: layer %d: %w", l, err)
 		}
 	}
-	if blk.Norm == ref.NormLayer {
+	if blk.Norm == spec.NormLayer {
 		m.Norm = nn.NewLayerNorm(blk.D)
 	} else {
 		m.Norm = nn.NewRMSNorm(blk.D)
@@ -69,7 +69,7 @@ func NewModel(cfg ref.ModelConfig, seed uint64) (*Model, error) {
 
 // Config returns the model's configuration, as given to NewModel (a
 // routed layer's capacity may since have changed, see Layer.SetCapacity).
-func (m *Model) Config() ref.ModelConfig { return m.cfg }
+func (m *Model) Config() spec.ModelConfig { return m.cfg }
 
 // Block returns layer l's transformer block, routed or dense.
 func (m *Model) Block(l int) *nn.Block {
@@ -193,6 +193,8 @@ func layerField(v [][]float32, l int) []float32 {
 // with its own routing decision), final norm, head, cross-entropy, and the
 // routed layers' auxiliary losses. Inputs that do not fit and routing errors
 // (such as a NaN router weight) are errors naming the layer.
+//
+//	in.Tokens: [B, S] → Logits: [B·S, vocab]
 func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error) {
 	bt, err := m.check(in)
 	if err != nil {
@@ -245,6 +247,8 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 // embed returns the input residual stream, (B·S)×d: Embed[token] plus
 // PosEmbed[position] with learned positions at the valid positions, zero
 // rows at padded ones.
+//
+//	tokens: [B, S] → [B·S, d]
 func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, vpos [][]int, vidx []int) *autograd.Tensor {
 	ids := make([]int, 0, len(vidx))
 	for b, p := range vpos {
@@ -261,13 +265,15 @@ func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, 
 		x = tp.Add(x, tp.GatherRows(m.PosEmbed, flat))
 	}
 	if padded {
-		x = tp.ScatterAddRows(autograd.New(bt.rows*bt.s, x.Cols, nil), x, vidx)
+		x = tp.ScatterAddRows(tp.Zeros(bt.rows*bt.s, x.Cols), x, vidx)
 	}
 	return x
 }
 
 // denseForward is a dense layer: x + f(x) over the valid tokens, padded
 // rows unchanged.
+//
+//	x: [B·S, d] → [B·S, d]
 func denseForward(tp *autograd.Tape, blk *block, x *autograd.Tensor, padded bool, vidx []int, vpos [][]int) *autograd.Tensor {
 	switch {
 	case len(vidx) == 0:

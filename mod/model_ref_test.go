@@ -1,38 +1,42 @@
-package mod
+package mod_test
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // modelCase is a drawn model with ref's parameters (rounded to float32) and
 // inputs.
 type modelCase struct {
-	cfg ref.ModelConfig
+	cfg spec.ModelConfig
 	p   *ref.ModelParams
 	in  ref.ModelInputs
 }
 
 // drawPattern draws a layer pattern for n layers.
-func drawPattern(t *rapid.T, n int) ref.Pattern {
+func drawPattern(t *rapid.T, n int) spec.Pattern {
 	switch rapid.IntRange(0, 4).Draw(t, "pattern") {
 	case 0:
-		return ref.Pattern{Kind: ref.PatternAll}
+		return spec.Pattern{Kind: spec.PatternAll}
 	case 1:
-		return ref.Pattern{Kind: ref.PatternEveryOther}
+		return spec.Pattern{Kind: spec.PatternEveryOther}
 	case 2:
-		return ref.Pattern{Kind: ref.PatternEveryNth, Every: rapid.IntRange(1, 3).Draw(t, "every"), Offset: rapid.IntRange(0, n-1).Draw(t, "offset")}
+		return spec.Pattern{Kind: spec.PatternEveryNth, Every: rapid.IntRange(1, 3).Draw(t, "every"), Offset: rapid.IntRange(0, n-1).Draw(t, "offset")}
 	case 3:
 		start := rapid.IntRange(0, n).Draw(t, "dense_start")
-		return ref.Pattern{Kind: ref.PatternDenseEnds, DenseStart: start, DenseEnd: rapid.IntRange(0, n-start).Draw(t, "dense_end")}
+		return spec.Pattern{Kind: spec.PatternDenseEnds, DenseStart: start, DenseEnd: rapid.IntRange(0, n-start).Draw(t, "dense_end")}
 	}
-	return ref.Pattern{Kind: ref.PatternList, Layers: rapid.SliceOfNDistinct(rapid.IntRange(0, n-1), 0, n, func(l int) int { return l }).Draw(t, "layers")}
+	return spec.Pattern{Kind: spec.PatternList, Layers: rapid.SliceOfNDistinct(rapid.IntRange(0, n-1), 0, n, func(l int) int { return l }).Draw(t, "layers")}
 }
 
 // drawModelCase draws a model of 2 to 4 layers over every routing choice
@@ -47,24 +51,24 @@ func drawModelCase(t *rapid.T, causal bool) modelCase {
 	rows, s := rapid.IntRange(2, 3).Draw(t, "B"), rapid.IntRange(3, 8).Draw(t, "S")
 	maxLen := 0
 	if rapid.Bool().Draw(t, "learned") {
-		blk.Positions, maxLen = ref.PositionLearned, s+rapid.IntRange(0, 2).Draw(t, "spare")
+		blk.Positions, maxLen = spec.PositionLearned, s+rapid.IntRange(0, 2).Draw(t, "spare")
 	}
 	routing := drawRouting(t, blk, s)
 	if causal {
-		routing.Causal = rapid.SampledFrom([]ref.CausalRouting{ref.CausalRouter, ref.CausalPredictor}).Draw(t, "causal rule")
-		routing.Router = rapid.SampledFrom([]ref.RouterKind{ref.RouterLinear, ref.RouterLinearBias, ref.RouterL2Norm}).Draw(t, "causal router")
+		routing.Causal = rapid.SampledFrom([]spec.CausalRouting{spec.CausalRouter, spec.CausalPredictor}).Draw(t, "causal rule")
+		routing.Router = rapid.SampledFrom([]spec.RouterKind{spec.RouterLinear, spec.RouterLinearBias, spec.RouterL2Norm}).Draw(t, "causal router")
 		routing.Jitter = 0
-		routing.Compute = ref.ComputeGather
-		if routing.Weighting == ref.WeightSoftmax {
-			routing.Weighting = ref.WeightSigmoid
+		routing.Compute = spec.ComputeGather
+		if routing.Weighting == spec.WeightSoftmax {
+			routing.Weighting = spec.WeightSigmoid
 		}
-		if routing.Router == ref.RouterL2Norm && routing.Causal == ref.CausalRouter {
+		if routing.Router == spec.RouterL2Norm && routing.Causal == spec.CausalRouter {
 			// ‖x‖ > 0 routes every token; still causal, and still a case.
-			routing.Weighting = ref.WeightNone
+			routing.Weighting = spec.WeightNone
 		}
 	}
 	n := rapid.IntRange(2, 4).Draw(t, "layers")
-	cfg, err := ref.NewModelConfig(rapid.IntRange(5, 9).Draw(t, "vocab"), maxLen, n, routing, drawPattern(t, n), nil)
+	cfg, err := spec.NewModelConfig(rapid.IntRange(5, 9).Draw(t, "vocab"), maxLen, n, routing, drawPattern(t, n), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +87,7 @@ func drawModelCase(t *rapid.T, causal bool) modelCase {
 	}
 	for _, ml := range cfg.Layers {
 		var noise, jitter [][]float64
-		if ml.Routed && ml.Config.Router == ref.RouterRandom {
+		if ml.Routed && ml.Config.Router == spec.RouterRandom {
 			noise = ref.RandomField(rng, rows, s)
 		}
 		if ml.Routed && ml.Config.Jitter > 0 {
@@ -100,24 +104,6 @@ func drawModelCase(t *rapid.T, causal bool) modelCase {
 	return c
 }
 
-// modelInputs converts ref's model inputs to mod's.
-func modelInputs(in ref.ModelInputs) ModelInputs {
-	mi := ModelInputs{Tokens: in.Tokens, Targets: in.Targets, Valid: in.Valid}
-	for l := range in.Noise {
-		mi.Noise = append(mi.Noise, field32(in.Noise[l]))
-		mi.Jitter = append(mi.Jitter, field32(in.Jitter[l]))
-	}
-	return mi
-}
-
-// field32 flattens a B×S field to float32, nil for nil.
-func field32(f [][]float64) []float32 {
-	if f == nil {
-		return nil
-	}
-	return to32(flatField(f))
-}
-
 // fdCoordinates is how many coordinates of each parameter the model test
 // differentiates numerically (chosen at random), to keep the suite fast.
 const fdCoordinates = 6
@@ -128,7 +114,7 @@ func checkModelAgainstRef(t reporter, c modelCase, fdSeed uint64) {
 	want := decisiveRefForward(t, c)
 	m := modelFromRef(t, c.cfg, c.p)
 	var tp autograd.Tape
-	res, err := m.Forward(&tp, modelInputs(c.in))
+	res, err := m.Forward(&tp, modcase.ModelInputsFromRef(c.in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +128,7 @@ func checkModelAgainstRef(t reporter, c modelCase, fdSeed uint64) {
 		}
 		got := res.Layers[l]
 		for b, p := range lr.Selection.Rows {
-			if !intsEqual(got.Selected[b], p) {
+			if !slices.Equal(got.Selected[b], p) {
 				t.Fatalf("layer %d row %d: mod selected %v, ref %v", l, b, got.Selected[b], p)
 			}
 		}
@@ -173,12 +159,12 @@ func checkModelAgainstRef(t reporter, c modelCase, fdSeed uint64) {
 }
 
 // checkModelFLOPs compares mod's FLOPs accounting with ref's.
-func checkModelFLOPs(t reporter, got ModelFLOPs, want ref.ModelFLOPs) {
+func checkModelFLOPs(t reporter, got mod.ModelFLOPs, want ref.ModelFLOPs) {
 	t.Helper()
 	same := len(got.Layers) == len(want.Layers) && got.Head == want.Head && got.Total == want.Total &&
 		got.Dense == want.Dense && got.Ratio == want.Ratio
 	for l := range min(len(got.Layers), len(want.Layers)) {
-		same = same && got.Layers[l] == LayerFLOPs(want.Layers[l])
+		same = same && got.Layers[l] == mod.LayerFLOPs(want.Layers[l])
 	}
 	if !same {
 		t.Errorf("FLOPs %+v, ref %+v", got, want)

@@ -5,23 +5,25 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// routerLogits returns r (SPEC.md section 2) for the rows xv of the valid
+// routerLogits returns r (docs/spec.md §2) for the rows xv of the valid
 // tokens, whose flat rows are vidx: w·x (linear), w·x + b (linear_bias),
 // ‖x‖₂ (l2norm) or the noise input (random), plus s·eps with jitter. It is
 // len(vidx)×1.
+//
+//	xv: [len(vidx), d] → [len(vidx), 1]
 func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInputs, vidx []int) *autograd.Tensor {
 	var r *autograd.Tensor
 	switch l.cfg.Router {
-	case ref.RouterLinear:
+	case spec.RouterLinear:
 		r = tp.MatMul(xv, l.Router)
-	case ref.RouterLinearBias:
+	case spec.RouterLinearBias:
 		r = tp.Add(tp.MatMul(xv, l.Router), l.RouterBias)
-	case ref.RouterL2Norm:
+	case spec.RouterL2Norm:
 		r = l2Norm(tp, xv)
-	case ref.RouterRandom:
+	case spec.RouterRandom:
 		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
 	}
 	if s := l.cfg.Jitter; s > 0 {
@@ -34,6 +36,8 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 // row's largest magnitude, so that Σx² cannot overflow float32 while ‖x‖
 // itself is representable. m is a constant of the computation: the gradient
 // m·(x/m²)/‖x/m‖ = x/‖x‖ is the norm's, exactly as without the scaling.
+//
+//	x: [N, d] → [N, 1]
 func l2Norm(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	scale := make([]float32, x.Rows)
 	inv := make([]float32, x.Rows)
@@ -75,22 +79,24 @@ func checkField(name string, v []float32, used bool, why string, n int) error {
 	return nil
 }
 
-// weights returns the output weight g of SPEC.md section 6 at every row of
+// weights returns the output weight g of docs/spec.md §6 at every row of
 // r (raw: r, sigmoid: σ(r), none: 1), and for softmax weighting the softmax
 // of each sequence's selected router weights, one row per selected token
 // (selIdx lists their flat rows, sequence after sequence; sel their
 // positions).
+//
+//	r: [B·S, 1] → [B·S, 1] (softmax: [len(selIdx), 1])
 func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selIdx []int) *autograd.Tensor {
 	switch l.cfg.Weighting {
-	case ref.WeightSigmoid:
+	case spec.WeightSigmoid:
 		return tp.Sigmoid(r)
-	case ref.WeightNone:
+	case spec.WeightNone:
 		ones := make([]float32, r.Rows)
 		for i := range ones {
 			ones[i] = 1
 		}
 		return autograd.New(r.Rows, 1, ones)
-	case ref.WeightSoftmax:
+	case spec.WeightSoftmax:
 		if len(selIdx) == 0 {
 			return autograd.New(0, 1, nil)
 		}
@@ -108,5 +114,5 @@ func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selI
 		}
 		return tp.ConcatRows(parts...)
 	}
-	return r // ref.WeightRaw
+	return r // spec.WeightRaw
 }

@@ -6,10 +6,27 @@ import (
 	"slices"
 )
 
-// selectTopK is SPEC.md section 4 (paper Eq. 1) for one sequence: the k
-// positions among r[0:n] with the largest router weight, equal weights
-// ranking the lower position first, appended to dst in ascending order.
-// order is a work buffer. A NaN weight is an error naming its position.
+// SelectTopK is docs/spec.md §4 (paper Eq. 1) for one sequence: the k
+// positions among r with the largest router weight, equal weights ranking the
+// lower position first, in ascending order. A NaN weight, or k outside
+// [0, len(r)], is an error.
+func SelectTopK(r []float32, k int) ([]int, error) {
+	if k < 0 || k > len(r) {
+		return nil, fmt.Errorf("top-k: k = %d, want 0 <= k <= n = %d", k, len(r))
+	}
+	sel, _, err := selectTopK([]int{}, nil, r, k)
+	return sel, err
+}
+
+// SelectCausal is docs/spec.md §9 for one sequence: the positions i with
+// score[i] > 0, in ascending order. A NaN score is an error naming its
+// position.
+func SelectCausal(score []float32) ([]int, error) {
+	return selectCausal([]int{}, score)
+}
+
+// selectTopK is SelectTopK appending to dst, with order a work buffer; the
+// caller guarantees 0 <= k <= len(r).
 func selectTopK(dst, order []int, r []float32, k int) ([]int, []int, error) {
 	for i, v := range r {
 		if math.IsNaN(float64(v)) {
@@ -35,9 +52,7 @@ func selectTopK(dst, order []int, r []float32, k int) ([]int, []int, error) {
 	return dst, order, nil
 }
 
-// selectCausal is SPEC.md section 9 for one sequence: the positions i < n
-// with score[i] > 0, in ascending order, appended to dst. A NaN score is an
-// error naming its position.
+// selectCausal is SelectCausal appending to dst.
 func selectCausal(dst []int, score []float32) ([]int, error) {
 	for i, v := range score {
 		if math.IsNaN(float64(v)) {

@@ -102,3 +102,47 @@ func (o *AdamW) ZeroGrad() {
 		p.ZeroGrad()
 	}
 }
+
+// AdamWState is an optimiser's state between steps: the number of steps
+// taken and the moments of every parameter, in the order of the parameters
+// given to NewAdamW. Saving it with the parameters and restoring both lets
+// training continue exactly as if it had not stopped.
+type AdamWState struct {
+	// T is the number of steps taken.
+	T int
+	// M and V are the first and second moments, one slice per parameter.
+	M, V [][]float32
+}
+
+// State returns a copy of the optimiser's state.
+func (o *AdamW) State() AdamWState {
+	s := AdamWState{T: o.t, M: make([][]float32, len(o.m)), V: make([][]float32, len(o.v))}
+	for k := range o.m {
+		s.M[k] = append([]float32(nil), o.m[k]...)
+		s.V[k] = append([]float32(nil), o.v[k]...)
+	}
+	return s
+}
+
+// SetState restores a state returned by State, or returns an error naming
+// the first parameter whose moments do not fit; the optimiser is then
+// unchanged.
+func (o *AdamW) SetState(s AdamWState) error {
+	if s.T < 0 {
+		return fmt.Errorf("nn: AdamWState.T is %d, must not be negative", s.T)
+	}
+	if len(s.M) != len(o.params) || len(s.V) != len(o.params) {
+		return fmt.Errorf("nn: AdamWState has %d first and %d second moments for %d parameters", len(s.M), len(s.V), len(o.params))
+	}
+	for k, p := range o.params {
+		if len(s.M[k]) != p.Len() || len(s.V[k]) != p.Len() {
+			return fmt.Errorf("nn: AdamWState moments of parameter %d have %d and %d values, want %d (%dx%d)", k, len(s.M[k]), len(s.V[k]), p.Len(), p.Rows, p.Cols)
+		}
+	}
+	o.t = s.T
+	for k := range o.params {
+		copy(o.m[k], s.M[k])
+		copy(o.v[k], s.V[k])
+	}
+	return nil
+}

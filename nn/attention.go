@@ -29,11 +29,9 @@ type Attention struct {
 	// RoPE rotates queries and keys.
 	RoPE *RoPE
 
-	// Work buffers, reused from call to call.
-	flat  []int              // the positions of all rows, sequence after sequence
-	mask  []bool             // one sequence's mask, repeated for each head
-	parts []*autograd.Tensor // per-head scores or outputs of one sequence
-	seqs  []*autograd.Tensor // per-sequence outputs
+	// flat, reused from call to call, lists the positions of all rows,
+	// sequence after sequence.
+	flat []int
 }
 
 // NewAttention returns attention over rows of width d with the given number
@@ -57,8 +55,10 @@ func NewAttention(d, heads int, bias bool, rng *rand.Rand) *Attention {
 // Forward returns the attention output for x, the stacked rows of the
 // sequences described by pos (see the package comment): a matrix of x's
 // shape. There must be at least one row.
+//
+//	x: [N, d] (N = Σ len(pos[i]) stacked tokens) → [N, d]
 func (a *Attention) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
-	n := a.flatten(x, pos)
+	a.flatten(x, pos)
 	h := a.Heads
 	dh := x.Cols / h
 	q := tp.SplitHeads(a.Wq.Forward(tp, x), h)
@@ -66,60 +66,12 @@ func (a *Attention) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) 
 	v := tp.SplitHeads(a.Wv.Forward(tp, x), h)
 	q = tp.Scale(a.RoPE.Apply(tp, q, a.flat), float32(1/math.Sqrt(float64(dh))))
 	k = a.RoPE.Apply(tp, k, a.flat)
-	a.seqs = a.seqs[:0]
-	off := 0
-	for _, p := range pos {
-		if len(p) > 0 {
-			a.seqs = append(a.seqs, a.attend(tp, q, k, v, n, off, p))
-			off += len(p)
-		}
-	}
-	return a.Wo.Forward(tp, tp.ConcatRows(a.seqs...))
+	return a.Wo.Forward(tp, tp.CausalAttention(q, k, v, h, pos, a.Window))
 }
 
-// attend returns the merged heads, len(p)×d, of the sequence whose rows
-// start at row off of each head's block of n rows in q, k and v.
-func (a *Attention) attend(tp *autograd.Tape, q, k, v *autograd.Tensor, n, off int, p []int) *autograd.Tensor {
-	m := len(p)
-	a.parts = a.parts[:0]
-	for hd := 0; hd < a.Heads; hd++ {
-		r := hd*n + off
-		a.parts = append(a.parts, tp.MatMulNT(tp.SliceRows(q, r, r+m), tp.SliceRows(k, r, r+m)))
-	}
-	scores := tp.ConcatRows(a.parts...) // (Heads·m)×m
-	probs := tp.Softmax(tp.MaskedFill(scores, a.causalMask(p), float32(math.Inf(-1))))
-	a.parts = a.parts[:0]
-	for hd := 0; hd < a.Heads; hd++ {
-		r := hd*n + off
-		a.parts = append(a.parts, tp.MatMul(tp.SliceRows(probs, hd*m, (hd+1)*m), tp.SliceRows(v, r, r+m)))
-	}
-	return tp.ConcatCols(a.parts...)
-}
-
-// causalMask returns the (Heads·m)×m mask of one sequence at positions p:
-// entry (i, j) of each head's block is true (hidden) when key j is after
-// query i or, with a window, Window or more positions before it.
-func (a *Attention) causalMask(p []int) []bool {
-	m := len(p)
-	if cap(a.mask) < a.Heads*m*m {
-		a.mask = make([]bool, a.Heads*m*m)
-	}
-	a.mask = a.mask[:a.Heads*m*m]
-	blk := a.mask[:m*m]
-	for i, pi := range p {
-		for j, pj := range p {
-			blk[i*m+j] = pj > pi || (a.Window > 0 && pi-pj >= a.Window)
-		}
-	}
-	for hd := 1; hd < a.Heads; hd++ {
-		copy(a.mask[hd*m*m:], blk)
-	}
-	return a.mask
-}
-
-// flatten checks x and pos against each other, lists every row's position
-// in a.flat, and returns the number of rows.
-func (a *Attention) flatten(x *autograd.Tensor, pos [][]int) int {
+// flatten checks x and pos against each other and lists every row's
+// position in a.flat.
+func (a *Attention) flatten(x *autograd.Tensor, pos [][]int) {
 	d := a.Wq.W.Rows
 	a.flat = a.flat[:0]
 	for b, p := range pos {
@@ -138,7 +90,6 @@ func (a *Attention) flatten(x *autograd.Tensor, pos [][]int) int {
 		panic(fmt.Sprintf("nn.Attention.Forward: x is %dx%d, positions list %d tokens: want a %dx%d x with at least one row",
 			x.Rows, x.Cols, len(a.flat), len(a.flat), d))
 	}
-	return x.Rows
 }
 
 // Params returns Wq, Wk, Wv and Wo's parameters, in that order.

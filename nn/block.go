@@ -9,7 +9,7 @@ import (
 )
 
 // BlockConfig describes a pre-norm transformer block. The zero values of
-// Norm, Act and RoPEBase select the defaults of SPEC.md section 5.
+// Norm, Act and RoPEBase select the defaults of docs/spec.md §5.
 type BlockConfig struct {
 	// D is the model width d and Heads the number of attention heads; d/Heads
 	// must be a whole, even number (RoPE rotates pairs).
@@ -53,7 +53,7 @@ func (c BlockConfig) validate() error {
 	return nil
 }
 
-// Block is the pre-norm transformer block of SPEC.md section 5:
+// Block is the pre-norm transformer block of docs/spec.md §5:
 //
 //	H = X + Attn(N1(X))
 //	Y = H + MLP(N2(H))
@@ -88,6 +88,8 @@ func NewBlock(cfg BlockConfig, rng *rand.Rand) (*Block, error) {
 
 // Forward returns Y = X + f(X) for the stacked sequences x described by pos
 // (see the package comment).
+//
+//	x: [N, d] → [N, d]
 func (b *Block) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	h := tp.Add(x, b.AttnUpdate(tp, x, pos))
 	return tp.Add(h, b.MLPUpdate(tp, h))
@@ -95,6 +97,8 @@ func (b *Block) Forward(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *aut
 
 // Update returns the block's update f(X) = Attn(N1(X)) + MLP(N2(H)) with
 // H = X + Attn(N1(X)), without the outer residual: Forward is X + Update.
+//
+//	x: [N, d] → [N, d]
 func (b *Block) Update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	a := b.AttnUpdate(tp, x, pos)
 	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
@@ -102,6 +106,8 @@ func (b *Block) Update(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *auto
 
 // AttnUpdate returns the attention half's update Attn(N1(X)), without the
 // residual.
+//
+//	x: [N, d] → [N, d]
 func (b *Block) AttnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *autograd.Tensor {
 	return b.Attn.Forward(tp, b.N1.Forward(tp, x), pos)
 }
@@ -109,6 +115,8 @@ func (b *Block) AttnUpdate(tp *autograd.Tape, x *autograd.Tensor, pos [][]int) *
 // MLPUpdate returns the MLP half's update MLP(N2(H)) for the rows of h,
 // without the residual. Each row is processed on its own, so h may be any
 // subset of tokens (MLP-only routing).
+//
+//	h: [N, d] → [N, d]
 func (b *Block) MLPUpdate(tp *autograd.Tape, h *autograd.Tensor) *autograd.Tensor {
 	return b.MLP.Forward(tp, b.N2.Forward(tp, h))
 }

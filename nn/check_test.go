@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -149,7 +150,7 @@ func input(rng *rand.Rand, r, c int) *autograd.Tensor {
 }
 
 // Tolerances on ‖float32 − float64‖∞ / max(‖float64‖∞, 1). TestMeasureErrors
-// (run it with -v) measured the worst over 20 seeds of every case at
+// (run it with -measure) measured the worst over 20 seeds of every case at
 // 3.8e-7 for forwards and 1.7e-6 for gradients (against central finite
 // differences, whose own error is below 1e-9 here); the tolerances leave a
 // margin of about 8 for a change of matrix kernel or summation order, and are
@@ -203,11 +204,15 @@ func TestGradients(t *testing.T) {
 	}
 }
 
+// measure turns on the measurement tests: go test ./nn -measure.
+var measure = flag.Bool("measure", false, "run TestMeasureErrors, which prints the errors behind fwdTol and gradTol")
+
 // TestMeasureErrors prints the worst errors per case over many seeds, the
-// measurement behind fwdTol and gradTol. Run it with -v -run TestMeasureErrors.
+// measurement behind fwdTol and gradTol. It runs with -measure (and -v to
+// see its output from a package list): go test ./nn -run TestMeasureErrors -measure -v.
 func TestMeasureErrors(t *testing.T) {
-	if !testing.Verbose() {
-		t.Skip("a measurement, not a check: requires -v (go test ./nn -run TestMeasureErrors -v)")
+	if !*measure {
+		t.Skip("a measurement, not a check: run with -measure (go test ./nn -run TestMeasureErrors -measure -v)")
 	}
 	for name, c := range cases() {
 		var worst errs

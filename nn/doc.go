@@ -2,7 +2,7 @@
 // autograd engine: Linear, Embedding, RMSNorm and LayerNorm, rotary position
 // embeddings, causal multi-head attention over any ascending subset of a
 // sequence, the GELU and SwiGLU MLPs, the pre-norm Block, a small language
-// model, and AdamW. The equations are those of SPEC.md section 5.
+// model, and AdamW. The equations are those of docs/spec.md §5.
 //
 // # Conventions
 //
@@ -44,8 +44,8 @@
 //
 // # Work buffers
 //
-// Modules keep the work buffers they need between calls (attention masks,
-// rotary tables, lists of per-head tensors), so that a training step on a
+// Modules keep the work buffers they need between calls (position lists,
+// rotary tables), so that a training step on a
 // reused autograd.Tape allocates nothing after its first run. A module is
 // therefore not safe for concurrent use, as a Tape is not.
 //

@@ -51,6 +51,8 @@ func NewLinear(in, out int, bias bool, rng *rand.Rand) *Linear {
 }
 
 // Forward returns x·W + b for an n×d_in x.
+//
+//	x: [N, d_in] → [N, d_out]
 func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	y := tp.MatMul(x, l.W)
 	if l.B != nil {
@@ -84,6 +86,8 @@ func NewEmbedding(vocab, d int, rng *rand.Rand) *Embedding {
 
 // Forward returns the len(ids)×d matrix whose row i is the embedding of
 // ids[i]. The gradient goes to the rows of W that were looked up.
+//
+//	ids: [N] → [N, d]
 func (e *Embedding) Forward(tp *autograd.Tape, ids []int) *autograd.Tensor {
 	for i, id := range ids {
 		if id < 0 || id >= e.W.Rows {

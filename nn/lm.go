@@ -88,6 +88,8 @@ func Positions(batch, seqLen int) [][]int {
 
 // Logits returns the len(tokens)×vocab next-token logits of the stacked
 // sequences tokens described by pos (see the package comment).
+//
+//	tokens: [N] → [N, vocab]
 func (m *LM) Logits(tp *autograd.Tape, tokens []int, pos [][]int) *autograd.Tensor {
 	x := m.Embed.Forward(tp, tokens)
 	for _, l := range m.Layers {
@@ -104,6 +106,8 @@ func (m *LM) Logits(tp *autograd.Tape, tokens []int, pos [][]int) *autograd.Tens
 // token: targets[i] is the token that should follow tokens[i], or
 // autograd.IgnoreIndex for a token that has none (the end of a sequence,
 // padding), which is left out of the mean.
+//
+//	tokens, targets: [N] → [1, 1]
 func (m *LM) Loss(tp *autograd.Tape, tokens []int, pos [][]int, targets []int) *autograd.Tensor {
 	return tp.CrossEntropy(m.Logits(tp, tokens, pos), targets)
 }

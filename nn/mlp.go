@@ -49,6 +49,8 @@ func NewMLP(d, dff int, act Activation, bias bool, rng *rand.Rand) *MLP {
 }
 
 // Forward returns the MLP applied to each row of x.
+//
+//	x: [N, d] → [N, d_ff] → [N, d]
 func (m *MLP) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	h := m.W1.Forward(tp, x)
 	if m.Act == ActSwiGLU {

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"math"
 	"math/rand/v2"
+	"testing"
 
 	"github.com/modref/modref/autograd"
 )
@@ -173,5 +175,37 @@ func lmCase(seed uint64, tie bool) gradCase {
 			return mat{1, 1, []float64{loss}}
 		},
 		sample: 30,
+	}
+}
+
+// TestLayerNormNearlyEqualFeatures checks LayerNorm on rows whose features
+// sit close together far from zero (σ ≈ 1e-3, μ ≈ 1e3): the standardised
+// values are order one and must be within a few float32 roundings of the
+// float64 formula. Centring in float32 (x − μ rounded to float32) would be
+// off by about 2⁻²⁴·μ/σ ≈ 0.06.
+func TestLayerNormNearlyEqualFeatures(t *testing.T) {
+	const rows, d = 3, 8
+	x := make([]float32, rows*d)
+	for i := range x {
+		x[i] = float32(1000 + 1e-3*math.Sin(float64(7*i+1)))
+	}
+	var tp autograd.Tape
+	got := NewLayerNorm(d).Forward(&tp, autograd.New(rows, d, x)).Data
+	for i := 0; i < rows; i++ {
+		row := x[i*d : (i+1)*d]
+		var mu, ss float64
+		for _, v := range row {
+			mu += float64(v)
+		}
+		mu /= d
+		for _, v := range row {
+			ss += (float64(v) - mu) * (float64(v) - mu)
+		}
+		for j, v := range row {
+			want := (float64(v) - mu) / math.Sqrt(ss/d+1e-5)
+			if diff := math.Abs(float64(got[i*d+j]) - want); diff > 1e-6 {
+				t.Errorf("row %d feature %d: got %v, want %v: difference %.3g exceeds 1e-6", i, j, got[i*d+j], want, diff)
+			}
+		}
 	}
 }

@@ -52,6 +52,8 @@ func NewRMSNorm(d int) *RMSNorm {
 }
 
 // Forward returns the RMS-normalised rows of x.
+//
+//	x: [N, d] → [N, d]
 func (n *RMSNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 	ms := tp.Mean(tp.Mul(x, x), 1)
 	r := tp.Rsqrt(tp.AddScalar(ms, float32(n.Eps)))
@@ -67,8 +69,9 @@ func (n *RMSNorm) Params() []*autograd.Tensor { return []*autograd.Tensor{n.Gain
 type LayerNorm struct {
 	// Gain is the 1×d gain γ and Bias the 1×d shift β.
 	Gain, Bias *autograd.Tensor
-	// Eps is added to the variance; NewLayerNorm sets it to 1e-5. It is
-	// applied in float32.
+	// Eps is added to the variance; NewLayerNorm sets it to 1e-5. The
+	// standardisation (autograd's Standardize) runs in float64, so that a
+	// row whose features are nearly equal keeps its accuracy.
 	Eps float64
 }
 
@@ -82,10 +85,10 @@ func NewLayerNorm(d int) *LayerNorm {
 }
 
 // Forward returns the layer-normalised rows of x.
+//
+//	x: [N, d] → [N, d]
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
-	xc := tp.Sub(x, tp.Mean(x, 1))
-	r := tp.Rsqrt(tp.AddScalar(tp.Mean(tp.Mul(xc, xc), 1), float32(n.Eps)))
-	return tp.Add(tp.Mul(tp.Mul(xc, r), n.Gain), n.Bias)
+	return tp.Add(tp.Mul(tp.Standardize(x, n.Eps), n.Gain), n.Bias)
 }
 
 // Params returns Gain, then Bias.

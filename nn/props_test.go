@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -340,5 +341,79 @@ func TestAttentionPanics(t *testing.T) {
 			var tp autograd.Tape
 			a.Forward(&tp, x, c.pos)
 		}()
+	}
+}
+
+// TestAdamWStateRestores stops training after 3 steps, restores the saved
+// parameters and optimiser state into a fresh model and optimiser, and
+// expects 3 more steps to give the same parameters bit for bit as 6 steps
+// without a stop; a state of the wrong shape is refused.
+func TestAdamWStateRestores(t *testing.T) {
+	m, opt, tokens, targets, pos := tinyLM(t, 3)
+	var tp autograd.Tape
+	for range 3 {
+		trainStep(&tp, m, opt, tokens, targets, pos)
+	}
+	state := opt.State()
+	saved := make([][]float32, len(m.Params()))
+	for k, p := range m.Params() {
+		saved[k] = append([]float32(nil), p.Data...)
+	}
+	for range 3 {
+		trainStep(&tp, m, opt, tokens, targets, pos)
+	}
+
+	m2, opt2, _, _, _ := tinyLM(t, 4)
+	for k, p := range m2.Params() {
+		copy(p.Data, saved[k])
+	}
+	if err := opt2.SetState(state); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		trainStep(&tp, m2, opt2, tokens, targets, pos)
+	}
+	for k, p := range m.Params() {
+		for i, x := range p.Data {
+			if y := m2.Params()[k].Data[i]; math.Float32bits(x) != math.Float32bits(y) {
+				t.Fatalf("parameter %d value %d: %v uninterrupted, %v after restoring", k, i, x, y)
+			}
+		}
+	}
+
+	bad := opt.State()
+	bad.M[1] = bad.M[1][:1]
+	if err := opt2.SetState(bad); err == nil || !strings.Contains(err.Error(), "parameter 1") {
+		t.Errorf("SetState with a short moment: error %v, want one naming parameter 1", err)
+	}
+}
+
+// TestStepsAcrossGOMAXPROCS trains the tiny model for three steps with
+// GOMAXPROCS 1, 2 and 4 (attention shares its heads among up to GOMAXPROCS
+// goroutines) and expects the same losses and parameters, bit for bit.
+func TestStepsAcrossGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	var want []float32
+	for _, procs := range []int{1, 2, 4} {
+		runtime.GOMAXPROCS(procs)
+		m, opt, tokens, targets, pos := tinyLM(t, 3)
+		var tp autograd.Tape
+		var got []float32
+		for range 3 {
+			got = append(got, trainStep(&tp, m, opt, tokens, targets, pos))
+		}
+		for _, p := range m.Params() {
+			got = append(got, p.Data...)
+		}
+		if want == nil {
+			want = got
+			continue
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("GOMAXPROCS=%d: value %d (the first 3 are losses, then parameters) is %v, GOMAXPROCS=1 gave %v",
+					procs, i, got[i], want[i])
+			}
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/modref/modref/autograd"
 )
 
-// This file is a float64 plain-loop transcription of SPEC.md section 5 and
+// This file is a float64 plain-loop transcription of docs/spec.md §5 and
 // of the conventions in the package comment, written without the autograd
 // engine, so that forwards can be compared with it and finite differences
 // taken of it.

@@ -46,22 +46,19 @@ func NewRoPE(dim int) *RoPE {
 // layout of autograd's SplitHeads (head 0's n rows, then head 1's, …), where
 // pos[i] is the position of token i. pos may be any list of non-negative
 // positions.
+//
+//	x: [h·n, Dim], pos: [n] → [h·n, Dim]
 func (r *RoPE) Apply(tp *autograd.Tape, x *autograd.Tensor, pos []int) *autograd.Tensor {
 	n, dh := len(pos), r.Dim
 	if n == 0 || x.Cols != dh || x.Rows%n != 0 {
 		panic(fmt.Sprintf("nn.RoPE.Apply: x is %dx%d, %d positions: want (h·%d)x%d", x.Rows, x.Cols, n, n, dh))
 	}
 	r.tables(pos)
-	heads, half := x.Rows/n, dh/2
-	c := tp.Reshape(tp.GatherRows(r.cos, pos), 1, n*dh)
-	s := tp.Reshape(tp.GatherRows(r.sin, pos), 1, n*dh)
-	swapped := tp.ConcatCols(tp.SliceCols(x, half, dh), tp.SliceCols(x, 0, half))
-	y := tp.Add(tp.Mul(tp.Reshape(x, heads, n*dh), c), tp.Mul(tp.Reshape(swapped, heads, n*dh), s))
-	return tp.Reshape(y, heads*n, dh)
+	return tp.RotateHalf(x, r.cos, r.sin, pos)
 }
 
 // tables makes sure the tables cover every position in pos, rebuilding them
-// (in new memory, so that tensors gathered earlier stay valid) when a
+// (in new memory, so that operations recorded earlier stay valid) when a
 // position is beyond them or Base has changed.
 func (r *RoPE) tables(pos []int) {
 	top := -1

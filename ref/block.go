@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
-// RMSNorm is SPEC.md section 5: x / sqrt(mean(x^2) + eps) * gamma.
+// RMSNorm is docs/spec.md §5: x / sqrt(mean(x^2) + eps) * gamma.
 func RMSNorm(x, gamma []float64, eps float64) []float64 {
 	ms := 0.0
 	for _, v := range x {
@@ -22,7 +25,7 @@ func RMSNorm(x, gamma []float64, eps float64) []float64 {
 	return y
 }
 
-// LayerNorm is SPEC.md section 5 (the option): (x - mean(x)) /
+// LayerNorm is docs/spec.md §5 (the option): (x - mean(x)) /
 // sqrt(var(x) + eps) * gamma + beta, with the biased variance mean((x-mean)^2).
 func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
 	mean := 0.0
@@ -44,14 +47,14 @@ func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
 }
 
 // normalize applies the configured N with gain gamma and bias beta.
-func normalize(c BlockConfig, gamma, beta, x []float64) []float64 {
-	if c.Norm == NormLayer {
+func normalize(c spec.BlockConfig, gamma, beta, x []float64) []float64 {
+	if c.Norm == spec.NormLayer {
 		return LayerNorm(x, gamma, beta, c.NormEps)
 	}
 	return RMSNorm(x, gamma, c.NormEps)
 }
 
-// RoPE is the rotary position embedding of SPEC.md section 5 for one head
+// RoPE is the rotary position embedding of docs/spec.md §5 for one head
 // vector u (length d_h, even) at original position pos, in the "rotate-half"
 // pairing (Llama, GPT-NeoX): coordinate j is paired with j + d_h/2, and for
 // j < d_h/2 with theta_j = pos * base^(-2j/d_h),
@@ -63,17 +66,17 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 	half := dh / 2
 	out := make([]float64, dh)
 	for j := 0; j < half; j++ {
-		theta := float64(pos) * math.Pow(base, -2*float64(j)/float64(dh))
-		cos, sin := math.Cos(theta), math.Sin(theta)
+		theta := float64(pos) * elem.Pow(base, -2*float64(j)/float64(dh))
+		cos, sin := elem.Cos(theta), elem.Sin(theta)
 		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
 		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
 	}
 	return out
 }
 
-// GELU is the erf form of SPEC.md section 5: 0.5 v (1 + erf(v / sqrt 2)).
+// GELU is the erf form of docs/spec.md §5: 0.5 v (1 + erf(v / sqrt 2)).
 func GELU(v float64) float64 {
-	return 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
+	return 0.5 * v * (1 + elem.Erf(v/math.Sqrt2))
 }
 
 // vecMat returns x·W for a row vector x (length d_in) and W (d_in×d_out),
@@ -89,11 +92,11 @@ func vecMat(x []float64, w *mat.Dense) []float64 {
 	return y
 }
 
-// MLP is SPEC.md section 5, the MLP applied to an already normalised row u:
+// MLP is docs/spec.md §5, the MLP applied to an already normalised row u:
 // GELU: GELU(u·W1)·W2; SwiGLU: (SiLU(u·W1) * (u·W3))·W2.
-func MLP(c BlockConfig, p *BlockParams, u []float64) []float64 {
+func MLP(c spec.BlockConfig, p *BlockParams, u []float64) []float64 {
 	hid := vecMat(u, p.W1)
-	if c.MLP == ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		gate := vecMat(u, p.W3)
 		for j := range hid {
 			hid[j] = SiLU(hid[j]) * gate[j]
@@ -110,35 +113,46 @@ func MLP(c BlockConfig, p *BlockParams, u []float64) []float64 {
 // values of the tokens that went through that layer's attention, in
 // ascending order of their original positions. Row t of Keys and Values is d
 // wide, head h in columns h*d_h .. (h+1)*d_h-1. During decoding in causal
-// routing mode a routed layer's cache holds only the routed tokens (SPEC.md
-// section 9).
+// routing mode a routed layer's cache holds only the routed tokens (docs/spec.md
+// §9); with a window w, only those of them at the last w positions (§13).
 type KVCache struct {
 	Positions []int       // original positions, strictly ascending
 	Keys      [][]float64 // RoPE(N1(x)·Wk) at each position (no rotation with learned positions)
 	Values    [][]float64 // N1(x)·Wv
 }
 
-// AttentionStep is one query of the causal multi-head attention of SPEC.md
-// section 5: token x at original position pos is normalised (N1), projected
+// AttentionStep is one query of the causal multi-head attention of docs/spec.md
+// §5: token x at original position pos is normalised (N1), projected
 // to q, k, v, rotated (RoPE at pos, unless Positions = learned), appended to the cache, and attends with
-// scale 1/sqrt(d_h) to every cached token (all at positions <= pos). It
+// scale 1/sqrt(d_h) to every cached token (all at positions <= pos). With a
+// window w (c.Window > 0, docs/spec.md §13) the cached tokens at positions
+// <= pos − w, outside this query's window and every later query's, are
+// dropped from the cache first, so it attends to the positions in
+// (pos − w, pos] and the cache holds at most w tokens. It
 // returns the attention output ctx·Wo (the update a of H = X + a). pos must
 // exceed every cached position; a smaller one is a programmer error and
 // panics.
-func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
 	if n := len(kv.Positions); n > 0 && pos <= kv.Positions[n-1] {
 		panic(fmt.Sprintf("ref: attention at position %d after position %d; positions must ascend", pos, kv.Positions[n-1]))
 	}
 	xn := normalize(c, p.Norm1, p.Norm1Bias, x)
 	q, k, v := vecMat(xn, p.Wq), vecMat(xn, p.Wk), vecMat(xn, p.Wv)
 	dh := c.D / c.Heads
-	for h := 0; h < c.Heads && c.Positions == PositionRoPE; h++ {
+	for h := 0; h < c.Heads && c.Positions == spec.PositionRoPE; h++ {
 		copy(q[h*dh:(h+1)*dh], RoPE(q[h*dh:(h+1)*dh], pos, c.RoPEBase))
 		copy(k[h*dh:(h+1)*dh], RoPE(k[h*dh:(h+1)*dh], pos, c.RoPEBase))
 	}
 	kv.Positions = append(kv.Positions, pos)
 	kv.Keys = append(kv.Keys, k)
 	kv.Values = append(kv.Values, v)
+	if c.Window > 0 {
+		drop := 0
+		for kv.Positions[drop] <= pos-c.Window {
+			drop++
+		}
+		kv.Positions, kv.Keys, kv.Values = kv.Positions[drop:], kv.Keys[drop:], kv.Values[drop:]
+	}
 
 	ctx := make([]float64, c.D)
 	scale := 1 / math.Sqrt(float64(dh))
@@ -161,18 +175,18 @@ func (kv *KVCache) AttentionStep(c BlockConfig, p *BlockParams, x []float64, pos
 	return vecMat(ctx, p.Wo)
 }
 
-// MLPUpdate is the second half of the block of SPEC.md section 5 for one
+// MLPUpdate is the second half of the block of docs/spec.md §5 for one
 // row h of H: MLP(N2(h)).
-func MLPUpdate(c BlockConfig, p *BlockParams, h []float64) []float64 {
+func MLPUpdate(c spec.BlockConfig, p *BlockParams, h []float64) []float64 {
 	return MLP(c, p, normalize(c, p.Norm2, p.Norm2Bias, h))
 }
 
-// BlockStep is the routed block of SPEC.md section 5 for one token at
+// BlockStep is the routed block of docs/spec.md §5 for one token at
 // original position pos, given the cache of the tokens before it:
 // a = Attn(N1(x)) (AttentionStep), h = x + a, and it returns the block's
 // update f = Y - X = a + MLP(N2(h)), computed as that sum so that no
 // cancellation x + ... - x enters.
-func (kv *KVCache) BlockStep(c BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
+func (kv *KVCache) BlockStep(c spec.BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
 	a := kv.AttentionStep(c, p, x, pos)
 	h := make([]float64, len(x))
 	for j := range x {
@@ -201,12 +215,13 @@ func checkPositions(x *mat.Dense, pos []int) error {
 	return nil
 }
 
-// BlockUpdate is f(X~) of SPEC.md section 5: the pre-norm block applied to
+// BlockUpdate is f(X~) of docs/spec.md §5: the pre-norm block applied to
 // the gathered tokens X~ (n×d, one row per selected token) as a sequence of
-// n tokens, with causal attention among them and RoPE at their original
-// positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
+// n tokens, with causal attention among them (with a window, among those at
+// original positions in (p − w, p], docs/spec.md §13) and RoPE at their
+// original positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
 // update without the outer residual.
-func BlockUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+func BlockUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
@@ -221,8 +236,8 @@ func BlockUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.D
 
 // AttentionUpdate is the attention half of the block alone, a = Attn(N1(X))
 // for every row of x (n×d) at positions pos: the dense attention of the
-// MLP-only routing variant (SPEC.md section 5).
-func AttentionUpdate(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
+// MLP-only routing variant (docs/spec.md §5).
+func AttentionUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 	"pgregory.net/rapid"
 )
@@ -62,11 +63,11 @@ func TestRoPERelativeProperty(t *testing.T) {
 func TestMLPHand(t *testing.T) {
 	id := mat.NewDense(2, 2, []float64{1, 0, 0, 1})
 	p := &BlockParams{W1: id, W2: id, W3: id}
-	c := DefaultBlockConfig(2, 1, 2)
+	c := spec.DefaultBlockConfig(2, 1, 2)
 	assertScalar(t, "GELU(0)", GELU(0), 0, 0)
 	assertClose(t, "GELU MLP", MLP(c, p, []float64{1, -1}), []float64{phi1, -(1 - phi1)}, 1e-15)
 	// SwiGLU with identities: SiLU(u)*u; SiLU(1)*1 = sigma(1), SiLU(-1)*(-1) = sigma(-1).
-	c.MLP = ActSwiGLU
+	c.MLP = spec.ActSwiGLU
 	s1 := 1 / (1 + math.Exp(-1))
 	assertClose(t, "SwiGLU MLP", MLP(c, p, []float64{1, -1}), []float64{s1, 1 - s1}, 1e-15)
 }
@@ -81,8 +82,8 @@ func eye(n int) *mat.Dense {
 
 // tinyBlock is a one-head d=2 block with identity value and output
 // projections, unit norm gains and a zero MLP.
-func tinyBlock(wqk float64) (BlockConfig, *BlockParams) {
-	c := DefaultBlockConfig(2, 1, 2)
+func tinyBlock(wqk float64) (spec.BlockConfig, *BlockParams) {
+	c := spec.DefaultBlockConfig(2, 1, 2)
 	c.NormEps = 1e-300 // the rows below have mean square exactly 1
 	qk := mat.NewDense(2, 2, []float64{wqk, 0, 0, wqk})
 	return c, &BlockParams{

@@ -3,57 +3,17 @@ package ref
 import (
 	"fmt"
 	"math"
-)
 
-// CapacityKind names a capacity rule of SPEC.md section 3.
-type CapacityKind string
-
-// Capacity rules (SPEC.md section 3).
-const (
-	// CapacityRatio is a fixed ratio c in (0,1]: k = clamp(floor(c*S), 1, S).
-	CapacityRatio CapacityKind = "ratio"
-	// CapacityInteger is the paper's capacity per batch element: k = C.
-	CapacityInteger CapacityKind = "integer"
-	// CapacityLog scales the ratio with the sequence length:
-	// ratio(S) = 1 - (ln S / ln S_max)(1 - c).
-	CapacityLog CapacityKind = "log"
+	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/spec"
 )
 
 // FloorSlack is the slack of the float-robust floor: FloorRobust(v) is the
-// largest integer k with k <= v + FloorSlack (SPEC.md section 3).
+// largest integer k with k <= v + FloorSlack (docs/spec.md §3).
 const FloorSlack = 1e-9
 
-// Capacity is the capacity rule of one routed layer (SPEC.md section 3).
-type Capacity struct {
-	Kind   CapacityKind
-	Ratio  float64 // c, for CapacityRatio and CapacityLog; in (0, 1]
-	Tokens int     // C, for CapacityInteger; 1 <= C <= S
-	MaxLen int     // S_max, for CapacityLog; >= 2, and S <= S_max
-}
-
-// Validate reports an invalid field of the rule (the checks that do not
-// depend on the sequence length).
-func (c Capacity) Validate() error {
-	switch c.Kind {
-	case CapacityRatio, CapacityLog:
-		if !(c.Ratio > 0 && c.Ratio <= 1) {
-			return fmt.Errorf("capacity: Ratio = %v, want c in (0, 1]", c.Ratio)
-		}
-		if c.Kind == CapacityLog && c.MaxLen < 2 {
-			return fmt.Errorf("capacity: MaxLen = %d for log scaling, want S_max >= 2 (ln S_max is a divisor)", c.MaxLen)
-		}
-	case CapacityInteger:
-		if c.Tokens < 1 {
-			return fmt.Errorf("capacity: Tokens = %d, want C >= 1", c.Tokens)
-		}
-	default:
-		return fmt.Errorf("capacity: Kind = %q, want ratio, integer or log", c.Kind)
-	}
-	return nil
-}
-
 // FloorRobust returns the largest integer k with k <= v + FloorSlack, so that
-// 0.29*100 = 28.999999999999996 floors to 29 (SPEC.md section 3).
+// 0.29*100 = 28.999999999999996 floors to 29 (docs/spec.md §3).
 func FloorRobust(v float64) int {
 	return int(math.Floor(v + FloorSlack))
 }
@@ -62,7 +22,7 @@ func clampInt(k, lo, hi int) int {
 	return min(max(k, lo), hi)
 }
 
-// CapacityFromRatio is SPEC.md section 3, fixed ratio:
+// CapacityFromRatio is docs/spec.md §3, fixed ratio:
 // k = clamp(FloorRobust(c*S), 1, S).
 func CapacityFromRatio(c float64, s int) (int, error) {
 	if s < 1 {
@@ -74,7 +34,7 @@ func CapacityFromRatio(c float64, s int) (int, error) {
 	return clampInt(FloorRobust(float64(c*float64(s))), 1, s), nil
 }
 
-// CapacityFromInteger is SPEC.md section 3, integer capacity (the paper's
+// CapacityFromInteger is docs/spec.md §3, integer capacity (the paper's
 // capacity per batch element): k = C, an error unless 1 <= C <= S.
 func CapacityFromInteger(capTokens, s int) (int, error) {
 	if capTokens < 1 || capTokens > s {
@@ -83,7 +43,7 @@ func CapacityFromInteger(capTokens, s int) (int, error) {
 	return capTokens, nil
 }
 
-// LogCapacityRatio is SPEC.md section 3, logarithmic scaling:
+// LogCapacityRatio is docs/spec.md §3, logarithmic scaling:
 // ratio(S) = 1 - (ln S / ln S_max)(1 - c), with ratio(1) = 1.
 func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if !(c > 0 && c <= 1) {
@@ -98,10 +58,10 @@ func LogCapacityRatio(c float64, s, maxLen int) (float64, error) {
 	if s == 1 {
 		return 1, nil
 	}
-	return 1 - float64((math.Log(float64(s))/math.Log(float64(maxLen)))*(1-c)), nil
+	return 1 - float64((elem.Log(float64(s))/elem.Log(float64(maxLen)))*(1-c)), nil
 }
 
-// CapacityFromLog is SPEC.md section 3, logarithmic scaling:
+// CapacityFromLog is docs/spec.md §3, logarithmic scaling:
 // k = clamp(FloorRobust(S*ratio(S)), 1, S). The float-robust floor of the
 // fixed ratio is used here too.
 func CapacityFromLog(c float64, s, maxLen int) (int, error) {
@@ -112,27 +72,27 @@ func CapacityFromLog(c float64, s, maxLen int) (int, error) {
 	return clampInt(FloorRobust(float64(float64(s)*ratio)), 1, s), nil
 }
 
-// TokensFor returns k for a row of n valid tokens under this rule; a row with
+// TokensFor returns k for a row of n valid tokens under rule c; a row with
 // n = 0 valid tokens gets k = 0. For the integer rule, C is first checked
 // against the padded length s (1 <= C <= s) and then k = min(C, n), a choice
-// SPEC.md leaves open (docs/equations.md).
-func (c Capacity) TokensFor(n, s int) (int, error) {
+// the contract leaves open (docs/spec.md §3).
+func TokensFor(c spec.Capacity, n, s int) (int, error) {
 	if n < 0 || n > s {
 		return 0, fmt.Errorf("capacity: valid length %d, want 0 <= V_b <= S = %d", n, s)
 	}
 	switch c.Kind {
-	case CapacityRatio:
+	case spec.CapacityRatio:
 		if n == 0 {
 			return 0, nil
 		}
 		return CapacityFromRatio(c.Ratio, n)
-	case CapacityInteger:
+	case spec.CapacityInteger:
 		k, err := CapacityFromInteger(c.Tokens, s)
 		if err != nil {
 			return 0, err
 		}
 		return min(k, n), nil
-	case CapacityLog:
+	case spec.CapacityLog:
 		if n == 0 {
 			return 0, nil
 		}
@@ -141,16 +101,16 @@ func (c Capacity) TokensFor(n, s int) (int, error) {
 	return 0, c.Validate()
 }
 
-// RowCapacities is the padding-aware capacity of SPEC.md section 3: k_b for
+// RowCapacities is the padding-aware capacity of docs/spec.md §3: k_b for
 // each of the b rows, where row b has valid[b] valid tokens (nil valid: all
 // s positions of every row are valid). k_b = 0 when V_b = 0.
-func RowCapacities(c Capacity, rows, s int, valid []int) ([]int, error) {
+func RowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
 	if err := checkValid(valid, rows, s); err != nil {
 		return nil, err
 	}
 	k := make([]int, rows)
 	for b := range k {
-		kb, err := c.TokensFor(validLen(valid, b, s), s)
+		kb, err := TokensFor(c, validLen(valid, b, s), s)
 		if err != nil {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
@@ -159,7 +119,7 @@ func RowCapacities(c Capacity, rows, s int, valid []int) ([]int, error) {
 	return k, nil
 }
 
-// AnnealedRatio is SPEC.md section 3, capacity annealing:
+// AnnealedRatio is docs/spec.md §3, capacity annealing:
 // c(step) = c0 + (c1 - c0) * min(step/warmup, 1). warmup = 0 means c1 at
 // every step.
 func AnnealedRatio(c0, c1 float64, step, warmup int) (float64, error) {

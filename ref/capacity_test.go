@@ -1,9 +1,11 @@
 package ref
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"pgregory.net/rapid"
 )
 
@@ -70,19 +72,19 @@ func TestCapacityIntegerAndLogHand(t *testing.T) {
 
 func TestRowCapacitiesPaddingHand(t *testing.T) {
 	// c = 0.5, S = 8: V = 8 -> 4; V = 3 -> floor(1.5) = 1; V = 0 -> 0; V = 1 -> floor(0.5) = 0 -> clamp 1.
-	k, err := RowCapacities(Capacity{Kind: CapacityRatio, Ratio: 0.5}, 4, 8, []int{8, 3, 0, 1})
-	if err != nil || !intsEqual(k, []int{4, 1, 0, 1}) {
+	k, err := RowCapacities(spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.5}, 4, 8, []int{8, 3, 0, 1})
+	if err != nil || !slices.Equal(k, []int{4, 1, 0, 1}) {
 		t.Errorf("RowCapacities = %v, %v; want [4 1 0 1]", k, err)
 	}
 	// Integer C = 2 with rows of 8, 1 and 0 valid tokens: min(C, V_b).
-	k, err = RowCapacities(Capacity{Kind: CapacityInteger, Tokens: 2}, 3, 8, []int{8, 1, 0})
-	if err != nil || !intsEqual(k, []int{2, 1, 0}) {
+	k, err = RowCapacities(spec.Capacity{Kind: spec.CapacityInteger, Tokens: 2}, 3, 8, []int{8, 1, 0})
+	if err != nil || !slices.Equal(k, []int{2, 1, 0}) {
 		t.Errorf("RowCapacities integer = %v, %v; want [2 1 0]", k, err)
 	}
-	if _, err := RowCapacities(Capacity{Kind: CapacityRatio, Ratio: 0.5}, 2, 8, []int{8, 9}); err == nil || !strings.Contains(err.Error(), "valid[1] = 9") {
+	if _, err := RowCapacities(spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.5}, 2, 8, []int{8, 9}); err == nil || !strings.Contains(err.Error(), "valid[1] = 9") {
 		t.Errorf("valid length beyond S: error %v", err)
 	}
-	if _, err := RowCapacities(Capacity{Kind: CapacityRatio, Ratio: 0.5}, 2, 8, []int{8}); err == nil || !strings.Contains(err.Error(), "len(valid) = 1") {
+	if _, err := RowCapacities(spec.Capacity{Kind: spec.CapacityRatio, Ratio: 0.5}, 2, 8, []int{8}); err == nil || !strings.Contains(err.Error(), "len(valid) = 1") {
 		t.Errorf("valid of wrong length: error %v", err)
 	}
 }
@@ -99,22 +101,6 @@ func TestAnnealedRatioHand(t *testing.T) {
 	}
 	if _, err := AnnealedRatio(0, 0.5, 1, 10); err == nil {
 		t.Error("AnnealedRatio with c0 = 0: no error")
-	}
-}
-
-func TestCapacityValidate(t *testing.T) {
-	for _, tc := range []struct {
-		c    Capacity
-		want string
-	}{
-		{Capacity{Kind: "percent"}, `Kind = "percent"`},
-		{Capacity{Kind: CapacityRatio, Ratio: 1.2}, "Ratio = 1.2"},
-		{Capacity{Kind: CapacityLog, Ratio: 0.5, MaxLen: 1}, "MaxLen = 1"},
-		{Capacity{Kind: CapacityInteger}, "Tokens = 0"},
-	} {
-		if err := tc.c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v.Validate() = %v, want an error mentioning %q", tc.c, err, tc.want)
-		}
 	}
 }
 

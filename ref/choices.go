@@ -1,14 +1,15 @@
 package ref
 
-// Choice is one decision ref makes where SPEC.md is silent, in a form a
-// tool can print next to its results (SPEC.md: "make the oracle state it in
-// its output"). docs/equations.md explains each.
+// Choice is one decision ref makes where the contract leaves room, in a form
+// a tool can print next to its results, so that the oracle states its choices
+// in its output. docs/spec.md states each under "modref's choice", and
+// docs/equations.md explains each in full.
 type Choice struct {
 	Topic  string
 	Choice string
 }
 
-// Choices lists the decisions ref makes where SPEC.md is silent.
+// Choices lists the decisions ref makes where the contract leaves room.
 func Choices() []Choice {
 	return []Choice{
 		{"capacity floor", "k = largest integer with k <= c*S + 1e-9, then clamp to [1, S]; the same floor for ratio, padding-aware and log rules"},

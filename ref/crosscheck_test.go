@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -13,7 +14,7 @@ import (
 // Q_h K_h^T / sqrt(d_h) with -Inf above the causal diagonal, row softmax,
 // times V_h, concatenated, times Wo. It uses gonum's matrix products rather
 // than the per-token cache of KVCache.AttentionStep.
-func attentionMatrixForm(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int) *mat.Dense {
+func attentionMatrixForm(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) *mat.Dense {
 	n, d := x.Dims()
 	xn := mat.NewDense(n, d, nil)
 	for i := 0; i < n; i++ {
@@ -37,12 +38,18 @@ func attentionMatrixForm(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int)
 		s.Scale(1/math.Sqrt(float64(dh)), &s)
 		pm := mat.NewDense(n, n, nil)
 		for i := 0; i < n; i++ {
-			row := make([]float64, i+1)
-			for j := 0; j <= i; j++ {
-				row[j] = s.At(i, j)
+			// Keys j <= i, and with a window those at positions in
+			// (pos_i − w, pos_i] (docs/spec.md §13).
+			j0 := 0
+			for c.Window > 0 && pos[i]-pos[j0] >= c.Window {
+				j0++
+			}
+			row := make([]float64, i+1-j0)
+			for j := j0; j <= i; j++ {
+				row[j-j0] = s.At(i, j)
 			}
 			for j, pj := range Softmax(row) {
-				pm.Set(i, j, pj)
+				pm.Set(i, j0+j, pj)
 			}
 		}
 		var o mat.Dense
@@ -54,28 +61,47 @@ func attentionMatrixForm(c BlockConfig, p *BlockParams, x *mat.Dense, pos []int)
 	return &out
 }
 
+// TestAttentionMatchesMatrixForm also checks the window of docs/spec.md §13
+// at gathered positions 0, 2, 3, 7, 11: with w = 3 the token at 3 sees 2 and
+// 3 (not 0), the one at 7 only itself; w = 1 leaves each token only itself;
+// w = 12 and more is no window at all.
 func TestAttentionMatchesMatrixForm(t *testing.T) {
 	for _, heads := range []int{1, 2, 4} {
-		c := DefaultBlockConfig(8, heads, 12)
-		rng := NewRand(uint64(heads))
-		p := NewBlockParams(c, rng)
-		x := RandomMatrix(rng, 5, 8, 1)
-		pos := []int{0, 2, 3, 7, 11}
-		got, err := AttentionUpdate(c, &p, x, pos)
-		if err != nil {
-			t.Fatal(err)
+		for _, w := range []int{0, 1, 3, 5, 12} {
+			c := spec.DefaultBlockConfig(8, heads, 12)
+			c.Window = w
+			rng := NewRand(uint64(heads))
+			p := NewBlockParams(c, rng)
+			x := RandomMatrix(rng, 5, 8, 1)
+			pos := []int{0, 2, 3, 7, 11}
+			got, err := AttentionUpdate(c, &p, x, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := attentionMatrixForm(c, &p, x, pos)
+			assertClose(t, fmt.Sprintf("attention, %d heads, window %d", heads, w), got.RawMatrix().Data, want.RawMatrix().Data, 1e-12)
+			c.Window = 0
+			unwindowed, err := AttentionUpdate(c, &p, x, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			differs := false
+			for i, v := range unwindowed.RawMatrix().Data {
+				differs = differs || v != got.RawMatrix().Data[i]
+			}
+			if differs != (w > 0 && w < 12) {
+				t.Errorf("%d heads, window %d: output differs from no window = %v, want %v", heads, w, differs, w > 0 && w < 12)
+			}
 		}
-		want := attentionMatrixForm(c, &p, x, pos)
-		assertClose(t, fmt.Sprintf("attention, %d heads", heads), got.RawMatrix().Data, want.RawMatrix().Data, 1e-12)
 	}
 }
 
 // With capacity 1 every token is routed; with weight none the routed layer
 // is exactly the dense layer, in gather and in dense compute.
 func TestFullCapacityEqualsDenseLayer(t *testing.T) {
-	for _, compute := range []Compute{ComputeGather, ComputeDense} {
-		cfg := DefaultConfig(DefaultBlockConfig(8, 2, 12), 1)
-		cfg.Weighting, cfg.Compute = WeightNone, compute
+	for _, compute := range []spec.Compute{spec.ComputeGather, spec.ComputeDense} {
+		cfg := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 1)
+		cfg.Weighting, cfg.Compute = spec.WeightNone, compute
 		p, in := randomLayer(21, cfg, 2, 6)
 		in.Valid = []int{6, 3}
 		res, err := LayerForward(cfg, p, in)
@@ -98,8 +124,8 @@ func TestFullCapacityEqualsDenseLayer(t *testing.T) {
 // Causal routing makes the model causal: changing the token at position j
 // leaves every output before j bit-identical. Top-k routing does not.
 func TestCausalRoutingIsCausal(t *testing.T) {
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	routing.Causal = CausalRouter
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Causal = spec.CausalRouter
 	c, p := smallModel(t, routing)
 	tokens, targets := RandomTokens(NewRand(12), 1, 8, c.Vocab)
 	a, err := ModelForward(c, p, ModelInputs{Tokens: tokens, Targets: targets})
@@ -123,8 +149,8 @@ func TestCausalRoutingIsCausal(t *testing.T) {
 // Padded positions are invisible: changing their tokens changes no valid
 // output and no loss.
 func TestPaddingInvisible(t *testing.T) {
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	routing.Aux, routing.AuxWeight, routing.LoadBalanceWeight = AuxRouterBCE, 0.2, 0.1
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Aux, routing.AuxWeight, routing.LoadBalanceWeight = spec.AuxRouterBCE, 0.2, 0.1
 	c, p := smallModel(t, routing)
 	tokens, targets := RandomTokens(NewRand(13), 2, 7, c.Vocab)
 	in := ModelInputs{Tokens: tokens, Targets: targets, Valid: []int{7, 4}}

@@ -3,14 +3,16 @@ package ref
 import (
 	"fmt"
 	"math"
+
+	"github.com/modref/modref/spec"
 )
 
 // Decoder is token-by-token decoding of one sequence in causal routing mode
-// (SPEC.md section 9). Each layer has its own KVCache: a routed layer's cache
+// (docs/spec.md §9). Each layer has its own KVCache: a routed layer's cache
 // holds only the tokens routed through it, at their original positions; a
 // dense layer's, and the attention of an MLP-only routed layer, every token.
 type Decoder struct {
-	cfg    ModelConfig
+	cfg    spec.ModelConfig
 	p      *ModelParams
 	Caches []KVCache // one per layer
 	pos    int       // position of the next token
@@ -34,7 +36,7 @@ type StepResult struct {
 // router or predictor, Router is not random (its noise is a training input)
 // and Jitter is 0 (jitter is training-only). Validate already rejects softmax
 // weighting and dense compute in causal mode.
-func NewDecoder(c ModelConfig, p *ModelParams) (*Decoder, error) {
+func NewDecoder(c spec.ModelConfig, p *ModelParams) (*Decoder, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -46,9 +48,9 @@ func NewDecoder(c ModelConfig, p *ModelParams) (*Decoder, error) {
 			continue
 		}
 		switch {
-		case ml.Config.Causal == CausalOff:
-			return nil, fmt.Errorf("decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (SPEC.md section 9)", l)
-		case ml.Config.Router == RouterRandom:
+		case ml.Config.Causal == spec.CausalOff:
+			return nil, fmt.Errorf("decoder: layer %d has Causal = off; top-k over the row is not causal, set Causal = router or predictor (docs/spec.md §9)", l)
+		case ml.Config.Router == spec.RouterRandom:
 			return nil, fmt.Errorf("decoder: layer %d has Router = random; its noise is a training input, decoding needs a deterministic router", l)
 		case ml.Config.Jitter != 0:
 			return nil, fmt.Errorf("decoder: layer %d has Jitter = %v; jitter is training-only, set it to 0 for decoding", l, ml.Config.Jitter)
@@ -67,7 +69,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		return nil, fmt.Errorf("decoder: token %d at position %d, want 0 <= id < vocab = %d", token, dec.pos, dec.cfg.Vocab)
 	}
 	blk := dec.cfg.Block()
-	if blk.Positions == PositionLearned && dec.pos >= dec.cfg.MaxLen {
+	if blk.Positions == spec.PositionLearned && dec.pos >= dec.cfg.MaxLen {
 		return nil, fmt.Errorf("decoder: position %d has no learned position embedding (MaxLen = %d)", dec.pos, dec.cfg.MaxLen)
 	}
 	nl := len(dec.cfg.Layers)
@@ -91,7 +93,7 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		score := r
 		if cfg.HasPredictor() {
 			res.PredictorLogits[l] = PredictorLogit(lp, x)
-			if cfg.Causal == CausalPredictor {
+			if cfg.Causal == spec.CausalPredictor {
 				score = res.PredictorLogits[l]
 			}
 		}
@@ -129,26 +131,26 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 
 // routerWeight is r for one token (no noise, no jitter: NewDecoder rejects
 // both).
-func routerWeight(c Config, p *LayerParams, x []float64) float64 {
+func routerWeight(c spec.Config, p *LayerParams, x []float64) float64 {
 	switch c.Router {
-	case RouterLinear:
+	case spec.RouterLinear:
 		return RouterLinearWeight(p.Router, x)
-	case RouterLinearBias:
+	case spec.RouterLinearBias:
 		return RouterLinearBiasWeight(p.Router, p.RouterBias[0], x)
-	case RouterL2Norm:
+	case spec.RouterL2Norm:
 		return RouterL2NormWeight(x)
 	}
 	panic(fmt.Sprintf("ref: routerWeight with router %q (NewDecoder rejects it)", c.Router))
 }
 
-// causalWeight is g of SPEC.md section 6 for the causal weightings.
-func causalWeight(w Weighting, r float64) float64 {
+// causalWeight is g of docs/spec.md §6 for the causal weightings.
+func causalWeight(w spec.Weighting, r float64) float64 {
 	switch w {
-	case WeightRaw:
+	case spec.WeightRaw:
 		return r
-	case WeightSigmoid:
+	case spec.WeightSigmoid:
 		return Sigmoid(r)
-	case WeightNone:
+	case spec.WeightNone:
 		return 1
 	}
 	panic(fmt.Sprintf("ref: causalWeight with weighting %q (Validate rejects it in causal mode)", w))

@@ -1,10 +1,11 @@
-// Package ref is the float64 reference of every equation in ../shared/SPEC.md
+// Package ref is the float64 reference of every equation in docs/spec.md
 // (Mixture-of-Depths, Raposo et al. 2024, arXiv 2404.02258): the ground truth
 // that the float32 autograd implementation, the golden corpus and the oracle
 // are checked against.
 //
 // Each equation is stated once, with plain loops that can be read against the
-// paper line by line. The package imports neither autograd/, nn/ nor mod/.
+// paper line by line. The package imports neither autograd/, nn/ nor mod/;
+// its configuration types are package spec's (docs/design.md, "Dependencies").
 //
 // # Layout conventions
 //
@@ -28,7 +29,7 @@
 // differences with the routing decision held fixed. Every forward that
 // computes a selection has a twin that takes a frozen one (LayerForwardFrozen,
 // ModelForwardFrozen); the Frozen values also carry the stop-gradient
-// constants sg(.) of SPEC.md sections 7 and 8, so that the finite-difference
+// constants sg(.) of docs/spec.md §7 and §8, so that the finite-difference
 // derivative of a frozen forward equals what an autograd implementation must
 // return.
 //
@@ -44,16 +45,13 @@
 // passed on and added later (an attention score, a term of AuxLoss, the
 // argument of FloorRobust) is converted too. TestNoFusableProducts
 // (internal/fmacheck) enforces the rule for products added in the same
-// expression. The package's own arithmetic is then the same bits on every
-// architecture, and the float64 corpus generated from it differs only through
-// the standard library's math functions. Of those ref calls, Sqrt (a correctly
-// rounded instruction), Abs, Floor, Max and Min are exact everywhere. The
-// others are not: in Go 1.26, Exp has assembly on amd64 (taking an FMA path on
-// CPUs with AVX and FMA), arm64, loong64 and s390x; Log on amd64 and s390x;
-// Erf, Sin, Cos and Log1p on s390x (with the vector facility); Pow has none but
-// calls Exp and Log. Where they run as pure Go, that Go code is itself
-// compiled with FMA fusion on the architectures above, GOAMD64=v3 included. So
-// Exp, Log, Log1p, Erf, Sin, Cos and Pow may differ in the last bit, and the
-// corpus is bit-identical between builds with the same GOARCH and GOAMD64 (and,
-// on amd64, CPUs that agree on FMA support).
+// expression. The transcendental functions come from ref/internal/elem (Exp,
+// Log, Log1p, Pow, Sin, Cos, Erf), written under the same rule and without
+// assembly, instead of the standard library's, whose assembly and fused
+// pure-Go code differ in the last bit between builds, and normal draws come
+// from the polar method on elem.Log rather than rand's NormFloat64, which
+// calls math.Log and math.Exp. Of the math functions ref still calls, Sqrt
+// is correctly rounded everywhere, and Abs, Floor, Max and Min are exact. So
+// ref's results, and the float64 corpus generated from them, are the same
+// bits on amd64 at every GOAMD64 level and on arm64.
 package ref

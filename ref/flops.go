@@ -1,8 +1,10 @@
 package ref
 
-// FLOPs conventions (SPEC.md section 10), stated once here and in
+import "github.com/modref/modref/spec"
+
+// FLOPs conventions (docs/spec.md §10), stated once here and in
 // docs/equations.md:
-//   - Only matrix products are counted, 2*m*n*k each (SPEC.md section 1).
+//   - Only matrix products are counted, 2*m*n*k each (docs/spec.md §1).
 //     Norms, softmax, activations, RoPE, residual adds and the weighting are
 //     not counted.
 //   - A sequence's token count is its number of valid tokens V_b; padded
@@ -31,24 +33,24 @@ type LayerFLOPs struct {
 
 // AttentionFLOPs is the attention cost of n tokens through one block:
 // projections 4 * 2*n*d*d and scores plus values 2 * 2*n*n*d.
-func AttentionFLOPs(c BlockConfig, n int) (projections, scores int64) {
+func AttentionFLOPs(c spec.BlockConfig, n int) (projections, scores int64) {
 	n64, d := int64(n), int64(c.D)
 	return 8 * n64 * d * d, 4 * n64 * n64 * d
 }
 
 // MLPFLOPs is the MLP cost of n tokens: 2 * 2*n*d*d_ff for GELU, 3 * 2*n*d*d_ff
 // for SwiGLU.
-func MLPFLOPs(c BlockConfig, n int) int64 {
+func MLPFLOPs(c spec.BlockConfig, n int) int64 {
 	mats := int64(2)
-	if c.MLP == ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		mats = 3
 	}
 	return mats * 2 * int64(n) * int64(c.D) * int64(c.DFF)
 }
 
 // RouterFLOPs is the cost of the router on n tokens.
-func RouterFLOPs(k RouterKind, d, n int) int64 {
-	if k == RouterRandom {
+func RouterFLOPs(k spec.RouterKind, d, n int) int64 {
+	if k == spec.RouterRandom {
 		return 0
 	}
 	return 2 * int64(d) * int64(n)
@@ -60,7 +62,7 @@ func PredictorFLOPs(d, h, n int) int64 {
 }
 
 // DenseLayerFLOPs is a dense block on rows of the given valid lengths.
-func DenseLayerFLOPs(c BlockConfig, lengths []int) LayerFLOPs {
+func DenseLayerFLOPs(c spec.BlockConfig, lengths []int) LayerFLOPs {
 	var f LayerFLOPs
 	for _, n := range lengths {
 		proj, sc := AttentionFLOPs(c, n)
@@ -75,14 +77,14 @@ func DenseLayerFLOPs(c BlockConfig, lengths []int) LayerFLOPs {
 
 // RoutedLayerFLOPs is a routed layer on rows of the given valid lengths with
 // routed[b] tokens selected in row b. Gather compute counts routed[b] tokens
-// (routed[b]^2 for attention); dense compute (SPEC.md section 7) counts every
+// (routed[b]^2 for attention); dense compute (docs/spec.md §7) counts every
 // valid token; MLP-only routing counts every valid token in attention and the
 // routed ones in the MLP.
-func RoutedLayerFLOPs(c Config, lengths, routed []int) LayerFLOPs {
+func RoutedLayerFLOPs(c spec.Config, lengths, routed []int) LayerFLOPs {
 	var f LayerFLOPs
 	for b, n := range lengths {
 		attnN, mlpN := routed[b], routed[b]
-		if c.Compute == ComputeDense {
+		if c.Compute == spec.ComputeDense {
 			attnN, mlpN = n, n
 		}
 		if c.MLPOnly {
@@ -107,7 +109,7 @@ func HeadFLOPs(d, vocab, n int) int64 {
 	return 2 * int64(n) * int64(d) * int64(vocab)
 }
 
-// ModelFLOPs is the forward FLOPs of a whole model (SPEC.md section 10).
+// ModelFLOPs is the forward FLOPs of a whole model (docs/spec.md §10).
 type ModelFLOPs struct {
 	Layers []LayerFLOPs // per layer
 	Head   int64        // LM head

@@ -29,15 +29,3 @@ func assertScalar(t *testing.T, what string, got, want, tol float64) {
 	t.Helper()
 	assertClose(t, what, []float64{got}, []float64{want}, tol)
 }
-
-func intsEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

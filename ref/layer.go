@@ -3,6 +3,7 @@ package ref
 import (
 	"fmt"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -22,16 +23,16 @@ type Frozen struct {
 	// Selection is the frozen routing decision.
 	Selection Selection
 	// TopK is the top-k selection under the layer's capacity whose indicator
-	// is the auxiliary target t (SPEC.md section 8). It equals Selection,
+	// is the auxiliary target t (docs/spec.md §8). It equals Selection,
 	// except under causal routing (section 9): routing then follows r > 0 or
 	// q > 0, while the router and the predictor still learn to predict the
 	// top-k choice (the paper's Sec. 3.5).
 	TopK Selection
-	// STEOffset is sg(m g - g) of SPEC.md section 7 (dense compute only; nil
+	// STEOffset is sg(m g - g) of docs/spec.md §7 (dense compute only; nil
 	// otherwise).
 	STEOffset [][]float64
-	// PredictorInput is sg(x), the predictor's constant input (SPEC.md
-	// section 8; nil when the layer has no predictor).
+	// PredictorInput is sg(x), the predictor's constant input (docs/spec.md
+	// §8; nil when the layer has no predictor).
 	PredictorInput []*mat.Dense
 }
 
@@ -42,7 +43,7 @@ type LayerResult struct {
 	RouterWeights [][]float64  // r (after jitter)
 	Capacity      []int        // k_b: top-k capacity, or the routed count in causal mode
 	Selection     Selection    // routed positions per row
-	Weights       [][]float64  // g (SPEC.md section 6)
+	Weights       [][]float64  // g (docs/spec.md §6)
 	// Multipliers are the factors applied to Update: g for the selected tokens
 	// (gather), the straight-through w (dense), 0 for tokens not routed.
 	Multipliers       [][]float64
@@ -62,7 +63,7 @@ type LayerResult struct {
 }
 
 // checkLayer validates the configuration, the parameters and the inputs.
-func checkLayer(cfg Config, p *LayerParams, in LayerInputs) (rows, s int, err error) {
+func checkLayer(cfg spec.Config, p *LayerParams, in LayerInputs) (rows, s int, err error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, 0, err
 	}
@@ -82,10 +83,10 @@ func checkLayer(cfg Config, p *LayerParams, in LayerInputs) (rows, s int, err er
 	return rows, s, nil
 }
 
-// LayerForward is one routed layer (SPEC.md sections 2 to 9): router
+// LayerForward is one routed layer (docs/spec.md §2 to §9): router
 // weights, the routing decision (top-k with the layer's capacity, or the
 // causal rule of section 9), then LayerForwardFrozen with that decision.
-func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
+func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return nil, err
@@ -100,9 +101,9 @@ func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, err
 	}
 	sel := topk
 	switch cfg.Causal {
-	case CausalRouter:
+	case spec.CausalRouter:
 		sel, err = SelectCausal(r, in.Valid)
-	case CausalPredictor:
+	case spec.CausalPredictor:
 		sel, err = SelectCausal(PredictorLogits(p, in.X), in.Valid)
 	}
 	if err != nil {
@@ -112,9 +113,9 @@ func LayerForward(cfg Config, p *LayerParams, in LayerInputs) (*LayerResult, err
 	return layerApply(cfg, p, in, fz, r)
 }
 
-// selectTopK is the top-k selection of SPEC.md section 4 under the layer's
+// selectTopK is the top-k selection of docs/spec.md §4 under the layer's
 // capacity rule.
-func selectTopK(cfg Config, r [][]float64, rows, s int, valid []int) (Selection, error) {
+func selectTopK(cfg spec.Config, r [][]float64, rows, s int, valid []int) (Selection, error) {
 	k, err := RowCapacities(cfg.Capacity, rows, s, valid)
 	if err != nil {
 		return Selection{}, fmt.Errorf("layer: %w", err)
@@ -131,7 +132,7 @@ func selectTopK(cfg Config, r [][]float64, rows, s int, valid []int) (Selection,
 // straight-through offsets sg(m g - g) (dense compute), the predictor's
 // stop-gradient input sg(x), and the targets' top-k selection (sel itself,
 // or under causal routing the top-k under the layer's capacity).
-func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Frozen, error) {
+func NewFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, sel Selection) (Frozen, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return Frozen{}, err
@@ -147,7 +148,7 @@ func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Froze
 		return Frozen{}, fmt.Errorf("layer: %w", err)
 	}
 	topk := sel
-	if cfg.Causal != CausalOff {
+	if cfg.Causal != spec.CausalOff {
 		if topk, err = selectTopK(cfg, r, rows, s, in.Valid); err != nil {
 			return Frozen{}, err
 		}
@@ -157,9 +158,9 @@ func NewFrozen(cfg Config, p *LayerParams, in LayerInputs, sel Selection) (Froze
 
 // freeze records sel and the targets' top-k selection with the
 // stop-gradient constants at router weights r.
-func freeze(cfg Config, in LayerInputs, sel, topk Selection, r [][]float64) Frozen {
+func freeze(cfg spec.Config, in LayerInputs, sel, topk Selection, r [][]float64) Frozen {
 	fz := Frozen{Selection: sel, TopK: topk}
-	if cfg.Compute == ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		g := OutputWeights(cfg.Weighting, r, sel, in.Valid)
 		fz.STEOffset = StraightThroughOffsets(g, sel.Mask())
 	}
@@ -173,11 +174,11 @@ func freeze(cfg Config, in LayerInputs, sel, topk Selection, r [][]float64) Froz
 }
 
 // LayerForwardFrozen is one routed layer with the routing decision and the
-// stop-gradient constants taken from fz instead of computed (SPEC.md
-// sections 5 to 8): out_i = x_i + g_i f_i(X~) for the selected i (gather), or
+// stop-gradient constants taken from fz instead of computed (docs/spec.md
+// §5 to §8): out_i = x_i + g_i f_i(X~) for the selected i (gather), or
 // x_i + w_i f_i(X) with w = g + sg(m g - g) (dense), and out_i = x_i for the
 // others. Use it for finite-difference gradients.
-func LayerForwardFrozen(cfg Config, p *LayerParams, in LayerInputs, fz Frozen) (*LayerResult, error) {
+func LayerForwardFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen) (*LayerResult, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return nil, err
@@ -191,7 +192,7 @@ func LayerForwardFrozen(cfg Config, p *LayerParams, in LayerInputs, fz Frozen) (
 	if err := fz.TopK.Validate(rows, in.Valid); err != nil {
 		return nil, fmt.Errorf("layer: frozen top-k (targets) %w", err)
 	}
-	if cfg.Compute == ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		if err := checkShape2("frozen STEOffset", fz.STEOffset, rows, s); err != nil {
 			return nil, fmt.Errorf("layer: %w (dense compute needs the straight-through offsets)", err)
 		}
@@ -235,7 +236,7 @@ func iota(n int) []int {
 // routing, and f is the block update of the computed tokens as a sequence
 // (or, for MLP-only routing, MLP(N2(x'_i))). Padded positions keep x. It
 // also returns the S×d update (f at the computed positions, 0 elsewhere).
-func routedRow(cfg Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64) (out, upd *mat.Dense, err error) {
+func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64) (out, upd *mat.Dense, err error) {
 	s, d := x.Dims()
 	base := x
 	if cfg.MLPOnly && v > 0 {
@@ -278,7 +279,7 @@ func routedRow(cfg Config, p *BlockParams, x *mat.Dense, v int, computed []int, 
 
 // layerApply computes the output, the weights and the losses for a decided
 // routing fz and router weights r.
-func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64) (*LayerResult, error) {
+func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64) (*LayerResult, error) {
 	rows := len(in.X)
 	s, _ := in.X[0].Dims()
 	sel := fz.Selection
@@ -294,7 +295,7 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 	// The multiplier of the update: g on the selected tokens (gather), the
 	// straight-through w on every valid token (dense).
 	var mult [][]float64
-	if cfg.Compute == ComputeDense {
+	if cfg.Compute == spec.ComputeDense {
 		mult = StraightThroughWeights(res.Weights, fz.STEOffset)
 	} else {
 		mult = make([][]float64, rows)
@@ -318,7 +319,7 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 		// The positions whose update is evaluated: the selected ones
 		// (gather) or every valid one (dense).
 		computed := sel.Rows[b]
-		if cfg.Compute == ComputeDense {
+		if cfg.Compute == spec.ComputeDense {
 			computed = iota(v)
 		}
 		out, upd, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b])
@@ -337,9 +338,9 @@ func layerApply(cfg Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]flo
 		res.PredictorAccuracy = PredictorAccuracy(res.PredictorLogits, res.Targets, in.Valid)
 	}
 	switch cfg.Aux {
-	case AuxRouterBCE:
+	case spec.AuxRouterBCE:
 		res.AuxLoss = float64(cfg.AuxWeight * res.RouterBCE)
-	case AuxPredictor:
+	case spec.AuxPredictor:
 		res.AuxLoss = float64(cfg.AuxWeight * res.PredictorBCE)
 	}
 	res.AuxLoss += float64(cfg.LoadBalanceWeight * res.LoadBalance)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 	"pgregory.net/rapid"
 )
@@ -14,9 +15,9 @@ import (
 // the gathered rows (Wq = Wk = 0, Wv = Wo = I, zero MLP), with router
 // w = (0.5, -1). Its input rows have mean square 1, so N1(x) = x, and
 // r = (-0.5, 1.5, 0.5, -1.5).
-func tinyLayer() (Config, *LayerParams, LayerInputs) {
+func tinyLayer() (spec.Config, *LayerParams, LayerInputs) {
 	blk, bp := tinyBlock(0)
-	cfg := DefaultConfig(blk, 0.5)
+	cfg := spec.DefaultConfig(blk, 0.5)
 	p := &LayerParams{Block: *bp, Router: []float64{0.5, -1}}
 	x := mat.NewDense(4, 2, []float64{1, 1, 1, -1, -1, -1, -1, 1})
 	return cfg, p, LayerInputs{X: []*mat.Dense{x}}
@@ -29,7 +30,7 @@ func TestLayerGatherHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertClose(t, "r", res.RouterWeights[0], []float64{-0.5, 1.5, 0.5, -1.5}, 0)
-	if !intsEqual(res.Selection.Rows[0], []int{1, 2}) {
+	if !slices.Equal(res.Selection.Rows[0], []int{1, 2}) {
 		t.Fatalf("selected %v, want [1 2]", res.Selection.Rows[0])
 	}
 	// X~ = (x1, x2) = ((1,-1), (-1,-1)); f1 = x1, f2 = (x1+x2)/2 = (0,-1):
@@ -50,20 +51,20 @@ func TestLayerGatherHand(t *testing.T) {
 		t.Errorf("AuxLoss = %v with Aux = none and no load balancing, want 0", res.AuxLoss)
 	}
 
-	cfg.Weighting = WeightSigmoid
+	cfg.Weighting = spec.WeightSigmoid
 	res, _ = LayerForward(cfg, p, in)
 	s15, s05 := 1/(1+math.Exp(-1.5)), 1/(1+math.Exp(-0.5))
 	want = []float64{1, 1, 1 + s15, -1 - s15, -1, -1 - s05, -1, 1}
 	assertClose(t, "out sigmoid", res.Out[0].RawMatrix().Data, want, 1e-15)
 
 	// softmax over (1.5, 0.5): g1 = 1/(1+e^-1), g2 = 1/(1+e).
-	cfg.Weighting = WeightSoftmax
+	cfg.Weighting = spec.WeightSoftmax
 	res, _ = LayerForward(cfg, p, in)
 	g1, g2 := 1/(1+math.Exp(-1)), 1/(1+math.E)
 	want = []float64{1, 1, 1 + g1, -1 - g1, -1, -1 - g2, -1, 1}
 	assertClose(t, "out softmax", res.Out[0].RawMatrix().Data, want, 1e-15)
 
-	cfg.Weighting = WeightNone
+	cfg.Weighting = spec.WeightNone
 	res, _ = LayerForward(cfg, p, in)
 	want = []float64{1, 1, 2, -2, -1, -2, -1, 1}
 	assertClose(t, "out none", res.Out[0].RawMatrix().Data, want, 1e-15)
@@ -71,7 +72,7 @@ func TestLayerGatherHand(t *testing.T) {
 
 func TestLayerDenseStraightThroughHand(t *testing.T) {
 	cfg, p, in := tinyLayer()
-	cfg.Compute = ComputeDense
+	cfg.Compute = spec.ComputeDense
 	res, err := LayerForward(cfg, p, in)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestLayerPaddingHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// k = clamp(floor(0.5*3), 1, 3) = 1: position 2 only; position 3 is padding.
-	if !intsEqual(res.Selection.Rows[0], []int{2}) {
+	if !slices.Equal(res.Selection.Rows[0], []int{2}) {
 		t.Fatalf("selected %v, want [2]", res.Selection.Rows[0])
 	}
 	// f2 = x2 (alone in X~), out2 = x2 + 1 * x2 = (-2,-2).
@@ -130,22 +131,28 @@ func TestLayerPaddingHand(t *testing.T) {
 func TestLayerErrors(t *testing.T) {
 	cfg, p, in := tinyLayer()
 	for _, tc := range []struct {
-		mod  func(*Config, *LayerParams, *LayerInputs)
+		mod  func(*spec.Config, *LayerParams, *LayerInputs)
 		want string
 	}{
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Weighting = WeightSoftmax; c.Causal = CausalRouter }, "softmax"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) {
-			c.Capacity = Capacity{Kind: CapacityInteger, Tokens: 5}
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) {
+			c.Weighting = spec.WeightSoftmax
+			c.Causal = spec.CausalRouter
+		}, "softmax"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) {
+			c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 5}
 		}, "C = 5 with sequence length S = 4"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Capacity.Ratio = 0 }, "Ratio = 0"},
-		{func(_ *Config, _ *LayerParams, in *LayerInputs) { in.X = []*mat.Dense{mat.NewDense(4, 3, nil)} }, "4×3, want S×d = 4×2"},
-		{func(_ *Config, p *LayerParams, _ *LayerInputs) { p.Router = []float64{1} }, "Router has length 1, want 2"},
-		{func(_ *Config, p *LayerParams, _ *LayerInputs) { p.Block.Wq = nil }, "Wq is nil"},
-		{func(_ *Config, _ *LayerParams, in *LayerInputs) { in.Valid = []int{7} }, "valid[0] = 7"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 3 }, "not a multiple of Heads = 3"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.AuxWeight = 0.1 }, "Aux = none would be ignored"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 2 }, "head width D/Heads = 1 is odd"},
-		{func(c *Config, _ *LayerParams, _ *LayerInputs) { c.Compute = ComputeDense; c.Causal = CausalPredictor }, "dense compute runs f on every token"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) { c.Capacity.Ratio = 0 }, "Ratio = 0"},
+		{func(_ *spec.Config, _ *LayerParams, in *LayerInputs) { in.X = []*mat.Dense{mat.NewDense(4, 3, nil)} }, "4×3, want S×d = 4×2"},
+		{func(_ *spec.Config, p *LayerParams, _ *LayerInputs) { p.Router = []float64{1} }, "Router has length 1, want 2"},
+		{func(_ *spec.Config, p *LayerParams, _ *LayerInputs) { p.Block.Wq = nil }, "Wq is nil"},
+		{func(_ *spec.Config, _ *LayerParams, in *LayerInputs) { in.Valid = []int{7} }, "valid[0] = 7"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 3 }, "not a multiple of Heads = 3"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) { c.AuxWeight = 0.1 }, "Aux = none would be ignored"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) { c.Block.Heads = 2 }, "head width D/Heads = 1 is odd"},
+		{func(c *spec.Config, _ *LayerParams, _ *LayerInputs) {
+			c.Compute = spec.ComputeDense
+			c.Causal = spec.CausalPredictor
+		}, "dense compute runs f on every token"},
 	} {
 		c2, p2, in2 := cfg, *p, in
 		tc.mod(&c2, &p2, &in2)
@@ -156,14 +163,14 @@ func TestLayerErrors(t *testing.T) {
 }
 
 // randomLayer draws a layer of width 8 (2 heads) and its input.
-func randomLayer(seed uint64, cfg Config, rows, s int) (*LayerParams, LayerInputs) {
+func randomLayer(seed uint64, cfg spec.Config, rows, s int) (*LayerParams, LayerInputs) {
 	rng := NewRand(seed)
 	p := NewLayerParams(cfg, rng)
 	in := LayerInputs{}
 	for b := 0; b < rows; b++ {
 		in.X = append(in.X, RandomMatrix(rng, s, cfg.Block.D, 1))
 	}
-	if cfg.Router == RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		in.Noise = RandomField(rng, rows, s)
 	}
 	if cfg.Jitter > 0 {
@@ -176,8 +183,8 @@ func randomLayer(seed uint64, cfg Config, rows, s int) (*LayerParams, LayerInput
 // (gather compute), and every row routes exactly k_b tokens.
 func TestLayerSkippedBitIdenticalProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		cfg := DefaultConfig(DefaultBlockConfig(4, 2, 6), rapid.Float64Range(0.05, 1).Draw(t, "c"))
-		cfg.Weighting = rapid.SampledFrom([]Weighting{WeightRaw, WeightSigmoid, WeightSoftmax, WeightNone}).Draw(t, "weighting")
+		cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 6), rapid.Float64Range(0.05, 1).Draw(t, "c"))
+		cfg.Weighting = rapid.SampledFrom([]spec.Weighting{spec.WeightRaw, spec.WeightSigmoid, spec.WeightSoftmax, spec.WeightNone}).Draw(t, "weighting")
 		cfg.MLPOnly = false
 		rows := rapid.IntRange(1, 3).Draw(t, "B")
 		s := rapid.IntRange(1, 7).Draw(t, "S")
@@ -229,20 +236,20 @@ func mulElem(a, b *mat.Dense) *mat.Dense {
 // The router gradient through a frozen selection has the closed form
 // dL/dw = sum_i (proj_i · f_i) dg_i/dr_i x_i over the tokens whose multiplier
 // carries g: the selected ones (gather) or every valid one (dense, the
-// straight-through derivative 1 of SPEC.md section 7).
+// straight-through derivative 1 of docs/spec.md §7).
 func TestLayerRouterGradientClosedForm(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mod  func(*Config)
+		mod  func(*spec.Config)
 	}{
-		{"raw gather", func(*Config) {}},
-		{"sigmoid gather", func(c *Config) { c.Weighting = WeightSigmoid }},
-		{"raw dense straight-through", func(c *Config) { c.Compute = ComputeDense }},
-		{"sigmoid dense straight-through", func(c *Config) { c.Compute = ComputeDense; c.Weighting = WeightSigmoid }},
-		{"none", func(c *Config) { c.Weighting = WeightNone }},
+		{"raw gather", func(*spec.Config) {}},
+		{"sigmoid gather", func(c *spec.Config) { c.Weighting = spec.WeightSigmoid }},
+		{"raw dense straight-through", func(c *spec.Config) { c.Compute = spec.ComputeDense }},
+		{"sigmoid dense straight-through", func(c *spec.Config) { c.Compute = spec.ComputeDense; c.Weighting = spec.WeightSigmoid }},
+		{"none", func(c *spec.Config) { c.Weighting = spec.WeightNone }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig(DefaultBlockConfig(4, 2, 6), 0.5)
+			cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 6), 0.5)
 			tc.mod(&cfg)
 			p, in := randomLayer(7, cfg, 2, 5)
 			in.Valid = []int{5, 4}
@@ -254,16 +261,16 @@ func TestLayerRouterGradientClosedForm(t *testing.T) {
 			want := make([]float64, 4)
 			for b := range in.X {
 				for i := 0; i < in.Valid[b]; i++ {
-					carries := res.Selection.Mask()[b][i] == 1 || cfg.Compute == ComputeDense
+					carries := res.Selection.Mask()[b][i] == 1 || cfg.Compute == spec.ComputeDense
 					if !carries {
 						continue
 					}
 					r := res.RouterWeights[b][i]
 					dg := 1.0
 					switch cfg.Weighting {
-					case WeightSigmoid:
+					case spec.WeightSigmoid:
 						dg = Sigmoid(r) * (1 - Sigmoid(r))
-					case WeightNone:
+					case spec.WeightNone:
 						dg = 0
 					}
 					pf := 0.0
@@ -291,13 +298,13 @@ func TestLayerRouterGradientClosedForm(t *testing.T) {
 }
 
 // Softmax weighting makes a past token's output depend on a later token's
-// router weight with the selection held fixed; sigmoid does not (SPEC.md
-// section 6). The predictor's loss does not reach X (stop-gradient, section 8).
+// router weight with the selection held fixed; sigmoid does not (docs/spec.md
+// §6). The predictor's loss does not reach X (stop-gradient, section 8).
 func TestLayerGradientDependencies(t *testing.T) {
-	cfg := DefaultConfig(DefaultBlockConfig(4, 2, 6), 0.5)
-	cfg.Router = RouterRandom
-	cfg.Aux, cfg.AuxWeight = AuxPredictor, 1
-	for _, w := range []Weighting{WeightSoftmax, WeightSigmoid} {
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 6), 0.5)
+	cfg.Router = spec.RouterRandom
+	cfg.Aux, cfg.AuxWeight = spec.AuxPredictor, 1
+	for _, w := range []spec.Weighting{spec.WeightSoftmax, spec.WeightSigmoid} {
 		cfg.Weighting = w
 		p, in := randomLayer(11, cfg, 1, 6)
 		res, err := LayerForward(cfg, p, in)
@@ -316,7 +323,7 @@ func TestLayerGradientDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (w == WeightSoftmax) != (math.Abs(d) > 1e-6) {
+		if (w == spec.WeightSoftmax) != (math.Abs(d) > 1e-6) {
 			t.Errorf("%s: d out[%d] / d r[%d] = %v", w, first, last, d)
 		}
 		dq, err := FDDerivative(func() (float64, error) {
@@ -338,8 +345,8 @@ func TestLayerGradientDependencies(t *testing.T) {
 // router_bce reaches the router: dL/dw = mean over valid tokens of
 // (sigma(r_i) - t_i) x_i for the linear router, with t frozen.
 func TestRouterBCEGradientClosedForm(t *testing.T) {
-	cfg := DefaultConfig(DefaultBlockConfig(4, 2, 6), 0.5)
-	cfg.Aux, cfg.AuxWeight = AuxRouterBCE, 1
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 6), 0.5)
+	cfg.Aux, cfg.AuxWeight = spec.AuxRouterBCE, 1
 	p, in := randomLayer(17, cfg, 2, 5)
 	in.Valid = []int{5, 3}
 	res, err := LayerForward(cfg, p, in)
@@ -388,14 +395,14 @@ func TestNewFrozenHandSelection(t *testing.T) {
 	}
 }
 
-// TestCausalTargetsAreTopK checks SPEC.md sections 8 and 9 together: under
+// TestCausalTargetsAreTopK checks docs/spec.md §8 and §9 together: under
 // causal routing a token is routed iff r > 0, but the auxiliary targets are
 // still the top-k choice under the layer's capacity. Router weights
 // (2, 1, 0.5, -3) route tokens 0, 1 and 2; capacity 0.5 of 4 makes the
 // targets the top two, tokens 0 and 1.
 func TestCausalTargetsAreTopK(t *testing.T) {
-	cfg := DefaultConfig(DefaultBlockConfig(4, 1, 8), 0.5)
-	cfg.Router, cfg.Causal, cfg.Aux, cfg.AuxWeight = RouterRandom, CausalRouter, AuxRouterBCE, 1
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(4, 1, 8), 0.5)
+	cfg.Router, cfg.Causal, cfg.Aux, cfg.AuxWeight = spec.RouterRandom, spec.CausalRouter, spec.AuxRouterBCE, 1
 	p := NewLayerParams(cfg, NewRand(1))
 	in := LayerInputs{X: []*mat.Dense{RandomMatrix(NewRand(2), 4, 4, 1)}, Noise: [][]float64{{2, 1, 0.5, -3}}}
 	res, err := LayerForward(cfg, p, in)

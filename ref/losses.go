@@ -5,15 +5,17 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
 // BCEWithLogits is the binary cross-entropy of logit z against target t in
-// the stable form of SPEC.md section 8: max(z,0) - z*t + log(1 + exp(-|z|)).
+// the stable form of docs/spec.md §8: max(z,0) - z*t + log(1 + exp(-|z|)).
 func BCEWithLogits(z, t float64) float64 {
-	return math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+	return math.Max(z, 0) - float64(z*t) + elem.Log1p(elem.Exp(-math.Abs(z)))
 }
 
-// Targets is SPEC.md section 8: t[b][i] = 1 if token i of row b was selected
+// Targets is docs/spec.md §8: t[b][i] = 1 if token i of row b was selected
 // at this layer, else 0. The targets are constants.
 func Targets(sel Selection) [][]float64 {
 	return sel.Mask()
@@ -35,7 +37,7 @@ func MeanBCE(z, t [][]float64, valid []int) float64 {
 	return sum / float64(n)
 }
 
-// RouterBCELoss is SPEC.md section 8, `router_bce` (paper Sec. 3.5):
+// RouterBCELoss is docs/spec.md §8, `router_bce` (paper Sec. 3.5):
 // L = mean over valid tokens of BCEWithLogits(r_i, t_i).
 func RouterBCELoss(r, t [][]float64, valid []int) float64 {
 	return MeanBCE(r, t, valid)
@@ -46,7 +48,7 @@ func SiLU(v float64) float64 {
 	return v * Sigmoid(v)
 }
 
-// PredictorLogit is the auxiliary MLP predictor of SPEC.md section 8 (paper
+// PredictorLogit is the auxiliary MLP predictor of docs/spec.md §8 (paper
 // Sec. 3.5) for one token: q = SiLU(x·PredW1 + PredB1)·PredW2 + PredB2. The
 // caller passes sg(x): the predictor's input is a constant.
 func PredictorLogit(p *LayerParams, x []float64) float64 {
@@ -76,13 +78,13 @@ func PredictorLogits(p *LayerParams, xsg []*mat.Dense) [][]float64 {
 	return q
 }
 
-// PredictorLoss is SPEC.md section 8, `predictor`: L = mean over valid tokens
+// PredictorLoss is docs/spec.md §8, `predictor`: L = mean over valid tokens
 // of BCEWithLogits(q_i, t_i).
 func PredictorLoss(q, t [][]float64, valid []int) float64 {
 	return MeanBCE(q, t, valid)
 }
 
-// PredictorAccuracy is SPEC.md section 8: the fraction of valid tokens with
+// PredictorAccuracy is docs/spec.md §8: the fraction of valid tokens with
 // 1[q_i > 0] == t_i; 0 if no token is valid.
 func PredictorAccuracy(q, t [][]float64, valid []int) float64 {
 	hit, n := 0, 0
@@ -104,7 +106,7 @@ func PredictorAccuracy(q, t [][]float64, valid []int) float64 {
 	return float64(hit) / float64(n)
 }
 
-// LoadBalanceLoss is SPEC.md section 8, load balancing: p = sigma(r),
+// LoadBalanceLoss is docs/spec.md §8, load balancing: p = sigma(r),
 // F_s = mean_b m_{b,s}, P_s = mean_b p_{b,s}, L = S * sum_s F_s P_s. Padded
 // entries contribute 0 to both sums; the means still divide by B.
 func LoadBalanceLoss(r, m [][]float64, valid []int) float64 {
@@ -133,9 +135,9 @@ func CrossEntropy(logits []float64, target int) float64 {
 	}
 	sum := 0.0
 	for _, v := range logits {
-		sum += math.Exp(v - m)
+		sum += elem.Exp(v - m)
 	}
-	return m + math.Log(sum) - logits[target]
+	return m + elem.Log(sum) - logits[target]
 }
 
 // checkTokens checks a B×S token array against the vocabulary size; positions

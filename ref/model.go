@@ -5,165 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
-
-// PatternKind names a layer pattern of SPEC.md section 10.
-type PatternKind string
-
-// Layer patterns (SPEC.md section 10).
-const (
-	// PatternAll routes every layer.
-	PatternAll PatternKind = "all"
-	// PatternEveryOther routes layers 0, 2, 4, ... (the blog seed's choice).
-	PatternEveryOther PatternKind = "every_other"
-	// PatternEveryNth routes layer l iff l >= Offset and (l - Offset) % Every == 0.
-	PatternEveryNth PatternKind = "every_nth"
-	// PatternDenseEnds keeps the first DenseStart and the last DenseEnd layers
-	// dense and routes every layer between them.
-	PatternDenseEnds PatternKind = "dense_ends"
-	// PatternList routes exactly the layers listed.
-	PatternList PatternKind = "list"
-)
-
-// Pattern says which layers of a model are routed (SPEC.md section 10).
-type Pattern struct {
-	Kind       PatternKind
-	Every      int   // every_nth: n >= 1
-	Offset     int   // every_nth: first routed layer, 0 <= Offset < L
-	DenseStart int   // dense_ends: dense layers at the start (5 in the GPT codebase seed)
-	DenseEnd   int   // dense_ends: dense layers at the end (1 in the GPT codebase seed)
-	Layers     []int // list: routed layer indices, each in [0, L), no repeats
-}
-
-// Routed is SPEC.md section 10: for each of the nLayers layers, whether it is
-// routed.
-func (p Pattern) Routed(nLayers int) ([]bool, error) {
-	if nLayers < 1 {
-		return nil, fmt.Errorf("pattern: %d layers, want >= 1", nLayers)
-	}
-	routed := make([]bool, nLayers)
-	switch p.Kind {
-	case PatternAll:
-		for l := range routed {
-			routed[l] = true
-		}
-	case PatternEveryOther:
-		for l := 0; l < nLayers; l += 2 {
-			routed[l] = true
-		}
-	case PatternEveryNth:
-		if p.Every < 1 || p.Offset < 0 || p.Offset >= nLayers {
-			return nil, fmt.Errorf("pattern every_nth: Every = %d, Offset = %d with %d layers, want Every >= 1 and 0 <= Offset < %d", p.Every, p.Offset, nLayers, nLayers)
-		}
-		for l := p.Offset; l < nLayers; l += p.Every {
-			routed[l] = true
-		}
-	case PatternDenseEnds:
-		if p.DenseStart < 0 || p.DenseEnd < 0 || p.DenseStart+p.DenseEnd > nLayers {
-			return nil, fmt.Errorf("pattern dense_ends: DenseStart = %d, DenseEnd = %d with %d layers, want both >= 0 and DenseStart + DenseEnd <= %d", p.DenseStart, p.DenseEnd, nLayers, nLayers)
-		}
-		for l := p.DenseStart; l < nLayers-p.DenseEnd; l++ {
-			routed[l] = true
-		}
-	case PatternList:
-		for _, l := range p.Layers {
-			if l < 0 || l >= nLayers {
-				return nil, fmt.Errorf("pattern list: layer %d, want 0 <= l < %d", l, nLayers)
-			}
-			if routed[l] {
-				return nil, fmt.Errorf("pattern list: layer %d listed twice", l)
-			}
-			routed[l] = true
-		}
-	default:
-		return nil, fmt.Errorf("pattern: Kind = %q, want all, every_other, every_nth, dense_ends or list", p.Kind)
-	}
-	return routed, nil
-}
-
-// ModelLayer is one layer of a model: a dense block, or a routed layer.
-// Config.Block is the block shape in both cases; the routing fields are
-// read only when Routed.
-type ModelLayer struct {
-	Routed bool
-	Config Config
-}
-
-// ModelConfig is a small MoD language model (SPEC.md section 10):
-// embedding, the layers, a final norm and an LM head.
-type ModelConfig struct {
-	Vocab  int
-	Layers []ModelLayer
-	// MaxLen is the number of learned position embeddings (Block.Positions =
-	// learned); sequences may not be longer. Unused with RoPE.
-	MaxLen int
-}
-
-// NewModelConfig builds nLayers layers that share routing's block shape and
-// routing choices, routed where pattern says. maxLen is the number of learned
-// position embeddings (0 with RoPE). capacities, when non-nil, is the
-// per-layer capacity list of SPEC.md section 3: one entry per routed layer,
-// in layer order.
-func NewModelConfig(vocab, maxLen, nLayers int, routing Config, pattern Pattern, capacities []Capacity) (ModelConfig, error) {
-	routed, err := pattern.Routed(nLayers)
-	if err != nil {
-		return ModelConfig{}, err
-	}
-	nRouted := 0
-	for _, r := range routed {
-		if r {
-			nRouted++
-		}
-	}
-	if capacities != nil && len(capacities) != nRouted {
-		return ModelConfig{}, fmt.Errorf("model: %d per-layer capacities for %d routed layers, want one per routed layer", len(capacities), nRouted)
-	}
-	cfg := ModelConfig{Vocab: vocab, MaxLen: maxLen}
-	j := 0
-	for l := 0; l < nLayers; l++ {
-		c := routing
-		if routed[l] && capacities != nil {
-			c.Capacity = capacities[j]
-			j++
-		}
-		cfg.Layers = append(cfg.Layers, ModelLayer{Routed: routed[l], Config: c})
-	}
-	return cfg, cfg.Validate()
-}
-
-// Validate reports the first invalid field of the model configuration.
-func (c ModelConfig) Validate() error {
-	if c.Vocab < 2 {
-		return fmt.Errorf("model: Vocab = %d, want >= 2", c.Vocab)
-	}
-	if len(c.Layers) == 0 {
-		return fmt.Errorf("model: no layers, want >= 1")
-	}
-	if c.Layers[0].Config.Block.Positions == PositionLearned && c.MaxLen < 1 {
-		return fmt.Errorf("model: MaxLen = %d with learned position embeddings, want the longest sequence length (>= 1)", c.MaxLen)
-	}
-	for l, ml := range c.Layers {
-		if ml.Config.Block != c.Layers[0].Config.Block {
-			return fmt.Errorf("model: layer %d block %+v differs from layer 0's %+v; layers share d and the norm", l, ml.Config.Block, c.Layers[0].Config.Block)
-		}
-		var err error
-		if ml.Routed {
-			err = ml.Config.Validate()
-		} else {
-			err = ml.Config.Block.Validate()
-		}
-		if err != nil {
-			return fmt.Errorf("model: layer %d: %w", l, err)
-		}
-	}
-	return nil
-}
-
-// Block is the block shape shared by the model's layers.
-func (c ModelConfig) Block() BlockConfig {
-	return c.Layers[0].Config.Block
-}
 
 // ModelParams are a model's parameters. Layers[l] holds only the block for
 // a dense layer.
@@ -180,11 +24,11 @@ type ModelParams struct {
 // N(0,1), learned position embeddings (if any) N(0, 0.1^2),
 // layers as NewLayerParams/NewBlockParams, final norm gains 1 + N(0, 0.1^2),
 // head N(0, 1/d).
-func NewModelParams(c ModelConfig, seed uint64) *ModelParams {
+func NewModelParams(c spec.ModelConfig, seed uint64) *ModelParams {
 	rng := NewRand(seed)
 	blk := c.Block()
 	p := &ModelParams{Embed: RandomMatrix(rng, c.Vocab, blk.D, 1)}
-	if blk.Positions == PositionLearned {
+	if blk.Positions == spec.PositionLearned {
 		p.PosEmbed = RandomMatrix(rng, c.MaxLen, blk.D, 0.1)
 	}
 	for _, ml := range c.Layers {
@@ -195,7 +39,7 @@ func NewModelParams(c ModelConfig, seed uint64) *ModelParams {
 		}
 	}
 	p.FinalNorm = RandomVector(rng, blk.D, 1, 0.1)
-	if blk.Norm == NormLayer {
+	if blk.Norm == spec.NormLayer {
 		p.FinalNormBias = RandomVector(rng, blk.D, 0, 0.1)
 	}
 	p.Head = RandomMatrix(rng, blk.D, c.Vocab, 1/math.Sqrt(float64(blk.D)))
@@ -216,12 +60,12 @@ func (p *ModelParams) Tensors() []Tensor {
 }
 
 // Check reports the first parameter that does not match the configuration.
-func (p *ModelParams) Check(c ModelConfig) error {
+func (p *ModelParams) Check(c spec.ModelConfig) error {
 	blk := c.Block()
 	if err := checkMat("Embed", p.Embed, c.Vocab, blk.D, true); err != nil {
 		return err
 	}
-	if err := checkMat("PosEmbed", p.PosEmbed, c.MaxLen, blk.D, blk.Positions == PositionLearned); err != nil {
+	if err := checkMat("PosEmbed", p.PosEmbed, c.MaxLen, blk.D, blk.Positions == spec.PositionLearned); err != nil {
 		return err
 	}
 	if len(p.Layers) != len(c.Layers) {
@@ -243,7 +87,7 @@ func (p *ModelParams) Check(c ModelConfig) error {
 	if err := checkVec("FinalNorm", p.FinalNorm, blk.D, true); err != nil {
 		return err
 	}
-	if err := checkVec("FinalNormBias", p.FinalNormBias, blk.D, blk.Norm == NormLayer); err != nil {
+	if err := checkVec("FinalNormBias", p.FinalNormBias, blk.D, blk.Norm == spec.NormLayer); err != nil {
 		return err
 	}
 	return checkMat("Head", p.Head, blk.D, c.Vocab, true)
@@ -279,9 +123,9 @@ type ModelResult struct {
 }
 
 // DenseLayerForward is a dense (non-routed) layer: out_i = x_i + f_i(X) over
-// the V_b valid tokens of each row (SPEC.md section 5 with every token
+// the V_b valid tokens of each row (docs/spec.md §5 with every token
 // selected and weight 1); padded positions keep x.
-func DenseLayerForward(c BlockConfig, p *BlockParams, x []*mat.Dense, valid []int) ([]*mat.Dense, error) {
+func DenseLayerForward(c spec.BlockConfig, p *BlockParams, x []*mat.Dense, valid []int) ([]*mat.Dense, error) {
 	rows, s, err := batchShape("dense layer input", x, c.D)
 	if err != nil {
 		return nil, err
@@ -337,21 +181,21 @@ func Embed(p *ModelParams, tokens [][]int, valid []int) []*mat.Dense {
 
 // HeadLogits is the final norm and LM head for one residual row x:
 // N(x)·Head.
-func HeadLogits(c BlockConfig, p *ModelParams, x []float64) []float64 {
+func HeadLogits(c spec.BlockConfig, p *ModelParams, x []float64) []float64 {
 	return vecMat(normalize(c, p.FinalNorm, p.FinalNormBias, x), p.Head)
 }
 
-// ModelForward is the whole language model (SPEC.md section 10): embedding,
+// ModelForward is the whole language model (docs/spec.md §10): embedding,
 // each layer (dense, or routed with its own decision), final norm, head,
 // cross-entropy, and the routed layers' auxiliary losses.
-func ModelForward(c ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, error) {
+func ModelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, error) {
 	return modelForward(c, p, in, nil)
 }
 
 // ModelForwardFrozen is ModelForward with every routed layer's decision and
 // stop-gradient constants taken from fz (from an earlier result's Frozen):
 // the function to differentiate with finite differences.
-func ModelForwardFrozen(c ModelConfig, p *ModelParams, in ModelInputs, fz ModelFrozen) (*ModelResult, error) {
+func ModelForwardFrozen(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz ModelFrozen) (*ModelResult, error) {
 	if len(fz.Layers) != len(c.Layers) {
 		return nil, fmt.Errorf("model: frozen decisions for %d layers, want %d", len(fz.Layers), len(c.Layers))
 	}
@@ -372,7 +216,7 @@ func layerField(a [][][]float64, l int) [][]float64 {
 	return a[l]
 }
 
-func modelForward(c ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen) (*ModelResult, error) {
+func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen) (*ModelResult, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -389,7 +233,7 @@ func modelForward(c ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen
 	if s == 0 {
 		return nil, fmt.Errorf("model: Tokens rows are empty, want S >= 1")
 	}
-	if blk := c.Block(); blk.Positions == PositionLearned && s > c.MaxLen {
+	if blk := c.Block(); blk.Positions == spec.PositionLearned && s > c.MaxLen {
 		return nil, fmt.Errorf("model: sequence length S = %d exceeds MaxLen = %d learned position embeddings", s, c.MaxLen)
 	}
 	if err := checkValid(in.Valid, rows, s); err != nil {

@@ -3,9 +3,11 @@ package ref
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -21,29 +23,29 @@ func routedList(r []bool) []int {
 
 func TestPatternsHand(t *testing.T) {
 	for _, tc := range []struct {
-		p    Pattern
+		p    spec.Pattern
 		want []int
 	}{
-		{Pattern{Kind: PatternAll}, []int{0, 1, 2, 3, 4, 5}},
-		{Pattern{Kind: PatternEveryOther}, []int{0, 2, 4}},
-		{Pattern{Kind: PatternEveryNth, Every: 3, Offset: 1}, []int{1, 4}},
-		{Pattern{Kind: PatternDenseEnds, DenseStart: 2, DenseEnd: 1}, []int{2, 3, 4}},
-		{Pattern{Kind: PatternList, Layers: []int{5, 0}}, []int{0, 5}},
+		{spec.Pattern{Kind: spec.PatternAll}, []int{0, 1, 2, 3, 4, 5}},
+		{spec.Pattern{Kind: spec.PatternEveryOther}, []int{0, 2, 4}},
+		{spec.Pattern{Kind: spec.PatternEveryNth, Every: 3, Offset: 1}, []int{1, 4}},
+		{spec.Pattern{Kind: spec.PatternDenseEnds, DenseStart: 2, DenseEnd: 1}, []int{2, 3, 4}},
+		{spec.Pattern{Kind: spec.PatternList, Layers: []int{5, 0}}, []int{0, 5}},
 	} {
 		r, err := tc.p.Routed(6)
-		if err != nil || !intsEqual(routedList(r), tc.want) {
+		if err != nil || !slices.Equal(routedList(r), tc.want) {
 			t.Errorf("%+v: routed %v, %v; want %v", tc.p, routedList(r), err, tc.want)
 		}
 	}
 	for _, tc := range []struct {
-		p    Pattern
+		p    spec.Pattern
 		want string
 	}{
-		{Pattern{Kind: PatternEveryNth, Every: 0}, "Every = 0"},
-		{Pattern{Kind: PatternDenseEnds, DenseStart: 5, DenseEnd: 2}, "DenseStart + DenseEnd <= 6"},
-		{Pattern{Kind: PatternList, Layers: []int{6}}, "layer 6"},
-		{Pattern{Kind: PatternList, Layers: []int{1, 1}}, "twice"},
-		{Pattern{Kind: "odd"}, `Kind = "odd"`},
+		{spec.Pattern{Kind: spec.PatternEveryNth, Every: 0}, "Every = 0"},
+		{spec.Pattern{Kind: spec.PatternDenseEnds, DenseStart: 5, DenseEnd: 2}, "DenseStart + DenseEnd <= 6"},
+		{spec.Pattern{Kind: spec.PatternList, Layers: []int{6}}, "layer 6"},
+		{spec.Pattern{Kind: spec.PatternList, Layers: []int{1, 1}}, "twice"},
+		{spec.Pattern{Kind: "odd"}, `Kind = "odd"`},
 	} {
 		if _, err := tc.p.Routed(6); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", tc.p, err, tc.want)
@@ -52,16 +54,16 @@ func TestPatternsHand(t *testing.T) {
 }
 
 func TestPerLayerCapacities(t *testing.T) {
-	routing := DefaultConfig(DefaultBlockConfig(4, 2, 8), 0.5)
-	caps := []Capacity{{Kind: CapacityRatio, Ratio: 0.8}, {Kind: CapacityInteger, Tokens: 2}}
-	c, err := NewModelConfig(5, 0, 4, routing, Pattern{Kind: PatternEveryOther}, caps)
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(4, 2, 8), 0.5)
+	caps := []spec.Capacity{{Kind: spec.CapacityRatio, Ratio: 0.8}, {Kind: spec.CapacityInteger, Tokens: 2}}
+	c, err := spec.NewModelConfig(5, 0, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, caps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Layers[0].Config.Capacity != caps[0] || c.Layers[2].Config.Capacity != caps[1] || c.Layers[1].Routed {
 		t.Errorf("per-layer capacities not applied in layer order: %+v", c.Layers)
 	}
-	if _, err := NewModelConfig(5, 0, 4, routing, Pattern{Kind: PatternEveryOther}, caps[:1]); err == nil || !strings.Contains(err.Error(), "1 per-layer capacities for 2 routed layers") {
+	if _, err := spec.NewModelConfig(5, 0, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, caps[:1]); err == nil || !strings.Contains(err.Error(), "1 per-layer capacities for 2 routed layers") {
 		t.Errorf("short capacity list: %v", err)
 	}
 }
@@ -70,9 +72,9 @@ func TestModelHand(t *testing.T) {
 	// One dense layer whose block update is 0 (Wv = 0, W2 = 0), so the
 	// logits are N(Embed[token])·Head. Embedding rows have mean square 1, so
 	// N(x) = x with gain 1.
-	blk := DefaultBlockConfig(2, 1, 2)
+	blk := spec.DefaultBlockConfig(2, 1, 2)
 	blk.NormEps = 1e-300
-	cfg := ModelConfig{Vocab: 3, Layers: []ModelLayer{{Routed: false, Config: Config{Block: blk}}}}
+	cfg := spec.ModelConfig{Vocab: 3, Layers: []spec.ModelLayer{{Routed: false, Config: spec.Config{Block: blk}}}}
 	z := mat.NewDense(2, 2, nil)
 	p := &ModelParams{
 		Embed: mat.NewDense(3, 2, []float64{1, 1, 1, -1, -1, -1}),
@@ -100,9 +102,9 @@ func TestModelHand(t *testing.T) {
 
 // smallModel is a 4-layer model (d = 8, 2 heads) with the given routing on
 // layers 0 and 2.
-func smallModel(t *testing.T, routing Config) (ModelConfig, *ModelParams) {
+func smallModel(t *testing.T, routing spec.Config) (spec.ModelConfig, *ModelParams) {
 	t.Helper()
-	c, err := NewModelConfig(11, 0, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+	c, err := spec.NewModelConfig(11, 0, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,21 +120,21 @@ func smallModel(t *testing.T, routing Config) (ModelConfig, *ModelParams) {
 // 1.4e-13), with a factor 10 of margin, and far below any decision-level
 // difference (a misaligned or extra cached token changes logits at 1e-2).
 func TestDecoderMatchesCausalForward(t *testing.T) {
-	base := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	base.Causal = CausalRouter
+	base := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	base.Causal = spec.CausalRouter
 	for _, tc := range []struct {
 		name string
-		mod  func(*Config)
+		mod  func(*spec.Config)
 	}{
-		{"router raw", func(*Config) {}},
-		{"router sigmoid layernorm swiglu", func(c *Config) {
-			c.Weighting = WeightSigmoid
-			c.Block.Norm, c.Block.NormEps, c.Block.MLP = NormLayer, 1e-5, ActSwiGLU
+		{"router raw", func(*spec.Config) {}},
+		{"router sigmoid layernorm swiglu", func(c *spec.Config) {
+			c.Weighting = spec.WeightSigmoid
+			c.Block.Norm, c.Block.NormEps, c.Block.MLP = spec.NormLayer, 1e-5, spec.ActSwiGLU
 		}},
-		{"predictor none bias", func(c *Config) {
-			c.Causal, c.Aux, c.Weighting, c.Router = CausalPredictor, AuxPredictor, WeightNone, RouterLinearBias
+		{"predictor none bias", func(c *spec.Config) {
+			c.Causal, c.Aux, c.Weighting, c.Router = spec.CausalPredictor, spec.AuxPredictor, spec.WeightNone, spec.RouterLinearBias
 		}},
-		{"mlp-only", func(c *Config) { c.MLPOnly = true }},
+		{"mlp-only", func(c *spec.Config) { c.MLPOnly = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			routing := base
@@ -177,7 +179,7 @@ func TestDecoderMatchesCausalForward(t *testing.T) {
 				if routing.MLPOnly {
 					want = iota(9)
 				}
-				if !intsEqual(dec.Caches[l].Positions, want) {
+				if !slices.Equal(dec.Caches[l].Positions, want) {
 					t.Errorf("layer %d cache holds positions %v, want the routed %v", l, dec.Caches[l].Positions, want)
 				}
 			}
@@ -192,8 +194,8 @@ func TestDecoderMatchesCausalForward(t *testing.T) {
 // rule r > 0 routes every token: decoding equals the full forward and every
 // cache holds every token.
 func TestDecoderL2NormRoutesEverything(t *testing.T) {
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	routing.Causal, routing.Router, routing.Weighting = CausalRouter, RouterL2Norm, WeightSigmoid
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Causal, routing.Router, routing.Weighting = spec.CausalRouter, spec.RouterL2Norm, spec.WeightSigmoid
 	c, p := smallModel(t, routing)
 	tokens, targets := RandomTokens(NewRand(5), 1, 5, c.Vocab)
 	full, err := ModelForward(c, p, ModelInputs{Tokens: tokens, Targets: targets})
@@ -212,7 +214,7 @@ func TestDecoderL2NormRoutesEverything(t *testing.T) {
 		assertClose(t, fmt.Sprintf("logits at %d", i), st.Logits, full.Logits[0].RawRowView(i), 1e-12)
 	}
 	for l := range c.Layers {
-		if !intsEqual(dec.Caches[l].Positions, iota(5)) {
+		if !slices.Equal(dec.Caches[l].Positions, iota(5)) {
 			t.Errorf("layer %d caches %v, want every position", l, dec.Caches[l].Positions)
 		}
 	}
@@ -222,18 +224,18 @@ func TestLearnedPositions(t *testing.T) {
 	// With learned positions attention is position-free: the same gathered
 	// rows give the same update at any positions.
 	c, p := tinyBlock(1)
-	c.Positions = PositionLearned
+	c.Positions = spec.PositionLearned
 	x := mat.NewDense(2, 2, []float64{1, 1, 1, -1})
 	f1, _ := BlockUpdate(c, p, x, []int{3, 5})
 	f2, _ := BlockUpdate(c, p, x, []int{0, 1})
 	assertClose(t, "f", f1.RawMatrix().Data, f2.RawMatrix().Data, 0)
 
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	routing.Block.Positions, routing.Causal = PositionLearned, CausalRouter
-	if _, err := NewModelConfig(11, 0, 2, routing, Pattern{Kind: PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "MaxLen = 0") {
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	routing.Block.Positions, routing.Causal = spec.PositionLearned, spec.CausalRouter
+	if _, err := spec.NewModelConfig(11, 0, 2, routing, spec.Pattern{Kind: spec.PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "MaxLen = 0") {
 		t.Errorf("learned positions without MaxLen: %v", err)
 	}
-	mc, err := NewModelConfig(11, 6, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+	mc, err := spec.NewModelConfig(11, 6, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,13 +268,13 @@ func TestLearnedPositions(t *testing.T) {
 }
 
 func TestDecoderRejects(t *testing.T) {
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
 	c, p := smallModel(t, routing)
 	if _, err := NewDecoder(c, p); err == nil || !strings.Contains(err.Error(), "Causal = off") {
 		t.Errorf("top-k model: %v", err)
 	}
-	routing.Causal, routing.Weighting = CausalRouter, WeightSoftmax
-	if _, err := NewModelConfig(11, 0, 4, routing, Pattern{Kind: PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "softmax") {
+	routing.Causal, routing.Weighting = spec.CausalRouter, spec.WeightSoftmax
+	if _, err := spec.NewModelConfig(11, 0, 4, routing, spec.Pattern{Kind: spec.PatternAll}, nil); err == nil || !strings.Contains(err.Error(), "softmax") {
 		t.Errorf("softmax in causal mode: %v", err)
 	}
 }
@@ -301,15 +303,15 @@ func fdConsistent(t *testing.T, name string, loss func() (float64, error), data 
 // from its own loss, and through the straight-through weight the router gets
 // one from the LM loss.
 func TestModelFDGradientsEveryTensor(t *testing.T) {
-	a := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	a.Router, a.Aux, a.AuxWeight, a.Compute = RouterLinearBias, AuxPredictor, 0.3, ComputeDense
-	a.Block.Norm, a.Block.NormEps, a.Block.MLP, a.Block.Positions = NormLayer, 1e-5, ActSwiGLU, PositionLearned
-	b := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	b.Aux, b.AuxWeight, b.LoadBalanceWeight, b.Weighting = AuxRouterBCE, 0.1, 0.01, WeightSigmoid
+	a := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	a.Router, a.Aux, a.AuxWeight, a.Compute = spec.RouterLinearBias, spec.AuxPredictor, 0.3, spec.ComputeDense
+	a.Block.Norm, a.Block.NormEps, a.Block.MLP, a.Block.Positions = spec.NormLayer, 1e-5, spec.ActSwiGLU, spec.PositionLearned
+	b := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	b.Aux, b.AuxWeight, b.LoadBalanceWeight, b.Weighting = spec.AuxRouterBCE, 0.1, 0.01, spec.WeightSigmoid
 	var seen []map[string]bool
-	for n, routing := range []Config{a, b} {
+	for n, routing := range []spec.Config{a, b} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			c, err := NewModelConfig(11, 6, 4, routing, Pattern{Kind: PatternEveryOther}, nil)
+			c, err := spec.NewModelConfig(11, 6, 4, routing, spec.Pattern{Kind: spec.PatternEveryOther}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,7 +372,7 @@ func TestModelFDGradientsEveryTensor(t *testing.T) {
 func TestModelFLOPsHand(t *testing.T) {
 	// d = 8, d_ff = 12, GELU, one row of S = 6 tokens, vocab 11, 4 layers with
 	// layers 0 and 2 routed at c = 0.5 (k = 3), linear router, no predictor.
-	routing := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
 	c, p := smallModel(t, routing)
 	tokens, targets := RandomTokens(NewRand(7), 1, 6, c.Vocab)
 	res, err := ModelForward(c, p, ModelInputs{Tokens: tokens, Targets: targets})
@@ -397,20 +399,20 @@ func TestModelFLOPsHand(t *testing.T) {
 
 func TestRoutedLayerFLOPsVariantsHand(t *testing.T) {
 	// d = 8, d_ff = 12, one row of n = 6 valid tokens with k = 3 routed.
-	c := DefaultConfig(DefaultBlockConfig(8, 2, 12), 0.5)
-	c.Aux = AuxPredictor // h = 4: predictor 6 * (2*8*4 + 2*4) = 432
+	c := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 12), 0.5)
+	c.Aux = spec.AuxPredictor // h = 4: predictor 6 * (2*8*4 + 2*4) = 432
 	f := RoutedLayerFLOPs(c, []int{6}, []int{3})
 	// router 96, projections 1536, scores 288, MLP 1152 (see TestModelFLOPsHand).
 	if f.Predictor != 432 || f.Total != 96+432+1536+288+1152 {
 		t.Errorf("gather with predictor: %+v", f)
 	}
-	c.Aux, c.MLPOnly = AuxNone, true
+	c.Aux, c.MLPOnly = spec.AuxNone, true
 	f = RoutedLayerFLOPs(c, []int{6}, []int{3})
 	// Attention on all 6 tokens (3072 + 1152), MLP on the 3 routed (1152).
 	if f.Total != 96+3072+1152+1152 {
 		t.Errorf("MLP-only: %+v", f)
 	}
-	c.MLPOnly, c.Compute, c.Router, c.Block.MLP = false, ComputeDense, RouterRandom, ActSwiGLU
+	c.MLPOnly, c.Compute, c.Router, c.Block.MLP = false, spec.ComputeDense, spec.RouterRandom, spec.ActSwiGLU
 	f = RoutedLayerFLOPs(c, []int{6}, []int{3})
 	// Dense compute: every token, no saving; random router costs 0; SwiGLU MLP 3*2*6*8*12 = 3456.
 	if f.Router != 0 || f.Total != 3072+1152+3456 || f.Total != f.DenseTwin {

@@ -5,11 +5,12 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
-// BlockParams are the parameters of one pre-norm transformer block (SPEC.md
-// section 5). Weights are d_in×d_out (y = x·W).
+// BlockParams are the parameters of one pre-norm transformer block (docs/spec.md
+// §5). Weights are d_in×d_out (y = x·W).
 type BlockParams struct {
 	Norm1     []float64  // gamma of N1, length d
 	Norm1Bias []float64  // beta of N1 (LayerNorm only; nil for RMSNorm)
@@ -107,7 +108,7 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 	m := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
 		for j := 0; j < c; j++ {
-			m.Set(i, j, std*rng.NormFloat64())
+			m.Set(i, j, std*normal(rng))
 		}
 	}
 	return m
@@ -117,13 +118,13 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 	v := make([]float64, n)
 	for i := range v {
-		v[i] = mean + float64(std*rng.NormFloat64())
+		v[i] = mean + float64(std*normal(rng))
 	}
 	return v
 }
 
 // RandomField returns a rows×cols per-token field of N(0,1) draws, the form
-// of the random router's noise and of the jitter eps (SPEC.md section 2).
+// of the random router's noise and of the jitter eps (docs/spec.md §2).
 func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 	f := make([][]float64, rows)
 	for b := range f {
@@ -135,10 +136,10 @@ func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 // NewBlockParams draws a block's parameters: each weight matrix N(0, 1/d_in),
 // norm gains 1 + N(0, 0.1^2) and LayerNorm biases N(0, 0.1^2), so that tests
 // see gains and biases away from their trivial values.
-func NewBlockParams(c BlockConfig, rng *rand.Rand) BlockParams {
+func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
 	d, f := c.D, c.DFF
 	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
-	ln := c.Norm == NormLayer
+	ln := c.Norm == spec.NormLayer
 	var p BlockParams
 	// Drawn in the order of Tensors.
 	p.Norm1 = RandomVector(rng, d, 1, 0.1)
@@ -155,7 +156,7 @@ func NewBlockParams(c BlockConfig, rng *rand.Rand) BlockParams {
 	}
 	p.W1 = RandomMatrix(rng, d, f, sd)
 	p.W2 = RandomMatrix(rng, f, d, sf)
-	if c.MLP == ActSwiGLU {
+	if c.MLP == spec.ActSwiGLU {
 		p.W3 = RandomMatrix(rng, d, f, sd)
 	}
 	return p
@@ -164,13 +165,13 @@ func NewBlockParams(c BlockConfig, rng *rand.Rand) BlockParams {
 // NewLayerParams draws a routed layer's parameters: the block as in
 // NewBlockParams, router w ~ N(0, 1/d), router bias ~ N(0, 0.1^2), and the
 // predictor's weights N(0, 1/d_in) with biases N(0, 0.1^2).
-func NewLayerParams(c Config, rng *rand.Rand) *LayerParams {
+func NewLayerParams(c spec.Config, rng *rand.Rand) *LayerParams {
 	d := c.Block.D
 	p := &LayerParams{Block: NewBlockParams(c.Block, rng)}
-	if c.Router == RouterLinear || c.Router == RouterLinearBias {
+	if c.Router == spec.RouterLinear || c.Router == spec.RouterLinearBias {
 		p.Router = RandomVector(rng, d, 0, 1/math.Sqrt(float64(d)))
 	}
-	if c.Router == RouterLinearBias {
+	if c.Router == spec.RouterLinearBias {
 		p.RouterBias = RandomVector(rng, 1, 0, 0.1)
 	}
 	if c.HasPredictor() {
@@ -214,9 +215,9 @@ func checkMat(name string, m *mat.Dense, r, c int, needed bool) error {
 
 // Check reports the first block parameter whose presence or shape does not
 // match the configuration.
-func (p *BlockParams) Check(c BlockConfig) error {
+func (p *BlockParams) Check(c spec.BlockConfig) error {
 	d, f := c.D, c.DFF
-	ln := c.Norm == NormLayer
+	ln := c.Norm == spec.NormLayer
 	for _, e := range []error{
 		checkVec("Norm1", p.Norm1, d, true),
 		checkVec("Norm1Bias", p.Norm1Bias, d, ln),
@@ -228,7 +229,7 @@ func (p *BlockParams) Check(c BlockConfig) error {
 		checkVec("Norm2Bias", p.Norm2Bias, d, ln),
 		checkMat("W1", p.W1, d, f, true),
 		checkMat("W2", p.W2, f, d, true),
-		checkMat("W3", p.W3, d, f, c.MLP == ActSwiGLU),
+		checkMat("W3", p.W3, d, f, c.MLP == spec.ActSwiGLU),
 	} {
 		if e != nil {
 			return e
@@ -239,15 +240,15 @@ func (p *BlockParams) Check(c BlockConfig) error {
 
 // Check reports the first layer parameter whose presence or shape does not
 // match the configuration.
-func (p *LayerParams) Check(c Config) error {
+func (p *LayerParams) Check(c spec.Config) error {
 	if err := p.Block.Check(c.Block); err != nil {
 		return err
 	}
 	d, h := c.Block.D, c.PredictorWidth()
 	pred := c.HasPredictor()
 	for _, e := range []error{
-		checkVec("Router", p.Router, d, c.Router == RouterLinear || c.Router == RouterLinearBias),
-		checkVec("RouterBias", p.RouterBias, 1, c.Router == RouterLinearBias),
+		checkVec("Router", p.Router, d, c.Router == spec.RouterLinear || c.Router == spec.RouterLinearBias),
+		checkVec("RouterBias", p.RouterBias, 1, c.Router == spec.RouterLinearBias),
 		checkMat("PredW1", p.PredW1, d, h, pred),
 		checkVec("PredB1", p.PredB1, h, pred),
 		checkMat("PredW2", p.PredW2, h, 1, pred),
@@ -262,7 +263,7 @@ func (p *LayerParams) Check(c Config) error {
 
 // checkDense checks the parameters of a dense layer: a block and no router
 // or predictor.
-func (p *LayerParams) checkDense(c BlockConfig) error {
+func (p *LayerParams) checkDense(c spec.BlockConfig) error {
 	if err := p.Block.Check(c); err != nil {
 		return err
 	}

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/elem"
 )
 
-// RouterLinearWeight is SPEC.md section 2, router `linear` (paper Sec. 3.4):
+// RouterLinearWeight is docs/spec.md §2, router `linear` (paper Sec. 3.4):
 // r = w·x, no bias, no nonlinearity, on the raw residual stream x.
 func RouterLinearWeight(w, x []float64) float64 {
 	r := 0.0
@@ -17,13 +20,13 @@ func RouterLinearWeight(w, x []float64) float64 {
 	return r
 }
 
-// RouterLinearBiasWeight is SPEC.md section 2, router `linear_bias`:
+// RouterLinearBiasWeight is docs/spec.md §2, router `linear_bias`:
 // r = w·x + b.
 func RouterLinearBiasWeight(w []float64, b float64, x []float64) float64 {
 	return RouterLinearWeight(w, x) + b
 }
 
-// RouterL2NormWeight is SPEC.md section 2, router `l2norm`: r = ||x||_2.
+// RouterL2NormWeight is docs/spec.md §2, router `l2norm`: r = ||x||_2.
 func RouterL2NormWeight(x []float64) float64 {
 	s := 0.0
 	for _, v := range x {
@@ -32,23 +35,23 @@ func RouterL2NormWeight(x []float64) float64 {
 	return math.Sqrt(s)
 }
 
-// Jittered is SPEC.md section 2, jitter: r + s*eps, with eps an explicit
+// Jittered is docs/spec.md §2, jitter: r + s*eps, with eps an explicit
 // N(0,1) draw.
 func Jittered(r, s, eps float64) float64 {
 	return r + float64(s*eps)
 }
 
 // RouterWeights computes the router weight r[b][i] of every position of every
-// row (SPEC.md section 2), including padded positions (which are never
+// row (docs/spec.md §2), including padded positions (which are never
 // selected). noise is the N(0,1) input of the random router (B×S, required
 // for Router = random, otherwise nil); jitter is the eps input (B×S, required
 // when cfg.Jitter > 0, otherwise nil).
-func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][]float64) ([][]float64, error) {
+func RouterWeights(cfg spec.Config, p *LayerParams, x []*mat.Dense, noise, jitter [][]float64) ([][]float64, error) {
 	rows, s, err := batchShape("x", x, cfg.Block.D)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Router == RouterRandom {
+	if cfg.Router == spec.RouterRandom {
 		if noise == nil {
 			return nil, fmt.Errorf("router: Router = random needs the noise input (B×S = %d×%d of N(0,1) draws); it is nil", rows, s)
 		}
@@ -74,13 +77,13 @@ func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][
 		for i := 0; i < s; i++ {
 			xi := x[b].RawRowView(i)
 			switch cfg.Router {
-			case RouterLinear:
+			case spec.RouterLinear:
 				r[b][i] = RouterLinearWeight(p.Router, xi)
-			case RouterLinearBias:
+			case spec.RouterLinearBias:
 				r[b][i] = RouterLinearBiasWeight(p.Router, p.RouterBias[0], xi)
-			case RouterL2Norm:
+			case spec.RouterL2Norm:
 				r[b][i] = RouterL2NormWeight(xi)
-			case RouterRandom:
+			case spec.RouterRandom:
 				r[b][i] = noise[b][i]
 			}
 			if cfg.Jitter > 0 {
@@ -95,9 +98,9 @@ func RouterWeights(cfg Config, p *LayerParams, x []*mat.Dense, noise, jitter [][
 // without overflow for either sign.
 func Sigmoid(v float64) float64 {
 	if v >= 0 {
-		return 1 / (1 + math.Exp(-v))
+		return 1 / (1 + elem.Exp(-v))
 	}
-	e := math.Exp(v)
+	e := elem.Exp(v)
 	return e / (1 + e)
 }
 
@@ -113,7 +116,7 @@ func Softmax(v []float64) []float64 {
 	}
 	sum := 0.0
 	for j, x := range v {
-		out[j] = math.Exp(x - m)
+		out[j] = elem.Exp(x - m)
 		sum += out[j]
 	}
 	for j := range out {
@@ -122,29 +125,29 @@ func Softmax(v []float64) []float64 {
 	return out
 }
 
-// OutputWeights is SPEC.md section 6 (paper Eq. 1): the weight g[b][i] that
+// OutputWeights is docs/spec.md §6 (paper Eq. 1): the weight g[b][i] that
 // multiplies the block's update. raw: g = r; sigmoid: g = sigma(r);
 // none: g = 1; softmax: g_i = exp(r_i) / sum over the selected j of the same
 // row of exp(r_j), and 0 for unselected tokens. raw, sigmoid and none give a
 // value at every valid position (the dense compute of section 7 needs it);
 // padded positions get 0.
-func OutputWeights(w Weighting, r [][]float64, sel Selection, valid []int) [][]float64 {
+func OutputWeights(w spec.Weighting, r [][]float64, sel Selection, valid []int) [][]float64 {
 	g := make([][]float64, len(r))
 	for b, row := range r {
 		g[b] = make([]float64, len(row))
 		v := validLen(valid, b, len(row))
 		switch w {
-		case WeightRaw:
+		case spec.WeightRaw:
 			copy(g[b][:v], row[:v])
-		case WeightSigmoid:
+		case spec.WeightSigmoid:
 			for i := 0; i < v; i++ {
 				g[b][i] = Sigmoid(row[i])
 			}
-		case WeightNone:
+		case spec.WeightNone:
 			for i := 0; i < v; i++ {
 				g[b][i] = 1
 			}
-		case WeightSoftmax:
+		case spec.WeightSoftmax:
 			pos := sel.Rows[b]
 			rs := make([]float64, len(pos))
 			for j, i := range pos {
@@ -160,7 +163,7 @@ func OutputWeights(w Weighting, r [][]float64, sel Selection, valid []int) [][]f
 	return g
 }
 
-// StraightThroughOffsets returns sg(m_i g_i - g_i) of SPEC.md section 7, the
+// StraightThroughOffsets returns sg(m_i g_i - g_i) of docs/spec.md §7, the
 // constant that the straight-through weight adds to g. Freeze it once and
 // pass it to StraightThroughWeights so that finite differences see
 // dw/dg = 1.
@@ -175,7 +178,7 @@ func StraightThroughOffsets(g, m [][]float64) [][]float64 {
 	return off
 }
 
-// StraightThroughWeights is SPEC.md section 7: w_i = g_i + sg(m_i g_i - g_i),
+// StraightThroughWeights is docs/spec.md §7: w_i = g_i + sg(m_i g_i - g_i),
 // with the stop-gradient term passed in as the frozen offset. In the forward
 // pass (offset computed from the same g) w equals m*g exactly: g + (g - g) = g
 // and g + (0 - g) = 0 in floating point.

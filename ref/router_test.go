@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -16,8 +17,8 @@ func TestRouterEquationsHand(t *testing.T) {
 }
 
 func TestRouterWeightsBatch(t *testing.T) {
-	blk := DefaultBlockConfig(2, 1, 2)
-	cfg := DefaultConfig(blk, 0.5)
+	blk := spec.DefaultBlockConfig(2, 1, 2)
+	cfg := spec.DefaultConfig(blk, 0.5)
 	p := &LayerParams{Router: []float64{1, 2}}
 	x := []*mat.Dense{mat.NewDense(2, 2, []float64{3, -1, 0.5, 0.25})}
 	r, err := RouterWeights(cfg, p, x, nil, nil)
@@ -26,7 +27,7 @@ func TestRouterWeightsBatch(t *testing.T) {
 	}
 	assertClose(t, "r", r[0], []float64{1, 1}, 0)
 
-	cfg.Router, cfg.Jitter = RouterRandom, 0.5
+	cfg.Router, cfg.Jitter = spec.RouterRandom, 0.5
 	r, err = RouterWeights(cfg, p, x, [][]float64{{-1, 2}}, [][]float64{{2, 4}})
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +49,11 @@ func TestOutputWeightsHand(t *testing.T) {
 	r := [][]float64{{math.Log(1), 7, math.Log(3), -2}}
 	sel := Selection{S: 4, Rows: [][]int{{0, 2}}}
 	// softmax over the selected r: exp(ln1)/(1+3) = 1/4, exp(ln3)/4 = 3/4.
-	assertClose(t, "softmax g", OutputWeights(WeightSoftmax, r, sel, nil)[0], []float64{0.25, 0, 0.75, 0}, 1e-15)
-	assertClose(t, "raw g", OutputWeights(WeightRaw, r, sel, []int{3})[0], []float64{0, 7, math.Log(3), 0}, 0)
-	assertClose(t, "none g", OutputWeights(WeightNone, r, sel, nil)[0], []float64{1, 1, 1, 1}, 0)
+	assertClose(t, "softmax g", OutputWeights(spec.WeightSoftmax, r, sel, nil)[0], []float64{0.25, 0, 0.75, 0}, 1e-15)
+	assertClose(t, "raw g", OutputWeights(spec.WeightRaw, r, sel, []int{3})[0], []float64{0, 7, math.Log(3), 0}, 0)
+	assertClose(t, "none g", OutputWeights(spec.WeightNone, r, sel, nil)[0], []float64{1, 1, 1, 1}, 0)
 	// sigma(0) = 1/2, sigma(ln 3) = 3/4, sigma(-2) = 1/(1+e^2).
-	g := OutputWeights(WeightSigmoid, r, sel, nil)[0]
+	g := OutputWeights(spec.WeightSigmoid, r, sel, nil)[0]
 	assertClose(t, "sigmoid g", []float64{g[0], g[2], g[3]}, []float64{0.5, 0.75, 1 / (1 + math.Exp(2))}, 1e-15)
 }
 

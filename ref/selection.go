@@ -67,7 +67,7 @@ func checkNoNaN(name string, r [][]float64, valid []int) error {
 	return nil
 }
 
-// SelectTopK is SPEC.md section 4 (paper Eq. 1): in each row b, the k[b]
+// SelectTopK is docs/spec.md §4 (paper Eq. 1): in each row b, the k[b]
 // valid tokens with the largest router weight r, ties broken by the lower
 // position, listed in ascending position order. Padded positions (i >= V_b)
 // are never selected. A NaN router weight at a valid position is an error
@@ -108,7 +108,7 @@ func SelectTopK(r [][]float64, k []int, valid []int) (Selection, error) {
 	return sel, nil
 }
 
-// SelectCausal is SPEC.md section 9: token i of row b is routed iff
+// SelectCausal is docs/spec.md §9: token i of row b is routed iff
 // score[b][i] > 0, where the score is the router weight r (Causal = router)
 // or the predictor logit q (Causal = predictor). There is no capacity limit.
 // Padded positions are never routed; a NaN score is an error.
@@ -151,7 +151,7 @@ func checkShape2(name string, a [][]float64, rows, cols int) error {
 	return nil
 }
 
-// BoundaryGaps is the margin of SPEC.md section 4 for each row: the gap
+// BoundaryGaps is the margin of docs/spec.md §4 for each row: the gap
 // r_(k) - r_(k+1) between the k-th and the (k+1)-th largest valid router
 // weight. A decision whose gap is below a float32 implementation's error can
 // flip between two correct implementations. Rows with k = 0 or k = V_b have

@@ -2,10 +2,12 @@ package ref
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"pgregory.net/rapid"
 )
 
@@ -24,13 +26,13 @@ func TestSelectTopKHand(t *testing.T) {
 	}
 	want := [][]int{{1, 2}, {1, 2, 4}, {0, 2}}
 	for b := range want {
-		if !intsEqual(sel.Rows[b], want[b]) {
+		if !slices.Equal(sel.Rows[b], want[b]) {
 			t.Errorf("row %d: selected %v, want %v", b, sel.Rows[b], want[b])
 		}
 	}
 	// Descending r: the selection is still listed in ascending position order.
 	sel, _ = SelectTopK([][]float64{{-3, 9, 2, 5}}, []int{2}, nil)
-	if !intsEqual(sel.Rows[0], []int{1, 3}) {
+	if !slices.Equal(sel.Rows[0], []int{1, 3}) {
 		t.Errorf("selected %v, want [1 3]", sel.Rows[0])
 	}
 }
@@ -57,7 +59,7 @@ func TestSelectCausalHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !intsEqual(sel.Rows[0], []int{0, 3}) || !intsEqual(sel.Rows[1], []int{0, 1}) {
+	if !slices.Equal(sel.Rows[0], []int{0, 3}) || !slices.Equal(sel.Rows[1], []int{0, 1}) {
 		t.Errorf("causal selection %v, want [[0 3] [0 1]]", sel.Rows)
 	}
 	if _, err := SelectCausal([][]float64{{math.NaN()}}, nil); err == nil || !strings.Contains(err.Error(), "row 0, position 0") {
@@ -84,7 +86,7 @@ func TestSelectTopKProperty(t *testing.T) {
 			valid[b] = rapid.IntRange(0, s).Draw(t, "V")
 		}
 		c := rapid.Float64Range(0.01, 1).Draw(t, "c")
-		k, err := RowCapacities(Capacity{Kind: CapacityRatio, Ratio: c}, rows, s, valid)
+		k, err := RowCapacities(spec.Capacity{Kind: spec.CapacityRatio, Ratio: c}, rows, s, valid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +160,7 @@ func TestSelectionIsPercentileRuleProperty(t *testing.T) {
 				want = append(want, i)
 			}
 		}
-		if !intsEqual(sel.Rows[0], want) {
+		if !slices.Equal(sel.Rows[0], want) {
 			t.Fatalf("top-%d %v, percentile rule r > %v gives %v", k, sel.Rows[0], p, want)
 		}
 	})

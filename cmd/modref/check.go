@@ -15,7 +15,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/internal/atomicfile"
-	"github.com/modref/modref/mod"
+	"github.com/modref/modref/internal/modcase"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).
@@ -23,27 +23,27 @@ var errMismatch = errors.New("mismatch")
 
 // runCheck implements `modref check`.
 func runCheck(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: modref check [flags] [CASE...]
+		fmt.Fprint(fs.Output(), `usage: modref check [flags] [CASE...]
 
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
-if none is named) against DIR/CASE.npz. Without --candidate it checks modref's
-own float32 implementation (mod/) against the corpus; an empty --candidate ""
-is a usage error. Candidates are read as untrusted input: regular files only,
-sizes bounded by the case, every CRC-32 and data length verified
+if none is named) against DIR/CASE.npz, a bad or missing file being that
+case's error. Without --candidate it checks modref's own float32
+implementation (mod/) against the corpus; an empty --candidate "" is a usage
+error. Candidates are read as untrusted input: regular files only, sizes
+bounded by the case, every CRC-32 and data length verified
 (docs/golden-format.md). The table (or JSON) is printed before the --junit
 report, which is written atomically and never over an input.
 
-Exit status: 0 all pass, 1 a mismatch, 2 bad input or usage.
+Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
 flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz file, or a directory of CASE.npz files")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
@@ -57,7 +57,7 @@ flags:
 	}
 	names := named
 	if len(names) == 0 {
-		all, err := golden.List(*dir)
+		all, err := corpus().List()
 		if err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ flags:
 	if *junit != "" {
 		inputs := []string{*candidate}
 		for _, name := range names {
-			m, a := golden.Paths(*dir, name)
+			m, a := corpus().Paths(name)
 			inputs = append(inputs, m, a, candPath(name))
 		}
 		if err := refuseOverwrite(*junit, inputs); err != nil {
@@ -94,8 +94,9 @@ flags:
 		}
 	}
 	var results []*golden.CaseResult
+	var bad []error
 	for _, name := range names {
-		c, err := golden.Load(*dir, name)
+		c, err := corpus().Load(name)
 		if err != nil {
 			return err
 		}
@@ -106,12 +107,18 @@ flags:
 		} else {
 			cand, err = golden.ReadCandidate(path, c)
 		}
-		if err != nil {
-			return err
+		var r *golden.CaseResult
+		if err == nil {
+			r, err = golden.Compare(c, cand, *allowMissing)
+			if err != nil {
+				err = fmt.Errorf("%s (case %s): %w", path, name, err)
+			}
 		}
-		r, err := golden.Compare(c, cand, *allowMissing)
 		if err != nil {
-			return fmt.Errorf("%s (case %s): %w", path, name, err)
+			// A bad candidate file is its case's error; the other cases
+			// are still judged.
+			r = &golden.CaseResult{Case: name, Error: err.Error()}
+			bad = append(bad, err)
 		}
 		r.Candidate = path
 		results = append(results, r)
@@ -125,6 +132,9 @@ flags:
 		if err := writeJUnit(*junit, results); err != nil {
 			return err
 		}
+	}
+	if len(bad) > 0 {
+		return errors.Join(bad...)
 	}
 	for _, r := range results {
 		if !r.Pass {
@@ -154,7 +164,7 @@ func printReport(stdout io.Writer, results []*golden.CaseResult, asJSON bool, ca
 // refuseEmpty makes a flag given an empty value a usage error: an unset
 // variable in a script (--candidate "$CAND") must not quietly mean the
 // flag's absence.
-func refuseEmpty(fs *flag.FlagSet, name string) error {
+func refuseEmpty(fs *flagSet, name string) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == name && f.Value.String() == "" {
@@ -176,6 +186,9 @@ func refuseOverwrite(out string, inputs []string) error {
 		return fmt.Errorf("--junit %s is a directory", out)
 	}
 	for _, in := range inputs {
+		if in == "" {
+			continue
+		}
 		if fi, err := os.Stat(in); err == nil && os.SameFile(fo, fi) {
 			return fmt.Errorf("--junit %s is an input of this check (%s); refusing to overwrite it", out, in)
 		}
@@ -186,11 +199,12 @@ func refuseOverwrite(out string, inputs []string) error {
 // selfCandidate computes a case with modref's own implementation, the
 // float32 autograd one in mod/.
 func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
-	return mod.Candidate(c)
+	return modcase.Candidate(c)
 }
 
-// printResults writes the table a person reads: one line per case, and one
-// per array that failed or is missing, with where and by how much.
+// printResults writes the table a person reads: one line per case with its
+// worst array by error over tolerance, or, for a failing case, one line per
+// array that failed or is missing, worst first, with where and by how much.
 func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
 	switch fi, err := os.Stat(candidate); {
 	case candidate == "":
@@ -201,27 +215,28 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
 		fmt.Fprintf(w, "candidate: %s (CRC-32, lengths and sizes of every array verified)\n", candidate)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tarray\tmax abs\tmax rel\twhere\tgot\twant\tresult")
-	passed := 0
+	fmt.Fprintln(tw, "case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
+	passed, bad := 0, 0
 	for _, r := range results {
-		worst := golden.ArrayResult{}
-		for _, a := range r.Arrays {
-			if a.MaxAbs >= worst.MaxAbs {
-				worst = a
-			}
-		}
-		if r.Pass {
-			passed++
-			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, worst.MaxAbs, worst.MaxRel, worst.Where)
+		if r.Error != "" {
+			bad++
+			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\t\tERROR: %s\n", r.Case, r.Error)
 			continue
 		}
-		for _, a := range r.Arrays {
+		ranked := byExcess(r)
+		if r.Pass {
+			passed++
+			worst := ranked[0]
+			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%s\t%.2e\t%.2e\t%v\t\t\tpass\n", r.Case, len(r.Arrays), worst.Name, excessText(worst), worst.MaxAbs, worst.MaxRel, worst.Where)
+			continue
+		}
+		for _, a := range ranked {
 			switch a.Status {
 			case golden.StatusMissing:
-				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tmissing\n", r.Case, a.Name)
+				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\tmissing\n", r.Case, a.Name)
 			case golden.StatusFail:
-				fmt.Fprintf(tw, "%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
-					r.Case, a.Name, a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
+					r.Case, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
 					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
 						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))
@@ -230,18 +245,52 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
 		}
 	}
 	tw.Flush()
+	if bad > 0 {
+		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
+		return
+	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
 }
 
-// describeFlip says how far a routing difference is from a tie.
+// describeFlip says what kind of routing difference a row has: a broken tie
+// rule, a different number of tokens, or a flip and how far it is from a
+// tie.
 func describeFlip(m golden.RowMismatch) string {
+	if m.Tie {
+		if m.Causal {
+			return "a score of exactly 0: the rule decides (routed only when > 0, docs/spec.md §9), and the candidate broke it"
+		}
+		return "router weights exactly tied (gap 0): the tie rule decides (the lower position wins, docs/spec.md §4), and the candidate broke it"
+	}
+	var what string
+	switch {
+	case m.RoutesAll:
+		what = fmt.Sprintf("the candidate routes all %d tokens, the oracle %d (routing not applied?)", m.Candidate, m.Oracle)
+	case m.Candidate != m.Oracle:
+		what = fmt.Sprintf("a different number of tokens (the candidate %d, the oracle %d)", m.Candidate, m.Oracle)
+	}
+	var gap string
 	switch {
 	case math.IsInf(m.Gap, 1):
-		return "a different number of tokens (no flip between two tokens)"
+		if what == "" {
+			return "no gap to measure (the case stores no scores for this decision)"
+		}
+		return what
+	case m.Causal && m.NearTie:
+		gap = fmt.Sprintf("a score %.3g from 0, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case m.Causal:
+		gap = fmt.Sprintf("no differing decision within %.3g of the threshold 0: decisive", m.Gap)
 	case m.NearTie:
-		return fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+		gap = fmt.Sprintf("gap %.3g, inside the near-tie margin: two correct float32 implementations may differ here", m.Gap)
+	case what != "":
+		gap = fmt.Sprintf("gap %.3g in router weights: decisive", m.Gap)
+	default:
+		gap = fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
 	}
-	return fmt.Sprintf("gap %.3g in router weights: a decisive flip", m.Gap)
+	if what == "" {
+		return gap
+	}
+	return what + "; " + gap
 }
 
 // junitSuite is the subset of the JUnit XML schema that CI dashboards read.
@@ -250,6 +299,7 @@ type junitSuite struct {
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -257,6 +307,7 @@ type junitCase struct {
 	Name      string        `xml:"name,attr"`
 	ClassName string        `xml:"classname,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
+	Error     *junitFailure `xml:"error,omitempty"`
 }
 
 type junitFailure struct {
@@ -269,7 +320,11 @@ func writeJUnit(path string, results []*golden.CaseResult) error {
 	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
 	for _, r := range results {
 		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
-		if !r.Pass {
+		switch {
+		case r.Error != "":
+			suite.Errors++
+			jc.Error = &junitFailure{Message: "bad input", Text: r.Error}
+		case !r.Pass:
 			suite.Failures++
 			var lines []string
 			for _, a := range r.Arrays {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -128,7 +129,8 @@ func TestCheckBadInput(t *testing.T) {
 		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
 		{[]string{"--candidate", good}, []string{"name exactly one case"}},
 		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"name exactly one case"}},
-		{[]string{"no-such-case"}, []string{"no-such-case.json"}},
+		{[]string{"no-such-case"}, []string{`no such case "no-such-case"`, "modref list"}},
+		{[]string{"layer-papr"}, []string{"did you mean layer-paper?"}},
 		{[]string{"--bogus"}, nil},
 	} {
 		code, _, errOut := runCmd(append([]string{"check", "-dir", corpus}, c.args...)...)
@@ -155,7 +157,7 @@ func TestListAndExplain(t *testing.T) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCmd("explain", "-dir", corpus, "layer-dense-ste")
-	for _, w := range []string{"ste_m_plus_1", "SPEC.md 7", "rotate-half", "w = g + sg(m·g − g)"} {
+	for _, w := range []string{"ste_m_plus_1", "docs/spec.md §7", "rotate-half", "w = g + sg(m·g − g)"} {
 		if code != 0 || !strings.Contains(out, w) {
 			t.Errorf("explain: exit %d, output lacks %q", code, w)
 		}
@@ -205,4 +207,73 @@ func badCandidates(t *testing.T) (dir, good, corrupt, nan, missing string) {
 	nan = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
 	missing = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
 	return dir, good, corrupt, nan, missing
+}
+
+// TestCheckDirectoryWithABadFile: a bad file is its case's error; every
+// other case is still judged, in the table, the summary and the JUnit
+// report, and the exit status is 2.
+func TestCheckDirectoryWithABadFile(t *testing.T) {
+	dir := filepath.Dir(writeCandidate(t, "layer-paper", nil))
+	failing := writeCandidate(t, "layer-none", func(m map[string]*golden.Array) { m["out"].F[0] += 1 })
+	if err := os.Rename(failing, filepath.Join(dir, "layer-none.npz")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "layer-softmax.npz"), []byte("not a zip"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	junit := filepath.Join(t.TempDir(), "report.xml")
+	code, out, errOut := runCmd("check", "-dir", corpus, "--candidate", dir+"/", "--junit", junit, "layer-paper", "layer-softmax", "layer-none")
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, want := range []string{"layer-paper +\\(18 arrays.*pass", "layer-softmax +\\(bad input\\) +ERROR: .*layer-softmax.npz: not a readable .npz",
+		"layer-none +out .*FAIL", "\n1 passed, 1 failed, 1 bad input\n"} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("output does not match %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "layer-softmax.npz") {
+		t.Errorf("stderr %q does not name the bad file", errOut)
+	}
+	raw, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suite junitSuite
+	if err := xml.Unmarshal(raw, &suite); err != nil {
+		t.Fatal(err)
+	}
+	if suite.Tests != 3 || suite.Failures != 1 || suite.Errors != 1 || suite.Cases[1].Error == nil || !strings.Contains(suite.Cases[1].Error.Text, "layer-softmax.npz") {
+		t.Errorf("JUnit report %+v", suite)
+	}
+}
+
+// TestCheckRoutingMessages: an exactly tied boundary given to the higher
+// position breaks the tie rule, and a decoder that routes every token routes
+// a different number of tokens; neither is a near tie or a flip.
+func TestCheckRoutingMessages(t *testing.T) {
+	ties := writeCandidate(t, "layer-ties", func(m map[string]*golden.Array) {
+		// Row 0 of layer-ties selects [1 2 4 5]; position 3 is tied with 1.
+		sel := m["selected"]
+		sel.I = append([]int64(nil), sel.I...)
+		copy(sel.I[:4], []int64{2, 3, 4, 5})
+	})
+	code, out, _ := runCmd("check", "-dir", corpus, "--candidate", ties, "layer-ties")
+	if code != 1 || !strings.Contains(out, "row 0: routed only by the candidate [3], only by the oracle [1]; router weights exactly tied (gap 0): the tie rule decides") ||
+		strings.Contains(out, "near-tie") {
+		t.Errorf("tie broken: exit %d\n%s", code, out)
+	}
+	all := writeCandidate(t, "decode-router", func(m map[string]*golden.Array) {
+		for _, n := range []string{"L0.routed", "L2.routed"} {
+			r := m[n]
+			r.I = make([]int64, len(r.I))
+			for k := range r.I {
+				r.I[k] = 1
+			}
+		}
+	})
+	code, out, _ = runCmd("check", "-dir", corpus, "--candidate", all, "decode-router")
+	if code != 1 || !strings.Contains(out, "the candidate routes all 8 tokens, the oracle") || strings.Contains(out, "flip") {
+		t.Errorf("every token routed: exit %d\n%s", code, out)
+	}
 }

@@ -1,33 +1,44 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
 // runList implements `modref list`: one line per case.
 func runList(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	fs := newFlagSet("list", stdout, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: modref list [--corpus DIR]
+
+Lists the golden corpus's cases: name, kind and what each tests.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	corpus := corpusFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	names, err := golden.List(*dir)
+	names, err := corpus().List()
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tkind\twhat it tests")
 	for _, name := range names {
-		m, err := golden.ReadManifest(golden.ManifestPath(*dir, name))
+		m, err := corpus().Manifest(name)
 		if err != nil {
 			return err
 		}
@@ -40,17 +51,27 @@ func runList(args []string, stdout, stderr io.Writer) error {
 // runExplain implements `modref explain CASE`: the configuration, the
 // equations involved, what the case catches and the conventions it assumes.
 func runExplain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet("explain", stdout, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: modref explain [--corpus DIR] CASE
+
+Shows a case's configuration, the equations of docs/spec.md it involves,
+the deviations it catches and the conventions it assumes.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	corpus := corpusFlag(fs)
+	names, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(names) != 1 {
+		fmt.Fprintln(stderr, "usage: modref explain [--corpus DIR] CASE")
 		return errUsage
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: modref explain [-dir DIR] CASE")
-		return errUsage
-	}
-	c, err := golden.Load(*dir, fs.Arg(0))
+	c, err := corpus().Load(names[0])
 	if err != nil {
 		return err
 	}
@@ -67,16 +88,16 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	}
 	for l, ml := range cfg.Layers {
 		if ml.Routed {
-			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Layer)
+			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Config)
 		} else {
-			fmt.Fprintf(stdout, "Layer %d: dense pre-norm block (SPEC.md section 5 with every token)\n", l)
+			fmt.Fprintf(stdout, "Layer %d: dense pre-norm block (docs/spec.md §5 with every token)\n", l)
 		}
 	}
 	if cfg.Vocab > 0 {
-		fmt.Fprintf(stdout, "Model: vocabulary %d, embedding, the layers above, final norm, LM head, mean cross-entropy over valid targets (SPEC.md section 10)\n", cfg.Vocab)
+		fmt.Fprintf(stdout, "Model: vocabulary %d, embedding, the layers above, final norm, LM head, mean cross-entropy over valid targets (docs/spec.md §10)\n", cfg.Vocab)
 	}
 	fmt.Fprintf(stdout, "\nLoss whose gradients the grad.* arrays hold: %s\n", m.Loss)
-	fmt.Fprintf(stdout, "\nCatches (SPEC.md section 11):\n")
+	fmt.Fprintf(stdout, "\nCatches (docs/spec.md §11):\n")
 	for _, name := range m.Catches {
 		fmt.Fprintf(stdout, "  %-24s %s\n", name, golden.DeviationDescription(name))
 	}
@@ -92,28 +113,29 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func explainLayer(w io.Writer, title string, l golden.LayerConfig) {
-	capacity := l.Capacity.Kind
+func explainLayer(w io.Writer, title string, l spec.Config) {
+	capacity := string(l.Capacity.Kind)
 	switch l.Capacity.Kind {
-	case "ratio":
+	case spec.CapacityRatio:
 		capacity += fmt.Sprintf(" c = %g", l.Capacity.Ratio)
-	case "integer":
+	case spec.CapacityInteger:
 		capacity += fmt.Sprintf(" C = %d", l.Capacity.Tokens)
-	case "log":
+	case spec.CapacityLog:
 		capacity += fmt.Sprintf(" c = %g, S_max = %d", l.Capacity.Ratio, l.Capacity.MaxLen)
 	}
+	b := l.Block
 	fmt.Fprintf(w, "%s:\n", title)
-	fmt.Fprintf(w, "  router      %s (SPEC.md 2)%s\n", l.Router, cond(l.Jitter > 0, fmt.Sprintf(", jitter s = %g", l.Jitter)))
-	if l.Causal == "off" {
-		fmt.Fprintf(w, "  capacity    %s (SPEC.md 3); top-k per row, ties to the lower position (SPEC.md 4, Eq. 1)\n", capacity)
+	fmt.Fprintf(w, "  router      %s (docs/spec.md §2)%s\n", l.Router, cond(l.Jitter > 0, fmt.Sprintf(", jitter s = %g", l.Jitter)))
+	if l.Causal == spec.CausalOff {
+		fmt.Fprintf(w, "  capacity    %s (docs/spec.md §3); top-k per row, ties to the lower position (docs/spec.md §4, Eq. 1)\n", capacity)
 	} else {
-		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (SPEC.md 9)\n", map[string]string{"router": "r", "predictor": "q"}[l.Causal])
+		fmt.Fprintf(w, "  causal      route iff %s > 0, no capacity (docs/spec.md §9)\n", map[spec.CausalRouting]string{spec.CausalRouter: "r", spec.CausalPredictor: "q"}[l.Causal])
 	}
-	fmt.Fprintf(w, "  block f     d = %d, %d heads, d_ff = %d, %s, %s MLP, %s positions%s (SPEC.md 5)\n",
-		l.DModel, l.Heads, l.DFF, l.Norm, l.MLP, l.Positions, cond(l.MLPOnly, ", MLP-only routing"))
-	fmt.Fprintf(w, "  weighting   %s (SPEC.md 6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == "dense", " with w = g + sg(m·g − g) (SPEC.md 7)"))
-	if l.Aux != "none" || l.LoadBalanceWeight > 0 {
-		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (SPEC.md 8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
+	fmt.Fprintf(w, "  block f     d = %d, %d heads, d_ff = %d, %s, %s MLP, %s positions%s (docs/spec.md §5)\n",
+		b.D, b.Heads, b.DFF, b.Norm, b.MLP, b.Positions, cond(l.MLPOnly, ", MLP-only routing"))
+	fmt.Fprintf(w, "  weighting   %s (docs/spec.md §6); compute %s%s\n", l.Weighting, l.Compute, cond(l.Compute == spec.ComputeDense, " with w = g + sg(m·g − g) (docs/spec.md §7)"))
+	if l.Aux != spec.AuxNone || l.LoadBalanceWeight > 0 {
+		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (docs/spec.md §8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
 	}
 }
 
@@ -126,19 +148,79 @@ func cond(b bool, s string) string {
 
 // runGen implements `modref gen`: regenerate the corpus from ref.
 func runGen(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory to write (must exist)")
+	fs := newFlagSet("gen", stdout, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: modref gen [--out DIR]
+
+Regenerates every case of the golden corpus from ref and writes it to DIR
+as NAME.json and NAME.npz (docs/golden-format.md); DIR is created if it
+does not exist. The cases are the same bits on every machine (docs/spec.md
+§12), so this also puts the corpus modref carries on disk, for example for
+a Python harness to read. Without --out, gen rewrites golden/corpus of the
+modref checkout it runs in, and refuses to run outside one; the corpus
+built into modref changes only when modref is built again.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	var dir string
+	set := func(s string) error {
+		if s == "" {
+			return errors.New("want a directory")
+		}
+		dir = s
+		return nil
+	}
+	fs.Func("out", "write the cases to directory `DIR`", set)
+	fs.Func("dir", "the same as --out `DIR`", set)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("corpus directory %s does not exist; run from the repository root or pass -dir", *dir)
+	if dir == "" {
+		var err error
+		if dir, err = checkoutCorpus(); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
 	}
-	cases, err := golden.WriteCorpus(*dir)
+	cases, err := golden.WriteCorpus(dir)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %d cases to %s\n", len(cases), *dir)
+	fmt.Fprintf(stdout, "wrote %d cases to %s\n", len(cases), dir)
 	return nil
 }
+
+// checkoutCorpus returns the corpus directory of the modref checkout that
+// holds the current directory: golden.DefaultDir under the nearest
+// directory above it with a go.mod, which must be modref's.
+func checkoutCorpus() (string, error) {
+	const refuse = "without --out, gen rewrites the corpus of a modref checkout, and %s; run it inside one, or pass --out DIR"
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf(refuse, "the current directory is unknown ("+err.Error()+")")
+	}
+	for {
+		raw, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			if !modrefModule.Match(raw) {
+				return "", fmt.Errorf(refuse, filepath.Join(dir, "go.mod")+" is not modref's")
+			}
+			corpus := filepath.Join(dir, golden.DefaultDir)
+			if fi, err := os.Stat(corpus); err != nil || !fi.IsDir() {
+				return "", fmt.Errorf(refuse, "this checkout has no "+golden.DefaultDir)
+			}
+			return corpus, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf(refuse, "no go.mod is above the current directory")
+		}
+		dir = parent
+	}
+}
+
+// modrefModule matches the module line of modref's go.mod.
+var modrefModule = regexp.MustCompile(`(?m)^module\s+github\.com/modref/modref\s*$`)

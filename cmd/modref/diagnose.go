@@ -1,13 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -15,16 +16,15 @@ import (
 )
 
 // runDiagnose implements `modref diagnose`: judge a candidate against a case
-// and against the case recomputed under each deviation of SPEC.md section
-// 11, and name the deviation it matches.
+// and against the case recomputed under each deviation of docs/spec.md
+// §11, and name the deviation it matches.
 func runDiagnose(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("diagnose", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE
+		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE
 
 Judges a candidate against the case and against the case recomputed under
-each deviation of SPEC.md section 11 that can be emulated for it (the
+each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
 the routing frozen), and names the deviation the candidate matches.
 --candidate may also be a directory holding CASE.npz. Nothing is written.
@@ -36,7 +36,7 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", golden.DefaultDir, "corpus directory")
+	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
 	names, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -46,11 +46,11 @@ flags:
 		return err
 	}
 	if len(names) != 1 || *candidate == "" {
-		fmt.Fprintln(stderr, "usage: modref diagnose [-dir DIR] --candidate FILE.npz CASE")
+		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE")
 		return errUsage
 	}
 	name := names[0]
-	c, err := golden.Load(*dir, name)
+	c, err := corpus().Load(name)
 	if err != nil {
 		return err
 	}
@@ -66,11 +66,15 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.Diagnose(c, cand)
+	results, err := golden.DiagnoseProgress(c, cand, progressLine(stderr, "diagnose "+name+": deviations recomputed"))
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	printDiagnosis(stdout, name, path, results)
+	oracle, err := golden.Compare(c, cand, false)
+	if err != nil {
+		return fmt.Errorf("%s (case %s): %w", path, name, err)
+	}
+	printDiagnosis(stdout, name, path, results, oracle)
 	if results[0].Match {
 		return nil
 	}
@@ -98,21 +102,32 @@ func worstText(r golden.DeviationResult) string {
 	return fmt.Sprintf("%s\tmax abs %.2e at %v (got %.8g, want %.8g), %.2g× its tolerance", a.Name, a.MaxAbs, a.Where, a.Got, a.Want, e)
 }
 
+// leadFraction is the share of a case's arrays a deviation must explain
+// (within tolerance of its emulation) to be named as the closest one when
+// none matches: below it, a deviation that happens to agree on a few arrays
+// the bug leaves alone is no lead (docs/golden-format.md).
+const leadFraction = 0.5
+
+// worstArrays is how many of the arrays furthest from the oracle the verdict
+// lists when no deviation explains the candidate.
+const worstArrays = 3
+
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
-// final verdict.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult) {
-	oracle := results[0]
+// final verdict; oracle is the candidate judged against the case, whose
+// worst arrays the verdict lists when no deviation explains the candidate.
+func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult) {
+	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
-	if oracle.Match {
-		fmt.Fprintf(w, "oracle: matches (%d/%d arrays within tolerance)\n\n", oracle.Matching, oracle.Total)
+	if self.Match {
+		fmt.Fprintf(w, "oracle: matches (%d/%d arrays within tolerance)\n\n", self.Matching, self.Total)
 	} else {
 		fmt.Fprintf(w, "oracle: does not match (%d/%d arrays within tolerance; worst %s)\n\n",
-			oracle.Matching, oracle.Total, strings.ReplaceAll(worstText(oracle), "\t", ": "))
+			self.Matching, self.Total, strings.ReplaceAll(worstText(self), "\t", ": "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "deviation\tresult\tarrays\tworst array\terror")
 	var matched, indistinct []string
-	closest := oracle
+	closest := self
 	for _, r := range results[1:] {
 		switch {
 		case !r.Emulated:
@@ -134,9 +149,9 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	tw.Flush()
 	fmt.Fprintln(w)
 	switch {
-	case oracle.Match && len(indistinct) > 0:
+	case self.Match && len(indistinct) > 0:
 		fmt.Fprintf(w, "verdict: the candidate matches the oracle (on this case it cannot be told from %s)\n", strings.Join(indistinct, ", "))
-	case oracle.Match:
+	case self.Match:
 		fmt.Fprintln(w, "verdict: the candidate matches the oracle")
 	case len(matched) > 0:
 		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s\n", strings.Join(matched, ", "))
@@ -145,10 +160,27 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), golden.DeviationDescription(r.Name))
 			}
 		}
-	case closest.Name != golden.OracleName:
+	case closest.Name != golden.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
 		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; closest is %s (%d/%d arrays)\n",
 			deviationLabel(closest), closest.Matching, closest.Total)
 	default:
-		fmt.Fprintln(w, "verdict: the candidate matches neither the oracle nor any emulated deviation")
+		fmt.Fprintln(w, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it")
+		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")
+		for _, a := range furthest(oracle, worstArrays) {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
+		}
 	}
+}
+
+// furthest returns up to n arrays of a comparison that failed, the furthest
+// outside their tolerance first.
+func furthest(res *golden.CaseResult, n int) []golden.ArrayResult {
+	var out []golden.ArrayResult
+	for _, a := range res.Arrays {
+		if a.Status != golden.StatusPass {
+			out = append(out, a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b golden.ArrayResult) int { return cmp.Compare(golden.Excess(b), golden.Excess(a)) })
+	return out[:min(n, len(out))]
 }

@@ -3,34 +3,50 @@
 //
 // Usage:
 //
-//	modref check [-dir DIR] [--candidate FILE.npz|DIR] [--json] [--junit FILE] [--allow-missing] [CASE...]
-//	modref diagnose [-dir DIR] --candidate FILE.npz CASE
-//	modref list [-dir DIR]
-//	modref explain [-dir DIR] CASE
-//	modref gen [-dir DIR]
+//	modref check [--corpus DIR] [--candidate FILE.npz|DIR] [--json] [--junit FILE] [--allow-missing] [CASE...]
+//	modref diagnose [--corpus DIR] --candidate FILE.npz CASE
+//	modref list [--corpus DIR]
+//	modref explain [--corpus DIR] CASE
+//	modref gen [--out DIR]
 //	modref mlp [-steps N] [-seed S] [-lr LR]
+//	modref train [--out DIR] [--data FILE] [--resume] [flags]
+//	modref sample --checkpoint DIR [--prompt TEXT] [flags]
 //
 // check compares a candidate implementation's arrays with the golden corpus
 // (docs/golden-format.md), or, without a candidate, modref's own; list and
 // explain describe the cases; gen regenerates the corpus from ref; mlp trains
-// a tiny perceptron with the autograd engine and prints its loss.
+// a tiny perceptron with the autograd engine and prints its loss; train
+// trains a byte-level MoD language model on a text and writes a run
+// directory (checkpoint, metrics, pictures); sample generates text from it
+// with causal routing.
+//
+// The corpus is built into the command (package golden embeds it), so modref
+// runs from any directory once installed with
+// go install github.com/modref/modref/cmd/modref@latest; --corpus DIR (or
+// -dir DIR) reads a corpus of one's own instead. -h or --help after any
+// command prints its usage.
 //
 // Exit status: 0 on success, 1 when check finds a mismatch, 2 on bad usage
-// or input.
+// or input, 130 when train is interrupted (after saving its checkpoint).
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/internal/atomicfile"
 )
 
 func main() {
-	atomicfile.HandleSignals()
+	// train handles SIGINT and SIGTERM itself: it saves a checkpoint and
+	// exits 130. The other commands remove the temporary files they are
+	// writing and exit.
+	if len(os.Args) < 2 || os.Args[1] != "train" {
+		atomicfile.HandleSignals()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -38,13 +54,17 @@ const usage = `usage: modref <command> [flags]
 
 commands:
   check     compare a candidate (or modref itself) with the golden corpus
-  diagnose  name the deviation of SPEC.md section 11 a failing candidate matches
+  diagnose  name the deviation of docs/spec.md §11 a failing candidate matches
   list      list the corpus's cases
   explain   show a case's configuration, equations and what it catches
-  gen       regenerate the corpus from ref
+  gen       regenerate the corpus from ref and write it to a directory
   mlp       train a tiny MLP with the autograd engine and print its loss
+  train     train a byte-level MoD language model (checkpoint, metrics, pictures)
+  sample    generate text from a trained model with causal routing
 
-Run modref <command> -h for a command's flags.
+The cases come from the corpus built into modref; --corpus DIR reads
+another. Run modref help <command> (or modref <command> -h) for a
+command's flags.
 `
 
 // errUsage marks errors that come from how the command was called.
@@ -70,7 +90,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runGen(args[1:], stdout, stderr)
 	case "mlp":
 		err = runMLP(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	case "train":
+		err = runTrain(args[1:], stdout, stderr)
+	case "sample":
+		err = runSample(args[1:], stdout, stderr)
+	case "help":
+		if len(args) == 2 && args[1] != "help" {
+			return run([]string{args[1], "-h"}, stdout, stderr) // modref help CMD
+		}
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
@@ -78,10 +108,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.Is(err, errMismatch):
 		return 1
+	case errors.Is(err, errInterrupted):
+		return 130
+	case errors.Is(err, golden.ErrUnknownCase):
+		fmt.Fprintf(stderr, "modref %s: %v\n(modref list names every case)\n", args[0], err)
 	case !errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "modref %s: %v\n", args[0], err)
 	}
@@ -89,9 +123,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseFlags parses a command's flags, reporting errors as usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+func parseFlags(fs *flagSet, args []string) error {
+	if err := fs.parse(args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "modref %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
@@ -103,11 +137,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // parseInterleaved parses a command's flags wherever they stand among its
 // arguments (modref check CASE --candidate FILE as well as the other order)
 // and returns the arguments that are not flags, in order.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
 	var names []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, errUsage
+		if err := fs.parse(args); err != nil {
+			return nil, err
 		}
 		if fs.NArg() == 0 {
 			return names, nil

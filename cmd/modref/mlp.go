@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -14,8 +13,17 @@ import (
 // to recover the labels of a fixed random teacher network, printing the
 // cross-entropy as it falls.
 func runMLP(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("mlp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("mlp", stdout, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: modref mlp [-steps N] [-seed S] [-lr LR]
+
+Trains a tiny perceptron with the autograd engine to recover a random
+teacher's labels, and prints its cross-entropy as it falls.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	steps := fs.Int("steps", 300, "gradient steps")
 	seed := fs.Uint64("seed", 1, "random seed for data and initialisation")
 	lr := fs.Float64("lr", 0.5, "learning rate")

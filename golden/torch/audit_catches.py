@@ -3,7 +3,7 @@
 
 Usage: /usr/bin/python3 golden/torch/audit_catches.py [DIR] [--convention KEY=VALUE ...]
 
-For each deviation of SPEC.md section 11, plant it in mod_torch, run every case,
+For each deviation of docs/spec.md §11, plant it in mod_torch, run every case,
 and compare the cases that fail with the cases whose manifest lists the deviation
 in "catches". A case that claims a deviation but passes under it is reported as
 an OVERCLAIM (exit 1); a case that fails without claiming it is listed as

@@ -7,10 +7,10 @@ This is what a PyTorch user's CI does with modref: load a golden case's
 inputs and parameters, run their own MoD layer or model on them, compute the
 gradients of the case's loss, and save every array under the candidate names
 of docs/golden-format.md (the expected.* names without the prefix, and the
-grad.* names). Here the "user's implementation" is mod_torch; --dtype float32
-runs it in float32, as a production implementation would, and --deviate NAME
-plants one of the deviations of SPEC.md section 11, to see `modref diagnose`
-name it. Exit status: 0 on success, 2 on bad input or usage.
+grad.* names) with golden/python/modref_golden.py. Here the "user's
+implementation" is mod_torch; --dtype float32 runs it in float32, as a
+production implementation would, and --deviate NAME plants one of the
+deviations of docs/spec.md §11, to see `modref diagnose` name it. Exit status: 0 on success, 2 on bad input or usage.
 """
 
 import os
@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_corpus as C  # noqa: E402
 import mod_torch as M  # noqa: E402
+import modref_golden as G  # noqa: E402  (check_corpus puts golden/python on the path)
 
 
 def main(argv):
@@ -47,19 +48,21 @@ def main(argv):
     except C.BadInput as e:
         print("candidate: %s: %s" % (case_json, e), file=sys.stderr)
         return 2
-    wanted = [a["name"] for a in man["arrays"] if a["role"] == "expected"]
+    case = G.Case(man, arrays)
     cand = {}
-    for name in wanted:
-        key = name[len("expected."):] if name.startswith("expected.") else name
-        v = grads.get(name) if name.startswith("grad.") else values.get(key)
+    for key in case.outputs:
+        v = grads.get(key) if key.startswith("grad.") else values.get(key)
         if v is None:
-            print("candidate: %s: the implementation produced no %s" % (case_json, key), file=sys.stderr)
-            return 2
+            continue  # write_candidate names what is missing
         a = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
         if a.dtype.kind == "f":
             a = a.astype(np.float32 if dtype == "float32" else np.float64)
         cand[key] = a
-    np.savez(out, **cand)
+    try:
+        G.write_candidate(case, out, cand)
+    except G.CandidateError as e:
+        print("candidate: %s: %s" % (case_json, e), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -10,18 +10,18 @@ corpus. One line per case, then "N passed, M failed".
 Exit status: 0 all pass, 1 a case failed, 2 bad input.
 """
 
-import json
 import math
 import os
 import re
 import sys
-import zipfile
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
 import mod_torch as M  # noqa: E402
+import modref_golden as G  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 DEFAULT_CONVENTIONS = dict(M.CONVENTIONS)
@@ -41,44 +41,9 @@ GRAD_RTOL = 1e-6
 GRAD_ATOL_SCALED = 1e-7   # atol = GRAD_ATOL_SCALED * max(1, max|expected|)
 
 
-class BadInput(Exception):
-    pass
-
-
-# --------------------------------------------------------------------------
-# Loading
-
-def load_case(json_path):
-    try:
-        with open(json_path, "rb") as fh:
-            man = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        raise BadInput("%s: cannot read manifest: %s" % (json_path, e))
-    if not isinstance(man, dict):
-        raise BadInput("%s: manifest is not a JSON object" % json_path)
-    if man.get("format") != "modref-golden":
-        raise BadInput("%s: format %r is not modref-golden" % (json_path, man.get("format")))
-    if man.get("version") != 1:
-        raise BadInput("%s: unknown format version %r (this checker reads version 1)"
-                       % (json_path, man.get("version")))
-    npz_path = json_path[:-5] + ".npz"
-    try:
-        with open(npz_path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-            arrays = {k: np.array(z[k]) for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
-        raise BadInput("%s: cannot read arrays: %s" % (npz_path, e))
-    for spec in man.get("arrays", []):
-        nm = spec.get("name")
-        if nm not in arrays:
-            raise BadInput("%s: array %r listed in the manifest is missing" % (npz_path, nm))
-        if list(arrays[nm].shape) != list(spec.get("shape", [])):
-            raise BadInput("%s: array %r has shape %s, manifest says %s"
-                           % (npz_path, nm, list(arrays[nm].shape), spec.get("shape")))
-        want = spec.get("dtype")
-        if want is not None and arrays[nm].dtype != np.dtype(want):
-            raise BadInput("%s: array %r has dtype %s, manifest says %s"
-                           % (npz_path, nm, arrays[nm].dtype, want))
-    return man, arrays
+# Reading a case: (manifest, arrays), every listed array's shape and dtype checked.
+BadInput = G.BadInput
+load_case = G.read_case
 
 
 def tens(a):

@@ -1,8 +1,8 @@
-"""A float64 PyTorch implementation of Mixture-of-Depths, written from SPEC.md.
+"""A float64 PyTorch implementation of Mixture-of-Depths, written from docs/spec.md.
 
 This module is the independent cross-check of modref's golden corpus. It is
-written from /work/shared/SPEC.md (sections 2-10) and docs/golden-format.md
-only; it does not read or translate any Go code. Every choice that SPEC.md
+written from the contract of docs/spec.md (§2-§10, §13) and docs/golden-format.md
+only; it does not read or translate any Go code. Every choice that docs/spec.md
 leaves open is listed in CHOICES below and in golden/torch/README.md.
 
 Conventions (docs/golden-format.md):
@@ -20,7 +20,7 @@ import torch
 
 DTYPE = torch.float64
 
-# Decisions SPEC.md leaves open, made here from SPEC.md / the paper.
+# Decisions docs/spec.md leaves open, made here from docs/spec.md / the paper.
 CHOICES = {
     "capacity_floor_eps": "k = largest integer <= c*n + 1e-9 (ratio and log rules), clamp to [1, n]",
     "capacity_padding": "each capacity rule is applied to the row's valid length V_b in place of S "
@@ -32,36 +32,38 @@ CHOICES = {
     "load_balance_padding": "m and p are 0 at padded positions; F_s and P_s are means over all B rows",
     "dense_padding": "dense (straight-through) compute attends over the valid tokens of the row only",
     "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
-    "padded_outputs": "a layer passes a padded token through unchanged (out = x, SPEC.md section 6); "
+    "window": "a token at original position p attends to the tokens of its block's sequence "
+              "(in a routed block the selected ones) at positions in (p - w, p] (docs/spec.md §13)",
+    "padded_outputs": "a layer passes a padded token through unchanged (out = x, docs/spec.md §6); "
                       "router logits, weights, targets, predictor logits and model logits are 0 there; "
                       "padded tokens never enter attention, selection or any loss",
 }
 
 # Conventions of the golden format on which the committed corpus and
 # docs/golden-format.md have been seen to differ. The defaults follow the format
-# doc (and SPEC.md); check_corpus.py --convention KEY=VALUE selects the other
+# doc (and docs/spec.md); check_corpus.py --convention KEY=VALUE selects the other
 # reading, to show that a disagreement is exactly that one point.
 CONVENTIONS = {
     # golden-format.md: expected.weights is g at every valid token (softmax: g is
     # defined on selected tokens only, 0 elsewhere). 'routed': g only where routed,
     # the format doc's first wording, kept to show the difference.
     "weights": "all",
-    # SPEC.md section 8: t_i = 1 if token i was selected; read here as the top-k selection
+    # docs/spec.md §8: t_i = 1 if token i was selected; read here as the top-k selection
     # under the capacity (the paper's Sec. 3.5 targets). 'routed': t = the causal decision.
     "causal_targets": "topk",
 }
 
-# A deliberate deviation of SPEC.md section 11, planted only by
+# A deliberate deviation of docs/spec.md §11, planted only by
 # check_corpus.py --deviate NAME to verify that the cases whose manifest lists NAME
 # in "catches" really fail under it. None in normal use.
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
-              "capacity_off_by_one", "decode_mismatch")
+              "capacity_off_by_one", "decode_mismatch", "window_gathered_indices")
 DEVIATION = None
 
 
 # --------------------------------------------------------------------------
-# Capacity (SPEC.md section 3)
+# Capacity (docs/spec.md §3)
 
 def robust_floor(v):
     """The largest integer k with k <= v + 1e-9 (so 0.29*100 -> 29)."""
@@ -104,7 +106,7 @@ def annealed_ratio(c0, c1, step, warmup):
 
 
 # --------------------------------------------------------------------------
-# Selection (SPEC.md section 4)
+# Selection (docs/spec.md §4)
 
 def topk_select(r_row, k, row=None):
     """Positions of the k largest values of the 1-D tensor r_row, ties to the
@@ -189,26 +191,35 @@ def attention_qkv(h, pos, P, cfg):
     return q, k, v
 
 
-def attend(q, pos_q, k, v, pos_k, P):
+def attend(q, pos_q, k, v, pos_k, P, window=0):
     """Multi-head causal attention of queries q (n x H x dh) over keys k, v (m x H x dh):
-    query i sees key j iff pos_k[j] <= pos_q[i] (pos_* are the mask's positions). Returns
-    n x d after Wo."""
+    query i sees key j iff pos_k[j] <= pos_q[i] and, with a window w > 0 (docs/spec.md
+    §13), pos_q[i] - pos_k[j] < w (pos_* are the mask's positions). Returns n x d after
+    Wo."""
     n, H, dh = q.shape
     scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(dh)
     mask = pos_k[None, :] <= pos_q[:, None]               # n x m
+    if window > 0:
+        mask = mask & (pos_q[:, None] - pos_k[None, :] < window)
     scores = scores.masked_fill(~mask[None, :, :], float("-inf"))
     a = torch.softmax(scores, dim=-1)
     o = torch.einsum("hij,jhd->ihd", a, v).reshape(n, H * dh)
     return o @ P["Wo"]
 
 
+def window_of(cfg):
+    """The sliding attention window w of docs/spec.md §13; 0 is none."""
+    return int(cfg.get("window", 0) or 0)
+
+
 def attn_block(xs, pos, P, cfg, mask_pos=None):
     """Attn(N1(xs)) for a sequence xs (n x d) at original positions pos. The causal mask
-    follows pos too, unless mask_pos is given (only the unsorted_indices deviation does)."""
+    and the window follow pos too, unless mask_pos is given (only the unsorted_indices
+    and window_gathered_indices deviations do)."""
     h = norm(xs, P, "Norm1", cfg)
     q, k, v = attention_qkv(h, pos, P, cfg)
     mp = pos if mask_pos is None else mask_pos
-    return attend(q, mp, k, v, mp, P)
+    return attend(q, mp, k, v, mp, P, window_of(cfg))
 
 
 def mlp(h, P, cfg):
@@ -226,7 +237,7 @@ def mlp_block(xs, P, cfg):
 
 
 def block_update(xs, pos, P, cfg, mask_pos=None):
-    """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (SPEC.md section 5)."""
+    """f(X~) = Y - X~ with H_ = X~ + Attn(N1(X~)), Y = H_ + MLP(N2(H_)) (docs/spec.md §5)."""
     a = attn_block(xs, pos, P, cfg, mask_pos)
     hh = xs + a
     y = hh + mlp_block(hh, P, cfg)
@@ -293,7 +304,7 @@ def weights_of(r, m, valid_mask, kind):
 
 
 # --------------------------------------------------------------------------
-# One routed layer (SPEC.md sections 2-9)
+# One routed layer (docs/spec.md §2-§9)
 
 def valid_mask_of(valid, B, S):
     pos = torch.arange(S)[None, :]
@@ -350,7 +361,9 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         for i in tsel[b]:
             t[b, i] = 1.0
 
-    g = weights_of(r, m, vm, "none" if DEVIATION == "no_weighting" else cfg.get("weighting", "raw"))
+    g_router = weights_of(r, m, vm, cfg.get("weighting", "raw"))
+    # no_weighting: g is computed (and reported as `weights`) but not applied.
+    g = torch.ones_like(r) if DEVIATION == "no_weighting" else g_router
     compute = cfg.get("compute", "gather")
     mlp_only = bool(cfg.get("mlp_only", False))
 
@@ -379,6 +392,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                     it = torch.tensor(idx, dtype=torch.long)
                     if DEVIATION == "unsorted_indices":   # score order, mask by that order
                         it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
+                    elif DEVIATION == "window_gathered_indices":   # window counted in gathered indices
                         f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
                     else:
                         f = block_update(xb[it], it, P, cfg)
@@ -412,11 +427,11 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     out = torch.stack(rows, dim=0)
     multipliers = (g * m).detach()
     if CONVENTIONS["weights"] == "routed":
-        w_out = multipliers
+        w_out = (g_router * m).detach()
     elif cfg.get("weighting", "raw") == "softmax":     # softmax g is only defined on selected tokens
-        w_out = multipliers
+        w_out = (g_router * m).detach()
     else:
-        w_out = (g * vm).detach()
+        w_out = (g_router * vm).detach()
 
     nvalid = vm.sum()
     aux = {}
@@ -488,7 +503,7 @@ def dense_layer(x, valid, P, cfg):
 
 
 # --------------------------------------------------------------------------
-# The small language model (SPEC.md section 10 patterns; embedding, head, CE)
+# The small language model (docs/spec.md §10 patterns; embedding, head, CE)
 
 def layer_params(P, l):
     pre = "L%d." % l
@@ -546,7 +561,7 @@ def cross_entropy(logits, targets):
 
 
 # --------------------------------------------------------------------------
-# Token-by-token decoding with per-layer caches (SPEC.md section 9)
+# Token-by-token decoding with per-layer caches (docs/spec.md §9)
 
 def decode(tokens, valid, P, cfg_model):
     """Decode each row token by token. A routed layer's cache holds only the tokens
@@ -575,7 +590,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     x = hh + mlp_block(hh, Pl, lc)
                     continue
@@ -591,7 +606,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     if go:
                         g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
                         xp = xp + g[:, None] * mlp_block(xp, Pl, lc)
@@ -608,7 +623,7 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl)
+                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     y = hh + mlp_block(hh, Pl, lc)
                     x = x + g[:, None] * (y - x)

@@ -233,17 +233,66 @@ class TestLayer(unittest.TestCase):
         self.assertIsNone(g)
 
 
+class TestWindow(unittest.TestCase):
+    """docs/spec.md §13: a routed block's window is counted in original positions."""
+
+    def setUp(self):
+        self.gen = torch.Generator().manual_seed(11)
+
+    def test_window_in_original_positions(self):
+        cfg = layer_cfg(capacity={"kind": "ratio", "ratio": 0.5})
+        P = layer_params(cfg, self.gen)
+        x = torch.randn(2, 8, 8, generator=self.gen)
+        valid = [8, 6]
+        plain = M.routed_layer(x, valid, P, cfg)
+        # a window at least as long as the row is no window at all
+        wide = M.routed_layer(x, valid, P, dict(cfg, window=8))
+        self.assertTrue(torch.equal(plain["out"], wide["out"]))
+        # w = 1: each selected token attends to itself only, f_i = block_update of a
+        # one-token sequence at its position
+        one = M.routed_layer(x, valid, P, dict(cfg, window=1))
+        for b in range(2):
+            for i in one["sel"][b]:
+                it = torch.tensor([i])
+                f = M.block_update(x[b, it], it, P, cfg)
+                want = x[b, i] + one["multipliers"][b, i] * f[0]
+                self.assertTrue(torch.allclose(one["out"][b, i], want, atol=1e-13, rtol=0))
+        # w = 2 by original position: a selected token whose selected predecessor is
+        # two or more positions back attends to itself only
+        cfg2 = dict(cfg, window=2)
+        two = M.routed_layer(x, valid, P, cfg2)
+        checked = 0
+        for b in range(2):
+            sel = two["sel"][b]
+            for j, i in enumerate(sel):
+                if j > 0 and i - sel[j - 1] >= 2:
+                    it = torch.tensor([i])
+                    f = M.block_update(x[b, it], it, P, cfg)
+                    want = x[b, i] + two["multipliers"][b, i] * f[0]
+                    self.assertTrue(torch.allclose(two["out"][b, i], want, atol=1e-13, rtol=0))
+                    checked += 1
+        self.assertGreater(checked, 0)
+        # counting the window in gathered indices is the named deviation, and differs
+        M.DEVIATION = "window_gathered_indices"
+        try:
+            dev = M.routed_layer(x, valid, P, cfg2)
+        finally:
+            M.DEVIATION = None
+        self.assertFalse(torch.allclose(dev["out"], two["out"], atol=1e-6, rtol=0))
+
+
 class TestModel(unittest.TestCase):
     def setUp(self):
         self.gen = torch.Generator().manual_seed(3)
 
-    def make(self, causal, mlp_only=False, positions="rope"):
+    def make(self, causal, mlp_only=False, positions="rope", window=0):
         layers = []
         P = {}
         for l in range(4):
             routed = l % 2 == 1
             cfg = layer_cfg(causal=causal if routed else "off", mlp_only=mlp_only, positions=positions,
-                            aux="predictor" if causal == "predictor" else "router_bce", aux_weight=0.1)
+                            aux="predictor" if causal == "predictor" else "router_bce", aux_weight=0.1,
+                            window=window)
             layers.append({"routed": routed, "layer": cfg})
             P.update(layer_params(cfg, self.gen, "L%d." % l))
         V = 11
@@ -257,8 +306,8 @@ class TestModel(unittest.TestCase):
     def test_decode_equals_full_causal_forward(self):
         for causal in ("router", "predictor"):
             for mo in (False, True):
-                for pos in ("rope", "learned"):
-                    cfg, P = self.make(causal, mo, pos)
+                for pos, window in (("rope", 0), ("learned", 0), ("rope", 2), ("learned", 3)):
+                    cfg, P = self.make(causal, mo, pos, window)
                     tokens = torch.randint(0, 11, (2, 9), generator=self.gen)
                     valid = [9, 6]
                     full = M.model_forward(tokens, valid, P, cfg)

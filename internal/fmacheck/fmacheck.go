@@ -17,6 +17,7 @@ package fmacheck
 import (
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/importer"
 	"go/parser"
 	"go/printer"
@@ -38,7 +39,9 @@ type Finding struct {
 // String returns the position and the expression, as in "file.go:3:9: x*y + z".
 func (f Finding) String() string { return fmt.Sprintf("%s: %s", f.Pos, f.Expr) }
 
-// Check type-checks the non-test Go files of the package in dir and returns
+// Check type-checks the non-test Go files of the package in dir that the go
+// command would build for this GOOS and GOARCH (file names and build
+// constraints, as go/build matches them), and returns
 // every addition or subtraction, including += and -=, one of whose operands
 // is an unconverted floating-point product.
 func Check(dir string) ([]Finding, error) {
@@ -51,6 +54,11 @@ func Check(dir string) ([]Finding, error) {
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		if ok, err := build.Default.MatchFile(dir, name); err != nil {
+			return nil, fmt.Errorf("fmacheck: %w", err)
+		} else if !ok {
 			continue
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)

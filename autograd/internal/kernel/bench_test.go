@@ -19,6 +19,8 @@ func randMat(rng *rand.Rand, r, c int) []float32 {
 
 type benchShape struct{ m, k, n int }
 
+func (s benchShape) String() string { return fmt.Sprintf("%dx%dx%d", s.m, s.k, s.n) }
+
 func benchShapes() []benchShape {
 	var s []benchShape
 	for _, d := range []int{64, 128, 256, 512, 1024} {
@@ -51,19 +53,21 @@ func benchMatMul(b *testing.B, s benchShape, f func(c, x, y []float32)) {
 	}
 }
 
+// BenchmarkMatMul times the three products on every path this machine can
+// run (named path/op/shape; the default path is the first), and vek's
+// kernel beside them. Run it with GOMAXPROCS=1 for per-core figures.
 func BenchmarkMatMul(b *testing.B) {
 	for _, s := range benchShapes() {
-		name := fmt.Sprintf("%dx%dx%d", s.m, s.k, s.n)
-		b.Run("NN/"+name, func(b *testing.B) {
-			benchMatMul(b, s, func(c, x, y []float32) { MatMulNN(c, x, y, s.m, s.k, s.n) })
-		})
-		b.Run("NT/"+name, func(b *testing.B) {
-			benchMatMul(b, s, func(c, x, y []float32) { MatMulNT(c, x, y, s.m, s.k, s.n) })
-		})
-		b.Run("TN/"+name, func(b *testing.B) {
-			benchMatMul(b, s, func(c, x, y []float32) { MatMulTN(c, x, y, s.m, s.k, s.n) })
-		})
-		b.Run("vek/"+name, func(b *testing.B) {
+		for _, pt := range paths {
+			for _, kn := range kernels {
+				b.Run(pt.name+"/"+kn.name+"/"+s.String(), func(b *testing.B) {
+					onPath(pt, func() {
+						benchMatMul(b, s, func(c, x, y []float32) { kn.f(c, x, y, s.m, s.k, s.n) })
+					})
+				})
+			}
+		}
+		b.Run("vek/NN/"+s.String(), func(b *testing.B) {
 			benchMatMul(b, s, func(c, x, y []float32) { vek32.MatMul_Into(c, x, y, s.k) })
 		})
 	}

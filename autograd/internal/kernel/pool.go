@@ -20,16 +20,14 @@ const (
 // costs more than it saves.
 const parallelMinFlops = 1 << 18
 
-// Work is shared out in blocks of c: up to blockRows full rows for MatMulNN
-// and MatMulTN (whose gathered panel of a is built once per block), and up
-// to ntBlockRows rows × ntCols columns for MatMulNT, whose transposed panel
-// of b is built once per block. When the product is shared, the rows are cut
-// into more blocks until their number is a multiple of the participants'.
-// Block sizes change speed, never bits.
-const (
-	blockRows   = 48
-	ntBlockRows = 512
-)
+// Work is shared out in blocks of c, each computed by one participant with
+// its own packing (gemm.go). Alone, the caller takes the whole product in
+// column blocks of nc. Shared, the larger of m and n is cut further, into
+// blocksPer blocks per participant (so that a participant slowed by other
+// work on the machine is made up for by the others), rows in multiples of
+// the path's mr and columns in multiples of its nr. Block sizes change
+// speed, never bits.
+const blocksPer = 2
 
 // job is one product shared between its caller and some workers. Each
 // participant claims blocks through next until none are left, so the split
@@ -37,6 +35,7 @@ const (
 // whichever participant computes it.
 type job struct {
 	op                op
+	path              *path
 	c, a, b           []float32
 	m, k, n           int
 	rowsPer, colsPer  int
@@ -44,7 +43,7 @@ type job struct {
 	next              atomic.Int64
 	done              sync.WaitGroup
 	// scratch is the caller's scratch space; each worker has its own.
-	scratch []float32
+	scratch scratch
 }
 
 // jobList keeps up to 64 jobs for reuse, last in first out, so that a
@@ -90,7 +89,7 @@ func start() {
 	queue = make(chan *job, 4*workers+4)
 	for range workers {
 		go func() {
-			var scratch []float32 // this worker's own, grown as needed
+			var scratch scratch // this worker's own, grown as needed
 			for j := range queue {
 				j.work(&scratch)
 				j.done.Done()
@@ -109,26 +108,24 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		clear(c)
 		return
 	}
-	maxRows, colsPer := blockRows, n
-	if o == opNT {
-		maxRows, colsPer = ntBlockRows, ntCols
-	}
-	colBlocks := (n + colsPer - 1) / colsPer
-	if n > 1 && n%colsPer == 1 {
-		colBlocks-- // the last block takes the last column (see ntCols)
-	}
-	rowBlocks := (m + maxRows - 1) / maxRows
+	pt := active
 	parts := 1
 	if m*k*n >= parallelMinFlops {
 		// The pool has NumCPU-1 workers, so helpers never outnumber them.
 		parts = min(runtime.GOMAXPROCS(0), runtime.NumCPU())
 	}
-	for rowBlocks < m && colBlocks*rowBlocks%parts != 0 {
-		rowBlocks++ // a multiple of parts blocks, so that all finish together
+	rowsPer, colsPer := m, min(n, nc)
+	if parts > 1 {
+		want := parts * blocksPer
+		if m >= n {
+			rowsPer = roundUp((m+want-1)/want, pt.mr)
+		} else {
+			colsPer = min(colsPer, roundUp((n+want-1)/want, pt.nr()))
+		}
 	}
-	rowsPer := (m + rowBlocks - 1) / rowBlocks
+	colBlocks := (n + colsPer - 1) / colsPer
 	j := jobs.get()
-	j.op, j.c, j.a, j.b, j.m, j.k, j.n = o, c, a, b, m, k, n
+	j.op, j.path, j.c, j.a, j.b, j.m, j.k, j.n = o, pt, c, a, b, m, k, n
 	j.rowsPer, j.colsPer = rowsPer, colsPer
 	j.colBlocks = int64(colBlocks)
 	j.blocks = int64(colBlocks * ((m + rowsPer - 1) / rowsPer))
@@ -151,47 +148,24 @@ func run(o op, c, a, b []float32, m, k, n int) {
 	jobs.put(j)
 }
 
-// work claims and computes blocks of j until none are left.
-func (j *job) work(scratch *[]float32) {
+// work claims and computes blocks of j until none are left. It first grows
+// s to what the job's largest block needs, so that whether a participant
+// allocates does not depend on which blocks it happens to claim.
+func (j *job) work(s *scratch) {
+	kb, nr := min(kc, j.k), j.path.nr()
+	s.a = grow(s.a, kb*min(mc, j.rowsPer))
+	s.b = grow(s.b, kb*roundUp(j.colsPer, nr))
+	s.tile = grow(s.tile, j.path.mr*nr)
 	for {
 		blk := j.next.Add(1) - 1
 		if blk >= j.blocks {
 			return
 		}
 		i0 := int(blk/j.colBlocks) * j.rowsPer
-		cb := blk % j.colBlocks
-		j0, j1 := int(cb)*j.colsPer, j.n
-		if cb < j.colBlocks-1 {
-			j1 = j0 + j.colsPer
-		}
-		j.block(i0, min(i0+j.rowsPer, j.m), j0, j1, scratch)
+		j0 := int(blk%j.colBlocks) * j.colsPer
+		j.block(j.path, i0, min(i0+j.rowsPer, j.m), j0, min(j0+j.colsPer, j.n), s)
 	}
 }
 
-// block computes rows [i0, i1), columns [j0, j1) of c, growing *scratch to
-// what the vek path needs.
-func (j *job) block(i0, i1, j0, j1 int, scratch *[]float32) {
-	var size int
-	if useVek {
-		switch j.op {
-		case opNN:
-			size = j.n
-		case opNT:
-			size = (j.k + 1) * (ntCols + 1)
-		case opTN:
-			size = blockRows*j.k + j.n
-		}
-	}
-	if cap(*scratch) < size {
-		*scratch = make([]float32, size)
-	}
-	s := (*scratch)[:size]
-	switch j.op {
-	case opNN:
-		blockNN(j.c, j.a, j.b, s, j.k, j.n, i0, i1)
-	case opNT:
-		blockNT(j.c, j.a, j.b, s, j.k, j.n, i0, i1, j0, j1)
-	case opTN:
-		blockTN(j.c, j.a, j.b, s, j.m, j.k, j.n, i0, i1)
-	}
-}
+// roundUp returns x rounded up to a multiple of q.
+func roundUp(x, q int) int { return (x + q - 1) / q * q }

@@ -1,0 +1,317 @@
+package kernel
+
+// asmKernel is the signature of the generated micro-kernels
+// (kernel_amd64.s, from asmgen; amd64 only): an mr×w block of c from k steps
+// of packed panels of a and b, laid out as packA and packB write them.
+type asmKernel func(k int, a, b, c *float32, ldc int, load bool)
+
+// path is one implementation of the micro-kernel: generated assembly for a
+// SIMD instruction set, or the Go loops.
+type path struct {
+	name string
+	// mr is the most rows of c a micro-kernel holds; a block's last rows
+	// go to the kernel for fewer rows.
+	mr int
+	// widths are the panel widths of b the micro-kernels take, ascending;
+	// the last is the full width nr. A block's last columns go to the
+	// narrowest width that holds them, zero-padded in the panel and
+	// computed through a scratch tile when they do not fill it.
+	widths []int
+	// asm[mr-1][w] is the kernel for mr rows and widths[w] columns; nil on
+	// the Go path.
+	asm [][]asmKernel
+	// transpose4 and transpose8 pack 4 and 8 rows into interleaved
+	// columns (transposer); nil on the Go path, which packs in Go.
+	transpose4, transpose8 transposer
+}
+
+// transposer copies r rows of n values, src[i·lds+p], to dst[p·ldd+i] for
+// i < r and p < n (r = 4 or 8, by function).
+type transposer func(dst *float32, ldd int, src *float32, lds int, n int)
+
+// nr returns the full panel width.
+func (pt *path) nr() int { return pt.widths[len(pt.widths)-1] }
+
+// width returns the index in widths of the narrowest panel that holds w
+// columns, and that panel's width.
+func (pt *path) width(w int) (int, int) {
+	for x, pw := range pt.widths {
+		if pw >= w {
+			return x, pw
+		}
+	}
+	return len(pt.widths) - 1, pt.nr()
+}
+
+// goPath is the pure-Go path: 4×4 register blocks, and narrower ones for
+// the edges, so that its panels never need padding.
+var goPath = &path{name: "go", mr: 4, widths: []int{1, 2, 3, 4}}
+
+var (
+	// paths lists the paths this machine can run, fastest first.
+	paths = available()
+	// active is the path the kernels run on: the fastest. Tests switch it.
+	active = paths[0]
+)
+
+// Cache blocking, for an AMD Zen 4 core (32 KiB L1d, 1 MiB L2, 32 MiB L3
+// shared; docs/performance.md). A kc×nr panel of b (32 KiB on the AVX-512
+// path, 16 KiB on AVX2) serves every register block of rows of an mc×kc
+// block of a (192 KiB, in L2); the kc×nc block of b a participant packs
+// (up to 1 MiB) stays in L2 and L3 while its rows of a pass, and a is
+// packed once per run of k when n <= nc. On this machine kc from
+// 128 to 512, mc from 96 to 384 and nc of 512 or 1024 were within a few per
+// cent of each other at 256³ to 1024³ (about the noise of a shared
+// machine); these were at the top. They change speed only: the
+// micro-kernels continue each element's chain of multiply-adds across runs
+// of k, so the bits do not depend on them.
+const (
+	kc = 256
+	mc = 192
+	nc = 1024
+)
+
+// scratch is one participant's packing space, grown to the largest block
+// seen.
+type scratch struct {
+	a, b []float32
+	// tile receives a register block whose columns do not fill its panel.
+	tile []float32
+}
+
+// grow returns x with length n, reallocated only if its capacity is short.
+func grow(x []float32, n int) []float32 {
+	if cap(x) < n {
+		return make([]float32, n)
+	}
+	return x[:n]
+}
+
+// block computes rows [i0, i1), columns [j0, j1) of c for j's product, on
+// path pt. For each run of kc steps of k it packs the run's rows of b for
+// the block's columns into panels of nr columns (kc×nr each, step after
+// step), then for each mc rows packs a into panels of mr rows, and calls
+// the micro-kernel for every register block.
+func (j *job) block(pt *path, i0, i1, j0, j1 int, s *scratch) {
+	k, n := j.k, j.n
+	nr := pt.nr()
+	_, lastW := pt.width((j1 - j0) % nr)
+	if (j1-j0)%nr == 0 {
+		lastW = 0
+	}
+	bCols := (j1-j0)/nr*nr + lastW // packed width, padded
+	s.b = grow(s.b, min(kc, k)*bCols)
+	s.a = grow(s.a, min(kc, k)*min(mc, i1-i0))
+	s.tile = grow(s.tile, pt.mr*nr)
+	for p0 := 0; p0 < k; p0 += kc {
+		kb := min(kc, k-p0)
+		j.packB(s.b, pt, kb, p0, j0, j1)
+		for r0 := i0; r0 < i1; r0 += mc {
+			mb := min(mc, i1-r0)
+			j.packA(s.a, pt, kb, p0, r0, mb)
+			for jr := 0; jr < j1-j0; jr += nr {
+				w := min(nr, j1-j0-jr)
+				x, pw := pt.width(w)
+				bp := s.b[jr*kb : (jr+pw)*kb]
+				for ir := 0; ir < mb; ir += pt.mr {
+					mr := min(pt.mr, mb-ir)
+					ap := s.a[ir*kb : (ir+mr)*kb]
+					c0 := (r0+ir)*n + j0 + jr
+					if w == pw {
+						pt.micro(x, kb, ap, bp, j.c[c0:], n, mr, pw, p0 > 0)
+						continue
+					}
+					t := s.tile[:mr*pw]
+					if p0 > 0 {
+						for i := range mr {
+							copy(t[i*pw:i*pw+w], j.c[c0+i*n:])
+						}
+					}
+					pt.micro(x, kb, ap, bp, t, pw, mr, pw, p0 > 0)
+					for i := range mr {
+						copy(j.c[c0+i*n:c0+i*n+w], t[i*pw:])
+					}
+				}
+			}
+		}
+	}
+}
+
+// micro runs the micro-kernel for an mr×widths[x] register block: c (rows
+// ldc apart) is set to its value (load) or 0 plus the product of the packed
+// panels a (kb×mr) and b (kb×w).
+func (pt *path) micro(x, kb int, a, b, c []float32, ldc, mr, w int, load bool) {
+	if pt.asm != nil {
+		pt.asm[mr-1][x](kb, &a[0], &b[0], &c[0], ldc, load)
+		return
+	}
+	gemmGo(kb, a, b, c, ldc, mr, w, load)
+}
+
+// packB copies rows [p0, p0+kb) of b, columns [j0, j1) (of bᵀ for NT),
+// into dst as panels of pt's full width nr, the last panel as wide as
+// pt.width gives and zero-padded: panel q holds dst[q·nr·kb + p·w + j] =
+// B[p0+p, j0+q·nr+j].
+func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
+	nr := pt.nr()
+	for jr := 0; jr < j1-j0; jr += nr {
+		w := min(nr, j1-j0-jr)
+		_, pw := pt.width(w)
+		d := dst[jr*kb : (jr+pw)*kb]
+		c0 := j0 + jr
+		if j.op == opNT { // b is n×k: column p of bᵀ is row p's entries
+			// Eight rows of b at a time: eight read streams, and writes
+			// that run along d.
+			jj := 0
+			for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
+				pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+			}
+			for ; jj+8 <= w; jj += 8 {
+				src := j.b[(c0+jj)*j.k+p0:]
+				s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+				s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
+				for p := range s0 {
+					q := d[p*pw+jj:][:8]
+					q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+					q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
+				}
+			}
+			for ; jj < w; jj++ {
+				for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
+					d[p*pw+jj] = v
+				}
+			}
+		} else {
+			copyRows(d, pw, j.b[p0*j.n+c0:], j.n, kb, w)
+		}
+		if w < pw {
+			for p := range kb {
+				clear(d[p*pw+w : (p+1)*pw])
+			}
+		}
+	}
+}
+
+// packA copies rows [r0, r0+mb) of a (columns of a for TN), steps
+// [p0, p0+kb), into dst as panels of pt.mr rows, the last one shorter:
+// the panel for rows from r0+ir holds dst[ir·kb + p·mr + i] =
+// A[r0+ir+i, p0+p].
+func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
+	for ir := 0; ir < mb; ir += pt.mr {
+		mr := min(pt.mr, mb-ir)
+		d := dst[ir*kb : (ir+mr)*kb]
+		if j.op == opTN { // a is k×m: row p holds column p of aᵀ
+			copyRows(d, mr, j.a[p0*j.m+r0+ir:], j.m, kb, mr)
+			continue
+		}
+		// Eight or four rows at a time, by the SIMD paths' transposes, or
+		// four at a time, step after step, in Go: a few read streams,
+		// and writes that run along d.
+		i := 0
+		for ; pt.transpose8 != nil && i+8 <= mr; i += 8 {
+			pt.transpose8(&d[i], mr, &j.a[(r0+ir+i)*j.k+p0], j.k, kb)
+		}
+		for ; pt.transpose4 != nil && i+4 <= mr; i += 4 {
+			pt.transpose4(&d[i], mr, &j.a[(r0+ir+i)*j.k+p0], j.k, kb)
+		}
+		for ; i+4 <= mr; i += 4 {
+			src := j.a[(r0+ir+i)*j.k+p0:]
+			s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+			for p := range s0 {
+				q := d[p*mr+i:][:4]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+			}
+		}
+		for ; i < mr; i++ {
+			for p, v := range j.a[(r0+ir+i)*j.k+p0:][:kb] {
+				d[p*mr+i] = v
+			}
+		}
+	}
+}
+
+// copyRows copies rows of w values, src[p·lds:p·lds+w], to dst[p·ldd:p·ldd+w]
+// for p in [0, rows). The widths of the register blocks are copied as
+// arrays, which costs less than copy's checks and call.
+func copyRows(dst []float32, ldd int, src []float32, lds, rows, w int) {
+	switch w {
+	case 32:
+		for p := range rows {
+			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
+		}
+	case 16:
+		for p := range rows {
+			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
+		}
+	case 12:
+		for p := range rows {
+			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
+		}
+	case 8:
+		for p := range rows {
+			*(*[8]float32)(dst[p*ldd:]) = *(*[8]float32)(src[p*lds:])
+		}
+	case 6:
+		for p := range rows {
+			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
+		}
+	case 4:
+		for p := range rows {
+			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
+		}
+	default:
+		for p := range rows {
+			copy(dst[p*ldd:p*ldd+w], src[p*lds:p*lds+w])
+		}
+	}
+}
+
+// gemmGo is the Go micro-kernel: it sets the mr×w block c (rows ldc apart)
+// to its value (load) or 0 plus the product of the packed panels a (k×mr)
+// and b (k×w), each element rounding every product and every sum in order
+// of p.
+func gemmGo(k int, a, b, c []float32, ldc, mr, w int, load bool) {
+	if mr == 4 && w == 4 {
+		gemmGo4x4(k, a, b, c, ldc, load)
+		return
+	}
+	for i := range mr {
+		for jj := range w {
+			var s float32
+			if load {
+				s = c[i*ldc+jj]
+			}
+			for p := range k {
+				s = float32(a[p*mr+i]*b[p*w+jj]) + s
+			}
+			c[i*ldc+jj] = s
+		}
+	}
+}
+
+// gemmGo4x4 is gemmGo for a full 4×4 block, its sixteen sums in variables.
+func gemmGo4x4(k int, a, b, c []float32, ldc int, load bool) {
+	var c00, c01, c02, c03, c10, c11, c12, c13 float32
+	var c20, c21, c22, c23, c30, c31, c32, c33 float32
+	r0, r1, r2, r3 := c[:4], c[ldc:][:4], c[2*ldc:][:4], c[3*ldc:][:4]
+	if load {
+		c00, c01, c02, c03 = r0[0], r0[1], r0[2], r0[3]
+		c10, c11, c12, c13 = r1[0], r1[1], r1[2], r1[3]
+		c20, c21, c22, c23 = r2[0], r2[1], r2[2], r2[3]
+		c30, c31, c32, c33 = r3[0], r3[1], r3[2], r3[3]
+	}
+	a, b = a[:4*k], b[:4*k]
+	for p := 0; p < 4*k; p += 4 {
+		ap, bp := a[p:p+4], b[p:p+4]
+		a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00, c01, c02, c03 = float32(a0*b0)+c00, float32(a0*b1)+c01, float32(a0*b2)+c02, float32(a0*b3)+c03
+		c10, c11, c12, c13 = float32(a1*b0)+c10, float32(a1*b1)+c11, float32(a1*b2)+c12, float32(a1*b3)+c13
+		c20, c21, c22, c23 = float32(a2*b0)+c20, float32(a2*b1)+c21, float32(a2*b2)+c22, float32(a2*b3)+c23
+		c30, c31, c32, c33 = float32(a3*b0)+c30, float32(a3*b1)+c31, float32(a3*b2)+c32, float32(a3*b3)+c33
+	}
+	r0[0], r0[1], r0[2], r0[3] = c00, c01, c02, c03
+	r1[0], r1[1], r1[2], r1[3] = c10, c11, c12, c13
+	r2[0], r2[1], r2[2], r2[3] = c20, c21, c22, c23
+	r3[0], r3[1], r3[2], r3[3] = c30, c31, c32, c33
+}

@@ -1,0 +1,58 @@
+package kernel
+
+import "golang.org/x/sys/cpu"
+
+// avx512 is the AVX-512 path: register blocks of up to 12 rows × 32
+// columns (two 16-lane vectors; 16 for a narrow last panel).
+var avx512 = &path{
+	name:       "avx512",
+	mr:         12,
+	widths:     []int{16, 32},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
+	asm: [][]asmKernel{
+		{gemmAVX512_1x16, gemmAVX512_1x32},
+		{gemmAVX512_2x16, gemmAVX512_2x32},
+		{gemmAVX512_3x16, gemmAVX512_3x32},
+		{gemmAVX512_4x16, gemmAVX512_4x32},
+		{gemmAVX512_5x16, gemmAVX512_5x32},
+		{gemmAVX512_6x16, gemmAVX512_6x32},
+		{gemmAVX512_7x16, gemmAVX512_7x32},
+		{gemmAVX512_8x16, gemmAVX512_8x32},
+		{gemmAVX512_9x16, gemmAVX512_9x32},
+		{gemmAVX512_10x16, gemmAVX512_10x32},
+		{gemmAVX512_11x16, gemmAVX512_11x32},
+		{gemmAVX512_12x16, gemmAVX512_12x32},
+	},
+}
+
+// avx2 is the AVX2+FMA path: register blocks of up to 6 rows × 16 columns
+// (two 8-lane vectors; 8 for a narrow last panel).
+var avx2 = &path{
+	name:       "avx2",
+	mr:         6,
+	widths:     []int{8, 16},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
+	asm: [][]asmKernel{
+		{gemmAVX2_1x8, gemmAVX2_1x16},
+		{gemmAVX2_2x8, gemmAVX2_2x16},
+		{gemmAVX2_3x8, gemmAVX2_3x16},
+		{gemmAVX2_4x8, gemmAVX2_4x16},
+		{gemmAVX2_5x8, gemmAVX2_5x16},
+		{gemmAVX2_6x8, gemmAVX2_6x16},
+	},
+}
+
+// available lists the paths this CPU can run, fastest first: AVX-512 (the
+// F subset) when the CPU and OS support it, AVX2 with FMA, and the Go loops.
+func available() []*path {
+	var ps []*path
+	if cpu.X86.HasAVX512F {
+		ps = append(ps, avx512)
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ps = append(ps, avx2)
+	}
+	return append(ps, goPath)
+}

@@ -1,0 +1,6 @@
+//go:build !amd64
+
+package kernel
+
+// available lists the paths this CPU can run: the Go loops only.
+func available() []*path { return []*path{goPath} }

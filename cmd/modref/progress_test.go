@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestProgressLine(t *testing.T) {
+	var buf bytes.Buffer
+	p := drawProgress(&buf, "diagnose x: deviations recomputed")
+	p(1, 3)
+	p(2, 3)
+	p(3, 3)
+	if want := "\rdiagnose x: deviations recomputed 1/3\rdiagnose x: deviations recomputed 2/3\r\x1b[K"; buf.String() != want {
+		t.Errorf("progress wrote %q, want %q", buf.String(), want)
+	}
+	if progressLine(&buf, "x") != nil {
+		t.Error("progress on a buffer, want none")
+	}
+	f, err := os.Create(t.TempDir() + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if progressLine(f, "x") != nil {
+		t.Error("progress on a file, want none")
+	}
+}
+
+// TestDiagnoseNoProgressOffTerminal checks that diagnose writes nothing to a
+// stderr that is not a terminal when it succeeds.
+func TestDiagnoseNoProgressOffTerminal(t *testing.T) {
+	good := writeCandidate(t, "layer-paper", nil)
+	code, out, errOut := runCmd("diagnose", "--corpus", corpus, "--candidate", good, "layer-paper")
+	if code != 0 || errOut != "" || strings.Contains(out, "\r") {
+		t.Errorf("exit %d, stderr %q, stdout has a carriage return: %v", code, errOut, strings.Contains(out, "\r"))
+	}
+}

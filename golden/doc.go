@@ -1,0 +1,50 @@
+// Package golden is modref's answer key for Mixture-of-Depths
+// implementations: the golden corpus, the generator that computes it from
+// package ref, and the judge that compares another implementation's results
+// with it, as the command modref does with check and diagnose.
+//
+// # Cases
+//
+// A case is a small, complete problem in the terms of docs/spec.md: one
+// routed layer (KindLayer), a language model (KindModel) or token-by-token
+// causal decoding (KindDecode), with its configuration, inputs, parameters,
+// an upstream gradient that defines a scalar loss, and every value an
+// implementation should compute, gradients included, in float64. On disk a
+// case is NAME.json, the Manifest, beside NAME.npz, its arrays in NumPy's
+// format (docs/golden-format.md). The package carries its corpus:
+// Embedded returns it, and Dir a corpus of one's own on disk; a Corpus's
+// Load reads a case and checks that its arrays are exactly those its
+// manifest lists, and List names its cases. DefaultDir is where the corpus
+// lives in this repository.
+//
+// # Candidates
+//
+// A candidate is what the implementation under test computed for a case: a
+// map from candidate names (the expected array names without "expected.",
+// and the "grad." names) to Arrays, usually read from an .npz file with
+// ReadNPZ. Compare judges it array by array: an element passes when
+// |c − e| ≤ atol + rtol·|e| with the tolerance the manifest states for that
+// array; integer arrays and routing decisions must match exactly, and a
+// routing mismatch is reported per row with the router-weight gap it
+// crossed, so that a flip inside the near-tie margin (RoutingMargin) is
+// told apart from a decisive one. A missing array, a wrong shape or dtype,
+// or a NaN or infinite value is bad input and returns an error naming the
+// array. golden/python/modref_golden.py writes candidates from Python.
+//
+// # Diagnosis
+//
+// Diagnose recomputes a case as an implementation with each known deviation
+// of docs/spec.md §11 would compute it (Deviations lists them) and judges
+// the candidate against each, so that a failing implementation learns which
+// mistake it makes. DeviantCandidate returns one such deviant
+// implementation's candidate.
+//
+// # Generation
+//
+// Generate computes every case of the catalogue from ref, deterministically
+// from fixed seeds; WriteCorpus writes them (modref gen), and
+// TestCorpusIsRegenerated checks that the committed corpus is exactly what
+// the generator produces. RefCandidate recomputes a case from its own
+// inputs and parameters. golden/torch checks the corpus against an
+// independent PyTorch implementation of docs/spec.md.
+package golden

@@ -1,0 +1,230 @@
+"""Read a modref golden case and write a candidate for `modref check`.
+
+One file, NumPy only (PyTorch tensors are accepted where arrays are, but torch
+is never imported). Copy it into your repository or put this directory on
+PYTHONPATH. The format is docs/golden-format.md; docs/workflow.md shows a
+complete PyTorch example.
+
+    import modref_golden as mg
+    case = mg.load_case("golden/corpus/layer-paper.json")
+    x = case.inputs["x"]              # input.x, B x S x d, float64
+    wq = case.params["Wq"]            # param.Wq
+    u = case.upstream["out"]          # upstream.out: the loss is sum(u * out) + aux.total
+    ...                               # run your implementation
+    mg.write_candidate(case, "out/layer-paper.npz", {"out": out, "grad.input.x": gx, ...})
+
+write_candidate refuses, before writing anything, an array the case does not
+judge, a missing one, a wrong shape, a dtype other than float32/float64
+(int32/int64 for integer arrays such as `selected`), and NaN or Inf, with one
+error that names the array and what was expected.
+"""
+
+import difflib
+import json
+import os
+import re
+import tempfile
+import zipfile
+
+import numpy as np
+
+FORMAT = "modref-golden"
+VERSION = 1
+
+# The corpus directory of the checkout this file lives in.
+DEFAULT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "corpus")
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_INTS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+class BadInput(Exception):
+    """A case that cannot be read: missing or malformed files, an unknown format version."""
+
+
+class CandidateError(ValueError):
+    """Candidate arrays that `modref check` would refuse as bad input."""
+
+
+def read_case(manifest_path):
+    """Returns (manifest, arrays) of the case whose manifest is manifest_path.
+
+    The arrays are read from the .npz beside it; every array the manifest lists
+    must be there with the listed shape and dtype.
+    """
+    try:
+        with open(manifest_path, "rb") as fh:
+            man = json.loads(fh.read().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise BadInput("%s: cannot read manifest: %s" % (manifest_path, e))
+    if not isinstance(man, dict):
+        raise BadInput("%s: manifest is not a JSON object" % manifest_path)
+    if man.get("format") != FORMAT:
+        raise BadInput("%s: format %r is not %s" % (manifest_path, man.get("format"), FORMAT))
+    if man.get("version") != VERSION:
+        raise BadInput("%s: unknown format version %r (this reader reads version %d)"
+                       % (manifest_path, man.get("version"), VERSION))
+    npz_path = manifest_path[:-len(".json")] + ".npz"
+    try:
+        with open(npz_path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+            arrays = {k: np.array(z[k]) for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
+        raise BadInput("%s: cannot read arrays: %s" % (npz_path, e))
+    for spec in man.get("arrays", []):
+        nm = spec.get("name")
+        if nm not in arrays:
+            raise BadInput("%s: array %r listed in the manifest is missing" % (npz_path, nm))
+        if list(arrays[nm].shape) != list(spec.get("shape", [])):
+            raise BadInput("%s: array %r has shape %s, manifest says %s"
+                           % (npz_path, nm, list(arrays[nm].shape), spec.get("shape")))
+        want = spec.get("dtype")
+        if want is not None and arrays[nm].dtype != np.dtype(want):
+            raise BadInput("%s: array %r has dtype %s, manifest says %s"
+                           % (npz_path, nm, arrays[nm].dtype, want))
+    return man, arrays
+
+
+def _strip(prefix, arrays):
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+def candidate_name(name):
+    """The name a candidate uses for an expected array: without "expected."."""
+    return name[len("expected."):] if name.startswith("expected.") else name
+
+
+class Case:
+    """One golden case: its manifest and arrays, sorted by role.
+
+    name, kind, config, loss  the manifest's fields (loss is the formula whose
+                              gradients the case holds)
+    inputs                    input.* without the prefix: "x", "valid", "tokens", ...
+    params                    param.* without the prefix: "Wq", "L1.Router", ...
+    upstream                  upstream.* without the prefix ("out" in layer cases)
+    outputs                   what a candidate must hold: candidate name ->
+                              (shape, "float" or "int"), in manifest order
+    manifest, arrays          everything, under the manifest's names
+    """
+
+    def __init__(self, manifest, arrays):
+        self.manifest = manifest
+        self.arrays = arrays
+        self.name = manifest.get("name")
+        self.kind = manifest.get("kind")
+        self.config = manifest.get("config") or {}
+        self.loss = manifest.get("loss")
+        self.inputs = _strip("input.", arrays)
+        self.params = _strip("param.", arrays)
+        self.upstream = _strip("upstream.", arrays)
+        self.outputs = {}
+        for spec in manifest.get("arrays", []):
+            nm = spec.get("name", "")
+            role = spec.get("role") or ("expected" if nm.startswith(("expected.", "grad.")) else "")
+            if role == "expected":
+                kind = "int" if np.dtype(spec.get("dtype", arrays[nm].dtype)).kind in "iu" else "float"
+                self.outputs[candidate_name(nm)] = (tuple(spec.get("shape", arrays[nm].shape)), kind)
+
+    def __repr__(self):
+        return "Case(%r, kind=%r, %d outputs)" % (self.name, self.kind, len(self.outputs))
+
+
+def load_case(path_or_dir, name=None):
+    """Loads a case: load_case("DIR/NAME.json"), load_case(DIR, NAME), or load_case(NAME)
+    for a case of the corpus beside this file (golden/corpus)."""
+    if name is not None:
+        path = os.path.join(path_or_dir, name + ".json")
+    elif path_or_dir.endswith(".json"):
+        path = path_or_dir
+    else:
+        path = os.path.join(DEFAULT_DIR, path_or_dir + ".json")
+    return Case(*read_case(path))
+
+
+def _as_array(v):
+    if hasattr(v, "detach") and hasattr(v, "cpu"):  # a torch tensor, without importing torch
+        v = v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def check_candidate(case, values, allow_missing=False):
+    """Returns values as NumPy arrays after checking them against what case judges.
+
+    values maps candidate names ("out", "selected", "aux.total", "grad.param.Wq", ...)
+    to NumPy arrays, PyTorch tensors or Python numbers. Raises CandidateError naming
+    the array: a name the case does not judge (with the nearest names), a missing
+    array (unless allow_missing), a wrong shape (an integer position list such as
+    selected may differ in its last dimension: that is a different number of
+    selected tokens, which modref check judges), a dtype modref does not accept,
+    or a NaN or infinite value.
+    """
+    known = list(case.outputs)
+    out = {}
+    for key, v in values.items():
+        if key not in case.outputs:
+            near = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+            raise CandidateError("case %s judges no array %r%s" % (
+                case.name, key, "; did you mean %s?" % " or ".join(repr(n) for n in near) if near else
+                "; it judges " + ", ".join(known)))
+        shape, kind = case.outputs[key]
+        a = _as_array(v)
+        # A position list (selected) of another width is a selection of a
+        # different number of tokens: modref judges and names it, so it is
+        # written as it is. Every other shape must match.
+        other_width = kind == "int" and a.ndim == len(shape) >= 1 and a.shape[:-1] == tuple(shape[:-1])
+        # A 0/1 integer `targets` is the float mask it stands for.
+        if kind == "float" and key.endswith("targets") and a.dtype in _INTS and np.isin(a, (0, 1)).all():
+            a = a.astype(np.float64)
+        if a.shape != shape and not other_width:
+            raise CandidateError("case %s: array %r has shape %s, want %s"
+                                 % (case.name, key, list(a.shape), list(shape)))
+        if kind == "int":
+            if a.dtype not in _INTS:
+                raise CandidateError("case %s: array %r has dtype %s, want int32 or int64 (positions, "
+                                     "padded with -1)" % (case.name, key, a.dtype))
+        else:
+            if a.dtype not in _FLOATS:
+                raise CandidateError("case %s: array %r has dtype %s, want float32 or float64"
+                                     % (case.name, key, a.dtype))
+            bad = ~np.isfinite(a)
+            if bad.any():
+                at = [int(i) for i in np.argwhere(bad)[0]]
+                raise CandidateError("case %s: array %r has %s at %s" % (case.name, key, a[tuple(at)], at))
+        out[key] = np.array(a, order="C")  # not ascontiguousarray, which makes a scalar 1-d
+    missing = [k for k in known if k not in out and not zero_by_configuration(case, k)]
+    if missing and not allow_missing:
+        raise CandidateError("case %s: missing %s; a candidate holds all %d arrays the case judges" % (
+            case.name, ", ".join("%r (shape %s)" % (k, list(case.outputs[k][0])) for k in missing), len(known)))
+    return out
+
+
+def zero_by_configuration(case, key):
+    """True for an array a candidate may leave out because the case's configuration
+    makes it 0 (modref check judges it as 0): a routed layer's aux.total when its
+    aux_weight and load_balance_weight are both 0 (docs/golden-format.md)."""
+    if not key.endswith("aux.total"):
+        return False
+    cfg = case.config.get("layer")
+    if cfg is None:
+        m = re.match(r"L(\d+)\.aux\.total$", key)
+        layers = case.config.get("layers") or []
+        if not m or int(m.group(1)) >= len(layers):
+            return False
+        cfg = layers[int(m.group(1))].get("layer") or {}
+    aux_off = (cfg.get("aux") or "none") == "none" or not cfg.get("aux_weight")
+    return aux_off and not cfg.get("load_balance_weight")
+
+
+def write_candidate(case, path, values, allow_missing=False):
+    """Checks values (see check_candidate) and writes them to path as the .npz that
+    `modref check --candidate path CASE` reads. Nothing is written when a check
+    fails; an existing file is replaced only by a complete new one."""
+    arrays = check_candidate(case, values, allow_missing)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".candidate-", suffix=".npz", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,254 @@
+"""Tests of modref_golden.py (NumPy; the torch test runs when torch is installed)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import modref_golden as mg  # noqa: E402
+
+CORPUS = os.path.join(HERE, os.pardir, "corpus")
+
+try:
+    import torch
+except ImportError:  # the helper must work without torch
+    torch = None
+
+
+def expected_candidate(case):
+    """The case's own expected values under their candidate names: a perfect candidate."""
+    return {mg.candidate_name(n): case.arrays[n] for n in case.arrays
+            if mg.candidate_name(n) in case.outputs}
+
+
+def write_case(d, name="tiny", version=1, mutate=None):
+    """A two-array synthetic case: input.x and expected.out, plus a scalar and an int array."""
+    arrays = {"input.x": np.arange(6.0).reshape(2, 3), "param.W": np.ones((3, 3)),
+              "expected.out": np.arange(6.0).reshape(2, 3), "expected.loss": np.array(1.5),
+              "expected.selected": np.array([[0, 2], [1, -1]], dtype=np.int64),
+              "grad.param.W": np.zeros((3, 3))}
+    roles = {"input": "input", "param": "param", "expected": "expected", "grad": "expected"}
+    man = {"format": "modref-golden", "version": version, "name": name, "kind": "layer",
+           "config": {"batch": 2, "seq_len": 3}, "loss": "sum(upstream.out * out)",
+           "arrays": [{"name": k, "role": roles[k.split(".")[0]], "dtype": a.dtype.str, "shape": list(a.shape)}
+                      for k, a in arrays.items()]}
+    if mutate:
+        mutate(man, arrays)
+    with open(os.path.join(d, name + ".json"), "w") as fh:
+        json.dump(man, fh)
+    np.savez(os.path.join(d, name + ".npz"), **arrays)
+    return os.path.join(d, name + ".json")
+
+
+class TestLoad(unittest.TestCase):
+    def test_corpus_case_by_path_dir_and_name(self):
+        by_path = mg.load_case(os.path.join(CORPUS, "layer-paper.json"))
+        by_dir = mg.load_case(CORPUS, "layer-paper")
+        by_name = mg.load_case("layer-paper")
+        for c in (by_path, by_dir, by_name):
+            self.assertEqual(c.name, "layer-paper")
+            self.assertEqual(c.kind, "layer")
+            self.assertEqual(c.inputs["x"].shape, (2, 8, 8))
+            self.assertEqual(c.params["Wq"].shape, (8, 8))
+            self.assertEqual(c.upstream["out"].shape, (2, 8, 8))
+            self.assertEqual(c.loss, "sum(upstream.out * out) + aux.total")
+        c = by_path
+        self.assertEqual(c.outputs["out"], ((2, 8, 8), "float"))
+        self.assertEqual(c.outputs["selected"], ((2, 4), "int"))
+        self.assertEqual(c.outputs["loss"], ((), "float"))
+        self.assertEqual(c.outputs["grad.param.Router"], ((8,), "float"))
+        self.assertNotIn("expected.out", c.outputs)
+        self.assertEqual(len(c.outputs), 18)
+
+    def test_model_case_names(self):
+        c = mg.load_case("model-every-other")
+        self.assertIn("tokens", c.inputs)
+        self.assertIn("Embed", c.params)
+        self.assertTrue(any(n.startswith("L0.") for n in c.params))
+        self.assertIn("logits", c.outputs)
+        self.assertEqual(c.upstream, {})
+
+
+class TestReadErrors(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def assertBad(self, path, *words):
+        with self.assertRaises(mg.BadInput) as cm:
+            mg.load_case(path)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+
+    def test_version(self):
+        self.assertBad(write_case(self.dir, version=2), "version 2")
+
+    def test_missing_file(self):
+        self.assertBad(os.path.join(self.dir, "nope.json"), "nope.json", "cannot read manifest")
+
+    def test_missing_array(self):
+        def drop(man, arrays):
+            del arrays["param.W"]
+        self.assertBad(write_case(self.dir, mutate=drop), "'param.W'", "missing")
+
+    def test_wrong_shape(self):
+        def reshape(man, arrays):
+            arrays["input.x"] = arrays["input.x"].reshape(3, 2)
+        self.assertBad(write_case(self.dir, mutate=reshape), "'input.x'", "[3, 2]", "[2, 3]")
+
+    def test_truncated_npz(self):
+        p = write_case(self.dir)
+        npz = p[:-5] + ".npz"
+        with open(npz, "rb") as fh:
+            data = fh.read()
+        with open(npz, "wb") as fh:
+            fh.write(data[:len(data) // 2])
+        self.assertBad(p, "cannot read arrays")
+
+
+class TestWriteCandidate(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.case = mg.load_case(write_case(self.dir))
+        self.good = expected_candidate(self.case)
+        self.out = os.path.join(self.dir, "cand.npz")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def refused(self, values, *words):
+        with open(self.out, "wb") as fh:
+            fh.write(b"previous")
+        with self.assertRaises(mg.CandidateError) as cm:
+            mg.write_candidate(self.case, self.out, values)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+        with open(self.out, "rb") as fh:
+            self.assertEqual(fh.read(), b"previous", "a refused candidate must not touch the file")
+        self.assertEqual(sorted(os.listdir(self.dir)), ["cand.npz", "tiny.json", "tiny.npz"])
+
+    def test_round_trip_keeps_names_shapes_dtypes(self):
+        vals = dict(self.good, out=self.good["out"].astype(np.float32),
+                    selected=self.good["selected"].astype(np.int32), loss=1.5)
+        mg.write_candidate(self.case, self.out, vals)
+        with np.load(self.out) as z:
+            self.assertEqual(sorted(z.files), ["grad.param.W", "loss", "out", "selected"])
+            self.assertEqual(z["out"].dtype, np.float32)
+            self.assertEqual(z["selected"].dtype, np.int32)
+            self.assertEqual(z["loss"].shape, ())  # a scalar stays 0-d
+            self.assertEqual(float(z["loss"]), 1.5)
+            np.testing.assert_array_equal(z["selected"], [[0, 2], [1, -1]])
+
+    def test_unknown_name_suggests_the_near_one(self):
+        vals = dict(self.good)
+        vals["outt"] = vals.pop("out")
+        self.refused(vals, "'outt'", "did you mean 'out'")
+
+    def test_selection_of_another_width_is_written(self):
+        vals = dict(self.good)
+        vals["selected"] = np.array([[0], [1]], dtype=np.int64)
+        arrays = mg.check_candidate(self.case, vals)
+        self.assertEqual(arrays["selected"].shape, (2, 1))
+        vals["selected"] = np.array([0, 1], dtype=np.int64)
+        self.refused(vals, "'selected'", "[2]", "[2, 2]")
+
+    def test_missing_array_named_with_shape(self):
+        vals = dict(self.good)
+        del vals["grad.param.W"]
+        self.refused(vals, "missing 'grad.param.W' (shape [3, 3])")
+
+    def test_allow_missing(self):
+        mg.write_candidate(self.case, self.out, {"out": self.good["out"]}, allow_missing=True)
+        with np.load(self.out) as z:
+            self.assertEqual(z.files, ["out"])
+
+    def test_wrong_shape(self):
+        self.refused(dict(self.good, out=np.zeros((3, 2))), "'out'", "shape [3, 2], want [2, 3]")
+
+    def test_scalar_of_shape_one(self):
+        self.refused(dict(self.good, loss=np.array([1.5])), "'loss'", "shape [1], want []")
+
+    def test_float_where_integers_are_judged(self):
+        self.refused(dict(self.good, selected=self.good["selected"].astype(np.float64)),
+                     "'selected'", "float64", "int32 or int64")
+
+    def test_half_precision(self):
+        self.refused(dict(self.good, out=self.good["out"].astype(np.float16)), "'out'", "float16")
+
+    def test_nan_and_inf_named_with_index(self):
+        bad = self.good["out"].copy()
+        bad[1, 2] = np.nan
+        self.refused(dict(self.good, out=bad), "'out'", "nan", "[1, 2]")
+        bad[1, 2] = -np.inf
+        self.refused(dict(self.good, out=bad), "'out'", "-inf", "[1, 2]")
+
+    def test_the_real_case_accepts_its_own_answer(self):
+        case = mg.load_case("layer-paper")
+        mg.write_candidate(case, self.out, expected_candidate(case))
+        with np.load(self.out) as z:
+            self.assertEqual(len(z.files), 18)
+
+    def test_real_case_edges(self):
+        # As modref check: a narrower `selected` (k - 1 tokens), 0/1 integer
+        # targets, and aux.total left out where the configuration makes it 0.
+        case = mg.load_case("layer-paper")
+        vals = expected_candidate(case)
+        vals["selected"] = vals["selected"][:, :-1]
+        vals["targets"] = vals["targets"].astype(np.int64)
+        del vals["aux.total"]
+        mg.write_candidate(case, self.out, vals)
+        with np.load(self.out) as z:
+            self.assertEqual(z["selected"].shape[1], case.outputs["selected"][0][1] - 1)
+            self.assertEqual(z["targets"].dtype, np.float64)
+            self.assertNotIn("aux.total", z.files)
+        vals["targets"][0, 0] = 2
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(case, self.out, vals)
+        bce = mg.load_case("layer-router-bce")
+        vals = expected_candidate(bce)
+        del vals["aux.total"]
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(bce, self.out, vals)
+
+    def test_works_without_torch(self):
+        script = ("import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
+                  "sys.path.insert(0, %r)\n"
+                  "import modref_golden as mg\n"
+                  "c = mg.load_case('layer-paper')\n"
+                  "mg.write_candidate(c, %r, {mg.candidate_name(n): c.arrays[n] for n in c.arrays\n"
+                  "                           if mg.candidate_name(n) in c.outputs})\n") % (HERE, self.out)
+        subprocess.run([sys.executable, "-c", script], check=True)
+        with np.load(self.out) as z:
+            self.assertEqual(len(z.files), 18)
+
+    @unittest.skipIf(torch is None, "torch is not installed; the helper itself does not need it")
+    def test_torch_tensors(self):
+        vals = dict(self.good, out=torch.tensor(self.good["out"], requires_grad=True) * 1.0,
+                    loss=torch.tensor(1.5))
+        mg.write_candidate(self.case, self.out, vals)
+        with np.load(self.out) as z:
+            np.testing.assert_array_equal(z["out"], self.good["out"])
+            self.assertEqual(z["loss"].shape, ())
+
+
+class TestWorkflowDoc(unittest.TestCase):
+    def test_the_doc_shows_the_example_verbatim(self):
+        with open(os.path.join(HERE, "example_layer.py")) as fh:
+            example = fh.read()
+        with open(os.path.join(HERE, os.pardir, os.pardir, "docs", "workflow.md")) as fh:
+            doc = fh.read()
+        self.assertIn("```python\n" + example + "```\n", doc,
+                      "docs/workflow.md must show golden/python/example_layer.py verbatim; copy it again")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,98 @@
+package deps
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/modref/modref"
+
+// allowed is the import rule of docs/design.md: for each package of the
+// module (path relative to the module), the module packages its non-test
+// code may import. spec ← ref; spec ← autograd ← nn ← mod; ref ← golden;
+// internal/modcase, mod/train (golden for its .npz reader only), the CLI and
+// the fuzz targets on top. ref is the truth the fast path is
+// checked against and mod is the fast path: neither imports the other.
+var allowed = map[string][]string{
+	"spec":                     {},
+	"ref":                      {"spec", "ref/internal/elem"},
+	"ref/internal/elem":        {},
+	"autograd":                 {"spec", "autograd/internal/kernel"},
+	"autograd/internal/kernel": {},
+	"nn":                       {"spec", "autograd"},
+	"mod":                      {"spec", "autograd", "nn"},
+	"golden":                   {"spec", "ref"},
+	"internal/fmacheck":        {},
+	"internal/deps":            {},
+	"internal/modcase":         {"spec", "autograd", "mod", "ref", "golden"},
+	"mod/train":                {"spec", "autograd", "nn", "mod", "golden"},
+	"mod/train/plot":           {"mod/train"},
+	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
+	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "mod/train", "mod/train/plot"},
+	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase"},
+}
+
+// allowedInTests extends allowed for a package's tests (in-package and
+// external): tests may use the oracle and the adapters, but ref's tests, like
+// ref, stay clear of the implementations under test.
+var allowedInTests = map[string][]string{
+	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
+	"ref/internal/elem": {"internal/fmacheck"},
+	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/fmacheck"},
+}
+
+// TestImportRule checks every package of the module against allowed, and
+// that spec imports only the standard library.
+func TestImportRule(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f",
+		"{{.ImportPath}}|{{join .Imports \" \"}}|{{join .TestImports \" \"}} {{join .XTestImports \" \"}}",
+		module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Split(line, "|")
+		if len(fields) != 3 {
+			t.Fatalf("go list printed %q, want path|imports|test imports", line)
+		}
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		rule, ok := allowed[pkg]
+		if !ok {
+			t.Errorf("package %s is not in the import rule; add it to docs/design.md and to allowed", pkg)
+			continue
+		}
+		seen++
+		check(t, pkg, "", strings.Fields(fields[1]), rule)
+		testRule, ok := allowedInTests[pkg]
+		if !ok {
+			testRule = append(slices.Clone(rule), "internal/fmacheck")
+		}
+		check(t, pkg, " (tests)", strings.Fields(fields[2]), testRule)
+		if pkg == "spec" {
+			for _, imp := range strings.Fields(fields[1]) {
+				if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+					t.Errorf("spec imports %s; it may import only the standard library", imp)
+				}
+			}
+		}
+	}
+	if seen != len(allowed) {
+		t.Errorf("go list found %d of the %d packages of the rule", seen, len(allowed))
+	}
+}
+
+// check reports every module import of pkg not in rule (pkg itself, for an
+// external test package, is allowed).
+func check(t *testing.T, pkg, what string, imports, rule []string) {
+	t.Helper()
+	for _, imp := range imports {
+		rel, ok := strings.CutPrefix(imp, module+"/")
+		if !ok || rel == pkg || slices.Contains(rule, rel) {
+			continue
+		}
+		t.Errorf("%s%s imports %s; docs/design.md allows only %v", pkg, what, rel, rule)
+	}
+}

@@ -1,0 +1,226 @@
+package modcase
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/golden"
+	"github.com/modref/modref/mod"
+)
+
+// Candidate runs mod on a golden case's inputs and parameters and returns
+// every array the case judges, under the candidate names of
+// docs/golden-format.md (the expected.* names without the prefix, and the
+// grad.* names), for golden.Compare: this is what `modref check` runs when it
+// is given no candidate. Float arrays are float32 values (dtype <f4).
+func Candidate(c *golden.Case) (map[string]*golden.Array, error) {
+	var got map[string]any
+	var err error
+	if c.Manifest.Kind == golden.KindLayer {
+		got, err = runLayerCase(c)
+	} else {
+		got, err = runModelCase(c)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mod: case %s: %w", c.Manifest.Name, err)
+	}
+	cand := make(map[string]*golden.Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != golden.RoleExpected {
+			continue
+		}
+		v, ok := got[info.Name]
+		if !ok {
+			continue // Compare reports it missing
+		}
+		name := golden.CandidateName(info.Name)
+		if sel, ok := v.(selection); ok {
+			cand[name] = sel.array()
+			continue
+		}
+		f, _ := v.([]float64)
+		if f == nil {
+			continue // not computed by this configuration; Compare reports it missing
+		}
+		if len(f) != sizeOf(info.Shape) {
+			return nil, fmt.Errorf("mod: case %s: %s has %d values, the case %v", c.Manifest.Name, name, len(f), info.Shape)
+		}
+		if info.DType == "<i8" {
+			ints := make([]int64, len(f))
+			for i, x := range f {
+				ints[i] = int64(x)
+			}
+			cand[name] = &golden.Array{Shape: info.Shape, I: ints, DType: "<i8"}
+		} else {
+			cand[name] = &golden.Array{Shape: info.Shape, F: f, DType: "<f4"}
+		}
+	}
+	return cand, nil
+}
+
+func sizeOf(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// selection is a routing decision as positions per row.
+type selection [][]int
+
+// array is the selection as the corpus stores it: B×k_max ascending
+// positions, −1 where a row has fewer.
+func (s selection) array() *golden.Array {
+	kmax := 1
+	for _, p := range s {
+		kmax = max(kmax, len(p))
+	}
+	out := make([]int64, 0, len(s)*kmax)
+	for _, p := range s {
+		for j := range kmax {
+			v := int64(-1)
+			if j < len(p) {
+				v = int64(p[j])
+			}
+			out = append(out, v)
+		}
+	}
+	return &golden.Array{Shape: []int{len(s), kmax}, I: out, DType: "<i8"}
+}
+
+// runLayerCase computes every array a layer case judges: the forward values
+// and the gradients of sum(upstream.out * out) + aux.total.
+func runLayerCase(c *golden.Case) (map[string]any, error) {
+	l, in, err := LayerFromCase(c)
+	if err != nil {
+		return nil, err
+	}
+	var tp autograd.Tape
+	res, err := l.Forward(&tp, in)
+	if err != nil {
+		return nil, err
+	}
+	got := map[string]any{
+		"expected.out":                widen(res.Out.Data),
+		"expected.router_logits":      widen(res.RouterLogits),
+		"expected.selected":           selection(res.Selected),
+		"expected.weights":            widen(res.Weights),
+		"expected.multipliers":        widen(res.Multipliers),
+		"expected.targets":            widen(res.Targets),
+		"expected.predictor_logits":   widen(res.PredictorLogits),
+		"expected.predictor_accuracy": []float64{res.PredictorAccuracy},
+		"expected.aux.router_bce":     []float64{res.RouterBCE},
+		"expected.aux.predictor_bce":  []float64{res.PredictorBCE},
+		"expected.aux.load_balance":   []float64{res.LoadBalance},
+		"expected.aux.total":          []float64{res.Aux},
+	}
+	u, ok := c.Arrays["upstream.out"]
+	if !ok || len(u.F) != res.Out.Len() {
+		return nil, fmt.Errorf("upstream.out is missing or does not match out (%dx%d)", res.Out.Rows, res.Out.Cols)
+	}
+	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
+	if res.AuxLoss != nil {
+		loss = tp.Add(loss, res.AuxLoss)
+	}
+	got["expected.loss"] = []float64{float64(loss.Data[0])}
+	tp.Backward(loss)
+	got["grad.input.x"] = widen(in.X.Grad)
+	for _, p := range l.Params("") {
+		got["grad.param."+p.Name] = widen(p.T.Grad)
+	}
+	return got, nil
+}
+
+// runModelCase computes every array a model or decode case judges.
+func runModelCase(c *golden.Case) (map[string]any, error) {
+	m, in, err := ModelFromCase(c)
+	if err != nil {
+		return nil, err
+	}
+	var tp autograd.Tape
+	res, err := m.Forward(&tp, in)
+	if err != nil {
+		return nil, err
+	}
+	got := map[string]any{
+		"expected.logits": widen(res.Logits.Data),
+		"expected.ce":     []float64{res.CE},
+		"expected.loss":   []float64{float64(res.Loss.Data[0])},
+	}
+	for l, lr := range res.Layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		got[pre+"router_logits"] = widen(lr.RouterLogits)
+		got[pre+"selected"] = selection(lr.Selected)
+		got[pre+"predictor_logits"] = widen(lr.PredictorLogits)
+		got[pre+"aux.total"] = []float64{lr.Aux}
+	}
+	if c.Manifest.Kind == golden.KindDecode {
+		return got, decodeCase(c, m, in, got)
+	}
+	tp.Backward(res.Loss)
+	for _, p := range m.Params() {
+		got["grad.param."+p.Name] = widen(p.T.Grad)
+	}
+	return got, nil
+}
+
+// decodeCase decodes every sequence token by token and adds the decoded
+// logits and per-layer routing decisions to got.
+func decodeCase(c *golden.Case, m *mod.Model, in mod.ModelInputs, got map[string]any) error {
+	rows, s, vocab := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, m.Config().Vocab
+	logits := make([]float64, rows*s*vocab)
+	routed := make([][]float64, len(m.Layers))
+	for l := range routed {
+		routed[l] = make([]float64, rows*s)
+	}
+	for b := range rows {
+		dec, err := mod.NewDecoder(m)
+		if err != nil {
+			return err
+		}
+		for i := range in.Valid[b] {
+			st, err := dec.Step(in.Tokens[b][i])
+			if err != nil {
+				return err
+			}
+			for j, v := range st.Logits {
+				logits[(b*s+i)*vocab+j] = float64(v)
+			}
+			for l, r := range st.Routed {
+				if r {
+					routed[l][b*s+i] = 1
+				}
+			}
+		}
+	}
+	got["expected.decode_logits"] = logits
+	for l := range routed {
+		got[fmt.Sprintf("expected.L%d.routed", l)] = routed[l]
+	}
+	return nil
+}
+
+// widen converts float32 values to float64 (nil stays nil).
+func widen(v []float32) []float64 {
+	if v == nil {
+		return nil
+	}
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// to32 rounds float64 values to float32.
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/nn"
+	"github.com/modref/modref/spec"
+)
+
+// Vocab is the vocabulary of the byte-level tokenizer: token id = byte value.
+const Vocab = 256
+
+// Config is everything that determines a training run. Two runs with the
+// same Config on the same text compute the same bits, on any GOMAXPROCS.
+type Config struct {
+	// Model is the language model; its Vocab must be 256 (bytes).
+	Model spec.ModelConfig
+	// Seed draws the parameters (mod.NewModel), the batches and the router
+	// noise and jitter of training.
+	Seed uint64
+	// Steps is the number of optimiser steps of the whole run.
+	Steps int
+	// Batch is the number of sequences per step, SeqLen their length in
+	// tokens (each sequence is SeqLen+1 consecutive bytes of the text: the
+	// tokens and their next-token targets).
+	Batch, SeqLen int
+	// LR is the peak learning rate, reached linearly over Warmup steps and
+	// then decayed along a half cosine to MinLR at the last step.
+	LR, MinLR float64
+	// Warmup is the number of warm-up steps, 0 <= Warmup <= Steps.
+	Warmup int
+	// Beta1, Beta2, Eps and WeightDecay are AdamW's (see nn.AdamW).
+	Beta1, Beta2, Eps, WeightDecay float64
+	// Clip is the largest global gradient norm (over every parameter); a
+	// larger gradient is scaled down to it. 0 disables clipping.
+	Clip float64
+	// EvalEvery is the number of steps between evaluations on the held-out
+	// text (and one after the last step); 0 evaluates only after the last.
+	EvalEvery int
+	// EvalBatches is the number of batches of Batch sequences an evaluation
+	// averages over.
+	EvalBatches int
+	// HoldOut is the fraction of the text, at its end, held out for
+	// evaluation, in (0, 0.5].
+	HoldOut float64
+}
+
+// ModelConfig returns a byte-level language model of layers pre-norm
+// blocks of width d with heads heads and an MLP of width 4d (RMSNorm, GELU,
+// RoPE), routed as routing says where pattern says; dense when pattern lists
+// no layer (spec.Pattern{Kind: spec.PatternList}).
+func ModelConfig(d, heads, layers int, routing spec.Config, pattern spec.Pattern) (spec.ModelConfig, error) {
+	routing.Block = spec.DefaultBlockConfig(d, heads, 4*d)
+	return spec.NewModelConfig(Vocab, 0, layers, routing, pattern, nil)
+}
+
+// MoDRouting returns the paper's routed layer at capacity ratio c (linear
+// router, raw weighting, gather compute, top-k routing) with the auxiliary
+// predictor of docs/spec.md §8 trained beside it (weight 0.1; it reads
+// sg(x), so it does not change the language model), ready to sample with
+// causal routing.
+func MoDRouting(c float64) spec.Config {
+	r := spec.DefaultConfig(spec.BlockConfig{}, c)
+	r.Aux = spec.AuxPredictor
+	r.AuxWeight = 0.1
+	return r
+}
+
+// OddLayers routes every other layer starting with the second (layers 1,
+// 3, 5, ...). The first layer's router reads the token embeddings, whose
+// small initial scale (N(0, 0.02²)) keeps its weights r, and so its
+// contribution r·f and its gradients, near zero for a long time at this
+// size: routing layers 0 and 2 instead, the predictor of layer 0 recalled
+// 14 % of the top-k choices after 400 steps against 65 % for layer 1
+// (docs/results.md).
+var OddLayers = spec.Pattern{Kind: spec.PatternEveryNth, Every: 2, Offset: 1}
+
+// DefaultConfig returns the tiny model this package's documentation and
+// docs/results.md use: d = 64, 4 heads, 4 layers, MoD on every other layer
+// (OddLayers) at capacity 12.5 % with the predictor; 256 steps of 8 sequences of 64
+// bytes, learning rate 3e-3 with 32 warm-up steps decaying to 3e-4, AdamW
+// β = (0.9, 0.95), weight decay 0.1, clipping at 1, an evaluation every 32
+// steps on 4 batches of the last 10 % of the text.
+func DefaultConfig() Config {
+	m, err := ModelConfig(64, 4, 4, MoDRouting(0.125), OddLayers)
+	if err != nil {
+		panic("train.DefaultConfig: " + err.Error())
+	}
+	return Config{
+		Model: m, Seed: 1, Steps: 256, Batch: 8, SeqLen: 64,
+		LR: 3e-3, MinLR: 3e-4, Warmup: 32,
+		Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Clip: 1,
+		EvalEvery: 32, EvalBatches: 4, HoldOut: 0.1,
+	}
+}
+
+// Validate returns an error naming the first field of c that cannot work.
+func (c Config) Validate() error {
+	if err := c.Model.Validate(); err != nil {
+		return fmt.Errorf("Model: %w", err)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case c.Model.Vocab != Vocab:
+		return fmt.Errorf("Model.Vocab = %d, want %d (the tokenizer is byte-level)", c.Model.Vocab, Vocab)
+	case c.Steps < 1:
+		return fmt.Errorf("Steps = %d, want >= 1", c.Steps)
+	case c.Batch < 1:
+		return fmt.Errorf("Batch = %d, want >= 1", c.Batch)
+	case c.SeqLen < 1:
+		return fmt.Errorf("SeqLen = %d, want >= 1", c.SeqLen)
+	case c.Model.Block().Positions == spec.PositionLearned && c.SeqLen > c.Model.MaxLen:
+		return fmt.Errorf("SeqLen = %d exceeds Model.MaxLen = %d learned positions", c.SeqLen, c.Model.MaxLen)
+	case !(c.LR > 0) || !finite(c.LR):
+		return fmt.Errorf("LR = %v, want a finite value > 0", c.LR)
+	case !(c.MinLR >= 0 && c.MinLR <= c.LR):
+		return fmt.Errorf("MinLR = %v, want 0 <= MinLR <= LR = %v", c.MinLR, c.LR)
+	case c.Warmup < 0 || c.Warmup > c.Steps:
+		return fmt.Errorf("Warmup = %d, want 0 <= Warmup <= Steps = %d", c.Warmup, c.Steps)
+	case !(c.Clip >= 0) || !finite(c.Clip):
+		return fmt.Errorf("Clip = %v, want a finite value >= 0 (0 disables clipping)", c.Clip)
+	case c.EvalEvery < 0:
+		return fmt.Errorf("EvalEvery = %d, want >= 0 (0 evaluates after the last step only)", c.EvalEvery)
+	case c.EvalBatches < 1:
+		return fmt.Errorf("EvalBatches = %d, want >= 1", c.EvalBatches)
+	case !(c.HoldOut > 0 && c.HoldOut <= 0.5):
+		return fmt.Errorf("HoldOut = %v, want a fraction in (0, 0.5]", c.HoldOut)
+	}
+	if _, err := c.adamW(); err != nil {
+		return err
+	}
+	for l, ml := range c.Model.Layers {
+		if !ml.Routed {
+			continue
+		}
+		if _, err := mod.Capacity(ml.Config.Capacity, c.SeqLen, c.SeqLen); err != nil {
+			return fmt.Errorf("Model layer %d at SeqLen = %d: %w", l, c.SeqLen, err)
+		}
+	}
+	return nil
+}
+
+// lrAt is the learning rate of step s (0-based): linear warm-up from LR/Warmup
+// to LR over the first Warmup steps, then a half cosine from LR down to MinLR
+// at the last step.
+func (c Config) lrAt(s int) float64 {
+	if s < c.Warmup {
+		return c.LR * float64(s+1) / float64(c.Warmup)
+	}
+	n := c.Steps - c.Warmup
+	if n <= 1 {
+		return c.LR
+	}
+	p := float64(s-c.Warmup) / float64(n-1)
+	return c.MinLR + float64(0.5*(c.LR-c.MinLR)*(1+math.Cos(math.Pi*p)))
+}
+
+// adamW returns the optimiser's hyperparameters at the peak learning rate,
+// or an error naming the one out of range.
+func (c Config) adamW() (nn.AdamWConfig, error) {
+	a := nn.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
+	if _, err := nn.NewAdamW(nil, a); err != nil {
+		return a, err
+	}
+	return a, nil
+}

@@ -1,0 +1,45 @@
+package spec
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestConfigJSON checks that a configuration survives its JSON form field
+// for field, that the form is flat under the spec's names, and that an
+// unknown key is an error.
+func TestConfigJSON(t *testing.T) {
+	c := DefaultConfig(DefaultBlockConfig(8, 2, 16), 0.25)
+	c.Block.Norm, c.Block.MLP, c.Block.Positions = NormLayer, ActSwiGLU, PositionLearned
+	c.Router, c.Jitter, c.Weighting = RouterLinearBias, 0.5, WeightSigmoid
+	c.Capacity = Capacity{Kind: CapacityLog, Ratio: 0.5, MaxLen: 64}
+	c.Aux, c.AuxWeight, c.LoadBalanceWeight, c.PredictorHidden = AuxPredictor, 0.1, 0.01, 3
+	c.MLPOnly, c.Causal = true, CausalPredictor
+	c.Block.Window = 3
+	raw, err := json.Marshal(ModelLayer{Routed: true, Config: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"routed":true`, `"layer":{"d_model":8,"heads":2,"d_ff":16,"norm":"layernorm"`,
+		`"capacity":{"kind":"log","ratio":0.5,"max_len":64}`, `"rope_base":10000,"window":3,"router"`, `"predictor_hidden":3,"causal":"predictor"}`} {
+		if !strings.Contains(string(raw), key) {
+			t.Errorf("JSON %s lacks %s", raw, key)
+		}
+	}
+	var back ModelLayer
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Routed || back.Config != c {
+		t.Errorf("round trip: got %+v, want %+v", back.Config, c)
+	}
+	c.Block.Window = 0
+	if raw, err := json.Marshal(c); err != nil || strings.Contains(string(raw), "window") {
+		t.Errorf("without a window the JSON %s (error %v) has a window key; existing manifests must not change", raw, err)
+	}
+	bad := strings.Replace(string(raw), `"jitter"`, `"jiter"`, 1)
+	if err := json.Unmarshal([]byte(bad), &back); err == nil || !strings.Contains(err.Error(), `"jiter"`) {
+		t.Errorf("unknown key jiter: error %v, want one naming it", err)
+	}
+}
