@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of ./fuzz for a short fixed time on top of its
-# committed seed corpus (testdata/fuzz/<Name>/), one after the other, and
+# Runs every fuzz target of ./fuzz and ./golden (the .npz reader and the
+# judge, issue 16) for a short fixed time on top of its committed seed
+# corpus (<package>/testdata/fuzz/<Name>/), one after the other, and
 # fails if any target fails. Prints each target's last progress line
 # (execs and execs/sec). .ci/run calls it; FUZZTIME overrides the time per
 # target (default 5s), e.g. FUZZTIME=1h bash fuzz/run.sh on a bigger machine;
-# FUZZTARGETS="FuzzSelection FuzzLoad" runs only those.
+# FUZZTARGETS="FuzzSelection FuzzLoad" runs only those (in each package
+# that has them); FUZZPACKAGES="./golden" only that package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-5s}
-targets=${FUZZTARGETS:-$(go test ./fuzz -list '^Fuzz' | grep '^Fuzz')}
 failed=()
+for pkg in ${FUZZPACKAGES:-./fuzz ./golden}; do
+available=$(go test "$pkg" -list '^Fuzz' | grep '^Fuzz' || true)
+targets=$available
+if [ -n "${FUZZTARGETS:-}" ]; then
+  targets=$(for t in $FUZZTARGETS; do echo "$available" | grep -x "$t" || true; done)
+fi
 for t in $targets; do
   log=$(mktemp)
-  corpus=fuzz/testdata/fuzz/$t
+  corpus=${pkg#./}/testdata/fuzz/$t
   before=$(ls "$corpus" 2>/dev/null | sort)
   # Minimising a new interesting input defaults to 60 s, which would eat a
   # short run; 200 executions are enough to keep the cache small.
-  if go test ./fuzz -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime=200x >"$log" 2>&1; then
+  if go test "$pkg" -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime=200x >"$log" 2>&1; then
     status=ok
   else
     status=FAIL
@@ -29,7 +36,7 @@ for t in $targets; do
     if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" && [ "$before" = "$after" ]; then
       status="ok (end-of-fuzztime race, golang/go#75804)"
     else
-      failed+=("$t")
+      failed+=("$pkg.$t")
     fi
   fi
   # The last progress line, "fuzz: elapsed: 5s, execs: 12345 (2469/sec), ...",
@@ -52,11 +59,12 @@ for t in $targets; do
     # every run (go clean -fuzzcache empties it).
     last="no new executions: the time went to replaying the seeds and cached inputs"
   fi
-  printf '%-24s %-8s %s  [%s]\n' "$t" "${mean:--}/s" "${last#fuzz: }" "$status"
+  printf '%-32s %-8s %s  [%s]\n' "${pkg#./}.$t" "${mean:--}/s" "${last#fuzz: }" "$status"
   if [ "$status" = FAIL ]; then
     cat "$log"
   fi
   rm -f "$log"
+done
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz targets failed: ${failed[*]}"

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
+
+	"github.com/modref/modref/internal/atomicfile"
 )
 
 // Case is one golden case: its manifest and its arrays.
@@ -26,6 +29,78 @@ func List(dir string) ([]string, error) { return Dir(dir).List() }
 
 // Load reads case name from dir and checks its arrays: Dir(dir).Load(name).
 func Load(dir, name string) (*Case, error) { return Dir(dir).Load(name) }
+
+// maxCaseElements bounds the values of all arrays a manifest lists, and so
+// the memory a corpus case (which -dir may point anywhere) makes Load
+// allocate: 32 MiB of float64. The largest case holds under 10,000.
+const maxCaseElements = 1 << 22
+
+// ErrManifestArrays marks a manifest whose configuration disagrees with its
+// arrays.
+var ErrManifestArrays = errors.New("the manifest's configuration disagrees with its arrays")
+
+// checkSizes checks the arrays against the configuration's sizes, which the
+// judge indexes with: every array of rank 2 or more other than parameters
+// and their gradients is B×S×…, except lists of selected positions, B×k
+// with k ≤ S, whose entries are −1 or positions in [0, S); input.valid holds
+// the valid lengths; token ids lie in [0, vocab) and targets in
+// [−1, vocab).
+func (c *Case) checkSizes() error {
+	cfg := c.Manifest.Config
+	for _, info := range c.Manifest.Arrays {
+		a := c.Arrays[info.Name]
+		name := info.Name
+		if len(a.Shape) < 2 || strings.HasPrefix(name, "param.") || strings.Contains(name, "grad.param.") {
+			continue
+		}
+		if strings.HasSuffix(name, "selected") {
+			if a.Shape[0] != cfg.Batch || a.Shape[1] > cfg.SeqLen {
+				return fmt.Errorf("%w: array %q has shape %v, want %d×k with k ≤ seq_len %d", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+			}
+			if err := checkRange(a, name, -1, int64(cfg.SeqLen)-1); err != nil {
+				return err
+			}
+			continue
+		}
+		if a.Shape[0] != cfg.Batch || a.Shape[1] != cfg.SeqLen {
+			return fmt.Errorf("%w: array %q has shape %v, want batch %d × seq_len %d first", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+		}
+	}
+	if a, ok := c.Arrays["input.valid"]; ok {
+		for b, v := range a.I {
+			want := int64(cfg.SeqLen)
+			if cfg.ValidLengths != nil && b < len(cfg.ValidLengths) {
+				want = int64(cfg.ValidLengths[b])
+			}
+			if len(a.I) != cfg.Batch || v != want {
+				return fmt.Errorf("%w: input.valid is %v, config.valid_lengths %v (batch %d, seq_len %d)", ErrManifestArrays, a.I, cfg.ValidLengths, cfg.Batch, cfg.SeqLen)
+			}
+		}
+	}
+	if cfg.Vocab > 0 {
+		if a, ok := c.Arrays["input.tokens"]; ok && a.I != nil {
+			if err := checkRange(a, "input.tokens", 0, int64(cfg.Vocab)-1); err != nil {
+				return err
+			}
+		}
+		if a, ok := c.Arrays["input.targets"]; ok && a.I != nil {
+			if err := checkRange(a, "input.targets", -1, int64(cfg.Vocab)-1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkRange reports the first integer of a outside [lo, hi].
+func checkRange(a *Array, name string, lo, hi int64) error {
+	for k, v := range a.I {
+		if v < lo || v > hi {
+			return fmt.Errorf("%w: array %q holds %d at %v, outside [%d, %d]", ErrManifestArrays, name, v, a.Index(k), lo, hi)
+		}
+	}
+	return nil
+}
 
 // Write writes the case into dir as NAME.json and NAME.npz, each through a
 // temporary file renamed into place. The manifest's array list must match
@@ -52,5 +127,5 @@ func (c *Case) Write(dir string) error {
 	if err := WriteNPZ(apath, c.Arrays); err != nil {
 		return err
 	}
-	return writeFileAtomic(mpath, raw)
+	return atomicfile.WriteFile(mpath, raw)
 }

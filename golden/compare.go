@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -68,15 +70,22 @@ type RowMismatch struct {
 
 // CaseResult is the verdict on one case.
 type CaseResult struct {
-	Case   string        `json:"case"`
-	Pass   bool          `json:"pass"`
-	Arrays []ArrayResult `json:"arrays"`
+	Case string `json:"case"`
+	// Candidate says what was judged: the candidate file, or modref's own
+	// implementation.
+	Candidate string        `json:"candidate"`
+	Pass      bool          `json:"pass"`
+	Arrays    []ArrayResult `json:"arrays"`
 	// Error is set, and Pass false, when the candidate could not be judged
 	// (bad input: an unreadable file, a wrong shape or dtype, a NaN): it
 	// names what and where. Compare never sets it; callers that judge many
 	// candidates record a bad one here and go on.
 	Error string `json:"error,omitempty"`
 }
+
+// ErrBadValue marks a candidate value no implementation can produce: a NaN
+// or infinity, or a selected position outside the sequence.
+var ErrBadValue = errors.New("invalid value")
 
 // CandidateName returns the name a candidate uses for an expected array.
 func CandidateName(expected string) string { return strings.TrimPrefix(expected, "expected.") }
@@ -111,6 +120,14 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			continue
 		}
 		want := c.Arrays[info.Name]
+		if strings.HasSuffix(info.Name, "selected") && got.I != nil {
+			s := int64(c.Manifest.Config.SeqLen)
+			for k, v := range got.I {
+				if v < -1 || v >= s {
+					return nil, fmt.Errorf("%w: array %q holds %d at %v; a selected position is −1 (none) or in [0, %d)", ErrBadValue, name, v, got.Index(k), s)
+				}
+			}
+		}
 		if r, ok := compareSelectedWidths(c, info, got, want); ok {
 			r.Name = name
 			res.Pass = res.Pass && r.Status == StatusPass
@@ -131,7 +148,7 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			got = asFloat(got)
 		}
 		if k := got.firstNonFinite(); k >= 0 {
-			return nil, fmt.Errorf("array %q holds %v at %v", name, got.F[k], got.Index(k))
+			return nil, fmt.Errorf("%w: array %q holds %v at %v", ErrBadValue, name, got.F[k], got.Index(k))
 		}
 		r := compareArray(c, info, got, want)
 		r.Name = name
@@ -224,7 +241,7 @@ func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
 				if r.Where == nil {
 					r.Where, r.Got, r.Want = want.Index(k), float64(got.I[k]), float64(want.I[k])
 				}
-				r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(got.I[k]-want.I[k])))
+				r.MaxAbs = math.Max(r.MaxAbs, math.Abs(float64(got.I[k])-float64(want.I[k])))
 			}
 		}
 		if r.Status == StatusFail {
@@ -276,9 +293,13 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 			scores = c.Arrays[prefix+"predictor_logits"]
 		}
 	}
+	seqLen := c.Manifest.Config.SeqLen
+	if scores != nil && !slices.Equal(scores.Shape, []int{want.Shape[0], seqLen}) {
+		scores = nil
+	}
 	var out []RowMismatch
 	for b := 0; b < want.Shape[0]; b++ {
-		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected")), decisions(want, b, strings.HasSuffix(name, "selected"))
+		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected"), seqLen), decisions(want, b, strings.HasSuffix(name, "selected"), seqLen)
 		m := RowMismatch{Row: b, Gap: math.Inf(1), Causal: causal, Candidate: len(gs), Oracle: len(ws)}
 		for p := range gs {
 			if !ws[p] {
@@ -296,7 +317,7 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 		sort.Ints(m.OnlyCandidate)
 		sort.Ints(m.OnlyOracle)
 		if scores != nil {
-			s := scores.F[b*c.Manifest.Config.SeqLen : (b+1)*c.Manifest.Config.SeqLen]
+			s := scores.F[b*seqLen : (b+1)*seqLen]
 			m.Gap = flipGap(s, m.OnlyCandidate, m.OnlyOracle, causal)
 		}
 		m.Tie = m.Gap == 0
@@ -308,21 +329,23 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 	return out
 }
 
-// decisions returns the set of routed positions of row b.
-func decisions(a *Array, b int, positions bool) map[int]bool {
+// decisions returns the set of routed positions of row b. A list of
+// positions counts only entries in [0, seqLen) (Compare refuses others).
+func decisions(a *Array, b int, positions bool, seqLen int) map[int]bool {
 	inner := size(a.Shape[1:])
 	set := make(map[int]bool)
 	for j := 0; j < inner; j++ {
-		var v float64
+		routed := false
 		if a.I != nil {
-			v = float64(a.I[b*inner+j])
+			v := a.I[b*inner+j]
+			routed = v != 0
+			if positions && v >= 0 && v < int64(seqLen) {
+				set[int(v)] = true
+			}
 		} else {
-			v = a.F[b*inner+j]
+			routed = a.F[b*inner+j] != 0
 		}
-		switch {
-		case positions && v >= 0:
-			set[int(v)] = true
-		case !positions && v != 0:
+		if !positions && routed {
 			set[j] = true
 		}
 	}
@@ -373,4 +396,36 @@ func asFloat(a *Array) *Array {
 		v[k] = float64(x)
 	}
 	return Float(v, a.Shape...)
+}
+
+// jsonFloat is a float64 as JSON can hold it: infinities, which a gap with
+// no flip between two tokens or a difference beyond float64's range are,
+// become the strings "inf" and "-inf".
+func jsonFloat(v float64) any {
+	switch {
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	}
+	return v
+}
+
+// MarshalJSON writes an infinite gap as "inf".
+func (m RowMismatch) MarshalJSON() ([]byte, error) {
+	type plain RowMismatch
+	return json.Marshal(struct {
+		plain
+		Gap any `json:"gap"`
+	}{plain(m), jsonFloat(m.Gap)})
+}
+
+// MarshalJSON writes infinite differences as "inf".
+func (r ArrayResult) MarshalJSON() ([]byte, error) {
+	type plain ArrayResult
+	return json.Marshal(struct {
+		plain
+		MaxAbs any `json:"max_abs"`
+		MaxRel any `json:"max_rel"`
+	}{plain(r), jsonFloat(r.MaxAbs), jsonFloat(r.MaxRel)})
 }

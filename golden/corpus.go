@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"bytes"
 	"cmp"
 	"embed"
 	"errors"
@@ -26,8 +27,11 @@ type Corpus struct {
 	fsys fs.FS
 	// where names the corpus in messages: a directory, or the embedded one.
 	where string
-	// dir is the directory file paths in messages start with.
+	// dir is the directory file paths in messages start with, and for a
+	// corpus on disk the one its files are read from.
 	dir string
+	// embedded says the files are the package's own, read from memory.
+	embedded bool
 }
 
 // Embedded returns the golden corpus this package was built with: the
@@ -37,7 +41,7 @@ func Embedded() Corpus {
 	if err != nil {
 		panic("golden.Embedded: " + err.Error()) // "corpus" is a valid path
 	}
-	return Corpus{fsys: sub, where: "the embedded corpus", dir: "(embedded) " + DefaultDir}
+	return Corpus{fsys: sub, where: "the embedded corpus", dir: "(embedded) " + DefaultDir, embedded: true}
 }
 
 // Dir returns the corpus in directory dir ("" is the current directory).
@@ -50,6 +54,16 @@ func (c Corpus) String() string { return c.where }
 
 // path is the name of a corpus file in messages.
 func (c Corpus) path(file string) string { return filepath.Join(c.dir, file) }
+
+// Paths returns the manifest and array file paths of case name in a corpus
+// on disk, and two empty strings for the embedded corpus, which has no
+// files.
+func (c Corpus) Paths(name string) (manifest, arrays string) {
+	if c.embedded {
+		return "", ""
+	}
+	return Paths(c.dir, name)
+}
 
 // ErrUnknownCase marks a case name a corpus does not hold.
 var ErrUnknownCase = errors.New("no such case")
@@ -86,12 +100,12 @@ func (c Corpus) Manifest(name string) (*Manifest, error) {
 	if !fs.ValidPath(file) || strings.Contains(name, "/") {
 		return nil, c.unknown(name)
 	}
-	raw, err := fs.ReadFile(c.fsys, file)
+	raw, err := c.readFile(file, maxManifestBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, c.unknown(name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", c.path(file), unwrapPath(err))
+		return nil, err
 	}
 	m, err := decodeManifest(raw)
 	if err != nil {
@@ -116,9 +130,13 @@ func (c Corpus) unknown(name string) error {
 }
 
 // Load reads case name and checks that its arrays are exactly those its
-// manifest lists, with the listed dtypes and shapes, and finite. A name the
-// corpus does not hold is an ErrUnknownCase error that lists the names
-// nearest to it.
+// manifest lists, with the listed dtypes and shapes, finite, and agreeing
+// with the configuration's sizes (ErrManifestArrays). A name the corpus
+// does not hold is an ErrUnknownCase error that lists the names nearest to
+// it. A corpus on disk may come from anywhere (--corpus), so its files are
+// read as untrusted: regular files only, within size bounds, the arrays
+// together at most maxCaseElements values, each allocated only after its
+// declared size is checked (docs/golden-format.md).
 func (c Corpus) Load(name string) (*Case, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
@@ -126,13 +144,21 @@ func (c Corpus) Load(name string) (*Case, error) {
 	}
 	mfile, afile := name+".json", name+".npz"
 	apath := c.path(afile)
-	raw, err := fs.ReadFile(c.fsys, afile)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", apath, unwrapPath(err))
+	plan := &readPlan{arrays: make(map[string]int), refuseOthers: true, what: mfile}
+	total := 0
+	for _, info := range m.Arrays {
+		n := 1
+		for _, d := range info.Shape {
+			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
+		}
+		if total += n; n > maxCaseElements || total > maxCaseElements {
+			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", c.path(mfile), ErrTooLarge, maxCaseElements)
+		}
+		plan.arrays[info.Name] = n
 	}
-	arrays, err := decodeNPZ(raw)
+	arrays, err := c.readNPZ(afile, plan)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", apath, err)
+		return nil, err
 	}
 	listed := make(map[string]bool)
 	for _, info := range m.Arrays {
@@ -154,7 +180,42 @@ func (c Corpus) Load(name string) (*Case, error) {
 			return nil, fmt.Errorf("%s: array %q is not listed in %s", apath, n, mfile)
 		}
 	}
-	return &Case{Manifest: m, Arrays: arrays}, nil
+	cs := &Case{Manifest: m, Arrays: arrays}
+	if err := cs.checkSizes(); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.path(mfile), err)
+	}
+	return cs, nil
+}
+
+// readFile reads a corpus file of at most maxBytes: from memory for the
+// embedded corpus, and through openRegular (regular files only, never
+// blocking on a FIFO) for one on disk.
+func (c Corpus) readFile(file string, maxBytes int64) ([]byte, error) {
+	if c.embedded {
+		raw, err := fs.ReadFile(c.fsys, file)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", c.path(file), unwrapPath(err))
+		}
+		return raw, nil
+	}
+	return readRegular(c.path(file), maxBytes)
+}
+
+// readNPZ reads the arrays of a corpus .npz as plan says: decoded from
+// memory for the embedded corpus, and through readNPZFile for one on disk.
+func (c Corpus) readNPZ(file string, plan *readPlan) (map[string]*Array, error) {
+	if !c.embedded {
+		return readNPZFile(c.path(file), plan)
+	}
+	raw, err := c.readFile(file, maxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	arrays, err := readNPZ(bytes.NewReader(raw), int64(len(raw)), plan)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.path(file), err)
+	}
+	return arrays, nil
 }
 
 // nearNames returns the names a mistyped name probably meant, nearest

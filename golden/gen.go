@@ -3,6 +3,9 @@ package golden
 import (
 	"fmt"
 	"os"
+	"strings"
+
+	"github.com/modref/modref/internal/atomicfile"
 
 	"github.com/modref/modref/spec"
 )
@@ -202,19 +205,35 @@ func Generate() ([]*Case, error) {
 	return cases, nil
 }
 
-// WriteCorpus generates every case and writes it into dir, which must exist.
+// WriteCorpus generates every case and replaces the directory dir, which
+// must exist and hold nothing but NAME.json and NAME.npz files, by one
+// holding exactly the generated cases: all files are written into a
+// temporary directory beside it (internal/atomicfile), which is then swapped
+// in, so that a failure or a kill leaves the old corpus whole.
 func WriteCorpus(dir string) ([]*Case, error) {
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("corpus directory %s does not exist", dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("corpus directory %s: %w", dir, unwrapPath(err))
+	}
+	for _, e := range entries {
+		if n := e.Name(); !e.Type().IsRegular() || !(strings.HasSuffix(n, ".json") || strings.HasSuffix(n, ".npz")) {
+			return nil, fmt.Errorf("corpus directory %s holds %s, which gen would not write; it replaces the whole directory, so move it away first", dir, n)
+		}
 	}
 	cases, err := Generate()
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range cases {
-		if err := c.Write(dir); err != nil {
-			return nil, err
+	err = atomicfile.ReplaceDir(dir, func(tmp string) error {
+		for _, c := range cases {
+			if err := c.Write(tmp); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return cases, nil
 }

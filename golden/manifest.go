@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 )
 
@@ -89,9 +88,9 @@ var caseName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 // ReadManifest reads and validates a manifest. Errors name the file and the
 // field.
 func ReadManifest(path string) (*Manifest, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readRegular(path, maxManifestBytes)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, unwrapPath(err))
+		return nil, err
 	}
 	m, err := decodeManifest(raw)
 	if err != nil {

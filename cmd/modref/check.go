@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/modcase"
 )
 
@@ -29,7 +31,11 @@ Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
 if none is named) against DIR/CASE.npz, a bad or missing file being that
 case's error. Without --candidate it checks modref's own float32
-implementation (mod/) against the corpus.
+implementation (mod/) against the corpus; an empty --candidate "" is a usage
+error. Candidates are read as untrusted input: regular files only, sizes
+bounded by the case, every CRC-32 and data length verified
+(docs/golden-format.md). The table (or JSON) is printed before the --junit
+report, which is written atomically and never over an input.
 
 Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
@@ -44,6 +50,9 @@ flags:
 	allowMissing := fs.Bool("allow-missing", false, "report arrays missing from a candidate instead of failing with exit 2")
 	named, err := parseInterleaved(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := refuseEmpty(fs, "candidate"); err != nil {
 		return err
 	}
 	names := named
@@ -65,6 +74,25 @@ flags:
 			return fmt.Errorf("--candidate %s is one file: name exactly one case to judge it against", *candidate)
 		}
 	}
+	candPath := func(name string) string {
+		switch {
+		case *candidate == "":
+			return selfName
+		case single:
+			return *candidate
+		}
+		return filepath.Join(*candidate, name+".npz")
+	}
+	if *junit != "" {
+		inputs := []string{*candidate}
+		for _, name := range names {
+			m, a := corpus().Paths(name)
+			inputs = append(inputs, m, a, candPath(name))
+		}
+		if err := refuseOverwrite(*junit, inputs); err != nil {
+			return err
+		}
+	}
 	var results []*golden.CaseResult
 	var bad []error
 	for _, name := range names {
@@ -73,16 +101,11 @@ flags:
 			return err
 		}
 		var cand map[string]*golden.Array
-		path := "modref's implementation"
-		switch {
-		case *candidate == "":
+		path := candPath(name)
+		if *candidate == "" {
 			cand, err = selfCandidate(c)
-		case single:
-			path = *candidate
-			cand, err = golden.ReadNPZ(path)
-		default:
-			path = filepath.Join(*candidate, name+".npz")
-			cand, err = golden.ReadNPZ(path)
+		} else {
+			cand, err = golden.ReadCandidate(path, c)
 		}
 		var r *golden.CaseResult
 		if err == nil {
@@ -97,21 +120,18 @@ flags:
 			r = &golden.CaseResult{Case: name, Error: err.Error()}
 			bad = append(bad, err)
 		}
+		r.Candidate = path
 		results = append(results, r)
 	}
+	if err := printReport(stdout, results, *asJSON, *candidate); err != nil {
+		return err
+	}
+	// The report comes after the table, so that a report path that cannot
+	// be written does not hide the results.
 	if *junit != "" {
 		if err := writeJUnit(*junit, results); err != nil {
 			return err
 		}
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
-			return err
-		}
-	} else {
-		printResults(stdout, results, *candidate == "")
 	}
 	if len(bad) > 0 {
 		return errors.Join(bad...)
@@ -119,6 +139,58 @@ flags:
 	for _, r := range results {
 		if !r.Pass {
 			return errMismatch
+		}
+	}
+	return nil
+}
+
+// selfName is what the table and JSON call modref's own implementation.
+const selfName = "modref's mod/ (float32 autograd)"
+
+// printReport writes the results as JSON or as the table.
+func printReport(stdout io.Writer, results []*golden.CaseResult, asJSON bool, candidate string) error {
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	} else {
+		printResults(stdout, results, candidate)
+	}
+	return nil
+}
+
+// refuseEmpty makes a flag given an empty value a usage error: an unset
+// variable in a script (--candidate "$CAND") must not quietly mean the
+// flag's absence.
+func refuseEmpty(fs *flagSet, name string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name && f.Value.String() == "" {
+			fmt.Fprintf(fs.Output(), "modref %s: --%s is empty; give a path, or leave the flag out\n", fs.Name(), name)
+			err = errUsage
+		}
+	})
+	return err
+}
+
+// refuseOverwrite refuses an output path that is one of the inputs (the
+// same file, by path or through a link) or a directory.
+func refuseOverwrite(out string, inputs []string) error {
+	fo, err := os.Stat(out)
+	if err != nil {
+		return nil // a new file
+	}
+	if fo.IsDir() {
+		return fmt.Errorf("--junit %s is a directory", out)
+	}
+	for _, in := range inputs {
+		if in == "" {
+			continue
+		}
+		if fi, err := os.Stat(in); err == nil && os.SameFile(fo, fi) {
+			return fmt.Errorf("--junit %s is an input of this check (%s); refusing to overwrite it", out, in)
 		}
 	}
 	return nil
@@ -133,9 +205,14 @@ func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
 // printResults writes the table a person reads: one line per case with its
 // worst array by error over tolerance, or, for a failing case, one line per
 // array that failed or is missing, worst first, with where and by how much.
-func printResults(w io.Writer, results []*golden.CaseResult, self bool) {
-	if self {
-		fmt.Fprintln(w, "implementation: modref's mod/ (float32 autograd), run on each case's inputs and parameters")
+func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
+	switch fi, err := os.Stat(candidate); {
+	case candidate == "":
+		fmt.Fprintf(w, "implementation: %s, run on each case's inputs and parameters\n", selfName)
+	case err == nil && fi.IsDir():
+		fmt.Fprintf(w, "candidate: %s/CASE.npz (CRC-32, lengths and sizes of every array verified)\n", candidate)
+	default:
+		fmt.Fprintf(w, "candidate: %s (CRC-32, lengths and sizes of every array verified)\n", candidate)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
@@ -263,8 +340,8 @@ func writeJUnit(path string, results []*golden.CaseResult) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, append([]byte(xml.Header), append(raw, '\n')...), 0o644); err != nil {
-		return fmt.Errorf("writing JUnit report: %w", err)
+	if err := atomicfile.WriteFile(path, append([]byte(xml.Header), append(raw, '\n')...)); err != nil {
+		return fmt.Errorf("JUnit report: %w", err)
 	}
 	return nil
 }

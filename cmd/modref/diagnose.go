@@ -42,6 +42,9 @@ flags:
 	if err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, "candidate"); err != nil {
+		return err
+	}
 	if len(names) != 1 || *candidate == "" {
 		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE")
 		return errUsage
@@ -59,7 +62,7 @@ flags:
 	if fi.IsDir() {
 		path = filepath.Join(path, name+".npz")
 	}
-	cand, err := golden.ReadNPZ(path)
+	cand, err := golden.ReadCandidate(path, c)
 	if err != nil {
 		return err
 	}

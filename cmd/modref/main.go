@@ -37,9 +37,16 @@ import (
 	"os"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/atomicfile"
 )
 
 func main() {
+	// train handles SIGINT and SIGTERM itself: it saves a checkpoint and
+	// exits 130. The other commands remove the temporary files they are
+	// writing and exit.
+	if len(os.Args) < 2 || os.Args[1] != "train" {
+		atomicfile.HandleSignals()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
