@@ -113,7 +113,11 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 		}
 		if !ok {
 			if !allowMissing {
-				return nil, fmt.Errorf("array %q is missing (the case expects it; --allow-missing reports it instead)", name)
+				kind := "float32 or float64"
+				if info.DType == "<i8" {
+					kind = "int32 or int64"
+				}
+				return nil, fmt.Errorf("array %q is missing: the case expects shape %v, %s (--allow-missing reports it instead)", name, info.Shape, kind)
 			}
 			res.Arrays = append(res.Arrays, ArrayResult{Name: name, Status: StatusMissing, Tolerance: *info.Tolerance})
 			res.Pass = false

@@ -132,7 +132,7 @@ func TestCompareBadCandidates(t *testing.T) {
 		edit func(map[string]*Array)
 		want string
 	}{
-		{"missing", func(m map[string]*Array) { delete(m, "grad.param.Wq") }, `array "grad.param.Wq" is missing`},
+		{"missing", func(m map[string]*Array) { delete(m, "grad.param.Wq") }, `array "grad.param.Wq" is missing: the case expects shape [`},
 		{"shape", func(m map[string]*Array) { m["out"].Shape = []int{2, 64} }, `array "out" has shape [2 64], want [2 8 8]`},
 		{"nan", func(m map[string]*Array) { m["aux.total"].F[0] = math.NaN() }, `array "aux.total" holds NaN`},
 		{"inf", func(m map[string]*Array) { m["out"].F[9] = math.Inf(-1) }, `array "out" holds -Inf at [0 1 1]`},
