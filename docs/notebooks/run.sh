@@ -18,6 +18,15 @@
 # tools go.sum and Go version under $MODREF_NOTEBOOK_CACHE (default
 # ~/.cache/modref-notebooks); Go's build cache makes a rebuild quick.
 set -euo pipefail
+# Notebooks named on the command line are relative to where it was called.
+args=()
+for a in "$@"; do
+  case "$a" in
+    --update) args+=("$a") ;;
+    *) args+=("$(cd "$(dirname "$a")" && pwd)/$(basename "$a")") ;;
+  esac
+done
+set -- ${args[@]+"${args[@]}"}
 cd "$(dirname "$0")"
 dir=$(pwd)
 
