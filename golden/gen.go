@@ -127,8 +127,17 @@ func modelSpecs() ([]modelSpec, error) {
 		maxLen     int
 		valid      []int
 		decode     bool
+		// batch is the number of rows, 2 when 0; distinct makes the
+		// generator keep only draws in which every routed layer routes
+		// each row through a different set of positions.
+		batch    int
+		distinct bool
 	}
 	every := spec.Pattern{Kind: spec.PatternEveryOther}
+	third := spec.Pattern{Kind: spec.PatternEveryNth, Every: 3, Offset: 1}
+	causal := func(c *spec.Config) {
+		c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
+	}
 	list := []m{
 		{name: "model-every-other", desc: "A 4-layer MoD language model routing every other layer (the paper's best setting) at capacity 0.25, with padding; loss = CE.",
 			catches: gatherCatches, layers: 4, routing: paper(0.25), pattern: every, valid: []int{8, 5}},
@@ -168,6 +177,60 @@ func modelSpecs() ([]modelSpec, error) {
 				c.Causal, c.Aux, c.AuxWeight, c.Weighting = spec.CausalRouter, spec.AuxRouterBCE, 0.1, spec.WeightSigmoid
 			}),
 			pattern: every, decode: true},
+		{name: "model-mlp-only", desc: "MLP-only routing in every other layer of 3: attention runs densely over every valid token, only the MLP is routed (capacity 0.5), with padding.",
+			catches: []string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"}, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.MLPOnly = true }), pattern: every, valid: []int{8, 6}},
+		{name: "decode-mlp-only", desc: "MLP-only routing by r > 0 in every other layer of 3: decoding caches every token's keys and values in each layer and routes only the MLP, and equals the full causal forward.",
+			catches: []string{"decode_mismatch"}, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { causal(c); c.MLPOnly = true }), pattern: every, decode: true},
+		{name: "model-every-third", desc: "The every-n-th pattern with n = 3 from layer 1: of 5 layers, layers 1 and 4 are routed at capacity 0.5.",
+			catches: gatherCatches, layers: 5, routing: paper(0.5), pattern: third},
+		{name: "decode-every-third", desc: "The every-n-th pattern (n = 3 from layer 1, layers 1 and 4 of 5 routed) with causal routing by r > 0: decoding equals the full causal forward.",
+			catches: []string{"decode_mismatch"}, layers: 5, routing: with(paper(0.5), causal), pattern: third, decode: true},
+		{name: "model-layer-list", desc: "An explicit list of routed layers, 0, 1 and 3 of 4 (two routed layers in a row, a dense one, a routed last layer), capacity 0.5, sigmoid weighting.",
+			catches: gatherCatches, layers: 4,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Weighting = spec.WeightSigmoid }),
+			pattern: spec.Pattern{Kind: spec.PatternList, Layers: []int{0, 1, 3}}},
+		{name: "decode-layer-list", desc: "An explicit list of routed layers, 1 and 2 of 4, with causal routing by r > 0: decoding, whose dense first and last layers cache every token, equals the full causal forward.",
+			catches: []string{"decode_mismatch"}, layers: 4, routing: with(paper(0.5), causal),
+			pattern: spec.Pattern{Kind: spec.PatternList, Layers: []int{1, 2}}, decode: true},
+		{name: "decode-padding", desc: "Right padding during decoding: rows of 8 and 5 valid tokens, causal routing by r > 0 in every other layer of 4; each row is decoded for its valid tokens only and equals the full causal forward there (decode_logits and routed are 0 at padded positions).",
+			catches: []string{"decode_mismatch"}, layers: 4, routing: with(paper(0.5), causal), pattern: every,
+			valid: []int{8, 5}, decode: true},
+		{name: "model-batch-rows", desc: "Three rows of 8, 7 and 5 valid tokens, every layer of 2 routed at capacity 0.5 with router_bce: each row routes a different set of positions in every layer (the generator keeps only such draws), so per-row top-k, per-row targets and per-row capacity are all exercised.",
+			catches: gatherCatches, layers: 2,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1 }),
+			pattern: spec.Pattern{Kind: spec.PatternAll}, valid: []int{8, 7, 5}, batch: 3, distinct: true},
+		{name: "decode-batch-rows", desc: "Three rows decoded independently with causal routing by r > 0 on every layer of 2: each row routes a different set of positions in every layer (the generator keeps only such draws), and decoding equals the full causal forward.",
+			catches: []string{"decode_mismatch"}, layers: 2, routing: with(paper(0.5), causal),
+			pattern: spec.Pattern{Kind: spec.PatternAll}, batch: 3, distinct: true, decode: true},
+		{name: "model-linear-bias", desc: "The linear router with bias and sigmoid weighting in every other layer of 3.",
+			catches: gatherCatches, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightSigmoid }), pattern: every},
+		{name: "model-l2norm", desc: "The parameter-free router r = ‖x‖₂ with raw weighting in every other layer of 3, with padding.",
+			catches: gatherCatches, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Router = spec.RouterL2Norm }), pattern: every, valid: []int{8, 6}},
+		{name: "model-random", desc: "The stochastic-routing baseline in every other layer of 3: each routed layer's r is drawn from N(0,1), given as input.noise.L<l>.",
+			catches: []string{"residual_twice", "residual_scaled", "unsorted_indices", "capacity_off_by_one"}, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Router = spec.RouterRandom }), pattern: every},
+		{name: "model-softmax", desc: "Softmax of r over each row's selected tokens as the weight, every other layer of 3.",
+			catches: gatherCatches, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Weighting = spec.WeightSoftmax }), pattern: every},
+		// With g = 1, g·(x + f) = x + g·f: residual_scaled and no_weighting change nothing.
+		{name: "model-none", desc: "No weighting, g = 1, every other layer of 3: the routers get gradient only from router_bce.",
+			catches: []string{"residual_twice", "unsorted_indices", "capacity_off_by_one"}, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight = spec.WeightNone, spec.AuxRouterBCE, 0.1 }),
+			pattern: every},
+		{name: "model-jitter", desc: "Training-time jitter r + 0.1·ε in every other layer of 3, ε given as input.jitter.L<l>, sigmoid weighting.",
+			catches: gatherCatches, layers: 3,
+			routing: with(paper(0.5), func(c *spec.Config) { c.Jitter, c.Weighting = 0.1, spec.WeightSigmoid }), pattern: every},
+		{name: "model-mixed-capacities", desc: "Per-layer capacities of other kinds in every other layer of 3: an integer capacity of 3 tokens, then logarithmic scaling (c = 0.25, S_max = 64), with padding.",
+			catches: gatherCatches, layers: 3, routing: paper(0.5), pattern: every, valid: []int{8, 6},
+			capacities: []spec.Capacity{{Kind: spec.CapacityInteger, Tokens: 3}, {Kind: spec.CapacityLog, Ratio: 0.25, MaxLen: 64}}},
+		{name: "decode-linear-bias", desc: "Causal routing by r > 0 with the linear router with bias and raw weighting, every other layer of 4: decoding equals the full causal forward.",
+			catches: []string{"decode_mismatch"}, layers: 4,
+			routing: with(paper(0.5), func(c *spec.Config) { causal(c); c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightRaw }),
+			pattern: every, decode: true},
 	}
 	var specs []modelSpec
 	for _, x := range list {
@@ -175,8 +238,12 @@ func modelSpecs() ([]modelSpec, error) {
 		if err != nil {
 			return nil, errorf(x.name, err)
 		}
+		batch := x.batch
+		if batch == 0 {
+			batch = 2
+		}
 		specs = append(specs, modelSpec{name: x.name, description: x.desc, catches: x.catches, seed: 1,
-			batch: 2, seqLen: 8, valid: x.valid, cfg: cfg, decode: x.decode})
+			batch: batch, seqLen: 8, valid: x.valid, cfg: cfg, decode: x.decode, distinct: x.distinct})
 	}
 	return specs, nil
 }

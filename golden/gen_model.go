@@ -2,6 +2,7 @@ package golden
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
@@ -18,6 +19,9 @@ type modelSpec struct {
 	// decode makes a decode case: the full causal forward against
 	// token-by-token decoding, with no gradients.
 	decode bool
+	// distinct keeps only draws in which every routed layer routes each row
+	// through a different set of positions.
+	distinct bool
 }
 
 func drawModel(s modelSpec, seed uint64) (*ref.ModelParams, ref.ModelInputs) {
@@ -67,7 +71,7 @@ func genModel(s modelSpec) (*Case, error) {
 			gaps = append(gaps, g)
 			smallest = min(smallest, minGap(g))
 		}
-		if smallest < minCaseGap {
+		if smallest < minCaseGap || s.distinct && !rowsDiffer(res) {
 			continue
 		}
 		c, err := modelCase(s, seed, p, in, res, gaps)
@@ -77,6 +81,25 @@ func genModel(s modelSpec) (*Case, error) {
 		return c, nil
 	}
 	return nil, errorf(s.name, fmt.Errorf("no draw in 100 keeps every routing gap above %v", minCaseGap))
+}
+
+// rowsDiffer reports whether every routed layer of res routes each row
+// through a different set of positions.
+func rowsDiffer(res *ref.ModelResult) bool {
+	for _, lr := range res.Layers {
+		if lr == nil {
+			continue
+		}
+		rows := lr.Selection.Rows
+		for a := range rows {
+			for b := a + 1; b < len(rows); b++ {
+				if slices.Equal(rows[a], rows[b]) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs, res *ref.ModelResult, gaps [][]float64) (*Case, error) {
@@ -160,8 +183,9 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 	return b.build(), nil
 }
 
-// addDecode decodes each row token by token with ref.Decoder and adds the
-// logits and per-layer routing decisions it produced.
+// addDecode decodes each row's valid tokens one by one with ref.Decoder and
+// adds the logits and per-layer routing decisions it produced, 0 at padded
+// positions.
 func addDecode(b *builder, s modelSpec, p *ref.ModelParams, in ref.ModelInputs) error {
 	vocab := s.cfg.Vocab
 	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
@@ -174,7 +198,7 @@ func addDecode(b *builder, s modelSpec, p *ref.ModelParams, in ref.ModelInputs) 
 		if err != nil {
 			return err
 		}
-		for i := 0; i < s.seqLen; i++ {
+		for i := 0; i < validLen(s.valid, row, s.seqLen); i++ {
 			st, err := dec.Step(in.Tokens[row][i])
 			if err != nil {
 				return err
@@ -186,6 +210,12 @@ func addDecode(b *builder, s modelSpec, p *ref.ModelParams, in ref.ModelInputs) 
 					v = 1
 				}
 				routed[l][row] = append(routed[l][row], v)
+			}
+		}
+		for range s.seqLen - validLen(s.valid, row, s.seqLen) {
+			logits = append(logits, make([]float64, vocab)...)
+			for l := range routed {
+				routed[l][row] = append(routed[l][row], 0)
 			}
 		}
 	}

@@ -24,8 +24,11 @@ def main(case_path, out_path):
     valid = [int(v) for v in case.inputs["valid"]]                # V_b valid tokens per row
     # "Embed", "Head", "FinalNorm" (+ "PosEmbed"), and per layer "L<l>.Wq", ..., "L<l>.Router"
     params = {n: torch.tensor(a, requires_grad=True) for n, a in case.params.items()}
+    # per layer l that uses them: the random router's N(0,1) weights and the jitter eps, B x S
+    noises = {int(n[7:]): torch.tensor(a) for n, a in case.inputs.items() if n.startswith("noise.L")}
+    jitters = {int(n[8:]): torch.tensor(a) for n, a in case.inputs.items() if n.startswith("jitter.L")}
 
-    fw = your_model.model_forward(tokens, valid, params, case.config)   # your model
+    fw = your_model.model_forward(tokens, valid, params, case.config, noises, jitters)   # your model
     ce = your_model.cross_entropy(fw["logits"], targets)                # mean over targets != -1
     loss = ce + fw["aux_total"]                   # case.loss: ce + sum over routed layers of L<l>.aux.total
     loss.backward()
