@@ -17,6 +17,8 @@ type Tape struct {
 	scratch64 []float64
 	// heads is CausalAttention's work shared among goroutines.
 	heads *headWork
+	// arenas hold the slices Make hands out, one arena per element type.
+	arenas []resetter
 }
 
 // opcode names a recorded operation; node.backward dispatches on it.
@@ -39,12 +41,16 @@ type node struct {
 	count  int       // number of terms a mean divides by
 }
 
-// Reset forgets the recorded operations and takes back every tensor the tape
-// handed out, to be reused by the next forward pass. Tensors from before the
-// Reset must not be used afterwards.
+// Reset forgets the recorded operations and takes back every tensor and
+// every slice (see Make) the tape handed out, to be reused by the next
+// forward pass. Tensors and slices from before the Reset must not be used
+// afterwards.
 func (tp *Tape) Reset() {
 	tp.nodes = tp.nodes[:0]
 	tp.used = 0
+	for _, a := range tp.arenas {
+		a.reset()
+	}
 }
 
 // Len returns the number of operations recorded since the last Reset.
