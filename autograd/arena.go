@@ -40,7 +40,7 @@ type resetter interface{ reset() }
 
 // take hands out the next n zeroed elements.
 func (a *arena[T]) take(n int) []T {
-	if a.used+n > len(a.buf) {
+	if a.used+n > len(a.buf) || a.buf == nil { // never a nil slice, even of length 0
 		a.buf = make([]T, max(2*len(a.buf), n, 64))
 		a.used = 0
 	}
