@@ -92,12 +92,14 @@ func (tp *Tape) slot() *Tensor {
 	return t
 }
 
-// grow returns buf resized to n, reusing its memory when it is large enough.
+// grow returns buf resized to n, reusing its memory when it is large enough
+// and otherwise at least doubling it, so that a tensor that grows by a row
+// a pass (a decoder's scores) costs amortised allocations.
 func grow(buf []float32, n int) []float32 {
 	if cap(buf) >= n {
 		return buf[:n]
 	}
-	return make([]float32, n)
+	return make([]float32, n, max(n, 2*cap(buf)))
 }
 
 // push appends a node for op with output out and returns it for the caller
@@ -170,7 +172,7 @@ func (tp *Tape) f32(n int) []float32 {
 // f64 returns a zeroed tape-owned float64 work buffer of length n.
 func (tp *Tape) f64(n int) []float64 {
 	if cap(tp.scratch64) < n {
-		tp.scratch64 = make([]float64, n)
+		tp.scratch64 = make([]float64, n, max(n, 2*cap(tp.scratch64)))
 	}
 	tp.scratch64 = tp.scratch64[:n]
 	clear(tp.scratch64)
