@@ -7,9 +7,8 @@ package autograd
 // it never writes into another slice.
 //
 // A forward pass that asks for the same slices after every Reset allocates
-// nothing once the tape has seen one pass: a pass that outgrows a type's
-// buffer takes a new one, and the next Reset replaces both by one buffer
-// large enough for the whole pass.
+// nothing once the tape has seen one pass: the arena of each element type
+// keeps the buffers it took and hands them out again in the same order.
 func Make[T any](tp *Tape, n int) []T {
 	if n < 0 {
 		panic("autograd.Make: negative length")
@@ -28,34 +27,37 @@ func Make[T any](tp *Tape, n int) []T {
 	return a.take(n)
 }
 
-// arena is a bump allocator of one element type, reset with its tape.
+// arena is a bump allocator of one element type over a list of buffers,
+// each at least twice the size of the one before, reset with its tape.
 type arena[T any] struct {
-	buf  []T
-	used int // elements of buf handed out since the last reset
-	need int // elements handed out since the last reset, over all buffers
+	bufs [][]T
+	cur  int // the buffer being handed out
+	used int // elements of bufs[cur] handed out since the last reset
 }
 
 // resetter is an arena of any element type.
 type resetter interface{ reset() }
 
-// take hands out the next n zeroed elements.
+// take hands out the next n zeroed elements: from the current buffer if
+// they fit, else from the next buffer large enough, which is added if
+// there is none.
 func (a *arena[T]) take(n int) []T {
-	if a.used+n > len(a.buf) || a.buf == nil { // never a nil slice, even of length 0
-		a.buf = make([]T, max(2*len(a.buf), n, 64))
+	for a.cur < len(a.bufs) && a.used+n > len(a.bufs[a.cur]) {
+		a.cur++
 		a.used = 0
 	}
-	s := a.buf[a.used : a.used+n : a.used+n]
+	if a.cur == len(a.bufs) {
+		last := 0
+		if a.cur > 0 {
+			last = len(a.bufs[a.cur-1])
+		}
+		a.bufs = append(a.bufs, make([]T, max(2*last, n, 64)))
+	}
+	s := a.bufs[a.cur][a.used : a.used+n : a.used+n]
 	clear(s)
 	a.used += n
-	a.need += n
 	return s
 }
 
-// reset takes back everything handed out; a buffer outgrown since the last
-// reset is replaced by one that holds the whole pass.
-func (a *arena[T]) reset() {
-	if a.need > len(a.buf) {
-		a.buf = make([]T, a.need)
-	}
-	a.used, a.need = 0, 0
-}
+// reset takes back everything handed out.
+func (a *arena[T]) reset() { a.cur, a.used = 0, 0 }
