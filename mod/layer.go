@@ -236,7 +236,9 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 // a smooth function of the parameters and of X: no change of X changes
 // which tokens are routed, so its finite differences are the gradients of
 // docs/spec.md §12, and properties that hold only with the decision fixed
-// (docs/fuzzing.md, 14 and 16) can be checked.
+// (docs/fuzzing.md, 14 and 16) can be checked. A LayerResult's Frozen
+// lives on its tape like the rest of the result: to replay it on the same
+// tape after a Reset, copy its slices first.
 type Frozen struct {
 	// Selected lists, per sequence, the routed positions in ascending order.
 	Selected [][]int
