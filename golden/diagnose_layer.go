@@ -2,6 +2,7 @@ package golden
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"gonum.org/v1/gonum/mat"
@@ -54,6 +55,38 @@ type layerState struct {
 	g0 [][]float64
 	// order is each row's selected positions in router-score order.
 	order [][]int
+	// rotated caches rotatedBlock's results for indexOrderOutput.
+	rotated rotationCache
+}
+
+// rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
+// by rotation, for the values of Wq and Wk they were made from: a
+// finite-difference pass perturbs mostly other arrays, and rotating the
+// weights again for every token of every evaluation was most of the
+// emulation's time.
+type rotationCache struct {
+	p      *ref.BlockParams
+	wq, wk []float64
+	by     map[int]*ref.BlockParams
+}
+
+// get returns rotatedBlock(c, p, delta), made once for each delta while p's
+// Wq and Wk keep their values.
+func (rc *rotationCache) get(c spec.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
+	if c.Positions != spec.PositionRoPE || delta == 0 {
+		return p
+	}
+	wq, wk := p.Wq.RawMatrix().Data, p.Wk.RawMatrix().Data
+	if rc.p != p || !slices.Equal(rc.wq, wq) || !slices.Equal(rc.wk, wk) {
+		rc.p, rc.wq, rc.wk = p, slices.Clone(wq), slices.Clone(wk)
+		rc.by = make(map[int]*ref.BlockParams)
+	}
+	r, ok := rc.by[delta]
+	if !ok {
+		r = rotatedBlock(c, p, delta)
+		rc.by[delta] = r
+	}
+	return r
 }
 
 // layerRun is one evaluation of a routed layer under a deviation.
@@ -341,7 +374,7 @@ func indexOrderOutput(l *layerRun, order [][]int) []*mat.Dense {
 		o := mat.DenseCopyOf(x)
 		var kv ref.KVCache
 		for t, i := range order[b] {
-			f := kv.BlockStep(blk, rotatedBlock(blk, &l.p.Block, i-t), x.RawRowView(i), t)
+			f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, i-t), x.RawRowView(i), t)
 			g := l.res.Multipliers[b][i]
 			for j, v := range f {
 				o.Set(i, j, x.At(i, j)+float64(g*v))

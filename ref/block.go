@@ -3,6 +3,7 @@ package ref
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
@@ -65,14 +66,39 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 	dh := len(u)
 	half := dh / 2
 	out := make([]float64, dh)
+	freq := ropeFrequencies(dh, base)
 	for j := 0; j < half; j++ {
-		theta := float64(pos) * elem.Pow(base, -2*float64(j)/float64(dh))
+		theta := float64(pos) * freq[j]
 		cos, sin := elem.Cos(theta), elem.Sin(theta)
 		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
 		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
 	}
 	return out
 }
+
+// ropeFrequencies returns base^(-2j/d_h) for j < d_h/2, computed once for
+// each (d_h, base): elem.Pow is exact but slow, and finite-difference passes
+// call RoPE millions of times.
+func ropeFrequencies(dh int, base float64) []float64 {
+	key := ropeKey{dh, base}
+	if f, ok := ropeFreqs.Load(key); ok {
+		return f.([]float64)
+	}
+	f := make([]float64, dh/2)
+	for j := range f {
+		f[j] = elem.Pow(base, -2*float64(j)/float64(dh))
+	}
+	ropeFreqs.Store(key, f)
+	return f
+}
+
+type ropeKey struct {
+	dh   int
+	base float64
+}
+
+// ropeFreqs caches ropeFrequencies by ropeKey.
+var ropeFreqs sync.Map
 
 // GELU is the erf form of docs/spec.md §5: 0.5 v (1 + erf(v / sqrt 2)).
 func GELU(v float64) float64 {
