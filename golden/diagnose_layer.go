@@ -35,16 +35,42 @@ type layerDeviation struct {
 	// skip says why the deviation cannot be emulated for a routed layer of
 	// configuration cfg, or returns "".
 	skip func(cfg spec.Config) string
-	// offByOne selects k − 1 tokens per row (at least 0) instead of k.
-	offByOne bool
-	// scoreOrder records each row's selected positions in router-score
-	// order for output.
+	// capacity is the rule for each row's k.
+	capacity capacityRule
+	// scoreOrder runs the block on each row's selected tokens in
+	// router-score order, the causal mask following that order.
 	scoreOrder bool
-	feed       predictorFeed
+	// windowByIndex counts the attention window in indices of the
+	// gathered tokens instead of their positions.
+	windowByIndex bool
+	// ropeAtIndex rotates the t-th gathered token by RoPE at t instead of
+	// its original position.
+	ropeAtIndex bool
+	// targetsFirstRow writes the auxiliary targets of every row into row 0
+	// by position, leaving the other rows' targets 0.
+	targetsFirstRow bool
+	feed            predictorFeed
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
 }
+
+// capacityRule is how a deviant layer computes each row's capacity k.
+type capacityRule int
+
+const (
+	// capacityExact is docs/spec.md §3.
+	capacityExact capacityRule = iota
+	// capacityOffByOne selects k − 1 tokens (at least 0).
+	capacityOffByOne
+	// capacityPlainFloor is int(c·V_b): neither float-robust nor clamped
+	// to 1.
+	capacityPlainFloor
+)
+
+// gathered reports whether the deviation changes how the block runs on the
+// gathered tokens.
+func (d *layerDeviation) gathered() bool { return d.scoreOrder || d.windowByIndex || d.ropeAtIndex }
 
 // layerState is a routed layer's decision and the constants frozen with it
 // at the unperturbed parameters, made by the first evaluation.
@@ -96,9 +122,10 @@ type layerRun struct {
 	in  ref.LayerInputs
 	st  *layerState
 	res *ref.LayerResult
-	// out and mult are the deviant output and the factors applied to the
-	// block's update.
+	// out, upd and mult are the deviant output, the block's update f and
+	// the factors applied to it.
 	out  []*mat.Dense
+	upd  []*mat.Dense
 	mult [][]float64
 }
 
@@ -108,14 +135,41 @@ func layerDeviations() []layerDeviation {
 	return []layerDeviation{
 		{name: "residual_twice", output: residualTwice},
 		{name: "residual_scaled", output: residualScaled},
-		{name: "unsorted_indices", skip: skipUnsorted, scoreOrder: true, output: scoreOrderOutput},
+		{name: "unsorted_indices", skip: skipUnsorted, scoreOrder: true},
 		{name: "no_weighting", output: noWeighting},
 		{name: "ste_m_plus_1", skip: skipUnlessDense, output: steMPlusOne},
 		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
 		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
-		{name: "capacity_off_by_one", offByOne: true},
-		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, output: windowGathered},
+		{name: "capacity_off_by_one", capacity: capacityOffByOne},
+		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, windowByIndex: true},
+		{name: "rope_gathered_indices", skip: skipUnlessGatheredRoPE, ropeAtIndex: true},
+		{name: "targets_first_row", skip: skipUnlessSeveralRows, targetsFirstRow: true},
+		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
 	}
+}
+
+func skipUnlessGatheredRoPE(cfg spec.Config) string {
+	switch {
+	case cfg.Block.Positions != spec.PositionRoPE:
+		return "the block has no rotary embeddings"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block on every valid token, whose indices are their positions"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention over every valid token, whose indices are their positions"
+	}
+	return ""
+}
+
+// skipUnlessSeveralRows is targets_first_row's: the configuration alone
+// cannot tell (the batch size is the case's), so it never skips; a case
+// with one row just cannot tell the deviation apart.
+func skipUnlessSeveralRows(spec.Config) string { return "" }
+
+func skipUnlessFloor(cfg spec.Config) string {
+	if cfg.Capacity.Kind == spec.CapacityInteger {
+		return "an integer capacity has no floor"
+	}
+	return ""
 }
 
 func skipUnlessGatheredWindow(cfg spec.Config) string {
@@ -182,7 +236,10 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	if err != nil {
 		return nil, err
 	}
-	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, mult: res.Multipliers}
+	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers}
+	if d.gathered() {
+		d.regather(l)
+	}
 	if d.output != nil {
 		d.output(l)
 	}
@@ -197,17 +254,14 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		return err
 	}
 	st.fz = res.Frozen
-	if d.offByOne {
-		// k − 1 tokens of the top-k: the routing itself without causal
+	if d.capacity != capacityExact {
+		// The deviant k of the top-k: the routing itself without causal
 		// routing; under causal routing (docs/spec.md §8, §9) the routing
-		// follows the sign and only the auxiliary targets shrink.
+		// follows the sign and only the auxiliary targets change.
 		s, _ := in.X[0].Dims()
-		k, err := ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
+		k, err := d.rowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
 		if err != nil {
 			return err
-		}
-		for b := range k {
-			k[b] = max(k[b]-1, 0)
 		}
 		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
@@ -220,6 +274,9 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		} else {
 			st.fz.TopK = short
 		}
+	}
+	if d.targetsFirstRow {
+		st.fz.TopK = firstRowTargets(st.fz.TopK, in.Valid)
 	}
 	if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 		return err
@@ -236,6 +293,57 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	}
 	st.decided = true
 	return nil
+}
+
+// rowCapacities is each row's k under the deviation's capacity rule.
+func (d *layerDeviation) rowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
+	k, err := ref.RowCapacities(c, rows, s, valid)
+	if err != nil {
+		return nil, err
+	}
+	for b := range k {
+		n := s
+		if valid != nil {
+			n = valid[b]
+		}
+		switch {
+		case d.capacity == capacityOffByOne:
+			k[b] = max(k[b]-1, 0)
+		case d.capacity == capacityPlainFloor && n > 0 && c.Kind == spec.CapacityRatio:
+			k[b] = min(int(float64(c.Ratio*float64(n))), n)
+		case d.capacity == capacityPlainFloor && n > 0 && c.Kind == spec.CapacityLog:
+			ratio, err := ref.LogCapacityRatio(c.Ratio, n, c.MaxLen)
+			if err != nil {
+				return nil, err
+			}
+			k[b] = min(int(float64(float64(n)*ratio)), n)
+		}
+	}
+	return k, nil
+}
+
+// firstRowTargets is the top-k whose indicator the seed blog's auxiliary
+// targets are: a zero vector of B·S entries indexed by every row's selected
+// positions, which all fall in row 0 (docs/spec.md §11, targets_first_row).
+// Positions past row 0's valid length are dropped, as padded positions
+// count in no loss.
+func firstRowTargets(topk ref.Selection, valid []int) ref.Selection {
+	n := topk.S
+	if valid != nil {
+		n = valid[0]
+	}
+	var union []int
+	for _, row := range topk.Rows {
+		for _, p := range row {
+			if p < n {
+				union = append(union, p)
+			}
+		}
+	}
+	slices.Sort(union)
+	rows := make([][]int, len(topk.Rows))
+	rows[0] = slices.Compact(union)
+	return ref.Selection{S: topk.S, Rows: rows}
 }
 
 // scoreOrder lists each row's selected positions by descending router
@@ -270,15 +378,16 @@ func (l *layerRun) base() []*mat.Dense {
 }
 
 // eachRow returns new outputs whose row i of batch row b is
-// f(b, i, base row, ref's out row, update row, multiplier).
+// f(b, i, base row, out row, update row, multiplier), out and update as
+// the block ran (regather may have changed ref's).
 func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64) []float64) []*mat.Dense {
 	base := l.base()
-	res := make([]*mat.Dense, len(l.res.Out))
-	for b, o := range l.res.Out {
+	res := make([]*mat.Dense, len(l.out))
+	for b, o := range l.out {
 		s, d := o.Dims()
 		res[b] = mat.NewDense(s, d, nil)
 		for i := 0; i < s; i++ {
-			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.res.Update[b].RawRowView(i), l.res.Multipliers[b][i]))
+			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.upd[b].RawRowView(i), l.res.Multipliers[b][i]))
 		}
 	}
 	return res
@@ -347,42 +456,45 @@ func steMPlusOne(l *layerRun) {
 	})
 }
 
-// scoreOrderOutput runs the block on each row's selected tokens in
-// router-score order, so that the causal mask follows the scores, while RoPE
-// still uses every token's original position (indexOrderOutput).
-func scoreOrderOutput(l *layerRun) { l.out = indexOrderOutput(l, l.st.order) }
-
-// windowGathered is a windowed block run on the gathered tokens as if they
-// were a sequence of their own: the window of docs/spec.md §13 counted in
-// indices of the gathered subset, RoPE still at the original positions.
-// Fed at their indices t (see indexOrderOutput), ref's window by position is
-// exactly the window by index.
-func windowGathered(l *layerRun) { l.out = indexOrderOutput(l, l.res.Frozen.Selection.Rows) }
-
-// indexOrderOutput returns the layer's output with the block run on each
-// row's selected tokens in the given order, each token fed at its index t in
-// that order, so that the causal mask and the window follow the order, while
-// RoPE still uses every token's original position: ref's KV cache needs
-// ascending positions, so token t at original position p_t is fed at
-// position t with Wq and Wk rotated by p_t − t:
-// RoPE(x·Wq·R(p_t − t), t) = RoPE(x·Wq, p_t), since rotations in the same
-// planes add their angles.
-func indexOrderOutput(l *layerRun, order [][]int) []*mat.Dense {
+// regather runs the block on each row's selected tokens as the deviation
+// gathers them, replacing the update and the output of the selected tokens:
+// the t-th token of a row (in position order, or in router-score order for
+// scoreOrder) is fed to ref's KV cache at its original position p_t, or at
+// t when the causal mask or the window follow the gathered order
+// (scoreOrder, windowByIndex); ref's window and mask by the fed position are
+// then exactly the deviant ones. RoPE rotates it at p_t, or at t for
+// ropeAtIndex: fed at position φ and meant to turn at ρ, Wq and Wk are
+// rotated by ρ − φ, since RoPE(x·Wq·R(ρ − φ), φ) = RoPE(x·Wq, ρ) (rotations
+// in the same planes add their angles).
+func (d *layerDeviation) regather(l *layerRun) {
 	blk := l.cfg.Block
-	out := make([]*mat.Dense, len(l.in.X))
+	order := l.res.Frozen.Selection.Rows
+	if d.scoreOrder {
+		order = l.st.order
+	}
+	l.out, l.upd = make([]*mat.Dense, len(l.in.X)), make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
 		o := mat.DenseCopyOf(x)
+		s, dm := x.Dims()
+		u := mat.NewDense(s, dm, nil)
 		var kv ref.KVCache
 		for t, i := range order[b] {
-			f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, i-t), x.RawRowView(i), t)
+			fed, rot := i, i
+			if d.scoreOrder || d.windowByIndex {
+				fed = t
+			}
+			if d.ropeAtIndex {
+				rot = t
+			}
+			f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, rot-fed), x.RawRowView(i), fed)
 			g := l.res.Multipliers[b][i]
+			u.SetRow(i, f)
 			for j, v := range f {
 				o.Set(i, j, x.At(i, j)+float64(g*v))
 			}
 		}
-		out[b] = o
+		l.out[b], l.upd[b] = o, u
 	}
-	return out
 }
 
 // rotatedBlock returns the block's parameters with the columns of Wq and Wk

@@ -58,7 +58,9 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row"},
+		"layer-router-bce":    {"targets_first_row", "rope_gathered_indices"},
+		"layer-short-row":     {"capacity_floor_zero", "capacity_off_by_one"},
 		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
 		"layer-predictor":     {"predictor_no_stopgrad", "predictor_block_output"},
 		"layer-mlp-only":      {"residual_twice", "residual_scaled", "no_weighting"},
@@ -87,8 +89,11 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			if !rs[1+indexOf(ems, em)].Distinct {
 				continue
 			}
-			for _, r := range rs {
+			for i, r := range rs {
 				self := r.Name == em.name && r.Variant == em.variant
+				if r.Match && !self && i > 0 && sameOnCase(t, c, em, ems[i-1]) {
+					continue // two deviations this case cannot tell apart
+				}
 				if r.Match != self {
 					t.Errorf("%s, candidate with %s: %s match = %v (%d/%d arrays, worst %s)",
 						name, label(DeviationResult{Name: em.name, Variant: em.variant}), label(r), r.Match, r.Matching, r.Total, r.Worst.Name)
@@ -112,6 +117,34 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sameOnCase reports whether two emulations give the same values on the
+// case, within its tolerances both ways: no candidate of this case can tell
+// them apart (capacity_off_by_one and capacity_floor_zero on
+// layer-capacity-floor, where 0.29·100 floors to 28 either way).
+func sameOnCase(t *testing.T, c *Case, a, b emulation) bool {
+	t.Helper()
+	if b.reason != "" {
+		return false
+	}
+	da, err := deviantCase(c, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := deviantCase(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, err := Compare(da, candidateOf(db), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, err := Compare(db, candidateOf(da), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ab.Pass && ba.Pass
 }
 
 func indexOf(ems []emulation, em emulation) int {
@@ -412,11 +445,49 @@ func TestScoreOrderRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.order = l.res.Selection.Rows
-	scoreOrderOutput(l)
+	d := layerDeviation{scoreOrder: true}
+	d.regather(l)
 	for b, o := range l.out {
 		if !mat.EqualApprox(o, l.res.Out[b], 1e-12) {
 			t.Errorf("row %d: rotated positions change the output", b)
 		}
+	}
+}
+
+// TestRoPEAtIndexRotation: the rope_gathered_indices block (tokens fed at
+// their positions p_t with Wq, Wk rotated by t − p_t) equals the block run
+// plainly on the gathered tokens as a sequence 0..k−1 of its own, which is
+// what the deviant port does.
+func TestRoPEAtIndexRotation(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := layerDeviation{ropeAtIndex: true}
+	var st layerState
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	for b, x := range dr.in.X {
+		var kv ref.KVCache
+		for t2, i := range l.res.Selection.Rows[b] {
+			f := kv.BlockStep(s.cfg.Block, &dr.p.Block, x.RawRowView(i), t2)
+			for j, v := range f {
+				if got := l.upd[b].At(i, j); math.Abs(got-v) > 1e-12 {
+					t.Fatalf("row %d token %d: update %v, the block on the gathered sequence gives %v", b, i, got, v)
+				}
+				if math.Abs(v-l.res.Update[b].At(i, j)) > 1e-6 {
+					moved = true
+				}
+			}
+		}
+	}
+	if !moved {
+		t.Error("RoPE at the gathered indices changes no update: the test shows nothing")
 	}
 }
 
