@@ -1,5 +1,7 @@
 package golden
 
+import "strings"
+
 // Deviation is one of the known departures from the paper's equations
 // (docs/spec.md §11) that the oracle tells apart.
 type Deviation struct {
@@ -25,8 +27,19 @@ var Deviations = []Deviation{
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
 }
 
-// DeviationDescription returns the description of a deviation name, or "".
+// DeviationDescription returns the description of a deviation name, or "";
+// for deviations joined with "+" (a combination Diagnose names), their
+// descriptions joined with "; and ".
 func DeviationDescription(name string) string {
+	if parts := strings.Split(name, "+"); len(parts) > 1 {
+		ds := make([]string, len(parts))
+		for i, p := range parts {
+			if ds[i] = DeviationDescription(p); ds[i] == "" {
+				return ""
+			}
+		}
+		return strings.Join(ds, "; and ")
+	}
 	for _, d := range Deviations {
 		if d.Name == name {
 			return d.Description

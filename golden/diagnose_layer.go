@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -521,6 +522,52 @@ func rotateHeads(c spec.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
 	return out
 }
 
+// combineNames is the deviation that has every named one at once: its name
+// joins theirs with "+". It is false when a name has no layer emulation or
+// two of them change the same thing (the capacity, the predictor's input,
+// the output formula).
+func combineNames(names []string) (layerDeviation, bool) {
+	var c layerDeviation
+	var skips []func(spec.Config) string
+	for _, n := range names {
+		d, ok := findLayerDeviation(n)
+		if !ok {
+			return c, false
+		}
+		if (d.capacity != capacityExact && c.capacity != capacityExact) ||
+			(d.feed != feedFrozenInput && c.feed != feedFrozenInput) ||
+			(d.output != nil && c.output != nil) {
+			return c, false
+		}
+		if d.capacity != capacityExact {
+			c.capacity = d.capacity
+		}
+		if d.feed != feedFrozenInput {
+			c.feed = d.feed
+		}
+		if d.output != nil {
+			c.output = d.output
+		}
+		c.scoreOrder = c.scoreOrder || d.scoreOrder
+		c.windowByIndex = c.windowByIndex || d.windowByIndex
+		c.ropeAtIndex = c.ropeAtIndex || d.ropeAtIndex
+		c.targetsFirstRow = c.targetsFirstRow || d.targetsFirstRow
+		if d.skip != nil {
+			skips = append(skips, d.skip)
+		}
+	}
+	c.name = strings.Join(names, "+")
+	c.skip = func(cfg spec.Config) string {
+		for _, skip := range skips {
+			if why := skip(cfg); why != "" {
+				return why
+			}
+		}
+		return ""
+	}
+	return c, true
+}
+
 // findLayerDeviation returns the emulation of a deviation name.
 func findLayerDeviation(name string) (layerDeviation, bool) {
 	for _, d := range layerDeviations() {
@@ -564,6 +611,28 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 	}
 	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 	return ems, err
+}
+
+// emulateDeviations fills ems[i] with the case recomputed under devs[i]
+// (a layer or model case), or the reason it cannot be.
+func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
+	switch c.Manifest.Kind {
+	case KindLayer:
+		s := layerSpecOf(c)
+		for i, d := range devs {
+			if d.skip != nil {
+				ems[i].reason = d.skip(s.cfg)
+			}
+		}
+		return emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	case KindModel:
+		s := modelSpecOf(c)
+		for i, d := range devs {
+			ems[i].reason = skipModel(s.cfg, d)
+		}
+		return emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	}
+	return fmt.Errorf("kind %q has no combined emulation", c.Manifest.Kind)
 }
 
 // layerArrays computes a layer case's expected arrays under deviation d, as

@@ -640,3 +640,60 @@ func TestCapacityOffByOneCausal(t *testing.T) {
 		t.Error("the off-by-one targets leave aux.total unchanged")
 	}
 }
+
+// TestDiagnoseNamesCombinations plants two deviations at once through the
+// Go emulations and requires Diagnose to name exactly that combination,
+// and no single deviation: the seed blog's RoPE at gathered indices with its
+// first-row targets, and a returned residual with unsorted indices.
+func TestDiagnoseNamesCombinations(t *testing.T) {
+	for _, tc := range []struct{ name, combo string }{
+		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
+		{"layer-paper", "residual_twice+unsorted_indices"},
+	} {
+		c := loadCase(t, tc.name)
+		cand, err := DeviantCandidate(c, tc.combo, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var matched []string
+		for _, r := range rs {
+			if r.Match {
+				matched = append(matched, r.Name)
+			}
+		}
+		if !slices.Equal(matched, []string{tc.combo}) {
+			t.Errorf("%s, candidate with %s: matched %v, want only the combination", tc.name, tc.combo, matched)
+		}
+	}
+}
+
+// TestDiagnoseNoCombination: a candidate that no deviation or combination
+// explains gets no match, and the combinations searched are only those of
+// deviations that each bring it closer.
+func TestDiagnoseNoCombination(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand, err := DeviantCandidate(c, "no_weighting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := *cand["out"]
+	out.F = slices.Clone(out.F)
+	out.F[5] += 1
+	cand["out"] = &out
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Match {
+			t.Errorf("%s matches a candidate with a corrupted out", r.Name)
+		}
+		if strings.Contains(r.Name, "+") && !strings.Contains(r.Name, "no_weighting") {
+			t.Errorf("combination %s searched, though only no_weighting brings the candidate closer", r.Name)
+		}
+	}
+}
