@@ -26,7 +26,10 @@ func runDiagnose(args []string, stdout, stderr io.Writer) error {
 Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
-the routing frozen), and names the deviation the candidate matches.
+the routing frozen), and names the deviation the candidate matches. When
+none does, it combines the deviations that each bring the candidate closer,
+two (then three) at once, and names a combination that matches, joined
+with "+"; otherwise it lists the arrays furthest from the oracle.
 --candidate may also be a directory holding CASE.npz. Nothing is written.
 
 Exit status: 0 the candidate matches the oracle, 1 it does not (whether or
@@ -163,6 +166,11 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	case closest.Name != golden.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
 		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; closest is %s (%d/%d arrays)\n",
 			deviationLabel(closest), closest.Matching, closest.Total)
+		fmt.Fprintf(w, "array furthest from %s: %s\n", deviationLabel(closest), strings.ReplaceAll(worstText(closest), "\t", ": "))
+		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")
+		for _, a := range furthest(oracle, worstArrays) {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
+		}
 	default:
 		fmt.Fprintln(w, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it")
 		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")

@@ -73,7 +73,7 @@ func TestDiagnoseCorrectCandidate(t *testing.T) {
 		t.Fatalf("exit %d, want 0\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{"oracle: matches (18/18", "cannot tell it from the oracle",
-		"verdict: the candidate matches the oracle (on this case it cannot be told from residual_scaled, no_weighting)"} {
+		"verdict: the candidate matches the oracle (on this case it cannot be told from residual_scaled, no_weighting, capacity_floor_zero)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -164,6 +164,24 @@ func TestDiagnoseBadInput(t *testing.T) {
 		}
 		if strings.Contains(errOut, "goroutine") {
 			t.Errorf("%v: a stack trace on stderr", c.args)
+		}
+	}
+}
+
+// TestDiagnoseNamesCombination: a candidate with two deviations at once is
+// named by the combination, with both descriptions.
+func TestDiagnoseNamesCombination(t *testing.T) {
+	path := writeDeviant(t, "layer-paper", "residual_twice+unsorted_indices")
+	code, out, errOut := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"verdict: the candidate does not match the oracle; it matches residual_twice+unsorted_indices\n",
+		"  residual_twice+unsorted_indices: residual counted twice: out = x + g·(x + f), the block returned its own residual; and indices not sorted",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }
