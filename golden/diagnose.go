@@ -83,7 +83,7 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 // the combination search combines: the pairs of the best maxCombined, then
 // their triple if no pair matches. Each combination is one more deviant
 // recomputation.
-const maxCombined = 4
+const maxCombined = 3
 
 // diagnoseCombinations is the search for several deviations at once
 // (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
@@ -170,7 +170,7 @@ func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progres
 	}
 	var out []DeviationResult
 	for _, em := range ems {
-		if em.reason != "" {
+		if em.reason != "" || em.repeats > 0 {
 			continue
 		}
 		r, err := judge(c, cand, em)
@@ -261,6 +261,9 @@ type emulation struct {
 	// arrays maps every expected array name of the manifest to its deviant
 	// value.
 	arrays map[string]*Array
+	// repeats is 1 + the index of an earlier emulation that computes
+	// exactly the same arrays on this case (shareEffective); 0 if none.
+	repeats int
 }
 
 // notEmulated is an emulation that could not be made, and why.
@@ -375,7 +378,7 @@ func Excess(a ArrayResult) float64 {
 }
 
 // emulateEach fills ems[i].arrays by compute(i) for every emulation that has
-// no reason not to be made, on up to GOMAXPROCS goroutines (each computation
+// no reason not to be made and no arrays yet, on up to GOMAXPROCS goroutines (each computation
 // owns its copy of the case's parameters and inputs, so the results do not
 // depend on the schedule). The first error in list order is returned.
 // When progress is not nil it is called, one call at a time, with done 0
@@ -387,7 +390,7 @@ func emulateEach(ems []emulation, progress func(done, total int), compute func(i
 	var mu sync.Mutex
 	done, total := 0, 0
 	for i := range ems {
-		if ems[i].reason == "" {
+		if ems[i].reason == "" && ems[i].arrays == nil {
 			total++
 		}
 	}
@@ -395,7 +398,7 @@ func emulateEach(ems []emulation, progress func(done, total int), compute func(i
 		progress(0, total)
 	}
 	for i := range ems {
-		if ems[i].reason != "" {
+		if ems[i].reason != "" || ems[i].arrays != nil {
 			continue
 		}
 		wg.Add(1)

@@ -609,8 +609,98 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 		}
 		devs[i] = ld
 	}
+	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+		return nil, err
+	}
 	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	shareArrays(ems)
 	return ems, err
+}
+
+// shareEffective finds the deviations that compute exactly what another
+// one, or the oracle, computes on this case, so that each computation is
+// made once: a capacity rule whose k equals the exact rule's, or the
+// off-by-one's, in every row of every routed layer (configurations cfgs)
+// is that rule. An emulation that is the oracle gets the case's own
+// expected arrays; one that repeats an earlier one records it in
+// ems[i].repeats, and shareArrays copies the arrays after the computation.
+func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
+	first := map[string]int{}
+	for i := range ems {
+		if ems[i].reason != "" {
+			continue
+		}
+		d := devs[i]
+		if d.capacity == capacityPlainFloor {
+			same, err := sameCapacities(c, cfgs, capacityPlainFloor, capacityExact)
+			if err != nil {
+				return err
+			}
+			off, err := sameCapacities(c, cfgs, capacityPlainFloor, capacityOffByOne)
+			if err != nil {
+				return err
+			}
+			switch {
+			case same:
+				d.capacity = capacityExact
+			case off:
+				d.capacity = capacityOffByOne
+			}
+		}
+		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil {
+			ems[i].arrays = expectedArrays(c)
+			continue
+		}
+		key := fmt.Sprintf("%d %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.targetsFirstRow, d.feed, d.output)
+		if j, ok := first[key]; ok {
+			ems[i].repeats = j + 1
+			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
+			continue
+		}
+		first[key] = i
+	}
+	return nil
+}
+
+// sameCapacities reports whether capacity rules a and b give the same k in
+// every row of every configuration.
+func sameCapacities(c *Case, cfgs []spec.Config, a, b capacityRule) (bool, error) {
+	m := c.Manifest.Config
+	for _, cfg := range cfgs {
+		ka, err := (&layerDeviation{capacity: a}).rowCapacities(cfg.Capacity, m.Batch, m.SeqLen, m.ValidLengths)
+		if err != nil {
+			return false, err
+		}
+		kb, err := (&layerDeviation{capacity: b}).rowCapacities(cfg.Capacity, m.Batch, m.SeqLen, m.ValidLengths)
+		if err != nil {
+			return false, err
+		}
+		if !slices.Equal(ka, kb) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// shareArrays gives each emulation that repeats another the other's
+// arrays.
+func shareArrays(ems []emulation) {
+	for i := range ems {
+		if ems[i].repeats > 0 {
+			ems[i].arrays = ems[ems[i].repeats-1].arrays
+		}
+	}
+}
+
+// expectedArrays is the case's own expected arrays.
+func expectedArrays(c *Case) map[string]*Array {
+	arrays := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			arrays[info.Name] = c.Arrays[info.Name]
+		}
+	}
+	return arrays
 }
 
 // emulateDeviations fills ems[i] with the case recomputed under devs[i]
@@ -624,13 +714,23 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 				ems[i].reason = d.skip(s.cfg)
 			}
 		}
-		return emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+			return err
+		}
+		err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		shareArrays(ems)
+		return err
 	case KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {
 			ems[i].reason = skipModel(s.cfg, d)
 		}
-		return emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+			return err
+		}
+		err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		shareArrays(ems)
+		return err
 	}
 	return fmt.Errorf("kind %q has no combined emulation", c.Manifest.Kind)
 }

@@ -106,8 +106,23 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 		}
 		devs[i] = ld
 	}
+	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+		return nil, err
+	}
 	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	shareArrays(ems)
 	return ems, err
+}
+
+// routedConfigs lists the configurations of a model's routed layers.
+func routedConfigs(cfg spec.ModelConfig) []spec.Config {
+	var cfgs []spec.Config
+	for _, ml := range cfg.Layers {
+		if ml.Routed {
+			cfgs = append(cfgs, ml.Config)
+		}
+	}
+	return cfgs
 }
 
 // skipModel says why a deviation cannot be emulated for some routed layer of

@@ -181,8 +181,9 @@ func TestDiagnosePerfectCandidate(t *testing.T) {
 			t.Errorf("%s is not emulated and says no reason", r.Name)
 		}
 	}
-	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || len(indistinct) != 2 {
-		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting and residual_scaled", indistinct)
+	// capacity_floor_zero: int(0.5·8) = 4 is the robust floor too.
+	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || !indistinct["capacity_floor_zero"] || len(indistinct) != 3 {
+		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting, residual_scaled and capacity_floor_zero", indistinct)
 	}
 }
 
@@ -695,5 +696,43 @@ func TestDiagnoseNoCombination(t *testing.T) {
 		if strings.Contains(r.Name, "+") && !strings.Contains(r.Name, "no_weighting") {
 			t.Errorf("combination %s searched, though only no_weighting brings the candidate closer", r.Name)
 		}
+	}
+}
+
+// TestSharedEmulations: a deviation that computes what the oracle computes
+// on a case (capacity_floor_zero on layer-paper, int(0.5·8) = 4) is given
+// the case's arrays without recomputation; computed all the same, it gives
+// them within the case's tolerances. On layer-capacity-floor it repeats
+// capacity_off_by_one (0.29·100 floors to 28 either way) and shares its
+// arrays.
+func TestSharedEmulations(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	d, _ := findLayerDeviation("capacity_floor_zero")
+	arrays, err := layerArrays(c, s, &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compare(c, candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays}), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Pass {
+		t.Errorf("capacity_floor_zero computed on layer-paper differs from the case")
+	}
+	em := find(t, emulated(t, c), "capacity_floor_zero")
+	if em.arrays["expected.out"] != c.Arrays["expected.out"] {
+		t.Errorf("capacity_floor_zero on layer-paper was recomputed, not taken from the case")
+	}
+	floor := loadCase(t, "layer-capacity-floor")
+	ems := []emulation{{name: "capacity_off_by_one"}, {name: "capacity_floor_zero"}}
+	devs := make([]layerDeviation, 2)
+	devs[0], _ = findLayerDeviation("capacity_off_by_one")
+	devs[1], _ = findLayerDeviation("capacity_floor_zero")
+	if err := shareEffective(floor, devs, ems, []spec.Config{*floor.Manifest.Config.Layer}); err != nil {
+		t.Fatal(err)
+	}
+	if ems[0].repeats != 0 || ems[1].repeats != 1 {
+		t.Errorf("repeats %d, %d; want capacity_floor_zero to repeat capacity_off_by_one", ems[0].repeats, ems[1].repeats)
 	}
 }
