@@ -67,6 +67,7 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 		"layer-causal-router": {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 		"model-predictor":     {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
 		"decode-predictor":    {"decode_mismatch"},
+		"decode-window":       {"decode_mismatch", "window_gathered_indices"},
 		"layer-window":        {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
 	}
 	for name, devs := range want {
@@ -230,7 +231,7 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 			if derr != nil {
 				t.Fatal(derr)
 			}
-			arrays, err = decodeArrays(c, s, p, in, decodeVariant{})
+			arrays, err = decodeArrays(c, s, p, in, decodeVariant{}, expectedArrays(c))
 			if a, b := arrays["expected.decode_logits"], c.Arrays["expected.decode_logits"]; a == b {
 				t.Fatal("decode_logits not recomputed")
 			}
@@ -734,5 +735,24 @@ func TestSharedEmulations(t *testing.T) {
 	}
 	if ems[0].repeats != 0 || ems[1].repeats != 1 {
 		t.Errorf("repeats %d, %d; want capacity_floor_zero to repeat capacity_off_by_one", ems[0].repeats, ems[1].repeats)
+	}
+}
+
+// TestDecodeWindowConsistent: a model whose routed layers count the window
+// in gathered indices decodes, counting it in cache slots, to the logits of
+// its own full forward, as a correct model does; the two emulations (the
+// layer's regathered block, the decoder fed at cache slots) are made
+// independently. And they differ from the oracle's on decode-window.
+func TestDecodeWindowConsistent(t *testing.T) {
+	c := loadCase(t, "decode-window")
+	em := find(t, emulated(t, c), "window_gathered_indices")
+	full, dec := em.arrays["expected.logits"], em.arrays["expected.decode_logits"]
+	for i := range full.F {
+		if math.Abs(full.F[i]-dec.F[i]) > 1e-9 {
+			t.Fatalf("logit %d: full forward %v, decoding %v", i, full.F[i], dec.F[i])
+		}
+	}
+	if slices.Equal(full.F, c.Arrays["expected.logits"].F) {
+		t.Error("the deviant full forward equals the oracle's: the case shows nothing")
 	}
 }
