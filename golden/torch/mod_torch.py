@@ -660,7 +660,11 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
+                    if deviates("window_gathered_indices"):   # the window counted in cache slots
+                        n = len(pc)
+                        a = attend(q, torch.tensor([n - 1]), torch.stack(kc), torch.stack(vc), torch.arange(n), Pl, window_of(lc))
+                    else:
+                        a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     y = hh + mlp_block(hh, Pl, lc)
                     x = x + g[:, None] * (y - x)
