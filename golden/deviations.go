@@ -25,6 +25,7 @@ var Deviations = []Deviation{
 	{"rope_gathered_indices", "RoPE applied at the gathered indices 0..k−1 instead of the tokens' original positions (the block called on the gathered tensor with the first k rotary angles)"},
 	{"targets_first_row", "auxiliary targets scattered into a flat B·S vector by position: every row's selected positions mark row 0, the other rows' targets stay 0"},
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
+	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

@@ -47,6 +47,9 @@ type layerDeviation struct {
 	// ropeAtIndex rotates the t-th gathered token by RoPE at t instead of
 	// its original position.
 	ropeAtIndex bool
+	// noCausalMask lets each gathered token attend to every gathered
+	// token of its row, later ones included.
+	noCausalMask bool
 	// targetsFirstRow writes the auxiliary targets of every row into row 0
 	// by position, leaving the other rows' targets 0.
 	targetsFirstRow bool
@@ -71,7 +74,9 @@ const (
 
 // gathered reports whether the deviation changes how the block runs on the
 // gathered tokens.
-func (d *layerDeviation) gathered() bool { return d.scoreOrder || d.windowByIndex || d.ropeAtIndex }
+func (d *layerDeviation) gathered() bool {
+	return d.scoreOrder || d.windowByIndex || d.ropeAtIndex || d.noCausalMask
+}
 
 // layerState is a routed layer's decision and the constants frozen with it
 // at the unperturbed parameters, made by the first evaluation.
@@ -146,7 +151,20 @@ func layerDeviations() []layerDeviation {
 		{name: "rope_gathered_indices", skip: skipUnlessGatheredRoPE, ropeAtIndex: true},
 		{name: "targets_first_row", skip: skipUnlessSeveralRows, targetsFirstRow: true},
 		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
+		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
 	}
+}
+
+func skipNoCausalMask(cfg spec.Config) string {
+	switch {
+	case cfg.Block.Window > 0:
+		return "a block with an attention window masks by it; the unmasked block of the ports has none"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block through ref's causal attention over every valid token"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention densely, outside the gathered block"
+	}
+	return ""
 }
 
 func skipUnlessGatheredRoPE(cfg spec.Config) string {
@@ -478,6 +496,11 @@ func (d *layerDeviation) regather(l *layerRun) {
 		o := mat.DenseCopyOf(x)
 		s, dm := x.Dims()
 		u := mat.NewDense(s, dm, nil)
+		if d.noCausalMask {
+			d.unmasked(l, b, order[b], o, u)
+			l.out[b], l.upd[b] = o, u
+			continue
+		}
 		var kv ref.KVCache
 		for t, i := range order[b] {
 			fed, rot := i, i
@@ -495,6 +518,39 @@ func (d *layerDeviation) regather(l *layerRun) {
 			}
 		}
 		l.out[b], l.upd[b] = o, u
+	}
+}
+
+// unmasked is regather for no_causal_mask on row b, writing the update and
+// the output of each selected token into u and o: every selected token's
+// key and value are made first, by ref's attention at its original position
+// on a scratch cache; then each token, fed at position S after a cache of
+// all the others (so that every one of them is at or before it) with Wq
+// and Wk rotated by p_t − S (so that its query and key turn at p_t),
+// attends to all of them and to itself.
+func (d *layerDeviation) unmasked(l *layerRun, b int, sel []int, o, u *mat.Dense) {
+	blk := l.cfg.Block
+	x := l.in.X[b]
+	s, _ := x.Dims()
+	var all ref.KVCache
+	for _, i := range sel {
+		all.AttentionStep(blk, &l.p.Block, x.RawRowView(i), i)
+	}
+	for t, i := range sel {
+		var kv ref.KVCache
+		for v, p := range all.Positions {
+			if v != t {
+				kv.Positions = append(kv.Positions, p)
+				kv.Keys = append(kv.Keys, all.Keys[v])
+				kv.Values = append(kv.Values, all.Values[v])
+			}
+		}
+		f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, i-s), x.RawRowView(i), s)
+		g := l.res.Multipliers[b][i]
+		u.SetRow(i, f)
+		for j, v := range f {
+			o.Set(i, j, x.At(i, j)+float64(g*v))
+		}
 	}
 }
 
@@ -552,9 +608,13 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.windowByIndex = c.windowByIndex || d.windowByIndex
 		c.ropeAtIndex = c.ropeAtIndex || d.ropeAtIndex
 		c.targetsFirstRow = c.targetsFirstRow || d.targetsFirstRow
+		c.noCausalMask = c.noCausalMask || d.noCausalMask
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
+	}
+	if c.noCausalMask && (c.scoreOrder || c.windowByIndex || c.ropeAtIndex) {
+		return c, false // the unmasked block feeds its tokens its own way
 	}
 	c.name = strings.Join(names, "+")
 	c.skip = func(cfg spec.Config) string {
@@ -651,7 +711,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.targetsFirstRow, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it

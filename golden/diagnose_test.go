@@ -58,7 +58,7 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row"},
+		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "no_causal_mask"},
 		"layer-router-bce":    {"targets_first_row", "rope_gathered_indices"},
 		"layer-short-row":     {"capacity_floor_zero", "capacity_off_by_one"},
 		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
@@ -721,12 +721,16 @@ func TestSharedEmulations(t *testing.T) {
 	if !res.Pass {
 		t.Errorf("capacity_floor_zero computed on layer-paper differs from the case")
 	}
-	em := find(t, emulated(t, c), "capacity_floor_zero")
+	ems, err := emulate(c, nil) // not the shared cache: its arrays may come from another load of the case
+	if err != nil {
+		t.Fatal(err)
+	}
+	em := find(t, ems, "capacity_floor_zero")
 	if em.arrays["expected.out"] != c.Arrays["expected.out"] {
 		t.Errorf("capacity_floor_zero on layer-paper was recomputed, not taken from the case")
 	}
 	floor := loadCase(t, "layer-capacity-floor")
-	ems := []emulation{{name: "capacity_off_by_one"}, {name: "capacity_floor_zero"}}
+	ems = []emulation{{name: "capacity_off_by_one"}, {name: "capacity_floor_zero"}}
 	devs := make([]layerDeviation, 2)
 	devs[0], _ = findLayerDeviation("capacity_off_by_one")
 	devs[1], _ = findLayerDeviation("capacity_floor_zero")
@@ -755,4 +759,41 @@ func TestDecodeWindowConsistent(t *testing.T) {
 	if slices.Equal(full.F, c.Arrays["expected.logits"].F) {
 		t.Error("the deviant full forward equals the oracle's: the case shows nothing")
 	}
+}
+
+// TestNoCausalMaskLastToken: without a causal mask the last selected token
+// of a row still attends to exactly the tokens it attends to with one, so
+// its update is ref's; the first one, which then sees every later token,
+// differs.
+func TestNoCausalMaskLastToken(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := findLayerDeviation("no_causal_mask")
+	var st layerState
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, sel := range l.res.Selection.Rows {
+		last, first := sel[len(sel)-1], sel[0]
+		if !floats(l.upd[b].RawRowView(last), l.res.Update[b].RawRowView(last), 1e-12) {
+			t.Errorf("row %d: the last selected token's update %v, ref's %v", b, l.upd[b].RawRowView(last), l.res.Update[b].RawRowView(last))
+		}
+		if floats(l.upd[b].RawRowView(first), l.res.Update[b].RawRowView(first), 1e-6) {
+			t.Errorf("row %d: the first selected token's update is ref's: the test shows nothing", b)
+		}
+	}
+}
+
+func floats(a, b []float64, tol float64) bool {
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > tol {
+			return false
+		}
+	}
+	return true
 }

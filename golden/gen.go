@@ -46,7 +46,7 @@ func layerSpecs() []layerSpec {
 	specs := []layerSpec{
 		ls("layer-paper", "The paper's routed layer (Eq. 1): linear router without bias on the raw residual stream, "+
 			"capacity ratio 0.5, top-k per row, gather, pre-norm block with RoPE at original positions, out = x + r·f.",
-			append([]string{"rope_gathered_indices", "targets_first_row"}, gatherCatches...), paper(0.5)),
+			append([]string{"rope_gathered_indices", "targets_first_row", "no_causal_mask"}, gatherCatches...), paper(0.5)),
 		ls("layer-linear-bias-sigmoid", "Linear router with bias; sigmoid output weight g = σ(r).",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightSigmoid })),
 		ls("layer-l2norm", "Parameter-free router r = ‖x‖₂; raw weighting.",

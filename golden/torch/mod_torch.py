@@ -59,7 +59,7 @@ CONVENTIONS = {
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
-              "rope_gathered_indices", "targets_first_row", "capacity_floor_zero")
+              "rope_gathered_indices", "targets_first_row", "capacity_floor_zero", "no_causal_mask")
 DEVIATION = None
 
 
@@ -431,6 +431,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                     if deviates("rope_gathered_indices"):   # RoPE at 0..k-1, mask by position
                         rope_pos = torch.arange(len(idx))
                         mask_pos = it if mask_pos is None else mask_pos
+                    if deviates("no_causal_mask"):   # every gathered token sees every other
+                        mask_pos = torch.zeros(len(idx), dtype=torch.long)
                     f = block_update(xb[it], rope_pos, P, cfg, mask_pos=mask_pos)
                     upd = g[b, it][:, None] * f
                     if deviates("residual_twice"):
