@@ -842,13 +842,9 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	arrays["expected.loss"] = Scalar(v)
-	gx := make([]float64, 0, s.batch*s.seqLen*s.cfg.Block.D)
-	for _, x := range dr.in.X {
-		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
-		if err != nil {
-			return nil, fmt.Errorf("gradient of input.x: %w", err)
-		}
-		gx = append(gx, g...)
+	gx, err := inputGradient(s, &dr, d, &st, loss, true)
+	if err != nil {
+		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
 	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
 	for _, t := range dr.p.Tensors("") {
@@ -859,6 +855,60 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		arrays["grad.param."+t.Name] = g
 	}
 	return arrays, nil
+}
+
+// inputGradient is grad.input.x of a layer case under deviation d, whose
+// routing st is decided, by finite differences of loss, token by token.
+// When skipUnseen is set, a token the block does not see takes a shorter
+// way, if the configuration allows it: under gather compute without
+// MLP-only routing, a token outside the selection enters the loss only as
+// its own output, out_i = x_i (no emulated deviation touches such a token),
+// and through its router and predictor logits in the auxiliary loss; and
+// when the load-balancing term, the only one that reads the selection, has
+// weight 0, ref computes that auxiliary loss without running the block if
+// handed an empty selection. Its gradient is then u_i, the upstream
+// gradient, plus the finite difference of the auxiliary loss alone: the
+// same derivative without recomputing, twice per coordinate, a block its
+// perturbation cannot reach (most of layer-capacity-floor's cost, where 71
+// of every 100 tokens are outside the selection).
+func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState, loss func() (float64, error), skipUnseen bool) ([]float64, error) {
+	cfg := s.cfg
+	short := skipUnseen && cfg.Compute == spec.ComputeGather && !cfg.MLPOnly && cfg.LoadBalanceWeight == 0
+	aux := func() (float64, error) {
+		fz := st.fz
+		fz.Selection = ref.Selection{S: s.seqLen, Rows: make([][]int, s.batch)}
+		if d.feed == feedLiveInput {
+			fz.PredictorInput = dr.in.X
+		}
+		res, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, fz)
+		if err != nil {
+			return 0, err
+		}
+		return res.AuxLoss, nil
+	}
+	m := st.fz.Selection.Mask()
+	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
+	for b, x := range dr.in.X {
+		for i := 0; i < s.seqLen; i++ {
+			if !short || m[b][i] != 0 {
+				g, err := ref.FDGradient(loss, x.RawRowView(i), ref.FDStep)
+				if err != nil {
+					return nil, err
+				}
+				gx = append(gx, g...)
+				continue
+			}
+			g, err := ref.FDGradient(aux, x.RawRowView(i), ref.FDStep)
+			if err != nil {
+				return nil, err
+			}
+			for j, u := range dr.u[b].RawRowView(i) {
+				g[j] += u
+			}
+			gx = append(gx, g...)
+		}
+	}
+	return gx, nil
 }
 
 // selectedLike is a selection as a B×k_max array padded with −1 to the width

@@ -797,3 +797,59 @@ func floats(a, b []float64, tol float64) bool {
 	}
 	return true
 }
+
+// TestInputGradientShortWay: grad.input.x with the tokens outside the
+// selection taken the short way (u_i plus the finite difference of the
+// auxiliary loss alone) agrees with the full finite differences of the
+// loss, for the oracle and for deviations that change what the auxiliary
+// loss reads (a live predictor input, other targets, another selection).
+func TestInputGradientShortWay(t *testing.T) {
+	for _, tc := range []struct{ name, deviation string }{
+		{"layer-router-bce", ""},
+		{"layer-router-bce", "targets_first_row"},
+		{"layer-predictor", "predictor_no_stopgrad"},
+		{"layer-predictor", "predictor_block_output"},
+		{"layer-padding", "capacity_off_by_one"},
+		{"layer-causal-predictor", "residual_twice"},
+	} {
+		c := loadCase(t, tc.name)
+		s := layerSpecOf(c)
+		var d layerDeviation
+		if tc.deviation != "" {
+			d, _ = findLayerDeviation(tc.deviation)
+		}
+		grads := make([][]float64, 2)
+		for k, skip := range []bool{false, true} {
+			dr, err := layerDrawOf(c, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st layerState
+			loss := func() (float64, error) {
+				l, err := d.run(s.cfg, dr.p, dr.in, &st)
+				if err != nil {
+					return 0, err
+				}
+				return dot(l.out, dr.u) + l.res.AuxLoss, nil
+			}
+			if _, err := loss(); err != nil {
+				t.Fatal(err)
+			}
+			if grads[k], err = inputGradient(s, &dr, &d, &st, loss, skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+		differ := 0
+		for i := range grads[0] {
+			if math.Abs(grads[0][i]-grads[1][i]) > 1e-8 {
+				t.Fatalf("%s %s: grad.input.x[%d] full %v, short %v", tc.name, tc.deviation, i, grads[0][i], grads[1][i])
+			}
+			if grads[0][i] != grads[1][i] {
+				differ++
+			}
+		}
+		if differ == 0 {
+			t.Errorf("%s %s: the short way was not taken", tc.name, tc.deviation)
+		}
+	}
+}
