@@ -59,7 +59,8 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // DiagnoseProgress is Diagnose, calling progress(done, total), when it is
 // not nil, with done 0 when the total deviant recomputations of a layer or
 // model case start and each time one finishes, one call at a time (decode
-// cases take a moment and report none).
+// cases take a moment and report none); when combinations are searched, a
+// second series of calls, again from done 0, counts their recomputations.
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
 	if _, err := Compare(c, cand, false); err != nil {
 		return nil, err
@@ -170,7 +171,7 @@ func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progres
 	}
 	var out []DeviationResult
 	for _, em := range ems {
-		if em.reason != "" || em.repeats > 0 {
+		if em.reason != "" {
 			continue
 		}
 		r, err := judge(c, cand, em)

@@ -69,7 +69,7 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.DiagnoseProgress(c, cand, progressLine(stderr, "diagnose "+name+": deviations recomputed"))
+	results, err := golden.DiagnoseProgress(c, cand, phasedProgress(stderr, name))
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
@@ -82,6 +82,32 @@ flags:
 		return nil
 	}
 	return errMismatch
+}
+
+// phasedProgress is diagnose's progress line on a terminal (nil
+// otherwise): the deviations recomputed, then the combinations.
+func phasedProgress(stderr io.Writer, name string) func(done, total int) {
+	single := progressLine(stderr, "diagnose "+name+": deviations recomputed")
+	if single == nil {
+		return nil
+	}
+	return phases(single, progressLine(stderr, "diagnose "+name+": combinations of deviations recomputed"))
+}
+
+// phases passes golden.DiagnoseProgress's first series of calls to single
+// and the second, which starts again from done 0, to combos.
+func phases(single, combos func(done, total int)) func(done, total int) {
+	phase := 0
+	return func(done, total int) {
+		if done == 0 {
+			phase++
+		}
+		if phase > 1 {
+			combos(done, total)
+			return
+		}
+		single(done, total)
+	}
 }
 
 // deviationLabel is a deviation's name with its variant.
