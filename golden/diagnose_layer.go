@@ -681,7 +681,8 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 // one, or the oracle, computes on this case, so that each computation is
 // made once: a capacity rule whose k equals the exact rule's, or the
 // off-by-one's, in every row of every routed layer (configurations cfgs)
-// is that rule. An emulation that is the oracle gets the case's own
+// is that rule, and other targets change nothing in a model case whose
+// layers train no auxiliary loss. An emulation that is the oracle gets the case's own
 // expected arrays; one that repeats an earlier one records it in
 // ems[i].repeats, and shareArrays copies the arrays after the computation.
 func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
@@ -707,6 +708,10 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 				d.capacity = capacityOffByOne
 			}
 		}
+		if d.targetsFirstRow && c.Manifest.Kind == KindModel && !auxReadsTargets(cfgs) {
+			// A model case reports no targets, and no layer's loss reads them.
+			d.targetsFirstRow = false
+		}
 		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil {
 			ems[i].arrays = expectedArrays(c)
 			continue
@@ -720,6 +725,17 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 		first[key] = i
 	}
 	return nil
+}
+
+// auxReadsTargets reports whether some layer's loss reads the auxiliary
+// targets: an auxiliary loss with a weight other than 0.
+func auxReadsTargets(cfgs []spec.Config) bool {
+	for _, cfg := range cfgs {
+		if cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sameCapacities reports whether capacity rules a and b give the same k in
