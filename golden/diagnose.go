@@ -379,12 +379,15 @@ func Excess(a ArrayResult) float64 {
 }
 
 // emulateEach fills ems[i].arrays by compute(i) for every emulation that has
-// no reason not to be made and no arrays yet, on up to GOMAXPROCS goroutines (each computation
-// owns its copy of the case's parameters and inputs, so the results do not
-// depend on the schedule). The first error in list order is returned.
+// no reason not to be made and no arrays yet, on up to GOMAXPROCS
+// goroutines (each computation owns its copy of the case's parameters and
+// inputs, so the results do not depend on the schedule), started by
+// descending cost(i), a relative estimate, so that the longest do not come
+// last and leave the other cores idle. The first error in list order is
+// returned.
 // When progress is not nil it is called, one call at a time, with done 0
 // before the computations start and as each finishes: done of total.
-func emulateEach(ems []emulation, progress func(done, total int), compute func(i int) (map[string]*Array, error)) error {
+func emulateEach(ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*Array, error)) error {
 	errs := make([]error, len(ems))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -398,7 +401,12 @@ func emulateEach(ems []emulation, progress func(done, total int), compute func(i
 	if progress != nil {
 		progress(0, total)
 	}
-	for i := range ems {
+	order := make([]int, len(ems))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cost(b) - cost(a) })
+	for _, i := range order {
 		if ems[i].reason != "" || ems[i].arrays != nil {
 			continue
 		}

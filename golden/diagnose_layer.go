@@ -78,6 +78,19 @@ func (d *layerDeviation) gathered() bool {
 	return d.scoreOrder || d.windowByIndex || d.ropeAtIndex || d.noCausalMask
 }
 
+// cost is a rough relative cost of emulating the deviation: a block run
+// again on the gathered tokens doubles a layer's work, and the unmasked one
+// triples it.
+func (d *layerDeviation) cost() int {
+	switch {
+	case d.noCausalMask:
+		return 3
+	case d.gathered():
+		return 2
+	}
+	return 1
+}
+
 // layerState is a routed layer's decision and the constants frozen with it
 // at the unperturbed parameters, made by the first evaluation.
 type layerState struct {
@@ -672,7 +685,7 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 		return nil, err
 	}
-	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
@@ -793,7 +806,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	case KindModel:
@@ -804,7 +817,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	}

@@ -109,7 +109,7 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 		return nil, err
 	}
-	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
