@@ -185,3 +185,26 @@ func TestDiagnoseNamesCombination(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnoseNoneExplains: a layer candidate whose out is off at one
+// element, and right everywhere else, matches no deviation and no
+// combination; the verdict says so and lists the array, the index, the two
+// values and the error over tolerance.
+func TestDiagnoseNoneExplains(t *testing.T) {
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[13] += 0.5 })
+	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	for _, want := range []string{
+		"verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it\n",
+		"arrays furthest from the oracle (error over tolerance):\n  out: max abs 5.00e-01 at [0 1 5] (got ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "MATCHES") {
+		t.Errorf("a deviation or combination matches:\n%s", out)
+	}
+}
