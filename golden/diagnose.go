@@ -81,17 +81,17 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 }
 
 // maxCombined is how many of the deviations that bring the candidate closer
-// the combination search combines: the pairs of the best maxCombined, then
-// their triple if no pair matches. Each combination is one more deviant
-// recomputation.
+// the combination search pairs: the pairs of the best maxCombined, then, if
+// no pair matches, the closest pair with each of the maxCombined+1 closest
+// other deviations. Each combination is one more deviant recomputation.
 const maxCombined = 3
 
 // diagnoseCombinations is the search for several deviations at once
 // (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
 // the oracle nor a single deviation explains the candidate, the deviations
 // that each move it closer (the arrays outside tolerance fewer or nearer:
-// a smaller sum of the logarithms of their excess) are combined, the
-// closest first and pairs first, and each
+// a smaller sum of the logarithms of their excess) are combined in pairs,
+// the closest first, and the closest pair then with a third; each
 // combination that can be emulated is judged as a single deviation is. Its
 // result's Name joins the deviations' names with "+", in the order of
 // Deviations.
@@ -118,16 +118,35 @@ func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationRes
 		}
 	}
 	out, err := judgeCombinations(c, cand, sets, progress)
-	if err != nil || len(helps) < 3 {
+	if err != nil || len(out) == 0 {
 		return out, err
 	}
+	best := out[0]
 	for _, r := range out {
 		if r.Match {
 			return out, nil
 		}
+		if r.distance < best.distance {
+			best = r
+		}
 	}
-	triple, err := judgeCombinations(c, cand, [][]string{inDeviationOrder(helps[0].Name, helps[1].Name, helps[2].Name)}, progress)
-	return append(out, triple...), err
+	// Triples: the closest pair with each of the maxCombined+1 closest other
+	// deviations the case tells apart (one that alone changes little, such
+	// as a predictor's stop-gradient, may not bring the candidate closer by
+	// itself).
+	var others []DeviationResult
+	for _, r := range single[1:] {
+		if r.Emulated && r.Distinct && r.Variant == "" && !slices.Contains(strings.Split(best.Name, "+"), r.Name) {
+			others = append(others, r)
+		}
+	}
+	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmpFloat(a.distance, b.distance) })
+	sets = nil
+	for _, r := range others[:min(len(others), maxCombined+1)] {
+		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
+	}
+	triples, err := judgeCombinations(c, cand, sets, progress)
+	return append(out, triples...), err
 }
 
 func cmpFloat(a, b float64) int {

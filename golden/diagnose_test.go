@@ -646,11 +646,13 @@ func TestCapacityOffByOneCausal(t *testing.T) {
 // TestDiagnoseNamesCombinations plants two deviations at once through the
 // Go emulations and requires Diagnose to name exactly that combination,
 // and no single deviation: the seed blog's RoPE at gathered indices with its
-// first-row targets, and a returned residual with unsorted indices.
+// first-row targets, a returned residual with unsorted indices, and a
+// triple whose predictor deviation alone brings the candidate no closer.
 func TestDiagnoseNamesCombinations(t *testing.T) {
 	for _, tc := range []struct{ name, combo string }{
 		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
 		{"layer-paper", "residual_twice+unsorted_indices"},
+		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
 	} {
 		c := loadCase(t, tc.name)
 		cand, err := DeviantCandidate(c, tc.combo, "")

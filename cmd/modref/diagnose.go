@@ -27,9 +27,10 @@ Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
 the routing frozen), and names the deviation the candidate matches. When
-none does, it combines the deviations that each bring the candidate closer,
-two (then three) at once, and names a combination that matches, joined
-with "+"; otherwise it lists the arrays furthest from the oracle.
+none does, it combines the deviations that each bring the candidate closer
+two at once, then the closest pair with a third, and names a combination
+that matches, joined with "+"; otherwise it lists the arrays furthest from
+the oracle.
 --candidate may also be a directory holding CASE.npz. Nothing is written.
 
 Exit status: 0 the candidate matches the oracle, 1 it does not (whether or
