@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"runtime"
@@ -109,7 +110,7 @@ func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationRes
 			helps = append(helps, r)
 		}
 	}
-	slices.SortStableFunc(helps, func(a, b DeviationResult) int { return cmpFloat(a.distance, b.distance) })
+	slices.SortStableFunc(helps, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
 	helps = helps[:min(len(helps), maxCombined)]
 	var sets [][]string
 	for i := range helps {
@@ -140,23 +141,13 @@ func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationRes
 			others = append(others, r)
 		}
 	}
-	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmpFloat(a.distance, b.distance) })
+	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
 	sets = nil
 	for _, r := range others[:min(len(others), maxCombined+1)] {
 		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
 	}
 	triples, err := judgeCombinations(c, cand, sets, progress)
 	return append(out, triples...), err
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // inDeviationOrder sorts deviation names in the order of Deviations.
