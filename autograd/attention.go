@@ -243,7 +243,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		hide(row, hw.p, i, hw.window)
 		mx, sum := hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1]
 		for j, s := range row {
-			row[j] = float32(math.Exp(float64(s)-mx) / sum)
+			row[j] = float32(exp(float64(s)-mx) / sum)
 		}
 	}
 	for i := 0; i < m; i++ {

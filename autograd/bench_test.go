@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -25,6 +26,46 @@ func BenchmarkMLPStep(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				m.step(&tp, x, y)
+			}
+		})
+	}
+}
+
+// BenchmarkCausalAttention measures a forward and backward pass of
+// CausalAttention over one sequence of S positions, 8 heads of 64 values
+// (the large size of mod's BenchmarkModStep, S = 1024, and the routed
+// tokens of its layers at capacity 12.5%, S = 128), on a reused tape.
+func BenchmarkCausalAttention(b *testing.B) {
+	for _, s := range []int{128, 1024} {
+		b.Run(fmt.Sprintf("h8-dh64-S%d", s), func(b *testing.B) {
+			const h, dh = 8, 64
+			rng := rand.New(rand.NewPCG(3, 4))
+			param := func() *Tensor {
+				w := make([]float32, h*s*dh)
+				for i := range w {
+					w[i] = float32(rng.NormFloat64())
+				}
+				return NewParam(h*s, dh, w)
+			}
+			q, k, v := param(), param(), param()
+			pos := [][]int{make([]int, s)}
+			for i := range pos[0] {
+				pos[0][i] = i
+			}
+			dy := make([]float32, s*h*dh)
+			for i := range dy {
+				dy[i] = float32(rng.NormFloat64())
+			}
+			var tp Tape
+			step := func() {
+				tp.Reset()
+				tp.BackwardFrom(tp.CausalAttention(q, k, v, h, pos, 0), dy)
+			}
+			step()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				step()
 			}
 		})
 	}

@@ -50,7 +50,11 @@
 // fused, so their last bit can differ between architectures and builds.
 //
 // Transcendental functions (exp, log, erf, sqrt) are evaluated in float64 with
-// the standard library and rounded once to float32. Reductions other than the
+// the standard library and rounded once to float32, with two exceptions
+// chosen for speed: GELU's Φ is a float32 polynomial (gelu.go), and the
+// exponentials of softmax, attention and cross-entropy are this package's
+// own float64 exp (exp.go; relative error under 3e-10, pure Go, so the same
+// bits on every architecture). Reductions other than the
 // matrix products (softmax denominators, row sums, means, losses) accumulate
 // in float64 in a fixed order.
 //

@@ -70,7 +70,7 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 		l := lse[0]
 		lse = lse[1:]
 		for j, v := range x {
-			p := math.Exp(float64(v) - l)
+			p := exp(float64(v) - l)
 			if j == c {
 				p--
 			}

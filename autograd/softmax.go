@@ -45,7 +45,7 @@ func rowExpSum(x []float32, e []float64) (m, sum float64) {
 		}
 	}
 	for j, v := range x {
-		e[j] = math.Exp(float64(v) - m)
+		e[j] = exp(float64(v) - m)
 		sum += e[j]
 	}
 	return m, sum
@@ -74,7 +74,7 @@ func (tp *Tape) backwardSoftmax(nd *node) {
 				s += float64(v)
 			}
 			for j := range da {
-				da[j] += float32(float64(gi[j]) - float64(math.Exp(float64(yi[j]))*s))
+				da[j] += float32(float64(gi[j]) - float64(exp(float64(yi[j]))*s))
 			}
 		}
 	}

@@ -17,6 +17,8 @@ type Tape struct {
 	scratch64 []float64
 	// heads is CausalAttention's work shared among goroutines.
 	heads *headWork
+	// arenas hold the slices Make hands out, one arena per element type.
+	arenas []resetter
 }
 
 // opcode names a recorded operation; node.backward dispatches on it.
@@ -39,12 +41,16 @@ type node struct {
 	count  int       // number of terms a mean divides by
 }
 
-// Reset forgets the recorded operations and takes back every tensor the tape
-// handed out, to be reused by the next forward pass. Tensors from before the
-// Reset must not be used afterwards.
+// Reset forgets the recorded operations and takes back every tensor and
+// every slice (see Make) the tape handed out, to be reused by the next
+// forward pass. Tensors and slices from before the Reset must not be used
+// afterwards.
 func (tp *Tape) Reset() {
 	tp.nodes = tp.nodes[:0]
 	tp.used = 0
+	for _, a := range tp.arenas {
+		a.reset()
+	}
 }
 
 // Len returns the number of operations recorded since the last Reset.
@@ -86,12 +92,14 @@ func (tp *Tape) slot() *Tensor {
 	return t
 }
 
-// grow returns buf resized to n, reusing its memory when it is large enough.
+// grow returns buf resized to n, reusing its memory when it is large enough
+// and otherwise at least doubling it, so that a tensor that grows by a row
+// a pass (a decoder's scores) costs amortised allocations.
 func grow(buf []float32, n int) []float32 {
 	if cap(buf) >= n {
 		return buf[:n]
 	}
-	return make([]float32, n)
+	return make([]float32, n, max(n, 2*cap(buf)))
 }
 
 // push appends a node for op with output out and returns it for the caller
@@ -164,7 +172,7 @@ func (tp *Tape) f32(n int) []float32 {
 // f64 returns a zeroed tape-owned float64 work buffer of length n.
 func (tp *Tape) f64(n int) []float64 {
 	if cap(tp.scratch64) < n {
-		tp.scratch64 = make([]float64, n)
+		tp.scratch64 = make([]float64, n, max(n, 2*cap(tp.scratch64)))
 	}
 	tp.scratch64 = tp.scratch64[:n]
 	clear(tp.scratch64)

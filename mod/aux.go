@@ -20,7 +20,7 @@ func (l *Layer) losses(tp *autograd.Tape, res *LayerResult, bt batch, padded boo
 	cfg := l.cfg
 	var valid []bool
 	if padded {
-		valid = make([]bool, len(res.Targets))
+		valid = autograd.Make[bool](tp, len(res.Targets))
 		for k := range valid {
 			valid[k] = bt.isValid(k)
 		}
@@ -30,19 +30,19 @@ func (l *Layer) losses(tp *autograd.Tape, res *LayerResult, bt batch, padded boo
 
 	// L = Σ_{b,s} σ(r_{b,s}) · S·F_s/B: the load-balancing loss as one
 	// weighted sum, the weights constant.
-	f := make([]float64, bt.s)
+	f := autograd.Make[float64](tp, bt.s)
 	for _, row := range res.Selected {
 		for _, i := range row {
 			f[i]++
 		}
 	}
-	coef := make([]float32, len(res.Targets))
-	for k := range coef {
+	coef := tp.Zeros(len(res.Targets), 1)
+	for k := range coef.Data {
 		if bt.isValid(k) {
-			coef[k] = float32(float64(bt.s) * f[k%bt.s] / float64(bt.rows*bt.rows))
+			coef.Data[k] = float32(float64(bt.s) * f[k%bt.s] / float64(bt.rows*bt.rows))
 		}
 	}
-	lb := tp.SumAll(tp.Mul(tp.Sigmoid(r), autograd.New(len(coef), 1, coef)))
+	lb := tp.SumAll(tp.Mul(tp.Sigmoid(r), coef))
 	res.LoadBalance = float64(lb.Data[0])
 
 	var aux *autograd.Tensor

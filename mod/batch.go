@@ -1,6 +1,10 @@
 package mod
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/modref/modref/autograd"
+)
 
 // batch is the shape of a batch: Rows sequences of S positions, sequence b
 // valid for its first valid[b] positions (all of them when valid is nil).
@@ -57,9 +61,9 @@ func (bt batch) count() int {
 	return n
 }
 
-// lengths returns V_b for every sequence.
-func (bt batch) lengths() []int {
-	l := make([]int, bt.rows)
+// lengths returns V_b for every sequence, on the tape.
+func (bt batch) lengths(tp *autograd.Tape) []int {
+	l := autograd.Make[int](tp, bt.rows)
 	for b := range l {
 		l[b] = bt.validLen(b)
 	}
@@ -67,8 +71,13 @@ func (bt batch) lengths() []int {
 }
 
 // rowsOf lists, for per-sequence position lists pos, the flat rows b·S+p of
-// every position, sequence after sequence, appended to dst.
-func (bt batch) rowsOf(dst []int, pos [][]int) []int {
+// every position, sequence after sequence, on the tape.
+func (bt batch) rowsOf(tp *autograd.Tape, pos [][]int) []int {
+	n := 0
+	for _, p := range pos {
+		n += len(p)
+	}
+	dst := autograd.Make[int](tp, n)[:0]
 	for b, p := range pos {
 		for _, i := range p {
 			dst = append(dst, b*bt.s+i)
@@ -77,14 +86,17 @@ func (bt batch) rowsOf(dst []int, pos [][]int) []int {
 	return dst
 }
 
-// validPositions returns, per sequence, its valid positions 0..V_b−1.
-func (bt batch) validPositions() [][]int {
-	pos := make([][]int, bt.rows)
+// validPositions returns, per sequence, its valid positions 0..V_b−1, on
+// the tape (the sequences share one list 0..S−1).
+func (bt batch) validPositions(tp *autograd.Tape) [][]int {
+	all := autograd.Make[int](tp, bt.s)
+	for i := range all {
+		all[i] = i
+	}
+	pos := autograd.Make[[]int](tp, bt.rows)
 	for b := range pos {
-		pos[b] = make([]int, bt.validLen(b))
-		for i := range pos[b] {
-			pos[b][i] = i
-		}
+		v := bt.validLen(b)
+		pos[b] = all[:v:v]
 	}
 	return pos
 }

@@ -21,13 +21,45 @@ type Decoder struct {
 	caches []kvCache
 	pos    int
 	tp     autograd.Tape
+	token  []int // the one-element lists of the token and its position
+	at     []int
 }
 
 // kvCache is one layer's attention state: the original positions of the
-// tokens it attended, and their rotated keys and values, d values each.
+// n tokens it attended, and their rotated keys and their values, d values
+// each, head-major: head hd's n×d_h block of keys is
+// keys[hd·n·d_h : (hd+1)·n·d_h], in order of position, the layout
+// CausalAttention's per-head products read. The buffers grow by append
+// (amortised: no allocation once they have held the longest cache), and a
+// step hands each head's blocks to the tape through kt and vt without
+// copying them.
 type kvCache struct {
 	pos          []int
 	keys, values []float32
+	kt, vt       []*autograd.Tensor
+}
+
+// push appends a token's keys and values, 1×d each in the heads' order, to
+// the head-major buffers of n tokens: every head's block moves up to make
+// room for its new row, the last head first so that no block is
+// overwritten before it has moved.
+func push(buf, row []float32, n, h, dh int) []float32 {
+	buf = append(buf, row...) // grows to (n+1)·d
+	for hd := h - 1; hd >= 0; hd-- {
+		dst := hd * (n + 1) * dh
+		copy(buf[dst:dst+n*dh], buf[hd*n*dh:(hd+1)*n*dh])
+		copy(buf[dst+n*dh:dst+(n+1)*dh], row[hd*dh:(hd+1)*dh])
+	}
+	return buf
+}
+
+// drop removes the first m of the n tokens of every head's block, the
+// first head first.
+func drop(buf []float32, m, n, h, dh int) []float32 {
+	for hd := range h {
+		copy(buf[hd*(n-m)*dh:(hd+1)*(n-m)*dh], buf[(hd*n+m)*dh:(hd+1)*n*dh])
+	}
+	return buf[:(n-m)*h*dh]
 }
 
 // evict drops the cached tokens at positions <= last: with a window w and a
@@ -35,17 +67,17 @@ type kvCache struct {
 // nor any later one attends to (docs/spec.md §13). The survivors move to the
 // front of the buffers, so a cache holds at most w tokens and its memory
 // stays bounded however long the sequence.
-func (c *kvCache) evict(last, d int) {
-	n := 0
-	for n < len(c.pos) && c.pos[n] <= last {
-		n++
+func (c *kvCache) evict(last, h, dh int) {
+	m, n := 0, len(c.pos)
+	for m < n && c.pos[m] <= last {
+		m++
 	}
-	if n == 0 {
+	if m == 0 {
 		return
 	}
-	c.pos = c.pos[:copy(c.pos, c.pos[n:])]
-	c.keys = c.keys[:copy(c.keys, c.keys[n*d:])]
-	c.values = c.values[:copy(c.values, c.values[n*d:])]
+	c.pos = c.pos[:copy(c.pos, c.pos[m:])]
+	c.keys = drop(c.keys, m, n, h, dh)
+	c.values = drop(c.values, m, n, h, dh)
 }
 
 // StepResult is what one decoding step computes.
@@ -82,7 +114,7 @@ func NewDecoder(m *Model) (*Decoder, error) {
 			return nil, fmt.Errorf("mod: decoder: layer %d has Jitter = %v; jitter is training-only, set it to 0 for decoding", l, c.Jitter)
 		}
 	}
-	return &Decoder{m: m, caches: make([]kvCache, len(m.Layers))}, nil
+	return &Decoder{m: m, caches: make([]kvCache, len(m.Layers)), token: make([]int, 1), at: make([]int, 1)}, nil
 }
 
 // Step feeds the next token and returns its logits. A routed layer routes
@@ -104,9 +136,10 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 	tp.Reset()
 	nl := len(m.Layers)
 	res := &StepResult{Pos: pos, Routed: make([]bool, nl), RouterLogits: make([]float32, nl), PredictorLogits: make([]float32, nl)}
-	x := m.Embed.Forward(tp, []int{token})
+	dec.token[0], dec.at[0] = token, pos
+	x := m.Embed.Forward(tp, dec.token)
 	if m.PosEmbed != nil {
-		x = tp.Add(x, tp.GatherRows(m.PosEmbed, []int{pos}))
+		x = tp.Add(x, tp.GatherRows(m.PosEmbed, dec.at))
 	}
 	for l, rl := range m.Layers {
 		c := &dec.caches[l]
@@ -114,10 +147,11 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		res.RouterLogits[l], res.PredictorLogits[l] = nan, nan
 		if rl == nil {
 			res.Routed[l] = true
-			x = tp.Add(x, m.dense[l].step(tp, c, x, pos))
+			x = tp.Add(x, m.dense[l].step(tp, c, x, dec.at))
 			continue
 		}
-		r := rl.routerLogits(tp, x, LayerInputs{}, []int{0})
+		dec.token[0] = 0 // the row of x
+		r := rl.routerLogits(tp, x, LayerInputs{}, dec.token)
 		res.RouterLogits[l] = r.Data[0]
 		score := r.Data[0]
 		if rl.Predictor != nil {
@@ -133,12 +167,12 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 		res.Routed[l] = routed
 		g := rl.weights(tp, r, nil, nil)
 		if rl.cfg.MLPOnly {
-			x = tp.Add(x, rl.blk.attnStep(tp, c, x, pos))
+			x = tp.Add(x, rl.blk.attnStep(tp, c, x, dec.at))
 			if routed {
 				x = tp.Add(x, tp.Mul(rl.blk.MLPUpdate(tp, x), g))
 			}
 		} else if routed {
-			x = tp.Add(x, tp.Mul(rl.blk.step(tp, c, x, pos), g))
+			x = tp.Add(x, tp.Mul(rl.blk.step(tp, c, x, dec.at), g))
 		}
 	}
 	logits := m.Head.Forward(tp, m.Norm.Forward(tp, x))
@@ -147,50 +181,60 @@ func (dec *Decoder) Step(token int) (*StepResult, error) {
 	return res, nil
 }
 
-// step is the block's update f for one token x (1×d) at position pos, given
-// the cache of the tokens before it, which it joins.
+// step is the block's update f for one token x (1×d) at position at[0],
+// given the cache of the tokens before it, which it joins.
 //
 //	x: [1, d] → [1, d]
-func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
-	a := b.attnStep(tp, c, x, pos)
+func (b *block) step(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, at []int) *autograd.Tensor {
+	a := b.attnStep(tp, c, x, at)
 	return tp.Add(a, b.MLPUpdate(tp, tp.Add(x, a)))
 }
 
-// attnStep is Attn(N1(x)) for one token x (1×d) at position pos: its query
-// attends to the cached keys and to its own, which it appends to the cache
-// with its value, in the order of operations of the full forward.
+// attnStep is Attn(N1(x)) for one token x (1×d) at position at[0]: its
+// query attends to the cached keys and to its own, which it appends to the
+// cache with its value, in the order of operations of the full forward.
 //
 //	x: [1, d] → [1, d]
-func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, pos int) *autograd.Tensor {
-	at := b.Attn
-	h, d := at.Heads, x.Cols
+func (b *block) attnStep(tp *autograd.Tape, c *kvCache, x *autograd.Tensor, at []int) *autograd.Tensor {
+	pos := at[0]
+	attn := b.Attn
+	h, d := attn.Heads, x.Cols
 	dh := d / h
 	xn := b.N1.Forward(tp, x)
-	q := tp.SplitHeads(at.Wq.Forward(tp, xn), h)
-	k := tp.SplitHeads(at.Wk.Forward(tp, xn), h)
+	q := tp.SplitHeads(attn.Wq.Forward(tp, xn), h)
+	k := tp.SplitHeads(attn.Wk.Forward(tp, xn), h)
 	if b.rope {
-		q = at.RoPE.Apply(tp, q, []int{pos})
-		k = at.RoPE.Apply(tp, k, []int{pos})
+		q = attn.RoPE.Apply(tp, q, at)
+		k = attn.RoPE.Apply(tp, k, at)
 	}
 	q = tp.Scale(q, float32(1/math.Sqrt(float64(dh))))
-	// With one token, the h×d_h layout of SplitHeads is the 1×d layout.
-	c.pos = append(c.pos, pos)
-	c.keys = append(c.keys, k.Data...)
-	c.values = append(c.values, at.Wv.Forward(tp, xn).Data...)
-	if w := at.Window; w > 0 {
-		c.evict(pos-w, d)
+	if c.kt == nil {
+		c.kt, c.vt = make([]*autograd.Tensor, h), make([]*autograd.Tensor, h)
+		for hd := range h {
+			c.kt[hd], c.vt[hd] = autograd.New(0, dh, nil), autograd.New(0, dh, nil)
+		}
 	}
+	// With one token, the h×d_h layout of SplitHeads is the 1×d layout.
 	n := len(c.pos)
-	keys := tp.SplitHeads(autograd.New(n, d, c.keys), h)
-	values := tp.SplitHeads(autograd.New(n, d, c.values), h)
+	c.keys = push(c.keys, k.Data, n, h, dh)
+	c.values = push(c.values, attn.Wv.Forward(tp, xn).Data, n, h, dh)
+	c.pos = append(c.pos, pos)
+	if w := attn.Window; w > 0 {
+		c.evict(pos-w, h, dh)
+	}
+	n = len(c.pos)
+	for hd := range h {
+		c.kt[hd].Rows, c.kt[hd].Data = n, c.keys[hd*n*dh:(hd+1)*n*dh]
+		c.vt[hd].Rows, c.vt[hd].Data = n, c.values[hd*n*dh:(hd+1)*n*dh]
+	}
 	b.parts = b.parts[:0]
 	for hd := range h {
-		b.parts = append(b.parts, tp.MatMulNT(tp.SliceRows(q, hd, hd+1), tp.SliceRows(keys, hd*n, (hd+1)*n)))
+		b.parts = append(b.parts, tp.MatMulNT(tp.SliceRows(q, hd, hd+1), c.kt[hd]))
 	}
 	probs := tp.Softmax(tp.ConcatRows(b.parts...))
 	b.parts = b.parts[:0]
 	for hd := range h {
-		b.parts = append(b.parts, tp.MatMul(tp.SliceRows(probs, hd, hd+1), tp.SliceRows(values, hd*n, (hd+1)*n)))
+		b.parts = append(b.parts, tp.MatMul(tp.SliceRows(probs, hd, hd+1), c.vt[hd]))
 	}
-	return at.Wo.Forward(tp, tp.ConcatCols(b.parts...))
+	return attn.Wo.Forward(tp, tp.ConcatCols(b.parts...))
 }

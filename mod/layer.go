@@ -120,9 +120,9 @@ type LayerInputs struct {
 	Jitter []float32
 }
 
-// LayerResult is what a routed layer's forward computes. Out and AuxLoss
-// live on the tape (valid until its Reset); the other fields are the layer's
-// to give away.
+// LayerResult is what a routed layer's forward computes. It lives on the
+// tape, as everything in it does (the tensors, the slices, Frozen): valid
+// until the tape's Reset, after which the tape reuses its memory.
 type LayerResult struct {
 	// Out is the layer output, (B·S)×d: x_i + g_i·f_i for routed tokens (or
 	// x_i + w_i·f_i under dense compute), x_i for the others.
@@ -218,13 +218,14 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 	if l.Predictor != nil {
 		q = l.Predictor.Logits(tp, tp.StopGradient(in.X))
 	}
-	res, err := l.decide(bt, r, q)
+	res, err := l.decide(tp, bt, r, q)
 	if err != nil {
 		return nil, err
 	}
 	res.Frozen = Frozen{Selected: res.Selected, TopK: res.TopK}
 	if q != nil {
-		res.Frozen.PredictorInput = append([]float32(nil), in.X.Data...)
+		res.Frozen.PredictorInput = autograd.Make[float32](tp, len(in.X.Data))
+		copy(res.Frozen.PredictorInput, in.X.Data)
 	}
 	l.apply(tp, in, bt, r, q, res, nil)
 	return res, nil
@@ -235,7 +236,9 @@ func (l *Layer) forward(tp *autograd.Tape, in LayerInputs) (*LayerResult, error)
 // a smooth function of the parameters and of X: no change of X changes
 // which tokens are routed, so its finite differences are the gradients of
 // docs/spec.md §12, and properties that hold only with the decision fixed
-// (docs/fuzzing.md, 14 and 16) can be checked.
+// (docs/fuzzing.md, 14 and 16) can be checked. A LayerResult's Frozen
+// lives on its tape like the rest of the result: to replay it on the same
+// tape after a Reset, copy its slices first.
 type Frozen struct {
 	// Selected lists, per sequence, the routed positions in ascending order.
 	Selected [][]int
@@ -275,7 +278,8 @@ func (l *Layer) ForwardFrozen(tp *autograd.Tape, in LayerInputs, fz Frozen) (*La
 	if l.Predictor != nil {
 		q = l.Predictor.Logits(tp, autograd.New(in.X.Rows, in.X.Cols, fz.PredictorInput))
 	}
-	res := &LayerResult{Selected: fz.Selected, TopK: fz.TopK, Capacity: make([]int, bt.rows), Frozen: fz}
+	res := &autograd.Make[LayerResult](tp, 1)[0]
+	res.Selected, res.TopK, res.Capacity, res.Frozen = fz.Selected, fz.TopK, autograd.Make[int](tp, bt.rows), fz
 	for b := range bt.rows {
 		res.Capacity[b] = len(fz.Selected[b])
 		res.Routed += len(fz.Selected[b])
@@ -322,7 +326,7 @@ func (l *Layer) checkFrozen(bt batch, fz Frozen) error {
 //	in.X: [B·S, d] → [B·S, 1]
 func (l *Layer) routerWeights(tp *autograd.Tape, in LayerInputs, bt batch) *autograd.Tensor {
 	x := in.X
-	vidx := bt.rowsOf(nil, bt.validPositions())
+	vidx := bt.rowsOf(tp, bt.validPositions(tp))
 	switch {
 	case len(vidx) == 0:
 		return tp.Zeros(x.Rows, 1)
@@ -342,13 +346,15 @@ func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autogra
 	cfg := l.cfg
 	x := in.X
 	padded := bt.padded()
-	vpos := bt.validPositions()
-	vidx := bt.rowsOf(nil, vpos)
+	vpos := bt.validPositions(tp)
+	vidx := bt.rowsOf(tp, vpos)
 	sel := res.Selected
-	selIdx := bt.rowsOf(nil, sel)
-	res.Targets = make([]float32, x.Rows)
-	for _, k := range bt.rowsOf(nil, res.TopK) {
-		res.Targets[k] = 1
+	selIdx := bt.rowsOf(tp, sel)
+	res.Targets = autograd.Make[float32](tp, x.Rows)
+	for b, p := range res.TopK {
+		for _, i := range p {
+			res.Targets[b*bt.s+i] = 1
+		}
 	}
 
 	// The weight g and the multiplier of f at the rows where f is computed.
@@ -368,17 +374,17 @@ func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autogra
 		if ste == nil {
 			// Dense compute is top-k only (causal routing rejects it), so
 			// the selection mask is the targets.
-			m := make([]float32, len(vidx))
+			m := tp.Zeros(len(vidx), 1)
 			for j, k := range vidx {
-				m[j] = res.Targets[k]
+				m.Data[j] = res.Targets[k]
 			}
-			off = steOffset(tp, gv, autograd.New(len(vidx), 1, m))
-			res.Frozen.STEOffset = make([]float32, x.Rows)
+			off = steOffset(tp, gv, m)
+			res.Frozen.STEOffset = autograd.Make[float32](tp, x.Rows)
 			for j, k := range vidx {
 				res.Frozen.STEOffset[k] = off.Data[j]
 			}
 		} else {
-			off = autograd.New(len(vidx), 1, pick(ste, vidx, 1))
+			off = pick(tp, ste, vidx, 1)
 		}
 		mult = tp.Add(gv, off)
 	} else {
@@ -389,18 +395,19 @@ func (l *Layer) apply(tp *autograd.Tape, in LayerInputs, bt batch, r, q *autogra
 	}
 	res.Out = l.addUpdate(tp, x, l.residualBase(tp, x, tokens{vidx, vpos}), tokens{cidx, cpos}, mult)
 
-	res.RouterLogits = append([]float32(nil), r.Data...)
+	res.RouterLogits = autograd.Make[float32](tp, len(r.Data))
+	copy(res.RouterLogits, r.Data)
 	if cfg.Weighting == spec.WeightSoftmax {
-		res.Weights = perToken(len(r.Data), g.Data, selIdx) // g is over the selected tokens
+		res.Weights = perToken(tp, len(r.Data), g.Data, selIdx) // g is over the selected tokens
 	} else {
-		res.Weights = atValid(bt, g.Data)
+		res.Weights = atValid(tp, bt, g.Data)
 	}
-	res.Multipliers = perToken(len(r.Data), mult.Data, cidx)
+	res.Multipliers = perToken(tp, len(r.Data), mult.Data, cidx)
 	if q != nil {
-		res.PredictorLogits = atValid(bt, q.Data)
+		res.PredictorLogits = atValid(tp, bt, q.Data)
 	}
 	l.losses(tp, res, bt, padded, r, q)
-	res.FLOPs = layerFLOPs(cfg, bt.lengths(), res.Capacity)
+	res.FLOPs = layerFLOPs(cfg, bt.lengths(tp), res.Capacity)
 	if n := res.Routed + res.Skipped; n > 0 {
 		res.ComputeFraction = float64(res.Routed) / float64(n)
 	}
@@ -421,23 +428,25 @@ func steOffset(tp *autograd.Tape, g, m *autograd.Tensor) *autograd.Tensor {
 // router weights r (or the predictor logits q, for Causal = predictor): the
 // selected positions of every sequence, its capacity and the counts of
 // routed and skipped tokens.
-func (l *Layer) decide(bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
-	res := &LayerResult{Selected: make([][]int, bt.rows), TopK: make([][]int, bt.rows), Capacity: make([]int, bt.rows)}
+func (l *Layer) decide(tp *autograd.Tape, bt batch, r, q *autograd.Tensor) (*LayerResult, error) {
+	res := &autograd.Make[LayerResult](tp, 1)[0]
+	res.Selected, res.TopK, res.Capacity = autograd.Make[[]int](tp, bt.rows), autograd.Make[[]int](tp, bt.rows), autograd.Make[int](tp, bt.rows)
 	for b := range bt.rows {
 		v := bt.validLen(b)
 		row := r.Data[b*bt.s : b*bt.s+v]
 		k, err := Capacity(l.cfg.Capacity, v, bt.s)
 		if err == nil {
-			res.TopK[b], l.order, err = selectTopK([]int{}, l.order, row, k)
+			res.TopK[b], l.order, err = selectTopK(autograd.Make[int](tp, k)[:0], l.order, row, k)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("row %d: %w", b, err)
 		}
 		switch l.cfg.Causal {
 		case spec.CausalRouter:
-			res.Selected[b], err = selectCausal([]int{}, row)
+			res.Selected[b], err = selectCausal(autograd.Make[int](tp, positives(row))[:0], row)
 		case spec.CausalPredictor:
-			res.Selected[b], err = selectCausal([]int{}, q.Data[b*bt.s:b*bt.s+v])
+			qr := q.Data[b*bt.s : b*bt.s+v]
+			res.Selected[b], err = selectCausal(autograd.Make[int](tp, positives(qr))[:0], qr)
 		default:
 			res.Selected[b] = res.TopK[b]
 		}
@@ -504,20 +513,31 @@ func (l *Layer) addUpdate(tp *autograd.Tape, x, base *autograd.Tensor, computed 
 	return tp.ScatterAddRows(base, upd, computed.rows)
 }
 
+// positives counts the scores above 0, the length of selectCausal's list.
+func positives(score []float32) int {
+	n := 0
+	for _, v := range score {
+		if v > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // perToken returns the n per-token values of v, whose entry j belongs to
-// token rows[j]; the other tokens get 0.
-func perToken(n int, v []float32, rows []int) []float32 {
-	out := make([]float32, n)
+// token rows[j], on the tape; the other tokens get 0.
+func perToken(tp *autograd.Tape, n int, v []float32, rows []int) []float32 {
+	out := autograd.Make[float32](tp, n)
 	for j, k := range rows {
 		out[k] = v[j]
 	}
 	return out
 }
 
-// atValid returns a copy of the per-token values v with padded tokens set
-// to 0.
-func atValid(bt batch, v []float32) []float32 {
-	out := make([]float32, len(v))
+// atValid returns a copy of the per-token values v, on the tape, with
+// padded tokens set to 0.
+func atValid(tp *autograd.Tape, bt batch, v []float32) []float32 {
+	out := autograd.Make[float32](tp, len(v))
 	for k := range v {
 		if bt.isValid(k) {
 			out[k] = v[k]

@@ -117,8 +117,9 @@ type ModelInputs struct {
 	Noise, Jitter [][]float32
 }
 
-// ModelResult is what a model's forward computes. Logits and Loss live on
-// the tape (valid until its Reset).
+// ModelResult is what a model's forward computes. It lives on the tape, as
+// everything in it does (the tensors, the slices, the layers' results):
+// valid until the tape's Reset, after which the tape reuses its memory.
 type ModelResult struct {
 	// Logits are the (B·S)×vocab next-token logits.
 	Logits *autograd.Tensor
@@ -201,16 +202,18 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 		return nil, fmt.Errorf("mod: model: %w", err)
 	}
 	padded := bt.padded()
-	vpos := bt.validPositions()
-	vidx := bt.rowsOf(nil, vpos)
+	vpos := bt.validPositions(tp)
+	vidx := bt.rowsOf(tp, vpos)
 	x := m.embed(tp, in.Tokens, bt, padded, vpos, vidx)
 	blk := m.cfg.Block()
-	res := &ModelResult{Layers: make([]*LayerResult, len(m.Layers))}
-	var aux []*autograd.Tensor
+	res := &autograd.Make[ModelResult](tp, 1)[0]
+	res.Layers = autograd.Make[*LayerResult](tp, len(m.Layers))
+	res.FLOPs.Layers = autograd.Make[LayerFLOPs](tp, len(m.Layers))
+	aux := autograd.Make[*autograd.Tensor](tp, len(m.Layers))[:0]
 	for l, rl := range m.Layers {
 		if rl == nil {
 			x = denseForward(tp, m.dense[l], x, padded, vidx, vpos)
-			res.FLOPs.Layers = append(res.FLOPs.Layers, denseFLOPs(blk, bt.lengths()))
+			res.FLOPs.Layers[l] = denseFLOPs(blk, bt.lengths(tp))
 			continue
 		}
 		lr, err := rl.forward(tp, LayerInputs{X: x, Batch: bt.rows, SeqLen: bt.s, Valid: in.Valid,
@@ -219,14 +222,14 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 			return nil, fmt.Errorf("mod: model layer %d: %w", l, err)
 		}
 		res.Layers[l] = lr
-		res.FLOPs.Layers = append(res.FLOPs.Layers, lr.FLOPs)
+		res.FLOPs.Layers[l] = lr.FLOPs
 		if lr.AuxLoss != nil {
 			aux = append(aux, lr.AuxLoss)
 		}
 		x = lr.Out
 	}
 	res.Logits = m.Head.Forward(tp, m.Norm.Forward(tp, x))
-	targets := make([]int, bt.rows*bt.s)
+	targets := autograd.Make[int](tp, bt.rows*bt.s)
 	for k := range targets {
 		targets[k] = autograd.IgnoreIndex
 		if bt.isValid(k) {
@@ -250,7 +253,7 @@ func (m *Model) Forward(tp *autograd.Tape, in ModelInputs) (*ModelResult, error)
 //
 //	tokens: [B, S] → [B·S, d]
 func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, vpos [][]int, vidx []int) *autograd.Tensor {
-	ids := make([]int, 0, len(vidx))
+	ids := autograd.Make[int](tp, len(vidx))[:0]
 	for b, p := range vpos {
 		for _, i := range p {
 			ids = append(ids, tokens[b][i])
@@ -258,7 +261,7 @@ func (m *Model) embed(tp *autograd.Tape, tokens [][]int, bt batch, padded bool, 
 	}
 	x := m.Embed.Forward(tp, ids)
 	if m.PosEmbed != nil {
-		flat := make([]int, 0, len(vidx))
+		flat := autograd.Make[int](tp, len(vidx))[:0]
 		for _, p := range vpos {
 			flat = append(flat, p...)
 		}

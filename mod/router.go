@@ -24,10 +24,10 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 	case spec.RouterL2Norm:
 		r = l2Norm(tp, xv)
 	case spec.RouterRandom:
-		r = autograd.New(len(vidx), 1, pick(in.Noise, vidx, 1))
+		r = pick(tp, in.Noise, vidx, 1)
 	}
 	if s := l.cfg.Jitter; s > 0 {
-		r = tp.Add(r, autograd.New(len(vidx), 1, pick(in.Jitter, vidx, float32(s))))
+		r = tp.Add(r, pick(tp, in.Jitter, vidx, float32(s)))
 	}
 	return r
 }
@@ -39,8 +39,7 @@ func (l *Layer) routerLogits(tp *autograd.Tape, xv *autograd.Tensor, in LayerInp
 //
 //	x: [N, d] → [N, 1]
 func l2Norm(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
-	scale := make([]float32, x.Rows)
-	inv := make([]float32, x.Rows)
+	scale, inv := tp.Zeros(x.Rows, 1), tp.Zeros(x.Rows, 1)
 	for i := range x.Rows {
 		var m float32
 		for _, v := range x.Row(i) {
@@ -50,17 +49,18 @@ func l2Norm(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
 		if m == 0 || math.IsInf(float64(m), 0) || math.IsNaN(float64(m)) || math.IsInf(float64(r), 0) {
 			m, r = 1, 1
 		}
-		scale[i], inv[i] = m, r
+		scale.Data[i], inv.Data[i] = m, r
 	}
-	u := tp.Mul(x, autograd.New(x.Rows, 1, inv))
-	return tp.Mul(tp.Sqrt(tp.Sum(tp.Mul(u, u), 1)), autograd.New(x.Rows, 1, scale))
+	u := tp.Mul(x, inv)
+	return tp.Mul(tp.Sqrt(tp.Sum(tp.Mul(u, u), 1)), scale)
 }
 
-// pick returns scale·v[k] for every k in idx.
-func pick(v []float32, idx []int, scale float32) []float32 {
-	out := make([]float32, len(idx))
+// pick returns scale·v[k] for every k in idx, as a len(idx)×1 constant on
+// the tape.
+func pick(tp *autograd.Tape, v []float32, idx []int, scale float32) *autograd.Tensor {
+	out := tp.Zeros(len(idx), 1)
 	for j, k := range idx {
-		out[j] = scale * v[k]
+		out.Data[j] = scale * v[k]
 	}
 	return out
 }
@@ -91,17 +91,17 @@ func (l *Layer) weights(tp *autograd.Tape, r *autograd.Tensor, sel [][]int, selI
 	case spec.WeightSigmoid:
 		return tp.Sigmoid(r)
 	case spec.WeightNone:
-		ones := make([]float32, r.Rows)
-		for i := range ones {
-			ones[i] = 1
+		ones := tp.Zeros(r.Rows, 1)
+		for i := range ones.Data {
+			ones.Data[i] = 1
 		}
-		return autograd.New(r.Rows, 1, ones)
+		return ones
 	case spec.WeightSoftmax:
 		if len(selIdx) == 0 {
-			return autograd.New(0, 1, nil)
+			return tp.Zeros(0, 1)
 		}
 		rs := tp.GatherRows(r, selIdx)
-		parts := make([]*autograd.Tensor, 0, len(sel))
+		parts := autograd.Make[*autograd.Tensor](tp, len(sel))[:0]
 		off := 0
 		for _, p := range sel {
 			k := len(p)
