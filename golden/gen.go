@@ -25,7 +25,7 @@ const (
 )
 
 // All deviations a gather-compute layer case with raw weights exposes.
-var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"}
+var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices"}
 
 func block() spec.BlockConfig { return spec.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
 
@@ -46,7 +46,7 @@ func layerSpecs() []layerSpec {
 	specs := []layerSpec{
 		ls("layer-paper", "The paper's routed layer (Eq. 1): linear router without bias on the raw residual stream, "+
 			"capacity ratio 0.5, top-k per row, gather, pre-norm block with RoPE at original positions, out = x + r·f.",
-			append([]string{"rope_gathered_indices", "targets_first_row", "no_causal_mask"}, gatherCatches...), paper(0.5)),
+			append([]string{"targets_first_row", "no_causal_mask"}, gatherCatches...), paper(0.5)),
 		ls("layer-linear-bias-sigmoid", "Linear router with bias; sigmoid output weight g = σ(r).",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightSigmoid })),
 		ls("layer-l2norm", "Parameter-free router r = ‖x‖₂; raw weighting.",
