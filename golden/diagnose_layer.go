@@ -162,7 +162,7 @@ func layerDeviations() []layerDeviation {
 		{name: "capacity_off_by_one", capacity: capacityOffByOne},
 		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, windowByIndex: true},
 		{name: "rope_gathered_indices", skip: skipUnlessGatheredRoPE, ropeAtIndex: true},
-		{name: "targets_first_row", skip: skipUnlessSeveralRows, targetsFirstRow: true},
+		{name: "targets_first_row", targetsFirstRow: true}, // a case with one row cannot tell it apart
 		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
 		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
 	}
@@ -191,11 +191,6 @@ func skipUnlessGatheredRoPE(cfg spec.Config) string {
 	}
 	return ""
 }
-
-// skipUnlessSeveralRows is targets_first_row's: the configuration alone
-// cannot tell (the batch size is the case's), so it never skips; a case
-// with one row just cannot tell the deviation apart.
-func skipUnlessSeveralRows(spec.Config) string { return "" }
 
 func skipUnlessFloor(cfg spec.Config) string {
 	if cfg.Capacity.Kind == spec.CapacityInteger {
