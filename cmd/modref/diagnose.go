@@ -184,7 +184,11 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	case self.Match:
 		fmt.Fprintln(w, "verdict: the candidate matches the oracle")
 	case len(matched) > 0:
-		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s\n", strings.Join(matched, ", "))
+		apart := ""
+		if len(matched) > 1 {
+			apart = " (this case cannot tell them apart)"
+		}
+		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s%s\n", strings.Join(matched, ", "), apart)
 		for _, r := range results[1:] {
 			if r.Match && r.Distinct {
 				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), golden.DeviationDescription(r.Name))

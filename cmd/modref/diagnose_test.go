@@ -208,3 +208,21 @@ func TestDiagnoseNoneExplains(t *testing.T) {
 		t.Errorf("a deviation or combination matches:\n%s", out)
 	}
 }
+
+// TestDiagnoseIndistinguishable: when two deviations match, the verdict
+// names both and says the case cannot tell them apart
+// (capacity_off_by_one and capacity_floor_zero on layer-capacity-floor,
+// where 0.29·100 floors to 28 either way).
+func TestDiagnoseIndistinguishable(t *testing.T) {
+	results := []golden.DeviationResult{
+		{Name: golden.OracleName, Emulated: true, Matching: 3, Total: 18},
+		{Name: "capacity_off_by_one", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
+		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
+	}
+	var b strings.Builder
+	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &golden.CaseResult{})
+	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
