@@ -1,5 +1,7 @@
 package golden
 
+import "strings"
+
 // Deviation is one of the known departures from the paper's equations
 // (docs/spec.md §11) that the oracle tells apart.
 type Deviation struct {
@@ -20,10 +22,25 @@ var Deviations = []Deviation{
 	{"capacity_off_by_one", "capacity off by one: a strict '>' against the k-th router weight selects k − 1 tokens"},
 	{"decode_mismatch", "incremental decoding differs from the full causal forward (misaligned cache, skipped tokens cached, or routing off at inference)"},
 	{"window_gathered_indices", "sliding attention window counted in indices of the gathered subset instead of original positions: a selected token attends to the last w selected tokens, however far back"},
+	{"rope_gathered_indices", "RoPE applied at the gathered indices 0..k−1 instead of the tokens' original positions (the block called on the gathered tensor with the first k rotary angles)"},
+	{"targets_first_row", "auxiliary targets scattered into a flat B·S vector by position: every row's selected positions mark row 0, the other rows' targets stay 0"},
+	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
+	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
 }
 
-// DeviationDescription returns the description of a deviation name, or "".
+// DeviationDescription returns the description of a deviation name, or "";
+// for deviations joined with "+" (a combination Diagnose names), their
+// descriptions joined with "; and ".
 func DeviationDescription(name string) string {
+	if parts := strings.Split(name, "+"); len(parts) > 1 {
+		ds := make([]string, len(parts))
+		for i, p := range parts {
+			if ds[i] = DeviationDescription(p); ds[i] == "" {
+				return ""
+			}
+		}
+		return strings.Join(ds, "; and ")
+	}
 	for _, d := range Deviations {
 		if d.Name == name {
 			return d.Description

@@ -1,10 +1,12 @@
 package golden
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -38,6 +40,10 @@ type DeviationResult struct {
 	// Worst is the array furthest outside its tolerance (or, when all match,
 	// closest to leaving it), judged against the deviant values.
 	Worst ArrayResult `json:"worst"`
+	// distance sums, over the arrays outside tolerance, the logarithm of
+	// their excess (docs/golden-format.md): how far the candidate is from
+	// these values, the combination search's measure.
+	distance float64
 }
 
 // Diagnose judges a candidate against a case and against the case
@@ -54,7 +60,8 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // DiagnoseProgress is Diagnose, calling progress(done, total), when it is
 // not nil, with done 0 when the total deviant recomputations of a layer or
 // model case start and each time one finishes, one call at a time (decode
-// cases take a moment and report none).
+// cases take a moment and report none); when combinations are searched, a
+// second series of calls, again from done 0, counts their recomputations.
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
 	if _, err := Compare(c, cand, false); err != nil {
 		return nil, err
@@ -63,7 +70,127 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
-	return diagnoseWith(c, cand, ems)
+	out, err := diagnoseWith(c, cand, ems)
+	if err != nil {
+		return nil, err
+	}
+	combos, err := diagnoseCombinations(c, cand, out, progress)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return append(out, combos...), nil
+}
+
+// maxCombined is how many of the deviations that bring the candidate closer
+// the combination search pairs: the pairs of the best maxCombined, then, if
+// no pair matches, the closest pair with each of the maxCombined+1 closest
+// other deviations. Each combination is one more deviant recomputation.
+const maxCombined = 3
+
+// diagnoseCombinations is the search for several deviations at once
+// (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
+// the oracle nor a single deviation explains the candidate, the deviations
+// that each move it closer (the arrays outside tolerance fewer or nearer:
+// a smaller sum of the logarithms of their excess) are combined in pairs,
+// the closest first, and the closest pair then with a third; each
+// combination that can be emulated is judged as a single deviation is. Its
+// result's Name joins the deviations' names with "+", in the order of
+// Deviations.
+func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
+	oracle := single[0]
+	if oracle.Match || c.Manifest.Kind == KindDecode {
+		return nil, nil
+	}
+	var helps []DeviationResult
+	for _, r := range single[1:] {
+		if r.Match && r.Distinct {
+			return nil, nil
+		}
+		if r.Emulated && r.Distinct && r.distance < oracle.distance {
+			helps = append(helps, r)
+		}
+	}
+	slices.SortStableFunc(helps, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
+	helps = helps[:min(len(helps), maxCombined)]
+	var sets [][]string
+	for i := range helps {
+		for j := i + 1; j < len(helps); j++ {
+			sets = append(sets, inDeviationOrder(helps[i].Name, helps[j].Name))
+		}
+	}
+	out, err := judgeCombinations(c, cand, sets, progress)
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	best := out[0]
+	for _, r := range out {
+		if r.Match {
+			return out, nil
+		}
+		if r.distance < best.distance {
+			best = r
+		}
+	}
+	// Triples: the closest pair with each of the maxCombined+1 closest other
+	// deviations the case tells apart (one that alone changes little, such
+	// as a predictor's stop-gradient, may not bring the candidate closer by
+	// itself).
+	var others []DeviationResult
+	for _, r := range single[1:] {
+		if r.Emulated && r.Distinct && r.Variant == "" && !slices.Contains(strings.Split(best.Name, "+"), r.Name) {
+			others = append(others, r)
+		}
+	}
+	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
+	sets = nil
+	for _, r := range others[:min(len(others), maxCombined+1)] {
+		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
+	}
+	triples, err := judgeCombinations(c, cand, sets, progress)
+	return append(out, triples...), err
+}
+
+// inDeviationOrder sorts deviation names in the order of Deviations.
+func inDeviationOrder(names ...string) []string {
+	idx := func(n string) int {
+		return slices.IndexFunc(Deviations, func(d Deviation) bool { return d.Name == n })
+	}
+	slices.SortFunc(names, func(a, b string) int { return idx(a) - idx(b) })
+	return names
+}
+
+// judgeCombinations emulates each set of deviations at once where they can
+// be combined and judges the candidate against it; sets that cannot be
+// combined give no result.
+func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progress func(done, total int)) ([]DeviationResult, error) {
+	var devs []layerDeviation
+	var ems []emulation
+	for _, set := range sets {
+		d, ok := combineNames(set)
+		if !ok {
+			continue
+		}
+		devs = append(devs, d)
+		ems = append(ems, emulation{name: d.name})
+	}
+	if len(ems) == 0 {
+		return nil, nil
+	}
+	if err := emulateDeviations(c, devs, ems, progress); err != nil {
+		return nil, err
+	}
+	var out []DeviationResult
+	for _, em := range ems {
+		if em.reason != "" {
+			continue
+		}
+		r, err := judge(c, cand, em)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // diagnoseWith is Diagnose with the emulations already made.
@@ -86,8 +213,13 @@ func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]Deviation
 // DeviantCandidate returns the candidate an implementation with deviation
 // name (and, for decode_mismatch, the named variant; "" is the first) would
 // write for the case: every array a candidate provides, under its candidate
-// name. It is an error if the deviation is not emulated for the case.
+// name. name may join several layer deviations with "+" (as
+// diagnose names a combination). It is an error if the deviation is not
+// emulated for the case.
 func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) {
+	if strings.Contains(name, "+") {
+		return combinedCandidate(c, name)
+	}
 	ems, err := emulate(c, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
@@ -108,6 +240,29 @@ func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) 
 	return nil, fmt.Errorf("case %s: no deviation %q (variant %q)", c.Manifest.Name, name, variant)
 }
 
+// combinedCandidate is DeviantCandidate for deviations joined with "+".
+func combinedCandidate(c *Case, name string) (map[string]*Array, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	d, ok := combineNames(strings.Split(name, "+"))
+	if !ok {
+		return nil, fmt.Errorf("case %s: deviations %s cannot be combined", c.Manifest.Name, name)
+	}
+	ems := []emulation{{name: name}}
+	if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	if ems[0].reason != "" {
+		return nil, fmt.Errorf("case %s: %s is not emulated: %s", c.Manifest.Name, name, ems[0].reason)
+	}
+	dc, err := deviantCase(c, ems[0])
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return candidateOf(dc), nil
+}
+
 // emulation is a case's expected arrays recomputed under one deviation, or
 // the reason it cannot be.
 type emulation struct {
@@ -117,6 +272,9 @@ type emulation struct {
 	// arrays maps every expected array name of the manifest to its deviant
 	// value.
 	arrays map[string]*Array
+	// repeats is 1 + the index of an earlier emulation that computes
+	// exactly the same arrays on this case (shareEffective); 0 if none.
+	repeats int
 }
 
 // notEmulated is an emulation that could not be made, and why.
@@ -196,12 +354,21 @@ func summarize(r DeviationResult, res *CaseResult) DeviationResult {
 		if a.Status == StatusPass {
 			r.Matching++
 		}
-		if e := Excess(a); e > worst {
+		e := Excess(a)
+		if e > worst {
 			worst, r.Worst = e, a
+		}
+		if e > 1 {
+			r.distance += math.Log(min(e, maxExcess))
 		}
 	}
 	return r
 }
+
+// maxExcess caps an array's excess in DeviationResult.distance, so that an
+// integer array that differs (infinite excess) counts as a large finite
+// one.
+const maxExcess = 1e12
 
 // Excess is how far an array's worst element is from its expected value, in
 // units of the tolerance there: above 1 the array fails. An integer array
@@ -222,27 +389,35 @@ func Excess(a ArrayResult) float64 {
 }
 
 // emulateEach fills ems[i].arrays by compute(i) for every emulation that has
-// no reason not to be made, on up to GOMAXPROCS goroutines (each computation
-// owns its copy of the case's parameters and inputs, so the results do not
-// depend on the schedule). The first error in list order is returned.
+// no reason not to be made and no arrays yet, on up to GOMAXPROCS
+// goroutines (each computation owns its copy of the case's parameters and
+// inputs, so the results do not depend on the schedule), started by
+// descending cost(i), a relative estimate, so that the longest do not come
+// last and leave the other cores idle. The first error in list order is
+// returned.
 // When progress is not nil it is called, one call at a time, with done 0
 // before the computations start and as each finishes: done of total.
-func emulateEach(ems []emulation, progress func(done, total int), compute func(i int) (map[string]*Array, error)) error {
+func emulateEach(ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*Array, error)) error {
 	errs := make([]error, len(ems))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done, total := 0, 0
 	for i := range ems {
-		if ems[i].reason == "" {
+		if ems[i].reason == "" && ems[i].arrays == nil {
 			total++
 		}
 	}
 	if progress != nil {
 		progress(0, total)
 	}
-	for i := range ems {
-		if ems[i].reason != "" {
+	order := make([]int, len(ems))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cost(b) - cost(a) })
+	for _, i := range order {
+		if ems[i].reason != "" || ems[i].arrays != nil {
 			continue
 		}
 		wg.Add(1)

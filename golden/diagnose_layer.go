@@ -2,7 +2,9 @@ package golden
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -34,15 +36,59 @@ type layerDeviation struct {
 	// skip says why the deviation cannot be emulated for a routed layer of
 	// configuration cfg, or returns "".
 	skip func(cfg spec.Config) string
-	// offByOne selects k − 1 tokens per row (at least 0) instead of k.
-	offByOne bool
-	// scoreOrder records each row's selected positions in router-score
-	// order for output.
+	// capacity is the rule for each row's k.
+	capacity capacityRule
+	// scoreOrder runs the block on each row's selected tokens in
+	// router-score order, the causal mask following that order.
 	scoreOrder bool
-	feed       predictorFeed
+	// windowByIndex counts the attention window in indices of the
+	// gathered tokens instead of their positions.
+	windowByIndex bool
+	// ropeAtIndex rotates the t-th gathered token by RoPE at t instead of
+	// its original position.
+	ropeAtIndex bool
+	// noCausalMask lets each gathered token attend to every gathered
+	// token of its row, later ones included.
+	noCausalMask bool
+	// targetsFirstRow writes the auxiliary targets of every row into row 0
+	// by position, leaving the other rows' targets 0.
+	targetsFirstRow bool
+	feed            predictorFeed
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
+}
+
+// capacityRule is how a deviant layer computes each row's capacity k.
+type capacityRule int
+
+const (
+	// capacityExact is docs/spec.md §3.
+	capacityExact capacityRule = iota
+	// capacityOffByOne selects k − 1 tokens (at least 0).
+	capacityOffByOne
+	// capacityPlainFloor is int(c·V_b): neither float-robust nor clamped
+	// to 1.
+	capacityPlainFloor
+)
+
+// gathered reports whether the deviation changes how the block runs on the
+// gathered tokens.
+func (d *layerDeviation) gathered() bool {
+	return d.scoreOrder || d.windowByIndex || d.ropeAtIndex || d.noCausalMask
+}
+
+// cost is a rough relative cost of emulating the deviation: a block run
+// again on the gathered tokens doubles a layer's work, and the unmasked one
+// triples it.
+func (d *layerDeviation) cost() int {
+	switch {
+	case d.noCausalMask:
+		return 3
+	case d.gathered():
+		return 2
+	}
+	return 1
 }
 
 // layerState is a routed layer's decision and the constants frozen with it
@@ -54,6 +100,38 @@ type layerState struct {
 	g0 [][]float64
 	// order is each row's selected positions in router-score order.
 	order [][]int
+	// rotated caches rotatedBlock's results for indexOrderOutput.
+	rotated rotationCache
+}
+
+// rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
+// by rotation, for the values of Wq and Wk they were made from: a
+// finite-difference pass perturbs mostly other arrays, and rotating the
+// weights again for every token of every evaluation was most of the
+// emulation's time.
+type rotationCache struct {
+	p      *ref.BlockParams
+	wq, wk []float64
+	by     map[int]*ref.BlockParams
+}
+
+// get returns rotatedBlock(c, p, delta), made once for each delta while p's
+// Wq and Wk keep their values.
+func (rc *rotationCache) get(c spec.BlockConfig, p *ref.BlockParams, delta int) *ref.BlockParams {
+	if c.Positions != spec.PositionRoPE || delta == 0 {
+		return p
+	}
+	wq, wk := p.Wq.RawMatrix().Data, p.Wk.RawMatrix().Data
+	if rc.p != p || !slices.Equal(rc.wq, wq) || !slices.Equal(rc.wk, wk) {
+		rc.p, rc.wq, rc.wk = p, slices.Clone(wq), slices.Clone(wk)
+		rc.by = make(map[int]*ref.BlockParams)
+	}
+	r, ok := rc.by[delta]
+	if !ok {
+		r = rotatedBlock(c, p, delta)
+		rc.by[delta] = r
+	}
+	return r
 }
 
 // layerRun is one evaluation of a routed layer under a deviation.
@@ -63,9 +141,10 @@ type layerRun struct {
 	in  ref.LayerInputs
 	st  *layerState
 	res *ref.LayerResult
-	// out and mult are the deviant output and the factors applied to the
-	// block's update.
+	// out, upd and mult are the deviant output, the block's update f and
+	// the factors applied to it.
 	out  []*mat.Dense
+	upd  []*mat.Dense
 	mult [][]float64
 }
 
@@ -75,14 +154,49 @@ func layerDeviations() []layerDeviation {
 	return []layerDeviation{
 		{name: "residual_twice", output: residualTwice},
 		{name: "residual_scaled", output: residualScaled},
-		{name: "unsorted_indices", skip: skipUnsorted, scoreOrder: true, output: scoreOrderOutput},
+		{name: "unsorted_indices", skip: skipUnsorted, scoreOrder: true},
 		{name: "no_weighting", output: noWeighting},
 		{name: "ste_m_plus_1", skip: skipUnlessDense, output: steMPlusOne},
 		{name: "predictor_no_stopgrad", skip: skipUnlessPredictor, feed: feedLiveInput},
 		{name: "predictor_block_output", skip: skipBlockOutput, feed: feedOutput},
-		{name: "capacity_off_by_one", offByOne: true},
-		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, output: windowGathered},
+		{name: "capacity_off_by_one", capacity: capacityOffByOne},
+		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, windowByIndex: true},
+		{name: "rope_gathered_indices", skip: skipUnlessGatheredRoPE, ropeAtIndex: true},
+		{name: "targets_first_row", targetsFirstRow: true}, // a case with one row cannot tell it apart
+		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
+		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
 	}
+}
+
+func skipNoCausalMask(cfg spec.Config) string {
+	switch {
+	case cfg.Block.Window > 0:
+		return "a block with an attention window masks by it; the unmasked block of the ports has none"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block through ref's causal attention over every valid token"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention densely, outside the gathered block"
+	}
+	return ""
+}
+
+func skipUnlessGatheredRoPE(cfg spec.Config) string {
+	switch {
+	case cfg.Block.Positions != spec.PositionRoPE:
+		return "the block has no rotary embeddings"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute runs the block on every valid token, whose indices are their positions"
+	case cfg.MLPOnly:
+		return "MLP-only routing runs attention over every valid token, whose indices are their positions"
+	}
+	return ""
+}
+
+func skipUnlessFloor(cfg spec.Config) string {
+	if cfg.Capacity.Kind == spec.CapacityInteger {
+		return "an integer capacity has no floor"
+	}
+	return ""
 }
 
 func skipUnlessGatheredWindow(cfg spec.Config) string {
@@ -149,7 +263,10 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	if err != nil {
 		return nil, err
 	}
-	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, mult: res.Multipliers}
+	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers}
+	if d.gathered() {
+		d.regather(l)
+	}
 	if d.output != nil {
 		d.output(l)
 	}
@@ -164,17 +281,14 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		return err
 	}
 	st.fz = res.Frozen
-	if d.offByOne {
-		// k − 1 tokens of the top-k: the routing itself without causal
+	if d.capacity != capacityExact {
+		// The deviant k of the top-k: the routing itself without causal
 		// routing; under causal routing (docs/spec.md §8, §9) the routing
-		// follows the sign and only the auxiliary targets shrink.
+		// follows the sign and only the auxiliary targets change.
 		s, _ := in.X[0].Dims()
-		k, err := ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
+		k, err := d.rowCapacities(cfg.Capacity, len(in.X), s, in.Valid)
 		if err != nil {
 			return err
-		}
-		for b := range k {
-			k[b] = max(k[b]-1, 0)
 		}
 		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
@@ -187,6 +301,9 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		} else {
 			st.fz.TopK = short
 		}
+	}
+	if d.targetsFirstRow {
+		st.fz.TopK = firstRowTargets(st.fz.TopK, in.Valid)
 	}
 	if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 		return err
@@ -203,6 +320,57 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	}
 	st.decided = true
 	return nil
+}
+
+// rowCapacities is each row's k under the deviation's capacity rule.
+func (d *layerDeviation) rowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
+	k, err := ref.RowCapacities(c, rows, s, valid)
+	if err != nil {
+		return nil, err
+	}
+	for b := range k {
+		n := s
+		if valid != nil {
+			n = valid[b]
+		}
+		switch {
+		case d.capacity == capacityOffByOne:
+			k[b] = max(k[b]-1, 0)
+		case d.capacity == capacityPlainFloor && n > 0 && c.Kind == spec.CapacityRatio:
+			k[b] = min(int(float64(c.Ratio*float64(n))), n)
+		case d.capacity == capacityPlainFloor && n > 0 && c.Kind == spec.CapacityLog:
+			ratio, err := ref.LogCapacityRatio(c.Ratio, n, c.MaxLen)
+			if err != nil {
+				return nil, err
+			}
+			k[b] = min(int(float64(float64(n)*ratio)), n)
+		}
+	}
+	return k, nil
+}
+
+// firstRowTargets is the top-k whose indicator the seed blog's auxiliary
+// targets are: a zero vector of B·S entries indexed by every row's selected
+// positions, which all fall in row 0 (docs/spec.md §11, targets_first_row).
+// Positions past row 0's valid length are dropped, as padded positions
+// count in no loss.
+func firstRowTargets(topk ref.Selection, valid []int) ref.Selection {
+	n := topk.S
+	if valid != nil {
+		n = valid[0]
+	}
+	var union []int
+	for _, row := range topk.Rows {
+		for _, p := range row {
+			if p < n {
+				union = append(union, p)
+			}
+		}
+	}
+	slices.Sort(union)
+	rows := make([][]int, len(topk.Rows))
+	rows[0] = slices.Compact(union)
+	return ref.Selection{S: topk.S, Rows: rows}
 }
 
 // scoreOrder lists each row's selected positions by descending router
@@ -237,15 +405,16 @@ func (l *layerRun) base() []*mat.Dense {
 }
 
 // eachRow returns new outputs whose row i of batch row b is
-// f(b, i, base row, ref's out row, update row, multiplier).
+// f(b, i, base row, out row, update row, multiplier), out and update as
+// the block ran (regather may have changed ref's).
 func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64) []float64) []*mat.Dense {
 	base := l.base()
-	res := make([]*mat.Dense, len(l.res.Out))
-	for b, o := range l.res.Out {
+	res := make([]*mat.Dense, len(l.out))
+	for b, o := range l.out {
 		s, d := o.Dims()
 		res[b] = mat.NewDense(s, d, nil)
 		for i := 0; i < s; i++ {
-			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.res.Update[b].RawRowView(i), l.res.Multipliers[b][i]))
+			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.upd[b].RawRowView(i), l.res.Multipliers[b][i]))
 		}
 	}
 	return res
@@ -314,42 +483,83 @@ func steMPlusOne(l *layerRun) {
 	})
 }
 
-// scoreOrderOutput runs the block on each row's selected tokens in
-// router-score order, so that the causal mask follows the scores, while RoPE
-// still uses every token's original position (indexOrderOutput).
-func scoreOrderOutput(l *layerRun) { l.out = indexOrderOutput(l, l.st.order) }
-
-// windowGathered is a windowed block run on the gathered tokens as if they
-// were a sequence of their own: the window of docs/spec.md §13 counted in
-// indices of the gathered subset, RoPE still at the original positions.
-// Fed at their indices t (see indexOrderOutput), ref's window by position is
-// exactly the window by index.
-func windowGathered(l *layerRun) { l.out = indexOrderOutput(l, l.res.Frozen.Selection.Rows) }
-
-// indexOrderOutput returns the layer's output with the block run on each
-// row's selected tokens in the given order, each token fed at its index t in
-// that order, so that the causal mask and the window follow the order, while
-// RoPE still uses every token's original position: ref's KV cache needs
-// ascending positions, so token t at original position p_t is fed at
-// position t with Wq and Wk rotated by p_t − t:
-// RoPE(x·Wq·R(p_t − t), t) = RoPE(x·Wq, p_t), since rotations in the same
-// planes add their angles.
-func indexOrderOutput(l *layerRun, order [][]int) []*mat.Dense {
+// regather runs the block on each row's selected tokens as the deviation
+// gathers them, replacing the update and the output of the selected tokens:
+// the t-th token of a row (in position order, or in router-score order for
+// scoreOrder) is fed to ref's KV cache at its original position p_t, or at
+// t when the causal mask or the window follow the gathered order
+// (scoreOrder, windowByIndex); ref's window and mask by the fed position are
+// then exactly the deviant ones. RoPE rotates it at p_t, or at t for
+// ropeAtIndex: fed at position φ and meant to turn at ρ, Wq and Wk are
+// rotated by ρ − φ, since RoPE(x·Wq·R(ρ − φ), φ) = RoPE(x·Wq, ρ) (rotations
+// in the same planes add their angles).
+func (d *layerDeviation) regather(l *layerRun) {
 	blk := l.cfg.Block
-	out := make([]*mat.Dense, len(l.in.X))
+	order := l.res.Frozen.Selection.Rows
+	if d.scoreOrder {
+		order = l.st.order
+	}
+	l.out, l.upd = make([]*mat.Dense, len(l.in.X)), make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
 		o := mat.DenseCopyOf(x)
+		s, dm := x.Dims()
+		u := mat.NewDense(s, dm, nil)
+		if d.noCausalMask {
+			d.unmasked(l, b, order[b], o, u)
+			l.out[b], l.upd[b] = o, u
+			continue
+		}
 		var kv ref.KVCache
 		for t, i := range order[b] {
-			f := kv.BlockStep(blk, rotatedBlock(blk, &l.p.Block, i-t), x.RawRowView(i), t)
+			fed, rot := i, i
+			if d.scoreOrder || d.windowByIndex {
+				fed = t
+			}
+			if d.ropeAtIndex {
+				rot = t
+			}
+			f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, rot-fed), x.RawRowView(i), fed)
 			g := l.res.Multipliers[b][i]
+			u.SetRow(i, f)
 			for j, v := range f {
 				o.Set(i, j, x.At(i, j)+float64(g*v))
 			}
 		}
-		out[b] = o
+		l.out[b], l.upd[b] = o, u
 	}
-	return out
+}
+
+// unmasked is regather for no_causal_mask on row b, writing the update and
+// the output of each selected token into u and o: every selected token's
+// key and value are made first, by ref's attention at its original position
+// on a scratch cache; then each token, fed at position S after a cache of
+// all the others (so that every one of them is at or before it) with Wq
+// and Wk rotated by p_t − S (so that its query and key turn at p_t),
+// attends to all of them and to itself.
+func (d *layerDeviation) unmasked(l *layerRun, b int, sel []int, o, u *mat.Dense) {
+	blk := l.cfg.Block
+	x := l.in.X[b]
+	s, _ := x.Dims()
+	var all ref.KVCache
+	for _, i := range sel {
+		all.AttentionStep(blk, &l.p.Block, x.RawRowView(i), i)
+	}
+	for t, i := range sel {
+		var kv ref.KVCache
+		for v, p := range all.Positions {
+			if v != t {
+				kv.Positions = append(kv.Positions, p)
+				kv.Keys = append(kv.Keys, all.Keys[v])
+				kv.Values = append(kv.Values, all.Values[v])
+			}
+		}
+		f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, i-s), x.RawRowView(i), s)
+		g := l.res.Multipliers[b][i]
+		u.SetRow(i, f)
+		for j, v := range f {
+			o.Set(i, j, x.At(i, j)+float64(g*v))
+		}
+	}
 }
 
 // rotatedBlock returns the block's parameters with the columns of Wq and Wk
@@ -374,6 +584,56 @@ func rotateHeads(c spec.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
 		}
 	}
 	return out
+}
+
+// combineNames is the deviation that has every named one at once: its name
+// joins theirs with "+". It is false when a name has no layer emulation or
+// two of them change the same thing (the capacity, the predictor's input,
+// the output formula).
+func combineNames(names []string) (layerDeviation, bool) {
+	var c layerDeviation
+	var skips []func(spec.Config) string
+	for _, n := range names {
+		d, ok := findLayerDeviation(n)
+		if !ok {
+			return c, false
+		}
+		if (d.capacity != capacityExact && c.capacity != capacityExact) ||
+			(d.feed != feedFrozenInput && c.feed != feedFrozenInput) ||
+			(d.output != nil && c.output != nil) {
+			return c, false
+		}
+		if d.capacity != capacityExact {
+			c.capacity = d.capacity
+		}
+		if d.feed != feedFrozenInput {
+			c.feed = d.feed
+		}
+		if d.output != nil {
+			c.output = d.output
+		}
+		c.scoreOrder = c.scoreOrder || d.scoreOrder
+		c.windowByIndex = c.windowByIndex || d.windowByIndex
+		c.ropeAtIndex = c.ropeAtIndex || d.ropeAtIndex
+		c.targetsFirstRow = c.targetsFirstRow || d.targetsFirstRow
+		c.noCausalMask = c.noCausalMask || d.noCausalMask
+		if d.skip != nil {
+			skips = append(skips, d.skip)
+		}
+	}
+	if c.noCausalMask && (c.scoreOrder || c.windowByIndex || c.ropeAtIndex) {
+		return c, false // the unmasked block feeds its tokens its own way
+	}
+	c.name = strings.Join(names, "+")
+	c.skip = func(cfg spec.Config) string {
+		for _, skip := range skips {
+			if why := skip(cfg); why != "" {
+				return why
+			}
+		}
+		return ""
+	}
+	return c, true
 }
 
 // findLayerDeviation returns the emulation of a deviation name.
@@ -417,8 +677,146 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 		}
 		devs[i] = ld
 	}
-	err := emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+		return nil, err
+	}
+	err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	shareArrays(ems)
 	return ems, err
+}
+
+// shareEffective finds the deviations that compute exactly what another
+// one, or the oracle, computes on this case, so that each computation is
+// made once: a capacity rule whose k equals the exact rule's, or the
+// off-by-one's, in every row of every routed layer (configurations cfgs)
+// is that rule, and other targets change nothing in a model case whose
+// layers train no auxiliary loss. An emulation that is the oracle gets the case's own
+// expected arrays; one that repeats an earlier one records it in
+// ems[i].repeats, and shareArrays copies the arrays after the computation.
+func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
+	first := map[string]int{}
+	for i := range ems {
+		if ems[i].reason != "" {
+			continue
+		}
+		d := devs[i]
+		if d.capacity == capacityPlainFloor {
+			same, err := sameCapacities(c, cfgs, capacityPlainFloor, capacityExact)
+			if err != nil {
+				return err
+			}
+			off, err := sameCapacities(c, cfgs, capacityPlainFloor, capacityOffByOne)
+			if err != nil {
+				return err
+			}
+			switch {
+			case same:
+				d.capacity = capacityExact
+			case off:
+				d.capacity = capacityOffByOne
+			}
+		}
+		if d.targetsFirstRow && c.Manifest.Kind == KindModel && !auxReadsTargets(cfgs) {
+			// A model case reports no targets, and no layer's loss reads them.
+			d.targetsFirstRow = false
+		}
+		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil {
+			ems[i].arrays = expectedArrays(c)
+			continue
+		}
+		key := fmt.Sprintf("%d %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.feed, d.output)
+		if j, ok := first[key]; ok {
+			ems[i].repeats = j + 1
+			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
+			continue
+		}
+		first[key] = i
+	}
+	return nil
+}
+
+// auxReadsTargets reports whether some layer's loss reads the auxiliary
+// targets: an auxiliary loss with a weight other than 0.
+func auxReadsTargets(cfgs []spec.Config) bool {
+	for _, cfg := range cfgs {
+		if cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sameCapacities reports whether capacity rules a and b give the same k in
+// every row of every configuration.
+func sameCapacities(c *Case, cfgs []spec.Config, a, b capacityRule) (bool, error) {
+	m := c.Manifest.Config
+	for _, cfg := range cfgs {
+		ka, err := (&layerDeviation{capacity: a}).rowCapacities(cfg.Capacity, m.Batch, m.SeqLen, m.ValidLengths)
+		if err != nil {
+			return false, err
+		}
+		kb, err := (&layerDeviation{capacity: b}).rowCapacities(cfg.Capacity, m.Batch, m.SeqLen, m.ValidLengths)
+		if err != nil {
+			return false, err
+		}
+		if !slices.Equal(ka, kb) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// shareArrays gives each emulation that repeats another the other's
+// arrays.
+func shareArrays(ems []emulation) {
+	for i := range ems {
+		if ems[i].repeats > 0 {
+			ems[i].arrays = ems[ems[i].repeats-1].arrays
+		}
+	}
+}
+
+// expectedArrays is the case's own expected arrays.
+func expectedArrays(c *Case) map[string]*Array {
+	arrays := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			arrays[info.Name] = c.Arrays[info.Name]
+		}
+	}
+	return arrays
+}
+
+// emulateDeviations fills ems[i] with the case recomputed under devs[i]
+// (a layer or model case), or the reason it cannot be.
+func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
+	switch c.Manifest.Kind {
+	case KindLayer:
+		s := layerSpecOf(c)
+		for i, d := range devs {
+			if d.skip != nil {
+				ems[i].reason = d.skip(s.cfg)
+			}
+		}
+		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+			return err
+		}
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		shareArrays(ems)
+		return err
+	case KindModel:
+		s := modelSpecOf(c)
+		for i, d := range devs {
+			ems[i].reason = skipModel(s.cfg, d)
+		}
+		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+			return err
+		}
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		shareArrays(ems)
+		return err
+	}
+	return fmt.Errorf("kind %q has no combined emulation", c.Manifest.Kind)
 }
 
 // layerArrays computes a layer case's expected arrays under deviation d, as
@@ -468,13 +866,9 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	arrays["expected.loss"] = Scalar(v)
-	gx := make([]float64, 0, s.batch*s.seqLen*s.cfg.Block.D)
-	for _, x := range dr.in.X {
-		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
-		if err != nil {
-			return nil, fmt.Errorf("gradient of input.x: %w", err)
-		}
-		gx = append(gx, g...)
+	gx, err := inputGradient(s, &dr, d, &st, loss, true)
+	if err != nil {
+		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
 	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
 	for _, t := range dr.p.Tensors("") {
@@ -485,6 +879,60 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 		arrays["grad.param."+t.Name] = g
 	}
 	return arrays, nil
+}
+
+// inputGradient is grad.input.x of a layer case under deviation d, whose
+// routing st is decided, by finite differences of loss, token by token.
+// When skipUnseen is set, a token the block does not see takes a shorter
+// way, if the configuration allows it: under gather compute without
+// MLP-only routing, a token outside the selection enters the loss only as
+// its own output, out_i = x_i (no emulated deviation touches such a token),
+// and through its router and predictor logits in the auxiliary loss; and
+// when the load-balancing term, the only one that reads the selection, has
+// weight 0, ref computes that auxiliary loss without running the block if
+// handed an empty selection. Its gradient is then u_i, the upstream
+// gradient, plus the finite difference of the auxiliary loss alone: the
+// same derivative without recomputing, twice per coordinate, a block its
+// perturbation cannot reach (most of layer-capacity-floor's cost, where 71
+// of every 100 tokens are outside the selection).
+func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState, loss func() (float64, error), skipUnseen bool) ([]float64, error) {
+	cfg := s.cfg
+	short := skipUnseen && cfg.Compute == spec.ComputeGather && !cfg.MLPOnly && cfg.LoadBalanceWeight == 0
+	aux := func() (float64, error) {
+		fz := st.fz
+		fz.Selection = ref.Selection{S: s.seqLen, Rows: make([][]int, s.batch)}
+		if d.feed == feedLiveInput {
+			fz.PredictorInput = dr.in.X
+		}
+		res, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, fz)
+		if err != nil {
+			return 0, err
+		}
+		return res.AuxLoss, nil
+	}
+	m := st.fz.Selection.Mask()
+	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
+	for b, x := range dr.in.X {
+		for i := 0; i < s.seqLen; i++ {
+			if !short || m[b][i] != 0 {
+				g, err := ref.FDGradient(loss, x.RawRowView(i), ref.FDStep)
+				if err != nil {
+					return nil, err
+				}
+				gx = append(gx, g...)
+				continue
+			}
+			g, err := ref.FDGradient(aux, x.RawRowView(i), ref.FDStep)
+			if err != nil {
+				return nil, err
+			}
+			for j, u := range dr.u[b].RawRowView(i) {
+				g[j] += u
+			}
+			gx = append(gx, g...)
+		}
+	}
+	return gx, nil
 }
 
 // selectedLike is a selection as a B×k_max array padded with −1 to the width

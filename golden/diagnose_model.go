@@ -106,8 +106,23 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 		}
 		devs[i] = ld
 	}
-	err = emulateEach(ems, progress, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+		return nil, err
+	}
+	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	shareArrays(ems)
 	return ems, err
+}
+
+// routedConfigs lists the configurations of a model's routed layers.
+func routedConfigs(cfg spec.ModelConfig) []spec.Config {
+	var cfgs []spec.Config
+	for _, ml := range cfg.Layers {
+		if ml.Routed {
+			cfgs = append(cfgs, ml.Config)
+		}
+	}
+	return cfgs
 }
 
 // skipModel says why a deviation cannot be emulated for some routed layer of
@@ -189,6 +204,10 @@ type decodeVariant struct {
 	// slotPositions rotates a routed token at its slot in the layer's cache
 	// instead of its original position.
 	slotPositions bool
+	// windowSlots counts a routed layer's attention window in slots of its
+	// cache instead of positions (RoPE still at the position): a routed
+	// token attends to the last w tokens the layer cached, however far back.
+	windowSlots bool
 }
 
 func decodeVariants() []decodeVariant {
@@ -196,7 +215,19 @@ func decodeVariants() []decodeVariant {
 		{name: "routing off at inference", routeAll: true},
 		{name: "skipped tokens cached", cacheSkipped: true},
 		{name: "cache slots misaligned: RoPE at the cache slot, not the position", slotPositions: true},
+		{name: "window counted in cache slots, not positions", windowSlots: true},
 	}
+}
+
+// hasRoutedWindow reports whether some routed layer attends through a
+// window over its own gathered tokens (not MLP-only).
+func hasRoutedWindow(cfg spec.ModelConfig) bool {
+	for _, ml := range cfg.Layers {
+		if ml.Routed && ml.Config.Block.Window > 0 && !ml.Config.MLPOnly {
+			return true
+		}
+	}
+	return false
 }
 
 // emulateDecodeCase recomputes a decode case's token-by-token arrays under
@@ -212,30 +243,70 @@ func emulateDecodeCase(c *Case) ([]emulation, error) {
 	}
 	var ems []emulation
 	for _, dev := range Deviations {
-		if dev.Name != "decode_mismatch" {
-			ems = append(ems, notEmulated(dev.Name, "a decode case judges only decoding against the full forward; layer and model cases test this deviation"))
-			continue
-		}
-		for _, v := range decodeVariants() {
-			arrays, err := decodeArrays(c, s, p, in, v)
-			if err != nil {
-				return nil, fmt.Errorf("emulating %s (%s): %w", dev.Name, v.name, err)
+		switch dev.Name {
+		case "decode_mismatch":
+			for _, v := range decodeVariants() {
+				if v.windowSlots && !hasRoutedWindow(s.cfg) {
+					em := notEmulated(dev.Name, "no routed layer attends through a window")
+					em.variant = v.name
+					ems = append(ems, em)
+					continue
+				}
+				arrays, err := decodeArrays(c, s, p, in, v, expectedArrays(c))
+				if err != nil {
+					return nil, fmt.Errorf("emulating %s (%s): %w", dev.Name, v.name, err)
+				}
+				ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
 			}
-			ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
+		case "window_gathered_indices":
+			d, _ := findLayerDeviation(dev.Name)
+			if why := skipModel(s.cfg, d); why != "" {
+				ems = append(ems, notEmulated(dev.Name, why))
+				continue
+			}
+			arrays, err := decodeWindowArrays(c, s, p, in, d)
+			if err != nil {
+				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
+			}
+			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
+		default:
+			ems = append(ems, notEmulated(dev.Name, "a decode case judges only decoding against the full forward; layer and model cases test this deviation"))
 		}
 	}
 	return ems, nil
 }
 
-// decodeArrays is a decode case's expected arrays with expected.decode_logits
-// and expected.L<l>.routed recomputed by a decoder with variant v.
-func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant) (map[string]*Array, error) {
-	arrays := make(map[string]*Array)
-	for _, info := range c.Manifest.Arrays {
-		if info.Role == RoleExpected {
-			arrays[info.Name] = c.Arrays[info.Name]
-		}
+// decodeWindowArrays is a decode case's expected arrays for a model whose
+// routed layers count the attention window in indices of the gathered
+// tokens (window_gathered_indices, d) in its full forward and, decoding, in
+// slots of each layer's cache: the same mistake made in both, as one
+// windowed kernel called on the gathered tensor and on the cache would.
+func decodeWindowArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*Array, error) {
+	arrays := expectedArrays(c)
+	mr, err := d.runModel(s.cfg, p, in, make([]layerState, len(s.cfg.Layers)))
+	if err != nil {
+		return nil, err
 	}
+	arrays["expected.logits"] = batchArray(mr.logits)
+	for l, lr := range mr.layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		sel, err := selectedLike(c, pre+"selected", lr.res.Selection)
+		if err != nil {
+			return nil, err
+		}
+		arrays[pre+"selected"] = sel
+		arrays[pre+"router_logits"] = fieldArray(lr.res.RouterWeights, s.valid)
+	}
+	return decodeArrays(c, s, p, in, decodeVariant{windowSlots: true}, arrays)
+}
+
+// decodeArrays is arrays, a decode case's expected arrays, with
+// expected.decode_logits and expected.L<l>.routed recomputed by a decoder
+// with variant v.
+func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*Array) (map[string]*Array, error) {
 	vocab := s.cfg.Vocab
 	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
 	routed := make([][][]int, len(s.cfg.Layers))
@@ -311,8 +382,8 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 				add(g, ref.MLPUpdate(blk, &lp.Block, x))
 			}
 		case on:
-			at := pos
-			if v.slotPositions {
+			at, bp := pos, &lp.Block
+			if v.slotPositions || v.windowSlots {
 				// The slot: how many tokens this layer cached before
 				// (the cache itself may have dropped some to a window).
 				at = -1
@@ -320,7 +391,12 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 					at += f
 				}
 			}
-			add(g, kv.BlockStep(blk, &lp.Block, x, at))
+			if v.windowSlots {
+				// Fed at its slot, so that ref's window counts slots,
+				// and rotated back to its position (see regather).
+				bp = rotatedBlock(blk, bp, pos-at)
+			}
+			add(g, kv.BlockStep(blk, bp, x, at))
 		case v.cacheSkipped:
 			kv.AttentionStep(blk, &lp.Block, x, pos)
 		}

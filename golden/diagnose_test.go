@@ -58,13 +58,16 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "no_causal_mask"},
+		"layer-router-bce":    {"targets_first_row", "rope_gathered_indices"},
+		"layer-short-row":     {"capacity_floor_zero", "capacity_off_by_one"},
 		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
 		"layer-predictor":     {"predictor_no_stopgrad", "predictor_block_output"},
 		"layer-mlp-only":      {"residual_twice", "residual_scaled", "no_weighting"},
 		"layer-causal-router": {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 		"model-predictor":     {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
 		"decode-predictor":    {"decode_mismatch"},
+		"decode-window":       {"decode_mismatch", "window_gathered_indices"},
 		"layer-window":        {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
 	}
 	for name, devs := range want {
@@ -87,8 +90,11 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			if !rs[1+indexOf(ems, em)].Distinct {
 				continue
 			}
-			for _, r := range rs {
+			for i, r := range rs {
 				self := r.Name == em.name && r.Variant == em.variant
+				if r.Match && !self && i > 0 && sameOnCase(t, c, em, ems[i-1]) {
+					continue // two deviations this case cannot tell apart
+				}
 				if r.Match != self {
 					t.Errorf("%s, candidate with %s: %s match = %v (%d/%d arrays, worst %s)",
 						name, label(DeviationResult{Name: em.name, Variant: em.variant}), label(r), r.Match, r.Matching, r.Total, r.Worst.Name)
@@ -112,6 +118,34 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sameOnCase reports whether two emulations give the same values on the
+// case, within its tolerances both ways: no candidate of this case can tell
+// them apart (capacity_off_by_one and capacity_floor_zero on
+// layer-capacity-floor, where 0.29·100 floors to 28 either way).
+func sameOnCase(t *testing.T, c *Case, a, b emulation) bool {
+	t.Helper()
+	if b.reason != "" {
+		return false
+	}
+	da, err := deviantCase(c, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := deviantCase(c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, err := Compare(da, candidateOf(db), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, err := Compare(db, candidateOf(da), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ab.Pass && ba.Pass
 }
 
 func indexOf(ems []emulation, em emulation) int {
@@ -148,8 +182,9 @@ func TestDiagnosePerfectCandidate(t *testing.T) {
 			t.Errorf("%s is not emulated and says no reason", r.Name)
 		}
 	}
-	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || len(indistinct) != 2 {
-		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting and residual_scaled", indistinct)
+	// capacity_floor_zero: int(0.5·8) = 4 is the robust floor too.
+	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || !indistinct["capacity_floor_zero"] || len(indistinct) != 3 {
+		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting, residual_scaled and capacity_floor_zero", indistinct)
 	}
 }
 
@@ -196,7 +231,7 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 			if derr != nil {
 				t.Fatal(derr)
 			}
-			arrays, err = decodeArrays(c, s, p, in, decodeVariant{})
+			arrays, err = decodeArrays(c, s, p, in, decodeVariant{}, expectedArrays(c))
 			if a, b := arrays["expected.decode_logits"], c.Arrays["expected.decode_logits"]; a == b {
 				t.Fatal("decode_logits not recomputed")
 			}
@@ -412,11 +447,49 @@ func TestScoreOrderRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.order = l.res.Selection.Rows
-	scoreOrderOutput(l)
+	d := layerDeviation{scoreOrder: true}
+	d.regather(l)
 	for b, o := range l.out {
 		if !mat.EqualApprox(o, l.res.Out[b], 1e-12) {
 			t.Errorf("row %d: rotated positions change the output", b)
 		}
+	}
+}
+
+// TestRoPEAtIndexRotation: the rope_gathered_indices block (tokens fed at
+// their positions p_t with Wq, Wk rotated by t − p_t) equals the block run
+// plainly on the gathered tokens as a sequence 0..k−1 of its own, which is
+// what the deviant port does.
+func TestRoPEAtIndexRotation(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := layerDeviation{ropeAtIndex: true}
+	var st layerState
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	for b, x := range dr.in.X {
+		var kv ref.KVCache
+		for t2, i := range l.res.Selection.Rows[b] {
+			f := kv.BlockStep(s.cfg.Block, &dr.p.Block, x.RawRowView(i), t2)
+			for j, v := range f {
+				if got := l.upd[b].At(i, j); math.Abs(got-v) > 1e-12 {
+					t.Fatalf("row %d token %d: update %v, the block on the gathered sequence gives %v", b, i, got, v)
+				}
+				if math.Abs(v-l.res.Update[b].At(i, j)) > 1e-6 {
+					moved = true
+				}
+			}
+		}
+	}
+	if !moved {
+		t.Error("RoPE at the gathered indices changes no update: the test shows nothing")
 	}
 }
 
@@ -567,5 +640,218 @@ func TestCapacityOffByOneCausal(t *testing.T) {
 	}
 	if off["expected.aux.total"].F[0] == c.Arrays["expected.aux.total"].F[0] {
 		t.Error("the off-by-one targets leave aux.total unchanged")
+	}
+}
+
+// TestDiagnoseNamesCombinations plants two deviations at once through the
+// Go emulations and requires Diagnose to name exactly that combination,
+// and no single deviation: the seed blog's RoPE at gathered indices with its
+// first-row targets, a returned residual with unsorted indices, and a
+// triple whose predictor deviation alone brings the candidate no closer.
+func TestDiagnoseNamesCombinations(t *testing.T) {
+	for _, tc := range []struct{ name, combo string }{
+		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
+		{"layer-paper", "residual_twice+unsorted_indices"},
+		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
+	} {
+		c := loadCase(t, tc.name)
+		cand, err := DeviantCandidate(c, tc.combo, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var matched []string
+		for _, r := range rs {
+			if r.Match {
+				matched = append(matched, r.Name)
+			}
+		}
+		if !slices.Equal(matched, []string{tc.combo}) {
+			t.Errorf("%s, candidate with %s: matched %v, want only the combination", tc.name, tc.combo, matched)
+		}
+	}
+}
+
+// TestDiagnoseNoCombination: a candidate that no deviation or combination
+// explains gets no match, and the combinations searched are only those of
+// deviations that each bring it closer.
+func TestDiagnoseNoCombination(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand, err := DeviantCandidate(c, "no_weighting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := *cand["out"]
+	out.F = slices.Clone(out.F)
+	out.F[5] += 1
+	cand["out"] = &out
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Match {
+			t.Errorf("%s matches a candidate with a corrupted out", r.Name)
+		}
+		if strings.Contains(r.Name, "+") && !strings.Contains(r.Name, "no_weighting") {
+			t.Errorf("combination %s searched, though only no_weighting brings the candidate closer", r.Name)
+		}
+	}
+}
+
+// TestSharedEmulations: a deviation that computes what the oracle computes
+// on a case (capacity_floor_zero on layer-paper, int(0.5·8) = 4) is given
+// the case's arrays without recomputation; computed all the same, it gives
+// them within the case's tolerances. On layer-capacity-floor it repeats
+// capacity_off_by_one (0.29·100 floors to 28 either way) and shares its
+// arrays.
+func TestSharedEmulations(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	d, _ := findLayerDeviation("capacity_floor_zero")
+	arrays, err := layerArrays(c, s, &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Compare(c, candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays}), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Pass {
+		t.Errorf("capacity_floor_zero computed on layer-paper differs from the case")
+	}
+	ems, err := emulate(c, nil) // not the shared cache: its arrays may come from another load of the case
+	if err != nil {
+		t.Fatal(err)
+	}
+	em := find(t, ems, "capacity_floor_zero")
+	if em.arrays["expected.out"] != c.Arrays["expected.out"] {
+		t.Errorf("capacity_floor_zero on layer-paper was recomputed, not taken from the case")
+	}
+	floor := loadCase(t, "layer-capacity-floor")
+	ems = []emulation{{name: "capacity_off_by_one"}, {name: "capacity_floor_zero"}}
+	devs := make([]layerDeviation, 2)
+	devs[0], _ = findLayerDeviation("capacity_off_by_one")
+	devs[1], _ = findLayerDeviation("capacity_floor_zero")
+	if err := shareEffective(floor, devs, ems, []spec.Config{*floor.Manifest.Config.Layer}); err != nil {
+		t.Fatal(err)
+	}
+	if ems[0].repeats != 0 || ems[1].repeats != 1 {
+		t.Errorf("repeats %d, %d; want capacity_floor_zero to repeat capacity_off_by_one", ems[0].repeats, ems[1].repeats)
+	}
+}
+
+// TestDecodeWindowConsistent: a model whose routed layers count the window
+// in gathered indices decodes, counting it in cache slots, to the logits of
+// its own full forward, as a correct model does; the two emulations (the
+// layer's regathered block, the decoder fed at cache slots) are made
+// independently. And they differ from the oracle's on decode-window.
+func TestDecodeWindowConsistent(t *testing.T) {
+	c := loadCase(t, "decode-window")
+	em := find(t, emulated(t, c), "window_gathered_indices")
+	full, dec := em.arrays["expected.logits"], em.arrays["expected.decode_logits"]
+	for i := range full.F {
+		if math.Abs(full.F[i]-dec.F[i]) > 1e-9 {
+			t.Fatalf("logit %d: full forward %v, decoding %v", i, full.F[i], dec.F[i])
+		}
+	}
+	if slices.Equal(full.F, c.Arrays["expected.logits"].F) {
+		t.Error("the deviant full forward equals the oracle's: the case shows nothing")
+	}
+}
+
+// TestNoCausalMaskLastToken: without a causal mask the last selected token
+// of a row still attends to exactly the tokens it attends to with one, so
+// its update is ref's; the first one, which then sees every later token,
+// differs.
+func TestNoCausalMaskLastToken(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := findLayerDeviation("no_causal_mask")
+	var st layerState
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, sel := range l.res.Selection.Rows {
+		last, first := sel[len(sel)-1], sel[0]
+		if !floats(l.upd[b].RawRowView(last), l.res.Update[b].RawRowView(last), 1e-12) {
+			t.Errorf("row %d: the last selected token's update %v, ref's %v", b, l.upd[b].RawRowView(last), l.res.Update[b].RawRowView(last))
+		}
+		if floats(l.upd[b].RawRowView(first), l.res.Update[b].RawRowView(first), 1e-6) {
+			t.Errorf("row %d: the first selected token's update is ref's: the test shows nothing", b)
+		}
+	}
+}
+
+func floats(a, b []float64, tol float64) bool {
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > tol {
+			return false
+		}
+	}
+	return true
+}
+
+// TestInputGradientShortWay: grad.input.x with the tokens outside the
+// selection taken the short way (u_i plus the finite difference of the
+// auxiliary loss alone) agrees with the full finite differences of the
+// loss, for the oracle and for deviations that change what the auxiliary
+// loss reads (a live predictor input, other targets, another selection).
+func TestInputGradientShortWay(t *testing.T) {
+	for _, tc := range []struct{ name, deviation string }{
+		{"layer-router-bce", ""},
+		{"layer-router-bce", "targets_first_row"},
+		{"layer-predictor", "predictor_no_stopgrad"},
+		{"layer-predictor", "predictor_block_output"},
+		{"layer-padding", "capacity_off_by_one"},
+		{"layer-causal-predictor", "residual_twice"},
+	} {
+		c := loadCase(t, tc.name)
+		s := layerSpecOf(c)
+		var d layerDeviation
+		if tc.deviation != "" {
+			d, _ = findLayerDeviation(tc.deviation)
+		}
+		grads := make([][]float64, 2)
+		for k, skip := range []bool{false, true} {
+			dr, err := layerDrawOf(c, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st layerState
+			loss := func() (float64, error) {
+				l, err := d.run(s.cfg, dr.p, dr.in, &st)
+				if err != nil {
+					return 0, err
+				}
+				return dot(l.out, dr.u) + l.res.AuxLoss, nil
+			}
+			if _, err := loss(); err != nil {
+				t.Fatal(err)
+			}
+			if grads[k], err = inputGradient(s, &dr, &d, &st, loss, skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+		differ := 0
+		for i := range grads[0] {
+			if math.Abs(grads[0][i]-grads[1][i]) > 1e-8 {
+				t.Fatalf("%s %s: grad.input.x[%d] full %v, short %v", tc.name, tc.deviation, i, grads[0][i], grads[1][i])
+			}
+			if grads[0][i] != grads[1][i] {
+				differ++
+			}
+		}
+		if differ == 0 {
+			t.Errorf("%s %s: the short way was not taken", tc.name, tc.deviation)
+		}
 	}
 }

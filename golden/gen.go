@@ -25,7 +25,7 @@ const (
 )
 
 // All deviations a gather-compute layer case with raw weights exposes.
-var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one"}
+var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices"}
 
 func block() spec.BlockConfig { return spec.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
 
@@ -46,7 +46,7 @@ func layerSpecs() []layerSpec {
 	specs := []layerSpec{
 		ls("layer-paper", "The paper's routed layer (Eq. 1): linear router without bias on the raw residual stream, "+
 			"capacity ratio 0.5, top-k per row, gather, pre-norm block with RoPE at original positions, out = x + r·f.",
-			gatherCatches, paper(0.5)),
+			append([]string{"targets_first_row", "no_causal_mask"}, gatherCatches...), paper(0.5)),
 		ls("layer-linear-bias-sigmoid", "Linear router with bias; sigmoid output weight g = σ(r).",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightSigmoid })),
 		ls("layer-l2norm", "Parameter-free router r = ‖x‖₂; raw weighting.",
@@ -72,10 +72,10 @@ func layerSpecs() []layerSpec {
 			[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 			with(paper(0.5), func(c *spec.Config) { c.MLPOnly = true })),
 		ls("layer-router-bce", "Auxiliary router_bce loss (weight 0.1): BCE-with-logits of r against the top-k targets.",
-			append([]string{}, gatherCatches...),
+			append([]string{"targets_first_row"}, gatherCatches...),
 			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 })),
 		ls("layer-predictor", "Auxiliary predictor (Linear d→d/2, SiLU, Linear d/2→1) on sg(x), BCE against the targets, weight 0.1.",
-			append([]string{"predictor_no_stopgrad", "predictor_block_output"}, gatherCatches...),
+			append([]string{"predictor_no_stopgrad", "predictor_block_output", "targets_first_row"}, gatherCatches...),
 			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxPredictor, 0.1 })),
 		ls("layer-load-balance", "Load-balancing loss S·Σ_s F_s P_s with weight 0.01, sigmoid weighting.",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.LoadBalanceWeight, c.Weighting = 0.01, spec.WeightSigmoid })),
@@ -107,12 +107,15 @@ func layerSpecs() []layerSpec {
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
 	padding.seqLen, padding.valid = 10, []int{10, 6}
 	floor := ls("layer-capacity-floor", "The float-robust capacity floor: c = 0.29 of S = 100 must give k = 29, though 0.29·100 = 28.999999999999996 in float64.",
-		[]string{"capacity_off_by_one", "residual_twice"}, paper(0.29))
+		[]string{"capacity_off_by_one", "capacity_floor_zero", "residual_twice"}, paper(0.29))
 	floor.seqLen = 100
+	short := ls("layer-short-row", "A short row: ratio 0.25 of rows of 8 and 3 valid tokens gives k = 2 and 1, since k is clamped to at least 1 (docs/spec.md §3); a plain int(c·V) gives 0 for the short row.",
+		[]string{"capacity_floor_zero", "capacity_off_by_one"}, paper(0.25))
+	short.valid = []int{8, 3}
 	ties := ls("layer-ties", "The tie rule: in each row the first token left out has exactly the router weight of the last token selected; the lower position wins.",
 		[]string{"capacity_off_by_one"}, paper(0.5))
 	ties.ties = true
-	return append(specs, padding, floor, ties)
+	return append(specs, padding, floor, short, ties)
 }
 
 // modelSpecs is the catalogue of model and decode cases.

@@ -4,7 +4,9 @@ import "testing"
 
 // TestDiagnoseProgress checks that DiagnoseProgress reports 0 and then
 // counts every deviant recomputation once, in order, up to the number of
-// emulated deviations.
+// emulated deviations less those that compute the oracle's values on this
+// case (capacity_floor_zero on layer-paper: int(0.5·8) is the robust
+// floor), which are not recomputed.
 func TestDiagnoseProgress(t *testing.T) {
 	c, err := Load("corpus", "layer-paper")
 	if err != nil {
@@ -19,7 +21,7 @@ func TestDiagnoseProgress(t *testing.T) {
 	}
 	emulated := 0
 	for _, r := range results[1:] {
-		if r.Emulated {
+		if r.Emulated && r.Name != "capacity_floor_zero" {
 			emulated++
 		}
 	}

@@ -3,6 +3,7 @@ package ref
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
@@ -65,14 +66,40 @@ func RoPE(u []float64, pos int, base float64) []float64 {
 	dh := len(u)
 	half := dh / 2
 	out := make([]float64, dh)
+	cs := ropeAngles(dh, pos, base)
 	for j := 0; j < half; j++ {
-		theta := float64(pos) * elem.Pow(base, -2*float64(j)/float64(dh))
-		cos, sin := elem.Cos(theta), elem.Sin(theta)
+		cos, sin := cs[2*j], cs[2*j+1]
 		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
 		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
 	}
 	return out
 }
+
+// ropeAngles returns cos θ_j and sin θ_j, interleaved, for j < d_h/2 and
+// θ_j = pos·base^(-2j/d_h), computed once for each (d_h, pos, base): the
+// exact elementary functions are slow, and finite-difference passes call
+// RoPE millions of times at a few positions.
+func ropeAngles(dh, pos int, base float64) []float64 {
+	key := ropeKey{dh, pos, base}
+	if cs, ok := ropeTable.Load(key); ok {
+		return cs.([]float64)
+	}
+	cs := make([]float64, dh/2*2)
+	for j := 0; j < dh/2; j++ {
+		theta := float64(pos) * elem.Pow(base, -2*float64(j)/float64(dh))
+		cs[2*j], cs[2*j+1] = elem.Cos(theta), elem.Sin(theta)
+	}
+	ropeTable.Store(key, cs)
+	return cs
+}
+
+type ropeKey struct {
+	dh, pos int
+	base    float64
+}
+
+// ropeTable caches ropeAngles by ropeKey.
+var ropeTable sync.Map
 
 // GELU is the erf form of docs/spec.md §5: 0.5 v (1 + erf(v / sqrt 2)).
 func GELU(v float64) float64 {

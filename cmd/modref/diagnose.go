@@ -26,7 +26,11 @@ func runDiagnose(args []string, stdout, stderr io.Writer) error {
 Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
-the routing frozen), and names the deviation the candidate matches.
+the routing frozen), and names the deviation the candidate matches. When
+none does, it combines the deviations that each bring the candidate closer
+two at once, then the closest pair with a third, and names a combination
+that matches, joined with "+"; otherwise it lists the arrays furthest from
+the oracle.
 --candidate may also be a directory holding CASE.npz. Nothing is written.
 
 Exit status: 0 the candidate matches the oracle, 1 it does not (whether or
@@ -66,7 +70,7 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.DiagnoseProgress(c, cand, progressLine(stderr, "diagnose "+name+": deviations recomputed"))
+	results, err := golden.DiagnoseProgress(c, cand, phasedProgress(stderr, name))
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
@@ -79,6 +83,32 @@ flags:
 		return nil
 	}
 	return errMismatch
+}
+
+// phasedProgress is diagnose's progress line on a terminal (nil
+// otherwise): the deviations recomputed, then the combinations.
+func phasedProgress(stderr io.Writer, name string) func(done, total int) {
+	single := progressLine(stderr, "diagnose "+name+": deviations recomputed")
+	if single == nil {
+		return nil
+	}
+	return phases(single, progressLine(stderr, "diagnose "+name+": combinations of deviations recomputed"))
+}
+
+// phases passes golden.DiagnoseProgress's first series of calls to single
+// and the second, which starts again from done 0, to combos.
+func phases(single, combos func(done, total int)) func(done, total int) {
+	phase := 0
+	return func(done, total int) {
+		if done == 0 {
+			phase++
+		}
+		if phase > 1 {
+			combos(done, total)
+			return
+		}
+		single(done, total)
+	}
 }
 
 // deviationLabel is a deviation's name with its variant.
@@ -154,7 +184,11 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	case self.Match:
 		fmt.Fprintln(w, "verdict: the candidate matches the oracle")
 	case len(matched) > 0:
-		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s\n", strings.Join(matched, ", "))
+		apart := ""
+		if len(matched) > 1 {
+			apart = " (this case cannot tell them apart)"
+		}
+		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s%s\n", strings.Join(matched, ", "), apart)
 		for _, r := range results[1:] {
 			if r.Match && r.Distinct {
 				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), golden.DeviationDescription(r.Name))
@@ -163,6 +197,11 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	case closest.Name != golden.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
 		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; closest is %s (%d/%d arrays)\n",
 			deviationLabel(closest), closest.Matching, closest.Total)
+		fmt.Fprintf(w, "array furthest from %s: %s\n", deviationLabel(closest), strings.ReplaceAll(worstText(closest), "\t", ": "))
+		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")
+		for _, a := range furthest(oracle, worstArrays) {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
+		}
 	default:
 		fmt.Fprintln(w, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it")
 		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")

@@ -73,7 +73,7 @@ func TestDiagnoseCorrectCandidate(t *testing.T) {
 		t.Fatalf("exit %d, want 0\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{"oracle: matches (18/18", "cannot tell it from the oracle",
-		"verdict: the candidate matches the oracle (on this case it cannot be told from residual_scaled, no_weighting)"} {
+		"verdict: the candidate matches the oracle (on this case it cannot be told from residual_scaled, no_weighting, capacity_floor_zero)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -165,5 +165,64 @@ func TestDiagnoseBadInput(t *testing.T) {
 		if strings.Contains(errOut, "goroutine") {
 			t.Errorf("%v: a stack trace on stderr", c.args)
 		}
+	}
+}
+
+// TestDiagnoseNamesCombination: a candidate with two deviations at once is
+// named by the combination, with both descriptions.
+func TestDiagnoseNamesCombination(t *testing.T) {
+	path := writeDeviant(t, "layer-paper", "residual_twice+unsorted_indices")
+	code, out, errOut := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"verdict: the candidate does not match the oracle; it matches residual_twice+unsorted_indices\n",
+		"  residual_twice+unsorted_indices: residual counted twice: out = x + g·(x + f), the block returned its own residual; and indices not sorted",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDiagnoseNoneExplains: a layer candidate whose out is off at one
+// element, and right everywhere else, matches no deviation and no
+// combination; the verdict says so and lists the array, the index, the two
+// values and the error over tolerance.
+func TestDiagnoseNoneExplains(t *testing.T) {
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[13] += 0.5 })
+	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	for _, want := range []string{
+		"verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it\n",
+		"arrays furthest from the oracle (error over tolerance):\n  out: max abs 5.00e-01 at [0 1 5] (got ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "MATCHES") {
+		t.Errorf("a deviation or combination matches:\n%s", out)
+	}
+}
+
+// TestDiagnoseIndistinguishable: when two deviations match, the verdict
+// names both and says the case cannot tell them apart
+// (capacity_off_by_one and capacity_floor_zero on layer-capacity-floor,
+// where 0.29·100 floors to 28 either way).
+func TestDiagnoseIndistinguishable(t *testing.T) {
+	results := []golden.DeviationResult{
+		{Name: golden.OracleName, Emulated: true, Matching: 3, Total: 18},
+		{Name: "capacity_off_by_one", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
+		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
+	}
+	var b strings.Builder
+	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &golden.CaseResult{})
+	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
 	}
 }

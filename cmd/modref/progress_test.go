@@ -38,3 +38,16 @@ func TestDiagnoseNoProgressOffTerminal(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, stdout has a carriage return: %v", code, errOut, strings.Contains(out, "\r"))
 	}
 }
+
+// TestPhases: diagnose's second series of progress calls, from done 0 again,
+// goes to the combinations' line.
+func TestPhases(t *testing.T) {
+	var single, combos [][2]int
+	p := phases(func(d, n int) { single = append(single, [2]int{d, n}) }, func(d, n int) { combos = append(combos, [2]int{d, n}) })
+	for _, c := range [][2]int{{0, 2}, {1, 2}, {2, 2}, {0, 1}, {1, 1}} {
+		p(c[0], c[1])
+	}
+	if len(single) != 3 || len(combos) != 2 || combos[0] != [2]int{0, 1} {
+		t.Errorf("single %v, combinations %v", single, combos)
+	}
+}

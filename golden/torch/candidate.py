@@ -1,7 +1,7 @@
 """Write a candidate for `modref check` from the PyTorch MoD implementation.
 
 Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
-           [--dtype float32|float64] [--deviate NAME]
+           [--dtype float32|float64] [--deviate NAME[+NAME...]]
 
 This is what a PyTorch user's CI does with modref: load a golden case's
 inputs and parameters, run their own MoD layer or model on them, compute the
@@ -9,7 +9,7 @@ gradients of the case's loss, and save every array under the candidate names
 of docs/golden-format.md (the expected.* names without the prefix, and the
 grad.* names) with golden/python/modref_golden.py. Here the "user's
 implementation" is mod_torch; --dtype float32 runs it in float32, as a
-production implementation would, and --deviate NAME plants one of the
+production implementation would, and --deviate NAME plants one (or, joined by +, several) of the
 deviations of docs/spec.md §11, to see `modref diagnose` name it. Exit status: 0 on success, 2 on bad input or usage.
 """
 
@@ -35,7 +35,7 @@ def main(argv):
             deviation = next(it, "")
         else:
             args.append(a)
-    if len(args) != 2 or dtype not in ("float32", "float64") or (deviation is not None and deviation not in M.DEVIATIONS):
+    if len(args) != 2 or dtype not in ("float32", "float64") or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     case_json, out = args

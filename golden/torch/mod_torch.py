@@ -58,8 +58,14 @@ CONVENTIONS = {
 # in "catches" really fail under it. None in normal use.
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
-              "capacity_off_by_one", "decode_mismatch", "window_gathered_indices")
+              "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
+              "rope_gathered_indices", "targets_first_row", "capacity_floor_zero", "no_causal_mask")
 DEVIATION = None
+
+
+def deviates(name):
+    """Whether deviation name is planted; DEVIATION may join several with '+'."""
+    return DEVIATION is not None and name in DEVIATION.split("+")
 
 
 # --------------------------------------------------------------------------
@@ -96,6 +102,19 @@ def capacity(cap, n):
     else:
         raise ValueError("unknown capacity kind %r" % kind)
     return max(1, min(k, n))
+
+
+def plain_capacity(cap, n):
+    """The capacity_floor_zero deviation: k = int(c * n), neither float-robust nor
+    clamped to 1 (integer capacities unchanged)."""
+    if n <= 0:
+        return 0
+    if cap["kind"] == "ratio":
+        return min(int(float(cap["ratio"]) * n), n)
+    if cap["kind"] == "log" and n > 1:
+        ratio = 1.0 - (math.log(n) / math.log(int(cap["max_len"]))) * (1.0 - float(cap["ratio"]))
+        return min(int(n * ratio), n)
+    return capacity(cap, n)
 
 
 def annealed_ratio(c0, c1, step, warmup):
@@ -276,7 +295,7 @@ def router_logits(x, P, cfg, noise=None, jitter=None):
 
 def predictor_logits(x, P):
     """q = MLP_aux(sg(x)): Linear(d,h)+bias, SiLU, Linear(h,1)+bias. x: B x S x d."""
-    xs = x if DEVIATION == "predictor_no_stopgrad" else x.detach()
+    xs = x if deviates("predictor_no_stopgrad") else x.detach()
     hid = silu(xs @ P["PredW1"] + P["PredB1"])
     return (hid @ P["PredW2"]).squeeze(-1) + P["PredB2"].reshape(())
 
@@ -334,8 +353,10 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         n = int(valid[b])
         k = capacity(cfg["capacity"], n)
-        if DEVIATION == "capacity_off_by_one":
+        if deviates("capacity_off_by_one"):
             k = max(k - 1, 0)
+        if deviates("capacity_floor_zero"):
+            k = plain_capacity(cfg["capacity"], n)
         topk.append(topk_select(r[b, :n].detach(), k, row=b))
         gaps.append(boundary_gap(r[b, :n].detach(), k))
 
@@ -364,10 +385,16 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         for i in tsel[b]:
             t[b, i] = 1.0
+    if deviates("targets_first_row"):   # a flat B*S vector indexed by positions: row 0
+        t = torch.zeros(B, S, dtype=DTYPE)
+        for b in range(B):
+            for i in tsel[b]:
+                if i < int(valid[0]):
+                    t[0, i] = 1.0
 
     g_router = weights_of(r, m, vm, cfg.get("weighting", "raw"))
     # no_weighting: g is computed (and reported as `weights`) but not applied.
-    g = torch.ones_like(r) if DEVIATION == "no_weighting" else g_router
+    g = torch.ones_like(r) if deviates("no_weighting") else g_router
     compute = cfg.get("compute", "gather")
     mlp_only = bool(cfg.get("mlp_only", False))
 
@@ -385,32 +412,38 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                     it = torch.tensor(idx, dtype=torch.long)
                     fm = mlp_block(xp[it], P, cfg)
                     upd = g[b, it][:, None] * fm
-                    if DEVIATION == "residual_twice":
+                    if deviates("residual_twice"):
                         upd = g[b, it][:, None] * (xp[it] + fm)
-                    elif DEVIATION == "residual_scaled":
+                    elif deviates("residual_scaled"):
                         upd = g[b, it][:, None] * (xp[it] + fm) - xp[it]
                     base = xp.index_add(0, it, upd)
             else:
                 base = xb[:n]
                 if idx:
                     it = torch.tensor(idx, dtype=torch.long)
-                    if DEVIATION == "unsorted_indices":   # score order, mask by that order
+                    mask_pos = None
+                    if deviates("unsorted_indices"):   # score order, mask by that order
                         it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
-                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
-                    elif DEVIATION == "window_gathered_indices":   # window counted in gathered indices
-                        f = block_update(xb[it], it, P, cfg, mask_pos=torch.arange(len(idx)))
-                    else:
-                        f = block_update(xb[it], it, P, cfg)
+                        mask_pos = torch.arange(len(idx))
+                    if deviates("window_gathered_indices"):   # window counted in gathered indices
+                        mask_pos = torch.arange(len(idx))
+                    rope_pos = it
+                    if deviates("rope_gathered_indices"):   # RoPE at 0..k-1, mask by position
+                        rope_pos = torch.arange(len(idx))
+                        mask_pos = it if mask_pos is None else mask_pos
+                    if deviates("no_causal_mask"):   # every gathered token sees every other
+                        mask_pos = torch.zeros(len(idx), dtype=torch.long)
+                    f = block_update(xb[it], rope_pos, P, cfg, mask_pos=mask_pos)
                     upd = g[b, it][:, None] * f
-                    if DEVIATION == "residual_twice":
+                    if deviates("residual_twice"):
                         upd = g[b, it][:, None] * (xb[it] + f)
-                    elif DEVIATION == "residual_scaled":
+                    elif deviates("residual_scaled"):
                         upd = g[b, it][:, None] * (xb[it] + f) - xb[it]
                     base = base.index_add(0, it, upd)
         elif compute == "dense":
             pos = torch.arange(n)
             w = g[b, :n] + (m[b, :n] * g[b, :n] - g[b, :n]).detach()
-            if DEVIATION == "ste_m_plus_1":
+            if deviates("ste_m_plus_1"):
                 w = g[b, :n] * m[b, :n] + (g[b, :n] - g[b, :n].detach())
             if mlp_only:
                 res_in = xb[:n] + attn_block(xb[:n], pos, P, cfg)
@@ -419,9 +452,9 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                 res_in = xb[:n]
                 f = block_update(xb[:n], pos, P, cfg)
             base = res_in + w[:, None] * f
-            if DEVIATION == "residual_twice":
+            if deviates("residual_twice"):
                 base = res_in + w[:, None] * (res_in + f)
-            elif DEVIATION == "residual_scaled":
+            elif deviates("residual_scaled"):
                 base = res_in + w[:, None] * (res_in + f) - m[b, :n, None] * res_in
         else:
             raise ValueError("unknown compute %r" % compute)
@@ -445,7 +478,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     F = (m * vm).mean(dim=0)
     Pm = p.mean(dim=0)
     aux["load_balance"] = S * (F * Pm).sum()
-    if has_pred and DEVIATION == "predictor_block_output" and causal == "off":
+    if has_pred and deviates("predictor_block_output") and causal == "off":
         q = predictor_logits(out, P) * vm
     if has_pred:
         aux["predictor_bce"] = (bce_with_logits(q, t) * vm).sum() / nvalid
@@ -607,7 +640,7 @@ def decode(tokens, valid, P, cfg_model):
                 z = r if mode == "router" else predictor_logits(x[None], Pl)[0]
                 go = float(z[0]) > 0.0
                 if lc.get("mlp_only", False):
-                    if DEVIATION == "decode_mismatch":   # routing off at inference
+                    if deviates("decode_mismatch"):   # routing off at inference
                         go = True
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
@@ -619,7 +652,7 @@ def decode(tokens, valid, P, cfg_model):
                         routed[l][b, t] = 1
                     x = xp
                     continue
-                if not go and DEVIATION == "decode_mismatch":   # a skipped token cached
+                if not go and deviates("decode_mismatch"):   # a skipped token cached
                     h = norm(x, Pl, "Norm1", lc)
                     _, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
@@ -629,7 +662,11 @@ def decode(tokens, valid, P, cfg_model):
                     h = norm(x, Pl, "Norm1", lc)
                     q, k, v = attention_qkv(h, pos, Pl, lc)
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
-                    a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
+                    if deviates("window_gathered_indices"):   # the window counted in cache slots
+                        n = len(pc)
+                        a = attend(q, torch.tensor([n - 1]), torch.stack(kc), torch.stack(vc), torch.arange(n), Pl, window_of(lc))
+                    else:
+                        a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     hh = x + a
                     y = hh + mlp_block(hh, Pl, lc)
                     x = x + g[:, None] * (y - x)
