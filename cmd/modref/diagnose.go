@@ -169,6 +169,8 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 		case r.Match:
 			matched = append(matched, deviationLabel(r))
 			fmt.Fprintf(tw, "%s\tMATCHES\t%d/%d\t%s\n", deviationLabel(r), r.Matching, r.Total, worstText(r))
+		case !r.Distinct:
+			fmt.Fprintf(tw, "%s\tsame as oracle\t%d/%d\t%s\n", deviationLabel(r), r.Matching, r.Total, worstText(r))
 		default:
 			fmt.Fprintf(tw, "%s\tdoes not match\t%d/%d\t%s\n", deviationLabel(r), r.Matching, r.Total, worstText(r))
 		}
