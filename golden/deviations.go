@@ -24,6 +24,8 @@ var Deviations = []Deviation{
 	{"window_gathered_indices", "sliding attention window counted in indices of the gathered subset instead of original positions: a selected token attends to the last w selected tokens, however far back"},
 	{"rope_gathered_indices", "RoPE applied at the gathered indices 0..k−1 instead of the tokens' original positions (the block called on the gathered tensor with the first k rotary angles)"},
 	{"targets_first_row", "auxiliary targets scattered into a flat B·S vector by position: every row's selected positions mark row 0, the other rows' targets stay 0"},
+	{"weight_mlp_only", "router weight on the MLP's update only: out = x + a + g·m for a selected token, a the attention's update and m the MLP's, instead of x + g·(a + m)"},
+	{"gather_first_k", "argsort(top-k indices) gathered in place of the sorted indices: the block runs on positions 0..k−1 (in the order argsort puts them, the causal mask following it), the t-th weighted by the t-th selected token's weight and written back at its own position"},
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
 	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
 }

@@ -53,7 +53,16 @@ type layerDeviation struct {
 	// targetsFirstRow writes the auxiliary targets of every row into row 0
 	// by position, leaving the other rows' targets 0.
 	targetsFirstRow bool
-	feed            predictorFeed
+	// weightMLPOnly multiplies only the MLP's update m by the weight: a
+	// gathered token's output is x + a + g·m, a the attention's update.
+	weightMLPOnly bool
+	// firstK gathers positions 0..k−1 in the order argsort(top-k indices)
+	// puts them (top-k returning its indices by descending router
+	// weight), the causal mask following that order; the t-th gathered
+	// token is weighted by the weight of the t-th selected token in
+	// position order.
+	firstK bool
+	feed   predictorFeed
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
@@ -75,7 +84,7 @@ const (
 // gathered reports whether the deviation changes how the block runs on the
 // gathered tokens.
 func (d *layerDeviation) gathered() bool {
-	return d.scoreOrder || d.windowByIndex || d.ropeAtIndex || d.noCausalMask
+	return d.scoreOrder || d.windowByIndex || d.ropeAtIndex || d.noCausalMask || d.weightMLPOnly || d.firstK
 }
 
 // cost is a rough relative cost of emulating the deviation: a block run
@@ -98,7 +107,9 @@ type layerState struct {
 	fz      ref.Frozen
 	// g0 is the output weight g at the unperturbed point: sg(g).
 	g0 [][]float64
-	// order is each row's selected positions in router-score order.
+	// order is each row's gathered positions in the order the block runs
+	// them: the selected ones in router-score order (scoreOrder), or
+	// positions 0..k−1 in argsort order (firstK).
 	order [][]int
 	// rotated caches rotatedBlock's results for indexOrderOutput.
 	rotated rotationCache
@@ -146,6 +157,13 @@ type layerRun struct {
 	out  []*mat.Dense
 	upd  []*mat.Dense
 	mult [][]float64
+	// weightMLPOnly says the weight multiplied only the MLP's update, so
+	// that whatever else the block returns (a residual) is added
+	// unweighted.
+	weightMLPOnly bool
+	// ran marks, by row, the positions the block ran on (the selection,
+	// unless the deviation gathers others).
+	ran [][]float64
 }
 
 // layerDeviations lists the emulated layer deviations, named as in
@@ -163,9 +181,33 @@ func layerDeviations() []layerDeviation {
 		{name: "window_gathered_indices", skip: skipUnlessGatheredWindow, windowByIndex: true},
 		{name: "rope_gathered_indices", skip: skipUnlessGatheredRoPE, ropeAtIndex: true},
 		{name: "targets_first_row", targetsFirstRow: true}, // a case with one row cannot tell it apart
+		{name: "weight_mlp_only", skip: skipWeightMLPOnly, weightMLPOnly: true},
+		{name: "gather_first_k", skip: skipFirstK, firstK: true},
 		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
 		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
 	}
+}
+
+func skipWeightMLPOnly(cfg spec.Config) string {
+	switch {
+	case cfg.MLPOnly:
+		return "MLP-only routing weights only the MLP's update already; attention runs densely outside the routed part"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute's straight-through weight multiplies every token's whole update; the ports that weight only the MLP's update gather"
+	}
+	return ""
+}
+
+func skipFirstK(cfg spec.Config) string {
+	switch {
+	case cfg.Causal != spec.CausalOff:
+		return "causal routing picks tokens by sign in position order; there are no top-k indices to argsort"
+	case cfg.Compute == spec.ComputeDense:
+		return "dense compute gathers nothing: the block runs on every token and the selection only masks the weight"
+	case cfg.MLPOnly:
+		return "MLP-only routing gathers the tokens for a per-token MLP only; the emulation gathers the whole block"
+	}
+	return ""
 }
 
 func skipNoCausalMask(cfg spec.Config) string {
@@ -263,7 +305,8 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	if err != nil {
 		return nil, err
 	}
-	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers}
+	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
+		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
 	if d.gathered() {
 		d.regather(l)
 	}
@@ -311,6 +354,9 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	st.g0 = res.Weights
 	if d.scoreOrder {
 		st.order = scoreOrder(res.RouterWeights, st.fz.Selection)
+	}
+	if d.firstK {
+		st.order = firstKOrder(scoreOrder(res.RouterWeights, st.fz.Selection))
 	}
 	if d.feed == feedOutput {
 		st.fz.PredictorInput = make([]*mat.Dense, len(res.Out))
@@ -385,6 +431,25 @@ func scoreOrder(r [][]float64, sel ref.Selection) [][]int {
 	return order
 }
 
+// firstKOrder is, for each row's selected positions in the order top-k
+// returns them (score), argsort of them: the indices 0..k−1 into that list
+// in ascending order of the positions they hold. A port that gathers these
+// indices as if they were positions runs the block on positions 0..k−1,
+// the t-th gathered being argsort's t-th (docs/spec.md §11,
+// gather_first_k).
+func firstKOrder(score [][]int) [][]int {
+	order := make([][]int, len(score))
+	for b, s := range score {
+		idx := make([]int, len(s))
+		for t := range idx {
+			idx[t] = t
+		}
+		sort.Slice(idx, func(i, j int) bool { return s[idx[i]] < s[idx[j]] })
+		order[b] = idx
+	}
+	return order
+}
+
 // base is the residual the block's update is added to: x, or for MLP-only
 // routing x' = x + Attn(N1(x)), recovered as out − mult·f.
 func (l *layerRun) base() []*mat.Dense {
@@ -414,7 +479,7 @@ func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64)
 		s, d := o.Dims()
 		res[b] = mat.NewDense(s, d, nil)
 		for i := 0; i < s; i++ {
-			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.upd[b].RawRowView(i), l.res.Multipliers[b][i]))
+			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.upd[b].RawRowView(i), l.mult[b][i]))
 		}
 	}
 	return res
@@ -422,9 +487,14 @@ func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64)
 
 // residualTwice is out = x + g·(x + f): ref's out plus mult·x wherever the
 // block ran (mult is g on selected tokens, the straight-through w in dense
-// compute, 0 elsewhere).
+// compute, 0 elsewhere). When the weight multiplies only the MLP's update
+// (weight_mlp_only), the returned residual is added unweighted:
+// out = x + (x + a + g·m), sramshetty/mixture-of-depths' form.
 func residualTwice(l *layerRun) {
-	l.out = l.eachRow(func(_, _ int, x, out, _ []float64, mult float64) []float64 {
+	l.out = l.eachRow(func(b, i int, x, out, _ []float64, mult float64) []float64 {
+		if l.weightMLPOnly {
+			mult = l.ran[b][i]
+		}
 		row := make([]float64, len(out))
 		for j := range row {
 			row[j] = out[j] + float64(mult*x[j])
@@ -436,7 +506,7 @@ func residualTwice(l *layerRun) {
 // residualScaled is out = g·(x + f) for the selected tokens, x (or, in dense
 // compute, ref's x + w·f) for the others.
 func residualScaled(l *layerRun) {
-	m := l.res.Frozen.Selection.Mask()
+	m := l.ran
 	l.out = l.eachRow(func(b, i int, x, out, upd []float64, mult float64) []float64 {
 		if m[b][i] == 0 {
 			return out
@@ -454,7 +524,7 @@ func residualScaled(l *layerRun) {
 // §11). The reported weights stay g, as the router computes it; the
 // reported multipliers are m, the factor applied.
 func noWeighting(l *layerRun) {
-	m := l.res.Frozen.Selection.Mask()
+	m := l.ran
 	l.mult = m
 	l.out = l.eachRow(func(b, i int, x, _, upd []float64, _ float64) []float64 {
 		row := make([]float64, len(x))
@@ -483,21 +553,28 @@ func steMPlusOne(l *layerRun) {
 	})
 }
 
-// regather runs the block on each row's selected tokens as the deviation
-// gathers them, replacing the update and the output of the selected tokens:
-// the t-th token of a row (in position order, or in router-score order for
-// scoreOrder) is fed to ref's KV cache at its original position p_t, or at
-// t when the causal mask or the window follow the gathered order
-// (scoreOrder, windowByIndex); ref's window and mask by the fed position are
+// regather runs the block on each row's gathered tokens as the deviation
+// gathers them, replacing the update and the output of those tokens: the
+// t-th token of a row (the selected ones in position order, or in
+// router-score order for scoreOrder; positions 0..k−1 in argsort order for
+// firstK) is fed to ref's KV cache at its original position p_t, or at t
+// when the causal mask or the window follow the gathered order (scoreOrder,
+// windowByIndex, firstK); ref's window and mask by the fed position are
 // then exactly the deviant ones. RoPE rotates it at p_t, or at t for
 // ropeAtIndex: fed at position φ and meant to turn at ρ, Wq and Wk are
 // rotated by ρ − φ, since RoPE(x·Wq·R(ρ − φ), φ) = RoPE(x·Wq, ρ) (rotations
-// in the same planes add their angles).
+// in the same planes add their angles). Under firstK the t-th gathered
+// token's factor is the multiplier of the t-th selected position, and mult
+// and ran are replaced to say so.
 func (d *layerDeviation) regather(l *layerRun) {
 	blk := l.cfg.Block
-	order := l.res.Frozen.Selection.Rows
-	if d.scoreOrder {
+	sel := l.res.Frozen.Selection.Rows
+	order := sel
+	if d.scoreOrder || d.firstK {
 		order = l.st.order
+	}
+	if d.firstK {
+		l.mult, l.ran = make([][]float64, len(l.in.X)), make([][]float64, len(l.in.X))
 	}
 	l.out, l.upd = make([]*mat.Dense, len(l.in.X)), make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
@@ -509,23 +586,40 @@ func (d *layerDeviation) regather(l *layerRun) {
 			l.out[b], l.upd[b] = o, u
 			continue
 		}
+		if d.firstK {
+			l.mult[b], l.ran[b] = make([]float64, s), make([]float64, s)
+		}
 		var kv ref.KVCache
 		for t, i := range order[b] {
 			fed, rot := i, i
-			if d.scoreOrder || d.windowByIndex {
+			if d.scoreOrder || d.windowByIndex || d.firstK {
 				fed = t
 			}
 			if d.ropeAtIndex {
 				rot = t
 			}
-			f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, rot-fed), x.RawRowView(i), fed)
+			a, m := kv.BlockStepParts(blk, l.st.rotated.get(blk, &l.p.Block, rot-fed), x.RawRowView(i), fed)
 			g := l.res.Multipliers[b][i]
-			u.SetRow(i, f)
-			for j, v := range f {
-				o.Set(i, j, x.At(i, j)+float64(g*v))
+			if d.firstK {
+				g = l.res.Multipliers[b][sel[b][t]]
+				l.mult[b][i], l.ran[b][i] = g, 1
 			}
+			d.write(x.RawRowView(i), a, m, g, o.RawRowView(i), u.RawRowView(i))
 		}
 		l.out[b], l.upd[b] = o, u
+	}
+}
+
+// write sets a gathered token's update u = f = a + m and its output o,
+// x + g·f, or x + a + g·m under weightMLPOnly.
+func (d *layerDeviation) write(x, a, m []float64, g float64, o, u []float64) {
+	for j := range x {
+		u[j] = a[j] + m[j]
+		if d.weightMLPOnly {
+			o[j] = x[j] + a[j] + float64(g*m[j])
+		} else {
+			o[j] = x[j] + float64(g*u[j])
+		}
 	}
 }
 
@@ -553,12 +647,8 @@ func (d *layerDeviation) unmasked(l *layerRun, b int, sel []int, o, u *mat.Dense
 				kv.Values = append(kv.Values, all.Values[v])
 			}
 		}
-		f := kv.BlockStep(blk, l.st.rotated.get(blk, &l.p.Block, i-s), x.RawRowView(i), s)
-		g := l.res.Multipliers[b][i]
-		u.SetRow(i, f)
-		for j, v := range f {
-			o.Set(i, j, x.At(i, j)+float64(g*v))
-		}
+		a, m := kv.BlockStepParts(blk, l.st.rotated.get(blk, &l.p.Block, i-s), x.RawRowView(i), s)
+		d.write(x.RawRowView(i), a, m, l.res.Multipliers[b][i], o.RawRowView(i), u.RawRowView(i))
 	}
 }
 
@@ -589,7 +679,8 @@ func rotateHeads(c spec.BlockConfig, w *mat.Dense, delta int) *mat.Dense {
 // combineNames is the deviation that has every named one at once: its name
 // joins theirs with "+". It is false when a name has no layer emulation or
 // two of them change the same thing (the capacity, the predictor's input,
-// the output formula).
+// the output formula, the tokens the block runs on and their order, the
+// weighting of the update).
 func combineNames(names []string) (layerDeviation, bool) {
 	var c layerDeviation
 	var skips []func(spec.Config) string
@@ -617,12 +708,20 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.ropeAtIndex = c.ropeAtIndex || d.ropeAtIndex
 		c.targetsFirstRow = c.targetsFirstRow || d.targetsFirstRow
 		c.noCausalMask = c.noCausalMask || d.noCausalMask
+		c.weightMLPOnly = c.weightMLPOnly || d.weightMLPOnly
+		c.firstK = c.firstK || d.firstK
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
 	}
-	if c.noCausalMask && (c.scoreOrder || c.windowByIndex || c.ropeAtIndex) {
+	if c.noCausalMask && (c.scoreOrder || c.windowByIndex || c.ropeAtIndex || c.firstK) {
 		return c, false // the unmasked block feeds its tokens its own way
+	}
+	if c.scoreOrder && c.firstK {
+		return c, false // both say which tokens the block runs on, in which order
+	}
+	if c.weightMLPOnly && (slices.Contains(names, "residual_scaled") || slices.Contains(names, "no_weighting")) {
+		return c, false // their outputs say how the whole update is weighted
 	}
 	c.name = strings.Join(names, "+")
 	c.skip = func(cfg spec.Config) string {
@@ -689,8 +788,9 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 // one, or the oracle, computes on this case, so that each computation is
 // made once: a capacity rule whose k equals the exact rule's, or the
 // off-by-one's, in every row of every routed layer (configurations cfgs)
-// is that rule, and other targets change nothing in a model case whose
-// layers train no auxiliary loss. An emulation that is the oracle gets the case's own
+// is that rule, other targets change nothing in a model case whose
+// layers train no auxiliary loss, and the weight on the MLP's update alone
+// is the weight on the whole update where every layer's g is 1. An emulation that is the oracle gets the case's own
 // expected arrays; one that repeats an earlier one records it in
 // ems[i].repeats, and shareArrays copies the arrays after the computation.
 func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
@@ -716,6 +816,10 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 				d.capacity = capacityOffByOne
 			}
 		}
+		if d.weightMLPOnly && !weighted(cfgs) {
+			// g = 1: x + a + g·m is x + g·(a + m).
+			d.weightMLPOnly = false
+		}
 		if d.targetsFirstRow && c.Manifest.Kind == KindModel && !auxReadsTargets(cfgs) {
 			// A model case reports no targets, and no layer's loss reads them.
 			d.targetsFirstRow = false
@@ -724,7 +828,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
@@ -733,6 +837,16 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 		first[key] = i
 	}
 	return nil
+}
+
+// weighted reports whether some layer's output weight g is not 1.
+func weighted(cfgs []spec.Config) bool {
+	for _, cfg := range cfgs {
+		if cfg.Weighting != spec.WeightNone {
+			return true
+		}
+	}
+	return false
 }
 
 // auxReadsTargets reports whether some layer's loss reads the auxiliary
@@ -886,7 +1000,8 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 // When skipUnseen is set, a token the block does not see takes a shorter
 // way, if the configuration allows it: under gather compute without
 // MLP-only routing, a token outside the selection enters the loss only as
-// its own output, out_i = x_i (no emulated deviation touches such a token),
+// its own output, out_i = x_i (no emulated deviation touches such a token,
+// but for gather_first_k's positions 0..k−1, which take the long way),
 // and through its router and predictor logits in the auxiliary loss; and
 // when the load-balancing term, the only one that reads the selection, has
 // weight 0, ref computes that auxiliary loss without running the block if
@@ -911,6 +1026,13 @@ func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState
 		return res.AuxLoss, nil
 	}
 	m := st.fz.Selection.Mask()
+	if d.firstK {
+		for b, row := range st.fz.Selection.Rows {
+			for i := range row {
+				m[b][i] = 1
+			}
+		}
+	}
 	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
 	for b, x := range dr.in.X {
 		for i := 0; i < s.seqLen; i++ {

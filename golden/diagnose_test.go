@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -58,7 +59,7 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "no_causal_mask"},
+		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k", "no_causal_mask"},
 		"layer-router-bce":    {"targets_first_row", "rope_gathered_indices"},
 		"layer-short-row":     {"capacity_floor_zero", "capacity_off_by_one"},
 		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
@@ -159,8 +160,8 @@ func indexOf(ems []emulation, em emulation) int {
 
 // TestDiagnosePerfectCandidate runs Diagnose itself: the case's own values
 // match the oracle, and a deviation matches only where this case cannot
-// tell it from the oracle (layer-none: with g = 1, no weighting and a
-// scaled residual change nothing).
+// tell it from the oracle (layer-none: with g = 1, no weighting, a
+// scaled residual and a weight on the MLP's update alone change nothing).
 func TestDiagnosePerfectCandidate(t *testing.T) {
 	c := loadCase(t, "layer-none")
 	rs, err := Diagnose(c, perfect(c))
@@ -183,8 +184,8 @@ func TestDiagnosePerfectCandidate(t *testing.T) {
 		}
 	}
 	// capacity_floor_zero: int(0.5·8) = 4 is the robust floor too.
-	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || !indistinct["capacity_floor_zero"] || len(indistinct) != 3 {
-		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting, residual_scaled and capacity_floor_zero", indistinct)
+	if !indistinct["no_weighting"] || !indistinct["residual_scaled"] || !indistinct["weight_mlp_only"] || !indistinct["capacity_floor_zero"] || len(indistinct) != 4 {
+		t.Errorf("indistinguishable deviations on layer-none: %v, want no_weighting, residual_scaled, weight_mlp_only and capacity_floor_zero", indistinct)
 	}
 }
 
@@ -374,6 +375,129 @@ func TestUnsortedIndicesByHand(t *testing.T) {
 			if !near(at(got, b, top, j), want, 1e-12) {
 				t.Errorf("row %d, top token %d, [%d]: %v, by hand %v", b, top, j, at(got, b, top, j), want)
 			}
+		}
+	}
+}
+
+// TestWeightMLPOnlyByHand: with the weight on the MLP's update alone, a
+// selected token's output is the oracle's plus (1 − g)·a, a its attention
+// update (ref.AttentionUpdate on the row's selected tokens at their
+// positions); other tokens keep x. With the returned residual too
+// (sramshetty/mixture-of-depths' block), x is added once more, unweighted.
+func TestWeightMLPOnlyByHand(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := find(t, emulated(t, c), "weight_mlp_only").arrays["expected.out"]
+	both, err := DeviantCandidate(c, "residual_twice+weight_mlp_only", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, out, g, sel := c.Arrays["input.x"], c.Arrays["expected.out"], c.Arrays["expected.weights"], c.Arrays["expected.selected"]
+	k, d := sel.Shape[1], s.cfg.Block.D
+	for b := 0; b < 2; b++ {
+		var pos []int
+		for j := 0; j < k; j++ {
+			if p := int(sel.I[b*k+j]); p >= 0 {
+				pos = append(pos, p)
+			}
+		}
+		xs := mat.NewDense(len(pos), d, nil)
+		for n, p := range pos {
+			xs.SetRow(n, dr.in.X[b].RawRowView(p))
+		}
+		a, err := ref.AttentionUpdate(s.cfg.Block, &dr.p.Block, xs, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < s.seqLen; i++ {
+			t0 := slices.Index(pos, i)
+			for j := 0; j < d; j++ {
+				want := at(x, b, i, j)
+				if t0 >= 0 {
+					want = at(out, b, i, j) + (1-at(g, b, i))*a.At(t0, j)
+				}
+				if !near(at(got, b, i, j), want, 1e-12) {
+					t.Errorf("row %d, token %d, [%d]: %v, by hand %v", b, i, j, at(got, b, i, j), want)
+				}
+				if t0 >= 0 && !near(at(both["out"], b, i, j), want+at(x, b, i, j), 1e-12) {
+					t.Errorf("with residual_twice, row %d, token %d, [%d]: %v, by hand %v", b, i, j, at(both["out"], b, i, j), want+at(x, b, i, j))
+				}
+			}
+		}
+	}
+}
+
+// TestGatherFirstKByHand: gathering argsort(top-k indices) as positions
+// runs the block on positions 0..k−1, π_t = argsort's t-th, weighted by the
+// multiplier of the t-th selected position p_t; positions from k on keep x,
+// selected or not. The first gathered token attends to itself alone, so
+// its update is ref's block on that one token at its own position.
+func TestGatherFirstKByHand(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	s := layerSpecOf(c)
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := find(t, emulated(t, c), "gather_first_k").arrays
+	x, r, g, sel := c.Arrays["input.x"], c.Arrays["expected.router_logits"], c.Arrays["expected.weights"], c.Arrays["expected.selected"]
+	k, d := sel.Shape[1], s.cfg.Block.D
+	for b := 0; b < 2; b++ {
+		pos := make([]int, k)
+		for j := range pos {
+			pos[j] = int(sel.I[b*k+j])
+		}
+		// top-k's order: descending r; argsort of it, by position
+		score := slices.Clone(pos)
+		slices.SortStableFunc(score, func(p, q int) int { return cmp.Compare(at(r, b, q), at(r, b, p)) })
+		pi := make([]int, k)
+		for n := range pi {
+			pi[n] = slices.Index(score, pos[n])
+		}
+		for n, p := range pos {
+			if m := at(got["expected.multipliers"], b, pi[n]); m != at(g, b, p) {
+				t.Errorf("row %d: multiplier at position %d = %v, want g at selected position %d = %v", b, pi[n], m, p, at(g, b, p))
+			}
+		}
+		for i := k; i < s.seqLen; i++ {
+			for j := 0; j < d; j++ {
+				if at(got["expected.out"], b, i, j) != at(x, b, i, j) {
+					t.Fatalf("row %d: position %d past k changed", b, i)
+				}
+			}
+		}
+		first := pi[0]
+		xi := mat.NewDense(1, d, slices.Clone(dr.in.X[b].RawRowView(first)))
+		f, err := ref.BlockUpdate(s.cfg.Block, &dr.p.Block, xi, []int{first})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < d; j++ {
+			want := xi.At(0, j) + at(g, b, pos[0])*f.At(0, j)
+			if !near(at(got["expected.out"], b, first, j), want, 1e-12) {
+				t.Errorf("row %d, first gathered position %d, [%d]: %v, by hand %v", b, first, j, at(got["expected.out"], b, first, j), want)
+			}
+		}
+	}
+}
+
+// TestCombineNamesRules: deviations that say the same thing differently
+// are not combined; sramshetty/mixture-of-depths' block is.
+func TestCombineNamesRules(t *testing.T) {
+	for combo, want := range map[string]bool{
+		"residual_twice+rope_gathered_indices+weight_mlp_only": true,
+		"residual_twice+gather_first_k":                        true,
+		"residual_scaled+weight_mlp_only":                      false,
+		"no_weighting+weight_mlp_only":                         false,
+		"unsorted_indices+gather_first_k":                      false,
+		"gather_first_k+no_causal_mask":                        false,
+	} {
+		if _, ok := combineNames(strings.Split(combo, "+")); ok != want {
+			t.Errorf("%s: combined = %v, want %v", combo, ok, want)
 		}
 	}
 }
@@ -653,6 +777,7 @@ func TestDiagnoseNamesCombinations(t *testing.T) {
 		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
 		{"layer-paper", "residual_twice+unsorted_indices"},
 		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
+		{"layer-paper", "residual_twice+rope_gathered_indices+weight_mlp_only"},
 	} {
 		c := loadCase(t, tc.name)
 		cand, err := DeviantCandidate(c, tc.combo, "")
@@ -813,6 +938,7 @@ func TestInputGradientShortWay(t *testing.T) {
 		{"layer-predictor", "predictor_block_output"},
 		{"layer-padding", "capacity_off_by_one"},
 		{"layer-causal-predictor", "residual_twice"},
+		{"layer-router-bce", "gather_first_k"},
 	} {
 		c := loadCase(t, tc.name)
 		s := layerSpecOf(c)

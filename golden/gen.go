@@ -3,6 +3,7 @@ package golden
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/modref/modref/internal/atomicfile"
@@ -26,6 +27,30 @@ const (
 
 // All deviations a gather-compute layer case with raw weights exposes.
 var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices"}
+
+// withComputedCatches is catches with the deviations whose effect on a case
+// follows from its routed layers' configurations cfgs alone, each added
+// once (golden/torch/audit_catches.py checks every claim):
+// weight_mlp_only wherever some layer gathers its whole block with a
+// weight other than 1 (docs/spec.md §11; its emulation's skip rules), and
+// gather_first_k wherever some layer gathers by top-k.
+func withComputedCatches(catches []string, cfgs []spec.Config) []string {
+	out := slices.Clone(catches)
+	add := func(name string) {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, cfg := range cfgs {
+		if skipWeightMLPOnly(cfg) == "" && cfg.Weighting != spec.WeightNone {
+			add("weight_mlp_only")
+		}
+		if skipFirstK(cfg) == "" {
+			add("gather_first_k")
+		}
+	}
+	return out
+}
 
 func block() spec.BlockConfig { return spec.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
 

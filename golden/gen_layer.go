@@ -131,7 +131,7 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 	cfg := writtenOut(s.cfg)
 	m := &Manifest{
 		Format: Format, Version: Version, Name: s.name, Kind: KindLayer,
-		Description: s.description, Catches: s.catches,
+		Description: s.description, Catches: withComputedCatches(s.catches, []spec.Config{s.cfg}),
 		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &cfg},
 		Loss:    "sum(upstream.out * out) + aux.total",
 		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties},

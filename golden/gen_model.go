@@ -109,12 +109,14 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 	}
 	kind, loss, reference := KindModel, "ce + sum over routed layers of L<l>.aux.total",
 		"ref.ModelForward; gradients: ref.FDGradient of ref.ModelForwardFrozen"
+	catches := withComputedCatches(s.catches, routedConfigs(s.cfg))
 	if s.decode {
 		kind, loss, reference = KindDecode, "none (inference only)", "ref.ModelForward in causal-routing mode and ref.Decoder"
+		catches = s.catches // a decode case tests the decoding, not the forward
 	}
 	m := &Manifest{
 		Format: Format, Version: Version, Name: s.name, Kind: kind,
-		Description: s.description, Catches: s.catches, Config: cc, Loss: loss,
+		Description: s.description, Catches: catches, Config: cc, Loss: loss,
 		Routing: Routing{Margin: RoutingMargin, Gaps: gaps},
 		Provenance: Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed, Reference: reference,

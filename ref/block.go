@@ -214,17 +214,26 @@ func MLPUpdate(c spec.BlockConfig, p *BlockParams, h []float64) []float64 {
 // update f = Y - X = a + MLP(N2(h)), computed as that sum so that no
 // cancellation x + ... - x enters.
 func (kv *KVCache) BlockStep(c spec.BlockConfig, p *BlockParams, x []float64, pos int) []float64 {
-	a := kv.AttentionStep(c, p, x, pos)
-	h := make([]float64, len(x))
-	for j := range x {
-		h[j] = x[j] + a[j]
-	}
-	m := MLPUpdate(c, p, h)
+	a, m := kv.BlockStepParts(c, p, x, pos)
 	f := make([]float64, len(x))
 	for j := range f {
 		f[j] = a[j] + m[j]
 	}
 	return f
+}
+
+// BlockStepParts is BlockStep with the two halves of the update f kept
+// apart: the attention's update a = Attn(N1(x)) (AttentionStep, which
+// appends the token to the cache) and the MLP's update m = MLP(N2(x + a)).
+// BlockStep's f is a + m. The halves let a deviation that weights them
+// differently (docs/spec.md §11, weight_mlp_only) be built from ref.
+func (kv *KVCache) BlockStepParts(c spec.BlockConfig, p *BlockParams, x []float64, pos int) (a, m []float64) {
+	a = kv.AttentionStep(c, p, x, pos)
+	h := make([]float64, len(x))
+	for j := range x {
+		h[j] = x[j] + a[j]
+	}
+	return a, MLPUpdate(c, p, h)
 }
 
 // checkPositions checks that a gathered set's positions ascend strictly and

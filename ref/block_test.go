@@ -146,6 +146,38 @@ func TestBlockMLPHalfHand(t *testing.T) {
 	assertClose(t, "f", f.RawMatrix().Data, []float64{phi1, -(1 - phi1)}, 1e-15)
 }
 
+func TestBlockStepPartsHand(t *testing.T) {
+	// Wq = Wk = 0 and W1 = W2 = I: token t's attention update averages the
+	// values of tokens 0..t, and its MLP update is GELU(N2(x + a)).
+	// x0 = (1,1): a0 = (1,1), h0 = (2,2), N2(h0) = (1,1), m0 = (Φ(1), Φ(1)).
+	// x1 = (1,-1): a1 = (1,0), h1 = (2,-1), N2(h1) = h1/√2.5.
+	c, p := tinyBlock(0)
+	p.W1 = eye(2)
+	gelu := func(v float64) float64 { return v * 0.5 * (1 + math.Erf(v/math.Sqrt2)) }
+	r := math.Sqrt(2.5)
+	want := [][2][]float64{
+		{{1, 1}, {phi1, phi1}},
+		{{1, 0}, {gelu(2 / r), gelu(-1 / r)}},
+	}
+	x := [][]float64{{1, 1}, {1, -1}}
+	var parts, whole KVCache
+	for i := range x {
+		a, m := parts.BlockStepParts(c, p, x[i], i)
+		assertClose(t, "a", a, want[i][0], 1e-15)
+		assertClose(t, "m", m, want[i][1], 1e-15)
+		// BlockStep's f is the sum of the parts, bit for bit.
+		f := whole.BlockStep(c, p, x[i], i)
+		for j := range f {
+			if f[j] != a[j]+m[j] {
+				t.Errorf("token %d: f[%d] = %.17g, a + m = %.17g", i, j, f[j], a[j]+m[j])
+			}
+		}
+	}
+	if len(parts.Positions) != 2 {
+		t.Errorf("BlockStepParts cached %d tokens, want 2", len(parts.Positions))
+	}
+}
+
 func TestRMSNormFDMatchesClosedForm(t *testing.T) {
 	x := []float64{0.7, -1.3, 0.4, 2.1}
 	gamma := []float64{1.1, 0.9, -0.5, 1.3}

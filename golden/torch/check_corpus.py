@@ -365,8 +365,10 @@ def main(argv):
             continue
         if a == "--deviate" or a.startswith("--deviate="):
             name = a.split("=", 1)[1] if a.startswith("--deviate=") else next(it, "")
-            if name not in M.DEVIATIONS:
-                print("bad usage: unknown deviation %r (known: %s)" % (name, ", ".join(M.DEVIATIONS)))
+            unknown = [n for n in name.split("+") if n not in M.DEVIATIONS]
+            if unknown:
+                print("bad usage: unknown deviation %r (known: %s; join several with +)"
+                      % (unknown[0], ", ".join(M.DEVIATIONS)))
                 return 2
             M.DEVIATION = name
             continue

@@ -59,7 +59,8 @@ CONVENTIONS = {
 DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weighting",
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
-              "rope_gathered_indices", "targets_first_row", "capacity_floor_zero", "no_causal_mask")
+              "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
+              "capacity_floor_zero", "no_causal_mask")
 DEVIATION = None
 
 
@@ -399,6 +400,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     mlp_only = bool(cfg.get("mlp_only", False))
 
     rows = []
+    mult_rows = {}   # gather_first_k: the factors it applies, at the positions it writes
     for b in range(B):
         n = int(valid[b])
         xb = x[b]
@@ -431,14 +433,30 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                     if deviates("rope_gathered_indices"):   # RoPE at 0..k-1, mask by position
                         rope_pos = torch.arange(len(idx))
                         mask_pos = it if mask_pos is None else mask_pos
+                    gw = g[b, it]
+                    if deviates("gather_first_k") and causal == "off":   # argsort(top-k indices) gathered as positions
+                        score = sorted(idx, key=lambda i: -float(r[b, i]))   # top-k's order
+                        it = torch.tensor(sorted(range(len(idx)), key=lambda j: score[j]), dtype=torch.long)
+                        rope_pos = torch.arange(len(idx)) if deviates("rope_gathered_indices") else it
+                        mask_pos = torch.arange(len(idx))
+                        gw = g[b, torch.tensor(idx, dtype=torch.long)]   # the t-th selected token's weight
+                        mr = torch.zeros(S, dtype=DTYPE)
+                        mr[it] = gw.detach()
+                        mult_rows[b] = mr
                     if deviates("no_causal_mask"):   # every gathered token sees every other
                         mask_pos = torch.zeros(len(idx), dtype=torch.long)
-                    f = block_update(xb[it], rope_pos, P, cfg, mask_pos=mask_pos)
-                    upd = g[b, it][:, None] * f
-                    if deviates("residual_twice"):
-                        upd = g[b, it][:, None] * (xb[it] + f)
-                    elif deviates("residual_scaled"):
-                        upd = g[b, it][:, None] * (xb[it] + f) - xb[it]
+                    if deviates("weight_mlp_only"):   # x + a + g*m: the weight on the MLP's update only
+                        a = attn_block(xb[it], rope_pos, P, cfg, mask_pos)
+                        upd = a + gw[:, None] * mlp_block(xb[it] + a, P, cfg)
+                        if deviates("residual_twice"):   # the block's x + a + g*m added onto x
+                            upd = xb[it] + upd
+                    else:
+                        f = block_update(xb[it], rope_pos, P, cfg, mask_pos=mask_pos)
+                        upd = gw[:, None] * f
+                        if deviates("residual_twice"):
+                            upd = gw[:, None] * (xb[it] + f)
+                        elif deviates("residual_scaled"):
+                            upd = gw[:, None] * (xb[it] + f) - xb[it]
                     base = base.index_add(0, it, upd)
         elif compute == "dense":
             pos = torch.arange(n)
@@ -463,6 +481,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         rows.append(base)
     out = torch.stack(rows, dim=0)
     multipliers = (g * m).detach()
+    for b, mr in mult_rows.items():
+        multipliers[b] = mr
     if CONVENTIONS["weights"] == "routed":
         w_out = (g_router * m).detach()
     elif cfg.get("weighting", "raw") == "softmax":     # softmax g is only defined on selected tokens

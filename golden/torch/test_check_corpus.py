@@ -132,6 +132,20 @@ class TestChecker(unittest.TestCase):
         rc, out = run([os.path.join(self.dir, "nowhere")])
         self.assertEqual(rc, 2)
 
+    def test_deviate_joined_with_plus(self):
+        write_case(self.dir, "case")
+        try:
+            rc, out = run(["--deviate", "residual_twice+weight_mlp_only", self.dir])
+            self.assertEqual(rc, 1, out)
+            self.assertIn("planted in mod_torch: residual_twice+weight_mlp_only", out)
+            self.assertIn("FAIL case", out)
+            M.DEVIATION = None
+            rc, out = run(["--deviate", "residual_twice+nope", self.dir])
+            self.assertEqual(rc, 2, out)
+            self.assertIn("unknown deviation 'nope'", out)
+        finally:
+            M.DEVIATION = None
+
     def test_loss_formula(self):
         v = {"upstream.out": torch.ones(2), "out": torch.tensor([2.0, 3.0]), "aux.total": torch.tensor(0.5)}
         loss, _ = C.eval_loss("sum(upstream.out * out) + aux.total", v)

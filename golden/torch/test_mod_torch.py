@@ -281,6 +281,80 @@ class TestWindow(unittest.TestCase):
         self.assertFalse(torch.allclose(dev["out"], two["out"], atol=1e-6, rtol=0))
 
 
+class TestPortDeviations(unittest.TestCase):
+    """weight_mlp_only and gather_first_k (docs/spec.md §11), against their definitions."""
+
+    def setUp(self):
+        self.gen = torch.Generator().manual_seed(5)
+        self.cfg = layer_cfg()
+        self.P = layer_params(self.cfg, self.gen)
+        self.valid = [8, 8]
+
+    def planted(self, name, x):
+        M.DEVIATION = name
+        try:
+            return M.routed_layer(x, self.valid, self.P, self.cfg)
+        finally:
+            M.DEVIATION = None
+
+    def test_weight_mlp_only(self):
+        x = torch.randn(2, 8, 8, generator=self.gen)
+        ref = M.routed_layer(x, self.valid, self.P, self.cfg)
+        dev = self.planted("weight_mlp_only", x)
+        both = self.planted("residual_twice+weight_mlp_only", x)
+        for b in range(2):
+            it = torch.tensor(ref["sel"][b])
+            a = M.attn_block(x[b, it], it, self.P, self.cfg)
+            g = ref["multipliers"][b, it][:, None]
+            # x + a + g m = x + g (a + m) + (1 - g) a; other tokens keep x
+            self.assertTrue(torch.allclose(dev["out"][b, it], ref["out"][b, it] + (1 - g) * a, atol=1e-12, rtol=0))
+            # the returned residual is added unweighted: x + (x + a + g m)
+            self.assertTrue(torch.allclose(both["out"][b, it], dev["out"][b, it] + x[b, it], atol=1e-12, rtol=0))
+        self.assertTrue(torch.equal(dev["out"] * (1 - ref["mask"])[:, :, None], x * (1 - ref["mask"])[:, :, None]))
+        self.assertFalse(torch.allclose(dev["out"], ref["out"], atol=1e-6, rtol=0))
+
+    def shaped(self, rank):
+        """x whose router weights put positions 0..3 on top, ordered by rank(i)."""
+        x = torch.randn(2, 8, 8, generator=self.gen) * 0.1
+        w = self.P["Router"]
+        for i in range(8):
+            x[:, i] += (10 + rank(i) if i < 4 else -20) * w / (w @ w)
+        return x
+
+    def test_gather_first_k_selecting_first_k_in_score_order_is_the_oracle(self):
+        # top-k returns positions 0..3 in position order: argsort is the identity
+        x = self.shaped(lambda i: -i)
+        ref = M.routed_layer(x, self.valid, self.P, self.cfg)
+        self.assertEqual(ref["sel"], [[0, 1, 2, 3], [0, 1, 2, 3]])
+        dev = self.planted("gather_first_k", x)
+        self.assertTrue(torch.allclose(dev["out"], ref["out"], atol=1e-12, rtol=0))
+
+    def test_gather_first_k_reversed(self):
+        # top-k returns 3, 2, 1, 0: argsort gathers positions 3, 2, 1, 0 in that
+        # order (the causal mask follows it), the t-th weighted by g at position t
+        x = self.shaped(lambda i: i)
+        ref = M.routed_layer(x, self.valid, self.P, self.cfg)
+        dev = self.planted("gather_first_k", x)
+        rev = torch.tensor([3, 2, 1, 0])
+        for b in range(2):
+            f = M.block_update(x[b, rev], rev, self.P, self.cfg, mask_pos=torch.arange(4))
+            for t in range(4):
+                g = ref["multipliers"][b, t]
+                self.assertTrue(torch.allclose(dev["out"][b, rev[t]], x[b, rev[t]] + g * f[t], atol=1e-12, rtol=0))
+                self.assertEqual(float(dev["multipliers"][b, rev[t]]), float(g))
+        self.assertFalse(torch.allclose(dev["out"], ref["out"], atol=1e-6, rtol=0))
+
+    def test_gather_first_k_leaves_selected_tokens_past_k(self):
+        x = torch.randn(2, 8, 8, generator=self.gen)
+        ref = M.routed_layer(x, self.valid, self.P, self.cfg)
+        dev = self.planted("gather_first_k", x)
+        for b in range(2):
+            for i in range(4, 8):
+                self.assertTrue(torch.equal(dev["out"][b, i], x[b, i]))
+            self.assertTrue(any(i >= 4 for i in ref["sel"][b]))
+        self.assertEqual(dev["sel"], ref["sel"])
+
+
 class TestModel(unittest.TestCase):
     def setUp(self):
         self.gen = torch.Generator().manual_seed(3)
