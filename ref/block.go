@@ -3,6 +3,7 @@ package ref
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/modref/modref/spec"
@@ -63,16 +64,21 @@ func normalize(c spec.BlockConfig, gamma, beta, x []float64) []float64 {
 //	u'_j         = u_j cos(theta_j) - u_{j+d_h/2} sin(theta_j)
 //	u'_{j+d_h/2} = u_{j+d_h/2} cos(theta_j) + u_j sin(theta_j).
 func RoPE(u []float64, pos int, base float64) []float64 {
-	dh := len(u)
-	half := dh / 2
-	out := make([]float64, dh)
-	cs := ropeAngles(dh, pos, base)
+	out := slices.Clone(u)
+	rotate(out, ropeAngles(len(u), pos, base))
+	return out
+}
+
+// rotate applies RoPE in place to one head vector u, given the angles' cos
+// and sin interleaved (ropeAngles).
+func rotate(u, cs []float64) {
+	half := len(u) / 2
 	for j := 0; j < half; j++ {
 		cos, sin := cs[2*j], cs[2*j+1]
-		out[j] = float64(u[j]*cos) - float64(u[j+half]*sin)
-		out[j+half] = float64(u[j+half]*cos) + float64(u[j]*sin)
+		a, b := u[j], u[j+half]
+		u[j] = float64(a*cos) - float64(b*sin)
+		u[j+half] = float64(b*cos) + float64(a*sin)
 	}
-	return out
 }
 
 // ropeAngles returns cos θ_j and sin θ_j, interleaved, for j < d_h/2 and
@@ -110,10 +116,12 @@ func GELU(v float64) float64 {
 // summing over d_in in ascending order.
 func vecMat(x []float64, w *mat.Dense) []float64 {
 	din, dout := w.Dims()
+	raw := w.RawMatrix()
 	y := make([]float64, dout)
 	for i := 0; i < din; i++ {
-		for j := 0; j < dout; j++ {
-			y[j] += float64(x[i] * w.At(i, j))
+		row := raw.Data[i*raw.Stride : i*raw.Stride+dout]
+		for j, wij := range row {
+			y[j] += float64(x[i] * wij)
 		}
 	}
 	return y
@@ -166,9 +174,12 @@ func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64
 	xn := normalize(c, p.Norm1, p.Norm1Bias, x)
 	q, k, v := vecMat(xn, p.Wq), vecMat(xn, p.Wk), vecMat(xn, p.Wv)
 	dh := c.D / c.Heads
-	for h := 0; h < c.Heads && c.Positions == spec.PositionRoPE; h++ {
-		copy(q[h*dh:(h+1)*dh], RoPE(q[h*dh:(h+1)*dh], pos, c.RoPEBase))
-		copy(k[h*dh:(h+1)*dh], RoPE(k[h*dh:(h+1)*dh], pos, c.RoPEBase))
+	if c.Positions == spec.PositionRoPE {
+		cs := ropeAngles(dh, pos, c.RoPEBase)
+		for h := 0; h < c.Heads; h++ {
+			rotate(q[h*dh:(h+1)*dh], cs)
+			rotate(k[h*dh:(h+1)*dh], cs)
+		}
 	}
 	kv.Positions = append(kv.Positions, pos)
 	kv.Keys = append(kv.Keys, k)
@@ -183,9 +194,9 @@ func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64
 
 	ctx := make([]float64, c.D)
 	scale := 1 / math.Sqrt(float64(dh))
+	scores := make([]float64, len(kv.Keys))
 	for h := 0; h < c.Heads; h++ {
 		lo, hi := h*dh, (h+1)*dh
-		scores := make([]float64, len(kv.Keys))
 		for t, kt := range kv.Keys {
 			s := 0.0
 			for j := lo; j < hi; j++ {
@@ -193,7 +204,8 @@ func (kv *KVCache) AttentionStep(c spec.BlockConfig, p *BlockParams, x []float64
 			}
 			scores[t] = float64(s * scale)
 		}
-		for t, pt := range Softmax(scores) {
+		softmaxInPlace(scores)
+		for t, pt := range scores {
 			for j := lo; j < hi; j++ {
 				ctx[j] += float64(pt * kv.Values[t][j])
 			}

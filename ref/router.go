@@ -107,8 +107,15 @@ func Sigmoid(v float64) float64 {
 // Softmax returns exp(v_j - max v) / sum_k exp(v_k - max v).
 func Softmax(v []float64) []float64 {
 	out := make([]float64, len(v))
+	copy(out, v)
+	softmaxInPlace(out)
+	return out
+}
+
+// softmaxInPlace overwrites v with Softmax(v).
+func softmaxInPlace(v []float64) {
 	if len(v) == 0 {
-		return out
+		return
 	}
 	m := v[0]
 	for _, x := range v[1:] {
@@ -116,13 +123,12 @@ func Softmax(v []float64) []float64 {
 	}
 	sum := 0.0
 	for j, x := range v {
-		out[j] = elem.Exp(x - m)
-		sum += out[j]
+		v[j] = elem.Exp(x - m)
+		sum += v[j]
 	}
-	for j := range out {
-		out[j] /= sum
+	for j := range v {
+		v[j] /= sum
 	}
-	return out
 }
 
 // OutputWeights is docs/spec.md §6 (paper Eq. 1): the weight g[b][i] that
