@@ -117,3 +117,34 @@ type ModelFLOPs struct {
 	Dense  int64        // the dense model: every layer's dense twin plus head
 	Ratio  float64      // Total / Dense
 }
+
+// GateFLOPs is the cost of a MoDE layer's expert gates on n tokens:
+// u·W_g with W_g of d×width, 2*d*width per token.
+func GateFLOPs(d, width, n int) int64 {
+	return 2 * int64(d) * int64(width) * int64(n)
+}
+
+// MoDELayerFLOPs is a Mixture-of-Depths-and-Experts layer (docs/spec.md §10
+// and §14) on rows of the given lengths, with computed[b] tokens through
+// attention (k for the staged form, every token for the integrated one) and
+// capacity[b] tokens per expert: the staged form's MoD router on every
+// token and the gates on the computed tokens (both in Router), attention on
+// the computed tokens, and each of the E conventional experts' MLP on its
+// k_e tokens (no-op experts cost nothing). The dense twin is the dense
+// block, one MLP of width d_ff on every token.
+func MoDELayerFLOPs(c spec.MoDEConfig, lengths, computed, capacity []int) LayerFLOPs {
+	var f LayerFLOPs
+	for b, n := range lengths {
+		if c.Form == spec.MoDEStaged {
+			f.Router += RouterFLOPs(spec.RouterLinear, c.Block.D, n)
+		}
+		f.Router += GateFLOPs(c.Block.D, c.GateWidth(), computed[b])
+		proj, sc := AttentionFLOPs(c.Block, computed[b])
+		f.Projections += proj
+		f.AttentionScores += sc
+		f.MLP += int64(c.Experts) * MLPFLOPs(c.Block, capacity[b])
+	}
+	f.Total = f.Router + f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = DenseLayerFLOPs(c.Block, lengths).Total
+	return f
+}
