@@ -12,7 +12,8 @@ import "github.com/modref/modref/spec"
 //     layer the k_b selected ones.
 //   - Attention scores Q·K^T and the weighted sum of values P·V are counted
 //     over the full n×n square (4*n^2*d for both): the causal half is NOT
-//     subtracted, as in the usual dense accounting.
+//     subtracted, as in the usual dense accounting. With a sliding window w
+//     each query counts min(n, w) keys (4*n*min(n,w)*d), docs/spec.md §13.
 //   - The router costs 2*d per token for linear, linear_bias (bias add not
 //     counted) and l2norm (x·x), 0 for random; the predictor
 //     2*d*h + 2*h per token. Both run on every valid token.
@@ -32,10 +33,16 @@ type LayerFLOPs struct {
 }
 
 // AttentionFLOPs is the attention cost of n tokens through one block:
-// projections 4 * 2*n*d*d and scores plus values 2 * 2*n*n*d.
+// projections 4 * 2*n*d*d and scores plus values 2 * 2*n*keys*d, where each
+// query counts keys = n keys (the full square), or min(n, w) with a sliding
+// window w (docs/spec.md §13): a query never attends to more than w keys.
 func AttentionFLOPs(c spec.BlockConfig, n int) (projections, scores int64) {
 	n64, d := int64(n), int64(c.D)
-	return 8 * n64 * d * d, 4 * n64 * n64 * d
+	keys := n64
+	if c.Window > 0 {
+		keys = min(keys, int64(c.Window))
+	}
+	return 8 * n64 * d * d, 4 * n64 * keys * d
 }
 
 // MLPFLOPs is the MLP cost of n tokens: 2 * 2*n*d*d_ff for GELU, 3 * 2*n*d*d_ff

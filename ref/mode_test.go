@@ -172,3 +172,20 @@ func TestMoDEFrozenReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionFLOPsWindow: with a window w each query counts min(n, w)
+// keys, so 6 tokens with w = 4 cost 4·6·4·d in scores and values, and a
+// window wider than the sequence changes nothing.
+func TestAttentionFLOPsWindow(t *testing.T) {
+	c := spec.DefaultBlockConfig(8, 2, 16)
+	proj, full := AttentionFLOPs(c, 6)
+	c.Window = 4
+	proj4, win := AttentionFLOPs(c, 6)
+	if proj4 != proj || win != 4*6*4*8 || full != 4*6*6*8 {
+		t.Errorf("scores %d with w = 4 and %d without, projections %d and %d; want %d, %d and equal projections", win, full, proj4, proj, 4*6*4*8, 4*6*6*8)
+	}
+	c.Window = 10
+	if _, wide := AttentionFLOPs(c, 6); wide != full {
+		t.Errorf("w = 10 > n = 6: scores %d, want the full square's %d", wide, full)
+	}
+}
