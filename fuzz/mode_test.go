@@ -263,3 +263,34 @@ func FuzzMoDE(f *testing.F) {
 		}
 	})
 }
+
+// leakyMoDE is ref's MoDE layer with a planted bug: expert 0's update
+// reaches every token that reaches the experts, while the decision it
+// reports is the true one (an expert applied to the whole row).
+var leakyMoDE = modeImpl{"leaky", false, func(cfg spec.MoDEConfig, p *ref.MoDEParams, x []*mat.Dense, fz *ref.MoDEFrozen) (*ref.MoDEResult, error) {
+	res, err := ref.MoDEForward(cfg, p, x)
+	if err != nil {
+		return nil, err
+	}
+	if fz == nil {
+		fz = &res.Frozen
+	}
+	leak := ref.MoDEFrozen{Selection: fz.Selection}
+	for b, row := range fz.Experts {
+		leak.Experts = append(leak.Experts, append([][]int{fz.Selection.Rows[b]}, row[1:]...))
+	}
+	out, err := ref.MoDEForwardFrozen(cfg, p, x, leak)
+	if err != nil {
+		return nil, err
+	}
+	res.Out = out.Out
+	return res, nil
+}}
+
+// TestMoDEPropertyCatchesLeak shows that invariant 25 fails for an expert
+// whose update reaches tokens it did not choose.
+func TestMoDEPropertyCatchesLeak(t *testing.T) {
+	if err := failsSomewhere(modeProp(leakyMoDE), 50); err != nil {
+		t.Fatalf("an expert applied to every token: %v; invariant 25 could not fail", err)
+	}
+}
