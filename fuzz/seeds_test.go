@@ -19,7 +19,7 @@ import (
 // corrupted variants of them.
 func TestWriteSeeds(t *testing.T) {
 	targets := []string{"FuzzSelection", "FuzzCausalSelection", "FuzzCapacity", "FuzzSkippedTokens", "FuzzCausalRouting",
-		"FuzzFrozenCausality", "FuzzStraightThrough", "FuzzPredictorGradient", "FuzzAutogradLayer", "FuzzNaNLayer", "FuzzPadding", "FuzzDecoder",
+		"FuzzFrozenCausality", "FuzzStraightThrough", "FuzzPredictorGradient", "FuzzAutogradLayer", "FuzzNaNLayer", "FuzzPadding", "FuzzMoDE", "FuzzDecoder",
 		"FuzzReadNPZ", "FuzzManifest", "FuzzLoad", "FuzzCompare"}
 	if os.Getenv("MODREF_WRITE_SEEDS") != "1" {
 		for _, name := range targets {
@@ -37,7 +37,7 @@ func TestWriteSeeds(t *testing.T) {
 		}
 		return out
 	}
-	for _, name := range targets[:11] {
+	for _, name := range targets[:12] {
 		seeds[name] = byteSeeds(256)
 	}
 	// rapid.MakeFuzz skips an input that runs out before the state machine

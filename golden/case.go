@@ -42,7 +42,8 @@ var ErrManifestArrays = errors.New("the manifest's configuration disagrees with 
 // checkSizes checks the arrays against the configuration's sizes, which the
 // judge indexes with: every array of rank 2 or more other than parameters
 // and their gradients is B×S×…, except lists of selected positions, B×k
-// with k ≤ S, whose entries are −1 or positions in [0, S); input.valid holds
+// with k ≤ S, whose entries are −1 or positions in [0, S), and a MoDE
+// case's expert choice, B×E′×k_e positions in [0, S); input.valid holds
 // the valid lengths; token ids lie in [0, vocab) and targets in
 // [−1, vocab).
 func (c *Case) checkSizes() error {
@@ -58,6 +59,15 @@ func (c *Case) checkSizes() error {
 				return fmt.Errorf("%w: array %q has shape %v, want %d×k with k ≤ seq_len %d", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
 			}
 			if err := checkRange(a, name, -1, int64(cfg.SeqLen)-1); err != nil {
+				return err
+			}
+			continue
+		}
+		if strings.HasSuffix(name, "expert_choice") {
+			if len(a.Shape) != 3 || a.Shape[0] != cfg.Batch || a.Shape[2] > cfg.SeqLen {
+				return fmt.Errorf("%w: array %q has shape %v, want %d×E′×k_e with k_e ≤ seq_len %d", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+			}
+			if err := checkRange(a, name, 0, int64(cfg.SeqLen)-1); err != nil {
 				return err
 			}
 			continue

@@ -19,11 +19,14 @@ type CaseConfig struct {
 	Vocab  int               `json:"vocab,omitempty"`
 	MaxLen int               `json:"max_len,omitempty"`
 	Layers []spec.ModelLayer `json:"layers,omitempty"`
+	// MoDE is the Mixture-of-Depths-and-Experts layer of a mode case
+	// (docs/spec.md §14).
+	MoDE *spec.MoDEConfig `json:"mode,omitempty"`
 }
 
 // validate checks what a reader relies on before it looks at any array: the
-// sizes, the valid lengths, and that a layer case has a layer and a model
-// case layers. The routing choices themselves are ref's to validate.
+// sizes, the valid lengths, and that a layer case has a layer, a mode case
+// a MoDE layer and a model case layers. The routing choices themselves are ref's to validate.
 func (c CaseConfig) validate(kind string) error {
 	if c.Batch < 1 || c.SeqLen < 1 {
 		return fmt.Errorf("batch = %d, seq_len = %d: want both >= 1", c.Batch, c.SeqLen)
@@ -41,9 +44,14 @@ func (c CaseConfig) validate(kind string) error {
 	switch {
 	case kind == KindLayer && c.Layer == nil:
 		return fmt.Errorf("a layer case needs \"layer\"")
-	case kind != KindLayer && len(c.Layers) == 0:
+	case kind == KindMoDE && c.MoDE == nil:
+		return fmt.Errorf("a mode case needs \"mode\"")
+	case kind == KindMoDE && c.ValidLengths != nil:
+		return fmt.Errorf("a mode case has no padding (docs/spec.md §14); leave out \"valid_lengths\"")
+	case kind == KindLayer || kind == KindMoDE:
+	case len(c.Layers) == 0:
 		return fmt.Errorf("a %s case needs \"layers\"", kind)
-	case kind != KindLayer && c.Vocab < 2:
+	case c.Vocab < 2:
 		return fmt.Errorf("vocab = %d, want >= 2", c.Vocab)
 	}
 	return nil

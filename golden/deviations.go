@@ -28,6 +28,7 @@ var Deviations = []Deviation{
 	{"gather_first_k", "argsort(top-k indices) gathered in place of the sorted indices: the block runs on positions 0..k−1 (in the order argsort puts them, the causal mask following it), the t-th weighted by the t-th selected token's weight and written back at its own position"},
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
 	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
+	{"mode_ungated_experts", "MoDE experts' outputs summed without their gates: m = Σ MLP_e(u) over the experts that chose the token, instead of Σ G_e·MLP_e(u), so the expert router gets no gradient from the output"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

@@ -293,6 +293,8 @@ func emulate(c *Case, progress func(done, total int)) ([]emulation, error) {
 		return emulateModelCase(c, progress)
 	case KindDecode:
 		return emulateDecodeCase(c)
+	case KindMoDE:
+		return emulateMoDECase(c, progress)
 	}
 	return nil, fmt.Errorf("kind %q has no emulation", c.Manifest.Kind)
 }
@@ -461,7 +463,13 @@ func checkInputShapes(c *Case) error {
 	cfg := c.Manifest.Config
 	bs := []int{cfg.Batch, cfg.SeqLen}
 	want := map[string][]int{}
-	if c.Manifest.Kind == KindLayer {
+	if c.Manifest.Kind == KindMoDE {
+		if cfg.MoDE == nil {
+			return fmt.Errorf("a mode case needs config.mode")
+		}
+		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.MoDE.Block.D}
+		want["input.x"], want["upstream.out"] = bsd, bsd
+	} else if c.Manifest.Kind == KindLayer {
 		if cfg.Layer == nil {
 			return fmt.Errorf("a layer case needs config.layer")
 		}

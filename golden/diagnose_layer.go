@@ -767,6 +767,8 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 	for i, dev := range Deviations {
 		ld, ok := findLayerDeviation(dev.Name)
 		switch {
+		case isMoDEDeviation(dev.Name):
+			ems = append(ems, notEmulated(dev.Name, "a layer case has no experts (mode cases test it)"))
 		case !ok:
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no incremental decoding (decode cases test it)"))
 		case ld.skip != nil && ld.skip(s.cfg) != "":

@@ -97,6 +97,8 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 	for i, dev := range Deviations {
 		ld, ok := findLayerDeviation(dev.Name)
 		switch {
+		case isMoDEDeviation(dev.Name):
+			ems = append(ems, notEmulated(dev.Name, "a model case has no experts (mode cases test it)"))
 		case !ok:
 			ems = append(ems, notEmulated(dev.Name, "a model case has no incremental decoding (decode cases test it)"))
 		case skipModel(s.cfg, ld) != "":
@@ -269,6 +271,8 @@ func emulateDecodeCase(c *Case) ([]emulation, error) {
 				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
 			}
 			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
+		case "mode_ungated_experts":
+			ems = append(ems, notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"))
 		default:
 			ems = append(ems, notEmulated(dev.Name, "a decode case judges only decoding against the full forward; layer and model cases test this deviation"))
 		}

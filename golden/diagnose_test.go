@@ -59,17 +59,19 @@ func label(r DeviationResult) string {
 // and no deviation that changes an array.
 func TestDiagnoseNamesEachDeviation(t *testing.T) {
 	want := map[string][]string{
-		"layer-paper":         {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k", "no_causal_mask"},
-		"layer-router-bce":    {"targets_first_row", "rope_gathered_indices"},
-		"layer-short-row":     {"capacity_floor_zero", "capacity_off_by_one"},
-		"layer-dense-ste":     {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
-		"layer-predictor":     {"predictor_no_stopgrad", "predictor_block_output"},
-		"layer-mlp-only":      {"residual_twice", "residual_scaled", "no_weighting"},
-		"layer-causal-router": {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
-		"model-predictor":     {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
-		"decode-predictor":    {"decode_mismatch"},
-		"decode-window":       {"decode_mismatch", "window_gathered_indices"},
-		"layer-window":        {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-paper":           {"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k", "no_causal_mask"},
+		"layer-router-bce":      {"targets_first_row", "rope_gathered_indices"},
+		"layer-short-row":       {"capacity_floor_zero", "capacity_off_by_one"},
+		"layer-dense-ste":       {"residual_twice", "residual_scaled", "no_weighting", "ste_m_plus_1", "capacity_off_by_one"},
+		"layer-predictor":       {"predictor_no_stopgrad", "predictor_block_output"},
+		"layer-mlp-only":        {"residual_twice", "residual_scaled", "no_weighting"},
+		"layer-causal-router":   {"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
+		"model-predictor":       {"residual_twice", "unsorted_indices", "predictor_no_stopgrad", "predictor_block_output", "capacity_off_by_one"},
+		"decode-predictor":      {"decode_mismatch"},
+		"decode-window":         {"decode_mismatch", "window_gathered_indices"},
+		"layer-window":          {"window_gathered_indices", "residual_twice", "unsorted_indices", "no_weighting", "capacity_off_by_one"},
+		"layer-mode-staged":     {"mode_ungated_experts"},
+		"layer-mode-integrated": {"mode_ungated_experts"},
 	}
 	for name, devs := range want {
 		c := loadCase(t, name)
@@ -979,5 +981,62 @@ func TestInputGradientShortWay(t *testing.T) {
 		if differ == 0 {
 			t.Errorf("%s %s: the short way was not taken", tc.name, tc.deviation)
 		}
+	}
+}
+
+// TestUngatedExpertsByHand checks mode_ungated_experts on
+// layer-mode-integrated against values worked out from the case's stored
+// arrays and ref's attention alone, not from the emulation code: with
+// h = x + Attn(N1(x)), a token no conventional expert chose keeps h under
+// both, and a token only expert e chose has out − h = G_e·y in the case and
+// y, ungated, in the deviation.
+func TestUngatedExpertsByHand(t *testing.T) {
+	c := loadCase(t, "layer-mode-integrated")
+	cfg := *c.Manifest.Config.MoDE
+	em := find(t, emulated(t, c), "mode_ungated_experts")
+	x, out, dev := c.Arrays["input.x"], c.Arrays["expected.out"], em.arrays["expected.out"]
+	gates, choice := c.Arrays["expected.gates"], c.Arrays["expected.expert_choice"]
+	p := ref.NewMoDEParams(cfg, ref.NewRand(0))
+	if err := loadParams(c, p.Tensors("")); err != nil {
+		t.Fatal(err)
+	}
+	s, d, width, ke := c.Manifest.Config.SeqLen, cfg.Block.D, cfg.GateWidth(), choice.Shape[2]
+	none, one := 0, 0
+	for b, xb := range matrices(x) {
+		a, err := ref.AttentionUpdate(cfg.Block, &p.Block, xb, []int{0, 1, 2, 3, 4, 5, 6, 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range s {
+			var chose []int
+			for e := range cfg.Experts {
+				for j := range ke {
+					if int(choice.I[(b*width+e)*ke+j]) == i {
+						chose = append(chose, e)
+					}
+				}
+			}
+			if len(chose) > 1 {
+				continue
+			}
+			for j := range d {
+				h := xb.At(i, j) + a.At(i, j)
+				want := h
+				if len(chose) == 1 {
+					want = h + (at(out, b, i, j)-h)/at(gates, b, i, chose[0])
+				}
+				if !near(at(dev, b, i, j), want, 1e-12) {
+					t.Errorf("row %d position %d (experts %v): ungated out[%d] = %v, want %v", b, i, chose, j, at(dev, b, i, j), want)
+				}
+			}
+			if len(chose) == 0 {
+				none++
+			} else {
+				one++
+			}
+		}
+	}
+	if none == 0 || one == 0 {
+		t.Errorf("%d tokens chosen by no expert and %d by one: the case does not exercise both", none, one)
 	}
 }

@@ -6,8 +6,9 @@
 // # Cases
 //
 // A case is a small, complete problem in the terms of docs/spec.md: one
-// routed layer (KindLayer), a language model (KindModel) or token-by-token
-// causal decoding (KindDecode), with its configuration, inputs, parameters,
+// routed layer (KindLayer), a language model (KindModel), token-by-token
+// causal decoding (KindDecode) or a Mixture-of-Depths-and-Experts layer
+// (KindMoDE, docs/spec.md §14), with its configuration, inputs, parameters,
 // an upstream gradient that defines a scalar loss, and every value an
 // implementation should compute, gradients included, in float64. On disk a
 // case is NAME.json, the Manifest, beside NAME.npz, its arrays in NumPy's

@@ -297,6 +297,13 @@ func Generate() ([]*Case, error) {
 		}
 		cases = append(cases, c)
 	}
+	for _, s := range modeSpecs() {
+		c, err := genMoDE(s)
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
 	return cases, nil
 }
 

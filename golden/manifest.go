@@ -18,6 +18,8 @@ const (
 	KindLayer  = "layer"
 	KindModel  = "model"
 	KindDecode = "decode"
+	// KindMoDE is a Mixture-of-Depths-and-Experts layer (docs/spec.md §14).
+	KindMoDE = "mode"
 )
 
 // Array roles.
@@ -133,9 +135,9 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("name %q: want lower-case letters, digits and hyphens", m.Name)
 	}
 	switch m.Kind {
-	case KindLayer, KindModel, KindDecode:
+	case KindLayer, KindModel, KindDecode, KindMoDE:
 	default:
-		return fmt.Errorf("kind %q: want layer, model or decode", m.Kind)
+		return fmt.Errorf("kind %q: want layer, model, decode or mode", m.Kind)
 	}
 	if err := m.Config.validate(m.Kind); err != nil {
 		return fmt.Errorf("config: %w", err)

@@ -63,6 +63,18 @@ func recompute(c *Case) (*Case, error) {
 			}
 		}
 		return modelCase(s, m.Provenance.Seed, p, in, res, gaps)
+	case KindMoDE:
+		s := modeSpec{name: m.Name, description: m.Description, catches: m.Catches,
+			batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE}
+		dr, err := modeDrawOf(c, s)
+		if err != nil {
+			return nil, err
+		}
+		res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+		if err != nil {
+			return nil, err
+		}
+		return modeCase(s, m.Provenance.Seed, dr, res, modeGaps(res))
 	}
 	return nil, fmt.Errorf("kind %q", m.Kind)
 }

@@ -83,7 +83,8 @@ func (b *block) attendNoRoPE(tp *autograd.Tape, x *autograd.Tensor, pos [][]int)
 	return at.Wo.Forward(tp, tp.CausalAttention(q, k, v, h, pos, b.Attn.Window))
 }
 
-// named returns the block's parameters with ref's names, prefixed.
+// named returns the block's parameters with ref's names, prefixed; a block
+// without an MLP (MoDE's) has no W1, W2 or W3.
 func (b *block) named(prefix string) []Param {
 	var ps []Param
 	add := func(name string, t *autograd.Tensor) { ps = append(ps, Param{prefix + name, t}) }
@@ -102,6 +103,9 @@ func (b *block) named(prefix string) []Param {
 	add("Wv", b.Attn.Wv.W)
 	add("Wo", b.Attn.Wo.W)
 	addNorm("Norm2", b.N2)
+	if b.MLP == nil { // a MoDE block: the experts own the MLPs
+		return ps
+	}
 	add("W1", b.MLP.W1.W)
 	add("W2", b.MLP.W2.W)
 	if b.MLP.W3 != nil {

@@ -41,6 +41,17 @@
 // block at original positions in (p − w, p]. A NaN router weight is an error naming its row
 // and position.
 //
+// # Mixture-of-Depths-and-Experts (docs/spec.md §14)
+//
+// MoDE is a layer of its own (NewMoDE, spec.MoDEConfig): in the staged form
+// an MoD router selects each row's top-k tokens, which pass attention and
+// then a mixture of experts; in the integrated form attention is dense and
+// the experts include no-op ones. Experts route by expert choice: each takes
+// the k_e tokens of a row with the largest softmax gate for it, and a token
+// gets gate·MLP_e from every expert that took it. MoDE.ForwardFrozen replays
+// a decision (MoDEFrozen). MoDE has no decoder: expert choice looks at the
+// whole row.
+//
 // # Results
 //
 // Every forward returns, per routed layer, what a user inspects: router

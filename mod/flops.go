@@ -15,7 +15,7 @@ type LayerFLOPs struct {
 	Router          int64 // router weights r
 	Predictor       int64 // auxiliary predictor q
 	Projections     int64 // Q, K, V and output projections: 8·n·d²
-	AttentionScores int64 // Q·Kᵀ and P·V: 4·n²·d
+	AttentionScores int64 // Q·Kᵀ and P·V: 4·n²·d, or 4·n·min(n, w)·d with a window w
 	MLP             int64 // 4·n·d·d_ff (GELU) or 6·n·d·d_ff (SwiGLU)
 	Total           int64 // the sum of the above
 	DenseTwin       int64 // the same block run densely
@@ -26,7 +26,11 @@ type LayerFLOPs struct {
 func blockFLOPs(f *LayerFLOPs, c spec.BlockConfig, attnN, mlpN int) {
 	d, n := int64(c.D), int64(attnN)
 	f.Projections += 8 * n * d * d
-	f.AttentionScores += 4 * n * n * d
+	keys := n // the full square, or min(n, w) keys per query (docs/spec.md §13)
+	if c.Window > 0 {
+		keys = min(n, int64(c.Window))
+	}
+	f.AttentionScores += 4 * n * keys * d
 	mats := int64(2)
 	if c.MLP == spec.ActSwiGLU {
 		mats = 3
@@ -81,4 +85,30 @@ type ModelFLOPs struct {
 	Total  int64        // every layer plus the head
 	Dense  int64        // the dense model: every layer's dense twin plus the head
 	Ratio  float64      // Total / Dense
+}
+
+// modeFLOPs is a MoDE layer (docs/spec.md §14) over batch sequences of
+// seqLen tokens, computed[b] of which reach attention and the experts and
+// capacity[b] per expert: the staged form's router (2·d per token) and the
+// gates (2·d·width per computed token) in Router, attention over the
+// computed tokens, and each conventional expert's MLP over its k_e tokens.
+// The dense twin is the dense block with one MLP.
+func modeFLOPs(c spec.MoDEConfig, batch, seqLen int, computed, capacity []int) LayerFLOPs {
+	var f LayerFLOPs
+	d := int64(c.Block.D)
+	lengths := make([]int, batch)
+	for b := range batch {
+		lengths[b] = seqLen
+		if c.Form == spec.MoDEStaged {
+			f.Router += 2 * d * int64(seqLen)
+		}
+		f.Router += 2 * d * int64(c.GateWidth()) * int64(computed[b])
+		blockFLOPs(&f, c.Block, computed[b], 0)
+		var one LayerFLOPs
+		blockFLOPs(&one, c.Block, 0, capacity[b])
+		f.MLP += int64(c.Experts) * one.MLP
+	}
+	f.Total = f.Router + f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = denseFLOPs(c.Block, lengths).Total
+	return f
 }

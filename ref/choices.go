@@ -27,7 +27,9 @@ func Choices() []Choice {
 		{"causal routing", "softmax weighting and dense compute rejected; decoder rejects random router and jitter"},
 		{"causal targets", "under causal routing tokens are routed by r > 0 or q > 0, but the auxiliary targets stay the top-k choice under the layer's capacity (what the paper trains the router and predictor to predict)"},
 		{"decoding cache", "per layer: original positions, RoPE-rotated keys, values; routed layers cache only routed tokens, MLP-only attention caches all"},
-		{"FLOPs", "matmuls only (2mnk); attention scores over the full n*n square (causal half NOT subtracted); tokens = valid tokens; router and predictor on every valid token"},
+		{"FLOPs", "matmuls only (2mnk); attention scores over the full n*n square (causal half NOT subtracted), n*min(n, w) with a window w; tokens = valid tokens; router and predictor on every valid token"},
+		{"MoDE expert routing", "expert choice (Zhou et al. 2022): gates softmax(N2(h)·W_g) over E experts (+ no-op experts, integrated); each expert takes its k_e = clamp(floor(c_e*n), 1, n) largest gates of a row, ties to the lower position; no load-balancing loss; layer-level, full-sequence only"},
+		{"MoDE forms", "staged: MoD top-k (linear router, raw weighting, gather) around attention + experts, out = x + r(a + m); integrated: dense attention, out = x + a + m, no-op experts add 0"},
 		{"init", "math/rand/v2 PCG(seed, seed^0x9e3779b97f4a7c15); weights N(0, 1/d_in); gains 1+N(0, 0.01)"},
 		{"finite differences", "gonum diff/fd central, step 1e-5, routing decision and stop-gradient constants frozen"},
 	}

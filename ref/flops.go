@@ -12,7 +12,8 @@ import "github.com/modref/modref/spec"
 //     layer the k_b selected ones.
 //   - Attention scores Q·K^T and the weighted sum of values P·V are counted
 //     over the full n×n square (4*n^2*d for both): the causal half is NOT
-//     subtracted, as in the usual dense accounting.
+//     subtracted, as in the usual dense accounting. With a sliding window w
+//     each query counts min(n, w) keys (4*n*min(n,w)*d), docs/spec.md §13.
 //   - The router costs 2*d per token for linear, linear_bias (bias add not
 //     counted) and l2norm (x·x), 0 for random; the predictor
 //     2*d*h + 2*h per token. Both run on every valid token.
@@ -32,10 +33,16 @@ type LayerFLOPs struct {
 }
 
 // AttentionFLOPs is the attention cost of n tokens through one block:
-// projections 4 * 2*n*d*d and scores plus values 2 * 2*n*n*d.
+// projections 4 * 2*n*d*d and scores plus values 2 * 2*n*keys*d, where each
+// query counts keys = n keys (the full square), or min(n, w) with a sliding
+// window w (docs/spec.md §13): a query never attends to more than w keys.
 func AttentionFLOPs(c spec.BlockConfig, n int) (projections, scores int64) {
 	n64, d := int64(n), int64(c.D)
-	return 8 * n64 * d * d, 4 * n64 * n64 * d
+	keys := n64
+	if c.Window > 0 {
+		keys = min(keys, int64(c.Window))
+	}
+	return 8 * n64 * d * d, 4 * n64 * keys * d
 }
 
 // MLPFLOPs is the MLP cost of n tokens: 2 * 2*n*d*d_ff for GELU, 3 * 2*n*d*d_ff
@@ -116,4 +123,35 @@ type ModelFLOPs struct {
 	Total  int64        // all layers plus head
 	Dense  int64        // the dense model: every layer's dense twin plus head
 	Ratio  float64      // Total / Dense
+}
+
+// GateFLOPs is the cost of a MoDE layer's expert gates on n tokens:
+// u·W_g with W_g of d×width, 2*d*width per token.
+func GateFLOPs(d, width, n int) int64 {
+	return 2 * int64(d) * int64(width) * int64(n)
+}
+
+// MoDELayerFLOPs is a Mixture-of-Depths-and-Experts layer (docs/spec.md §10
+// and §14) on rows of the given lengths, with computed[b] tokens through
+// attention (k for the staged form, every token for the integrated one) and
+// capacity[b] tokens per expert: the staged form's MoD router on every
+// token and the gates on the computed tokens (both in Router), attention on
+// the computed tokens, and each of the E conventional experts' MLP on its
+// k_e tokens (no-op experts cost nothing). The dense twin is the dense
+// block, one MLP of width d_ff on every token.
+func MoDELayerFLOPs(c spec.MoDEConfig, lengths, computed, capacity []int) LayerFLOPs {
+	var f LayerFLOPs
+	for b, n := range lengths {
+		if c.Form == spec.MoDEStaged {
+			f.Router += RouterFLOPs(spec.RouterLinear, c.Block.D, n)
+		}
+		f.Router += GateFLOPs(c.Block.D, c.GateWidth(), computed[b])
+		proj, sc := AttentionFLOPs(c.Block, computed[b])
+		f.Projections += proj
+		f.AttentionScores += sc
+		f.MLP += int64(c.Experts) * MLPFLOPs(c.Block, capacity[b])
+	}
+	f.Total = f.Router + f.Projections + f.AttentionScores + f.MLP
+	f.DenseTwin = DenseLayerFLOPs(c.Block, lengths).Total
+	return f
 }

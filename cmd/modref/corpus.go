@@ -86,6 +86,9 @@ flags:
 	if cfg.Layer != nil {
 		explainLayer(stdout, "Routed layer", *cfg.Layer)
 	}
+	if cfg.MoDE != nil {
+		explainMoDE(stdout, *cfg.MoDE)
+	}
 	for l, ml := range cfg.Layers {
 		if ml.Routed {
 			explainLayer(stdout, fmt.Sprintf("Layer %d (routed)", l), ml.Config)
@@ -137,6 +140,18 @@ func explainLayer(w io.Writer, title string, l spec.Config) {
 	if l.Aux != spec.AuxNone || l.LoadBalanceWeight > 0 {
 		fmt.Fprintf(w, "  auxiliary   %s weight %g, load balancing weight %g (docs/spec.md §8)\n", l.Aux, l.AuxWeight, l.LoadBalanceWeight)
 	}
+}
+
+func explainMoDE(w io.Writer, c spec.MoDEConfig) {
+	b := c.Block
+	fmt.Fprintf(w, "Mixture-of-Depths-and-Experts layer, %s form (docs/spec.md §14):\n", c.Form)
+	if c.Form == spec.MoDEStaged {
+		fmt.Fprintf(w, "  MoD router  linear, capacity ratio c = %g, top-k per row, raw weighting, gather (docs/spec.md §2 to §6)\n", c.Capacity)
+	}
+	fmt.Fprintf(w, "  attention   d = %d, %d heads, %s, %s positions%s\n", b.D, b.Heads, b.Norm, b.Positions,
+		cond(c.Form == spec.MoDEIntegrated, ", over every token"))
+	fmt.Fprintf(w, "  experts     %d %s MLPs of d_ff = %d%s; expert choice, softmax gates of N2(h)·W_g, each expert takes k_e = clamp(⌊%g·n⌋, 1, n) tokens\n",
+		c.Experts, b.MLP, b.DFF, cond(c.NoOpExperts > 0, fmt.Sprintf(" and %d no-op", c.NoOpExperts)), c.ExpertCapacity)
 }
 
 func cond(b bool, s string) string {

@@ -175,6 +175,15 @@ def run_case(man, arrays):
             # (the full forward's are checked through expected.L<l>.selected)
             for l, r in routed.items():
                 values["L%d.routed" % l] = r
+    elif kind == "mode":
+        x = tens(arrays["input.x"]).requires_grad_(True)
+        grads_of["input.x"] = x
+        res = M.mode_layer(x, P, cfg["mode"])
+        for key in ("out", "router_logits", "selected", "gates", "expert_choice"):
+            if key in res:
+                values[key] = res[key]
+        for i, g in enumerate(res["gaps"]):
+            info["gaps"][i] = g
     else:
         raise BadInput("unknown case kind %r" % kind)
 

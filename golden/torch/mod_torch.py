@@ -1,7 +1,7 @@
 """A float64 PyTorch implementation of Mixture-of-Depths, written from docs/spec.md.
 
 This module is the independent cross-check of modref's golden corpus. It is
-written from the contract of docs/spec.md (§2-§10, §13) and docs/golden-format.md
+written from the contract of docs/spec.md (§2-§10, §13, §14) and docs/golden-format.md
 only; it does not read or translate any Go code. Every choice that docs/spec.md
 leaves open is listed in CHOICES below and in golden/torch/README.md.
 
@@ -34,6 +34,9 @@ CHOICES = {
     "causal_targets": "aux targets are the top-k selection under the layer's capacity, also in causal mode",
     "window": "a token at original position p attends to the tokens of its block's sequence "
               "(in a routed block the selected ones) at positions in (p - w, p] (docs/spec.md §13)",
+    "mode_experts": "MoDE (docs/spec.md §14): expert choice, each expert (no-op ones included) takes "
+                    "the k_e = clamp(floor(c_e*n + 1e-9), 1, n) tokens with the largest softmax gate "
+                    "of N2(h) @ Gate, ties to the lower position; chosen experts add gate * MLP_e(N2(h))",
     "padded_outputs": "a layer passes a padded token through unchanged (out = x, docs/spec.md §6); "
                       "router logits, weights, targets, predictor logits and model logits are 0 there; "
                       "padded tokens never enter attention, selection or any loss",
@@ -60,7 +63,7 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
-              "capacity_floor_zero", "no_causal_mask")
+              "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts")
 DEVIATION = None
 
 
@@ -693,3 +696,83 @@ def decode(tokens, valid, P, cfg_model):
             hn = norm(x, P, "FinalNorm", fc)
             logits[b, t] = (hn @ P["Head"])[0]
     return logits, routed
+
+
+# --------------------------------------------------------------------------
+# Mixture-of-Depths-and-Experts (docs/spec.md §14)
+
+def expert_capacity(ce, n):
+    """k_e = clamp(floor(c_e * n), 1, n) with the float-robust floor; 0 when n = 0."""
+    if n <= 0:
+        return 0
+    return max(1, min(robust_floor(float(ce) * n), n))
+
+
+def mode_layer(x, P, cfg):
+    """Forward of one MoDE layer, staged or integrated (docs/spec.md §14).
+
+    x: B x S x d (no padding); P: parameter name -> tensor; cfg: the manifest's "mode"
+    object. Staged: the MoD router r = x @ Router picks the top-k tokens of each row
+    (capacity ratio c), which pass causal attention at their original positions and
+    then the experts; out = x + r (a + m) for them, x for the others. Integrated:
+    attention over every token, out = x + a + m. For the n tokens reaching the experts,
+    u = N2(x + a), G = softmax(u @ Gate) over E experts (plus the no-op ones); each
+    expert takes the k_e tokens with its largest gate; m_i sums G_ie * MLP_e(u_i) over
+    the conventional experts that took token i (no-op experts add nothing).
+    Returns out, router_logits and selected (staged only), gates (B x S x E', 0 where
+    no token reached the experts), expert_choice (B x E' x k_e positions) and gaps (per
+    decision, per row: the MoD router's gap (staged), then the smallest expert gap).
+    """
+    B, S, d = x.shape
+    staged = cfg["form"] == "staged"
+    if cfg["form"] not in ("staged", "integrated"):
+        raise ValueError("unknown MoDE form %r" % cfg["form"])
+    E = int(cfg["experts"])
+    width = E + int(cfg.get("noop_experts", 0) or 0)
+    ce = float(cfg["expert_capacity"])
+    res = {}
+    if staged:
+        r = x @ P["Router"]
+        k = capacity({"kind": "ratio", "ratio": cfg["capacity"]}, S)
+        sel = [topk_select(r[b].detach(), k, row=b) for b in range(B)]
+        res["router_logits"] = r
+        res["selected"] = selected_array(sel)
+        router_gaps = [boundary_gap(r[b].detach(), k) for b in range(B)]
+    else:
+        sel = [list(range(S)) for _ in range(B)]
+    gates = torch.zeros(B, S, width, dtype=DTYPE)
+    choice, gate_gaps, rows = [], [], []
+    for b in range(B):
+        idx = torch.tensor(sel[b], dtype=torch.long)
+        xs = x[b, idx]
+        a = attn_block(xs, idx, P, cfg)
+        u = norm(xs + a, P, "Norm2", cfg)
+        G = torch.softmax(u @ P["Gate"], dim=-1)              # n x E'
+        gates[b, idx] = G.detach()
+        n = len(sel[b])
+        ke = expert_capacity(ce, n)
+        row_choice, gaps = [], []
+        m = torch.zeros(n, d, dtype=DTYPE)
+        for e in range(width):
+            took = topk_select(G[:, e].detach(), ke)          # indices among the n tokens
+            row_choice.append([sel[b][t] for t in took])
+            gap = boundary_gap(G[:, e].detach(), ke)
+            if gap is not None:
+                gaps.append(gap)
+            if e >= E or not took:
+                continue                                       # a no-op expert: f = 0
+            it = torch.tensor(took, dtype=torch.long)
+            We = {w: P["Expert%d.%s" % (e, w)] for w in ("W1", "W2", "W3") if "Expert%d.%s" % (e, w) in P}
+            y = mlp(u[it], We, cfg)
+            gate = torch.ones(len(took), 1, dtype=DTYPE) if deviates("mode_ungated_experts") else G[it, e][:, None]
+            m = m.index_add(0, it, gate * y)
+        f = a + m
+        upd = r[b, idx][:, None] * f if staged else f
+        rows.append(x[b].index_add(0, idx, upd))
+        choice.append(row_choice)
+        gate_gaps.append(min(gaps) if gaps else -1.0)
+    res["out"] = torch.stack(rows, dim=0)
+    res["gates"] = gates
+    res["expert_choice"] = torch.tensor(choice, dtype=torch.long)
+    res["gaps"] = ([[-1.0 if g is None else g for g in router_gaps]] if staged else []) + [gate_gaps]
+    return res

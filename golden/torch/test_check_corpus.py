@@ -159,3 +159,63 @@ class TestChecker(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def write_mode_case(d, name, mutate=None):
+    """A staged MoDE case (docs/spec.md §14) whose expected values are mod_torch's own."""
+    from test_mod_torch import mode_cfg, mode_params
+    gen = torch.Generator().manual_seed(13)
+    cfg = mode_cfg(experts=3, expert_capacity=0.5)
+    P = mode_params(cfg, gen)
+    x = torch.randn(2, 8, 8, generator=gen)
+    U = torch.randn(2, 8, 8, generator=gen)
+    leaves = [x] + list(P.values())
+    for t in leaves:
+        t.requires_grad_(True)
+    res = M.mode_layer(x, P, cfg)
+    gs = torch.autograd.grad((U * res["out"]).sum(), leaves, allow_unused=True)
+    arrays = {"input.x": x, "upstream.out": U, "expected.out": res["out"],
+              "expected.router_logits": res["router_logits"], "expected.selected": res["selected"],
+              "expected.gates": res["gates"], "expected.expert_choice": res["expert_choice"],
+              "grad.input.x": gs[0]}
+    for (k, v), g in zip(P.items(), gs[1:]):
+        arrays["param." + k] = v
+        arrays["grad.param." + k] = torch.zeros_like(v) if g is None else g
+    arrays = {k: v.detach().numpy().copy() for k, v in arrays.items()}
+    if mutate:
+        mutate(arrays)
+    man = {"format": "modref-golden", "version": 1, "name": name, "kind": "mode",
+           "config": {"batch": 2, "seq_len": 8, "mode": cfg},
+           "loss": "sum(upstream.out * out)",
+           "arrays": [{"name": k, "dtype": a.dtype.str, "shape": list(a.shape)} for k, a in arrays.items()]}
+    with open(os.path.join(d, name + ".json"), "w") as fh:
+        json.dump(man, fh)
+    np.savez(os.path.join(d, name + ".npz"), **arrays)
+
+
+class TestModeCases(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_mode_case_passes_and_a_changed_choice_fails(self):
+        def move(a):
+            a["expected.expert_choice"][0, 0, 0] = (a["expected.expert_choice"][0, 0, 0] + 1) % 8
+        write_mode_case(self.dir, "a-mode")
+        write_mode_case(self.dir, "b-mode-moved", move)
+        rc, out = run([self.dir])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("PASS a-mode", out)
+        self.assertIn("FAIL b-mode-moved", out)
+        self.assertIn("expected.expert_choice", out)
+
+    def test_ungated_deviation_fails_the_mode_case(self):
+        write_mode_case(self.dir, "mode")
+        try:
+            rc, out = run(["--deviate", "mode_ungated_experts", self.dir])
+        finally:
+            M.DEVIATION = None
+        self.assertEqual(rc, 1, out)
+        self.assertIn("FAIL mode", out)

@@ -401,3 +401,78 @@ class TestModel(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def mode_cfg(**kw):
+    c = {"d_model": 8, "heads": 2, "d_ff": 16, "norm": "rmsnorm", "norm_eps": 1e-6,
+         "mlp": "gelu", "positions": "rope", "rope_base": 10000,
+         "form": "staged", "experts": 1, "noop_experts": 0, "capacity": 0.5, "expert_capacity": 1.0}
+    c.update(kw)
+    return c
+
+
+def mode_params(cfg, gen):
+    d, f = cfg["d_model"], cfg["d_ff"]
+    E, width = cfg["experts"], cfg["experts"] + cfg["noop_experts"]
+
+    def rn(*shape, s=0.3):
+        return torch.randn(*shape, generator=gen) * s
+
+    P = {"Norm1": 1 + rn(d, s=0.1), "Wq": rn(d, d), "Wk": rn(d, d), "Wv": rn(d, d), "Wo": rn(d, d),
+         "Norm2": 1 + rn(d, s=0.1), "Router": rn(d), "Gate": rn(d, width)}
+    for e in range(E):
+        P["Expert%d.W1" % e], P["Expert%d.W2" % e] = rn(d, f), rn(f, d)
+        if cfg["mlp"] == "swiglu":
+            P["Expert%d.W3" % e] = rn(d, f)
+    return P
+
+
+class TestMoDE(unittest.TestCase):
+    def test_staged_one_expert_is_mod(self):
+        # one expert of capacity 1: its gate is softmax of one logit, 1, and it takes
+        # every selected token, so staged MoDE is the paper's routed layer (Eq. 1)
+        gen = torch.Generator().manual_seed(3)
+        cfg = mode_cfg()
+        P = mode_params(cfg, gen)
+        x = torch.randn(2, 8, 8, generator=gen)
+        res = M.mode_layer(x, P, cfg)
+        LP = dict(P, W1=P["Expert0.W1"], W2=P["Expert0.W2"])
+        want = M.routed_layer(x, [8, 8], LP, layer_cfg())
+        self.assertTrue(torch.allclose(res["out"], want["out"], rtol=0, atol=1e-14))
+        self.assertTrue(torch.equal(res["selected"], want["selected"]))
+        self.assertEqual(res["expert_choice"].tolist(), [[s] for s in want["sel"]])
+
+    def test_integrated_capacity_and_noop(self):
+        # every expert, the no-op one included, takes exactly k_e tokens; a token no
+        # conventional expert took comes out as x + a, identical to the output with
+        # every expert's W2 zeroed
+        gen = torch.Generator().manual_seed(5)
+        cfg = mode_cfg(form="integrated", experts=2, noop_experts=1, capacity=0, expert_capacity=0.375)
+        P = mode_params(cfg, gen)
+        x = torch.randn(2, 8, 8, generator=gen)
+        res = M.mode_layer(x, P, cfg)
+        self.assertEqual(tuple(res["expert_choice"].shape), (2, 3, 3))
+        silent = dict(P, **{"Expert%d.W2" % e: torch.zeros(16, 8) for e in range(2)})
+        base = M.mode_layer(x, silent, cfg)["out"]
+        untouched = 0
+        for b in range(2):
+            took = set(res["expert_choice"][b, :2].reshape(-1).tolist())
+            for i in range(8):
+                if i not in took:
+                    untouched += 1
+                    self.assertTrue(torch.equal(res["out"][b, i], base[b, i]))
+        self.assertGreater(untouched, 0)
+
+    def test_ungated_deviation_changes_out(self):
+        gen = torch.Generator().manual_seed(7)
+        cfg = mode_cfg(experts=3, expert_capacity=0.5)
+        P = mode_params(cfg, gen)
+        x = torch.randn(1, 8, 8, generator=gen)
+        M.DEVIATION = None
+        want = M.mode_layer(x, P, cfg)["out"]
+        M.DEVIATION = "mode_ungated_experts"
+        try:
+            got = M.mode_layer(x, P, cfg)["out"]
+        finally:
+            M.DEVIATION = None
+        self.assertGreater(float((got - want).abs().max()), 1e-3)

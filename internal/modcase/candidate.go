@@ -16,9 +16,12 @@ import (
 func Candidate(c *golden.Case) (map[string]*golden.Array, error) {
 	var got map[string]any
 	var err error
-	if c.Manifest.Kind == golden.KindLayer {
+	switch c.Manifest.Kind {
+	case golden.KindLayer:
 		got, err = runLayerCase(c)
-	} else {
+	case golden.KindMoDE:
+		got, err = runMoDECase(c)
+	default:
 		got, err = runModelCase(c)
 	}
 	if err != nil {
@@ -126,6 +129,48 @@ func runLayerCase(c *golden.Case) (map[string]any, error) {
 	got["expected.loss"] = []float64{float64(loss.Data[0])}
 	tp.Backward(loss)
 	got["grad.input.x"] = widen(in.X.Grad)
+	for _, p := range l.Params("") {
+		got["grad.param."+p.Name] = widen(p.T.Grad)
+	}
+	return got, nil
+}
+
+// runMoDECase computes every array a mode case judges: the forward values,
+// the decision and the gradients of sum(upstream.out * out).
+func runMoDECase(c *golden.Case) (map[string]any, error) {
+	l, x, err := MoDEFromCase(c)
+	if err != nil {
+		return nil, err
+	}
+	rows, s := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen
+	var tp autograd.Tape
+	res, err := l.Forward(&tp, x, rows, s)
+	if err != nil {
+		return nil, err
+	}
+	var choice []float64
+	for _, row := range res.Frozen.Experts {
+		for _, ch := range row {
+			for _, i := range ch {
+				choice = append(choice, float64(i))
+			}
+		}
+	}
+	got := map[string]any{
+		"expected.out":           widen(res.Out.Data),
+		"expected.router_logits": widen(res.RouterLogits),
+		"expected.selected":      selection(res.Frozen.Selected),
+		"expected.gates":         widen(res.Gates),
+		"expected.expert_choice": choice,
+	}
+	u, ok := c.Arrays["upstream.out"]
+	if !ok || len(u.F) != res.Out.Len() {
+		return nil, fmt.Errorf("upstream.out is missing or does not match out (%dx%d)", res.Out.Rows, res.Out.Cols)
+	}
+	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
+	got["expected.loss"] = []float64{float64(loss.Data[0])}
+	tp.Backward(loss)
+	got["grad.input.x"] = widen(x.Grad)
 	for _, p := range l.Params("") {
 		got["grad.param."+p.Name] = widen(p.T.Grad)
 	}

@@ -52,6 +52,30 @@ func LayerFromCase(c *golden.Case) (*mod.Layer, mod.LayerInputs, error) {
 	return l, in, nil
 }
 
+// MoDEFromCase builds the MoDE layer of a golden mode case (docs/spec.md
+// §14) with the case's parameters, rounded to float32, and its input X as a
+// parameter, so that a backward pass fills its gradient.
+func MoDEFromCase(c *golden.Case) (*mod.MoDE, *autograd.Tensor, error) {
+	m := c.Manifest
+	if m.Kind != golden.KindMoDE || m.Config.MoDE == nil {
+		return nil, nil, fmt.Errorf("mod: case %s is a %s case, want a mode case", m.Name, m.Kind)
+	}
+	cfg := *m.Config.MoDE
+	l, err := mod.NewMoDE(cfg, rand.New(rand.NewPCG(0, 0)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("mod: case %s: %w", m.Name, err)
+	}
+	if err := mod.LoadParams(l.Params(""), caseParams(c)); err != nil {
+		return nil, nil, fmt.Errorf("mod: case %s: %w", m.Name, err)
+	}
+	rows, s, d := m.Config.Batch, m.Config.SeqLen, cfg.Block.D
+	x, err := caseFloats(c, "input.x", rows*s*d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, autograd.NewParam(rows*s, d, x), nil
+}
+
 // ModelFromCase builds the model of a golden model or decode case with the
 // case's parameters, rounded to float32, and its inputs.
 func ModelFromCase(c *golden.Case) (*mod.Model, mod.ModelInputs, error) {

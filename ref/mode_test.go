@@ -1,0 +1,191 @@
+package ref
+
+import (
+	"slices"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/spec"
+)
+
+// modeCase draws a MoDE layer and a batch of B rows of S tokens.
+func modeCase(cfg spec.MoDEConfig, batch, s int, seed uint64) (*MoDEParams, []*mat.Dense) {
+	rng := NewRand(seed)
+	p := NewMoDEParams(cfg, rng)
+	var x []*mat.Dense
+	for range batch {
+		x = append(x, RandomMatrix(rng, s, cfg.Block.D, 1))
+	}
+	return p, x
+}
+
+func TestExpertCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		ce   float64
+		n, k int
+	}{{0.29, 100, 29}, {0.5, 8, 4}, {0.1, 5, 1}, {1, 7, 7}, {0.35, 8, 2}, {0.5, 0, 0}} {
+		if k := ExpertCapacity(tc.ce, tc.n); k != tc.k {
+			t.Errorf("ExpertCapacity(%v, %d) = %d, want %d", tc.ce, tc.n, k, tc.k)
+		}
+	}
+}
+
+// TestExpertChoiceHand checks expert choice on gates worked out by hand:
+// each expert takes its k largest, ties to the lower token, ascending.
+func TestExpertChoiceHand(t *testing.T) {
+	gates := [][]float64{
+		{0.5, 0.2, 0.3},
+		{0.1, 0.6, 0.3},
+		{0.5, 0.1, 0.4},
+		{0.2, 0.6, 0.2},
+	}
+	got, err := ExpertChoice(gates, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expert 0: 0.5 at tokens 0 and 2. Expert 1: 0.6 at 1 and 3. Expert 2:
+	// 0.4 at 2, then 0.3 at tokens 0 and 1: the lower one wins.
+	want := [][]int{{0, 2}, {1, 3}, {0, 2}}
+	for e := range want {
+		if !slices.Equal(got[e], want[e]) {
+			t.Errorf("expert %d chose %v, want %v", e, got[e], want[e])
+		}
+	}
+	gates[3][1] = gates[3][1] * 0 / 0
+	if _, err := ExpertChoice(gates, 2); err == nil {
+		t.Error("a NaN gate gave no error")
+	}
+}
+
+// TestMoDEStagedOneExpertIsMoD: with one expert of capacity 1 the gate is
+// softmax of one logit, exactly 1, and the expert takes every gathered
+// token, so the staged layer is the paper's MoD layer (Eq. 1) with that
+// expert as its MLP, bit for bit.
+func TestMoDEStagedOneExpertIsMoD(t *testing.T) {
+	cfg := spec.MoDEConfig{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEStaged, Experts: 1, Capacity: 0.5, ExpertCapacity: 1}
+	p, x := modeCase(cfg, 2, 8, 3)
+	res, err := MoDEForward(cfg, p, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := spec.DefaultConfig(cfg.Block, 0.5)
+	lp := &LayerParams{Block: p.Block, Router: p.Router}
+	lp.Block.W1, lp.Block.W2 = p.Experts[0].W1, p.Experts[0].W2
+	want, err := LayerForward(lc, lp, LayerInputs{X: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range x {
+		if !slices.Equal(res.Selection.Rows[b], want.Selection.Rows[b]) {
+			t.Errorf("row %d: selection %v, MoD's %v", b, res.Selection.Rows[b], want.Selection.Rows[b])
+		}
+		if !slices.Equal(res.Experts[b][0], want.Selection.Rows[b]) {
+			t.Errorf("row %d: the expert chose %v, want every gathered token %v", b, res.Experts[b][0], want.Selection.Rows[b])
+		}
+		assertClose(t, "out", res.Out[b].RawMatrix().Data, want.Out[b].RawMatrix().Data, 0)
+		for _, i := range want.Selection.Rows[b] {
+			if res.Gates[b][i][0] != 1 {
+				t.Errorf("row %d position %d: gate %v, want 1", b, i, res.Gates[b][i][0])
+			}
+		}
+	}
+	f := want.FLOPs
+	f.Router += GateFLOPs(8, 1, 2*4)
+	f.Total += GateFLOPs(8, 1, 2*4)
+	if res.FLOPs != f {
+		t.Errorf("FLOPs %+v, want MoD's plus the gate, %+v", res.FLOPs, f)
+	}
+}
+
+// TestMoDEIntegratedTokens checks the integrated form token by token: every
+// expert, the no-op one included, takes k_e tokens; a token gets
+// G_ie·MLP_e(u_i) from each conventional expert that chose it and nothing
+// else beyond attention.
+func TestMoDEIntegratedTokens(t *testing.T) {
+	cfg := spec.MoDEConfig{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEIntegrated, Experts: 2, NoOpExperts: 1, ExpertCapacity: 0.375}
+	cfg.Block.MLP = spec.ActSwiGLU
+	p, x := modeCase(cfg, 2, 8, 5)
+	res, err := MoDEForward(cfg, p, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range x {
+		if res.ExpertCapacity[b] != 3 {
+			t.Errorf("row %d: k_e = %d, want floor(0.375·8) = 3", b, res.ExpertCapacity[b])
+		}
+		a, err := AttentionUpdate(cfg.Block, &p.Block, x[b], iota(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e, c := range res.Experts[b] {
+			if len(c) != 3 {
+				t.Errorf("row %d expert %d chose %v, want 3 tokens", b, e, c)
+			}
+		}
+		for i := range 8 {
+			h := make([]float64, 8)
+			for j := range h {
+				h[j] = x[b].At(i, j) + a.At(i, j)
+			}
+			u := normalize(cfg.Block, p.Block.Norm2, p.Block.Norm2Bias, h)
+			g := Softmax(vecMat(u, p.Gate))
+			assertClose(t, "gates", res.Gates[b][i], g, 1e-15)
+			want := append([]float64(nil), h...)
+			for e := range cfg.Experts {
+				if slices.Contains(res.Experts[b][e], i) {
+					y := MLP(cfg.Block, &p.Experts[e], u)
+					for j := range want {
+						want[j] += g[e] * y[j]
+					}
+				}
+			}
+			assertClose(t, "out", res.Out[b].RawRowView(i), want, 1e-14)
+		}
+	}
+}
+
+// TestMoDEFrozenReplay checks that replaying a forward's own decision gives
+// its output bit for bit, and that a decision of the wrong shape is an
+// error.
+func TestMoDEFrozenReplay(t *testing.T) {
+	for _, cfg := range []spec.MoDEConfig{
+		{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEStaged, Experts: 3, Capacity: 0.5, ExpertCapacity: 0.5},
+		{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEIntegrated, Experts: 2, NoOpExperts: 2, ExpertCapacity: 0.25},
+	} {
+		p, x := modeCase(cfg, 2, 8, 7)
+		res, err := MoDEForward(cfg, p, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := MoDEForwardFrozen(cfg, p, x, res.Frozen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range x {
+			assertClose(t, string(cfg.Form)+" replay", again.Out[b].RawMatrix().Data, res.Out[b].RawMatrix().Data, 0)
+		}
+		bad := res.Frozen
+		bad.Experts = bad.Experts[:1]
+		if _, err := MoDEForwardFrozen(cfg, p, x, bad); err == nil {
+			t.Errorf("%s: a frozen choice of one row gave no error", cfg.Form)
+		}
+	}
+}
+
+// TestAttentionFLOPsWindow: with a window w each query counts min(n, w)
+// keys, so 6 tokens with w = 4 cost 4·6·4·d in scores and values, and a
+// window wider than the sequence changes nothing.
+func TestAttentionFLOPsWindow(t *testing.T) {
+	c := spec.DefaultBlockConfig(8, 2, 16)
+	proj, full := AttentionFLOPs(c, 6)
+	c.Window = 4
+	proj4, win := AttentionFLOPs(c, 6)
+	if proj4 != proj || win != 4*6*4*8 || full != 4*6*6*8 {
+		t.Errorf("scores %d with w = 4 and %d without, projections %d and %d; want %d, %d and equal projections", win, full, proj4, proj, 4*6*4*8, 4*6*6*8)
+	}
+	c.Window = 10
+	if _, wide := AttentionFLOPs(c, 6); wide != full {
+		t.Errorf("w = 10 > n = 6: scores %d, want the full square's %d", wide, full)
+	}
+}
