@@ -33,7 +33,8 @@ var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indi
 // once (golden/torch/audit_catches.py checks every claim):
 // weight_mlp_only wherever some layer gathers its whole block with a
 // weight other than 1 (docs/spec.md §11; its emulation's skip rules), and
-// gather_first_k wherever some layer gathers by top-k.
+// gather_first_k wherever some layer gathers by top-k, and no_causal_mask
+// wherever some layer gathers its whole block without a window.
 func withComputedCatches(catches []string, cfgs []spec.Config) []string {
 	out := slices.Clone(catches)
 	add := func(name string) {
@@ -47,6 +48,9 @@ func withComputedCatches(catches []string, cfgs []spec.Config) []string {
 		}
 		if skipFirstK(cfg) == "" {
 			add("gather_first_k")
+		}
+		if skipNoCausalMask(cfg) == "" {
+			add("no_causal_mask")
 		}
 	}
 	return out
