@@ -248,14 +248,12 @@ func (hw *headWork) run() {
 //
 // The chain multiplies each row of probabilities by all m values; the block
 // multiplies only by the values of the keys it can see. A probability of a
-// hidden key is exp(−Inf)/sum = +0, and a kernel's chain of multiply-adds
-// is unchanged by a zero term at its start (where it is +0, and
-// +0 + ±0 = +0) and by one at its end (chainZeroSigns mends the one
-// exception), provided the value is finite (0·Inf is NaN): a head with a
-// value that is not takes every key. A row whose sum is NaN has NaN
-// probabilities, hidden ones too, and so a NaN output row either way. The
-// row maxima and sums are the same over the visible keys as over all (a
-// hidden score is −Inf: never the maximum, and its exponential adds +0).
+// hidden key is exp(−Inf) / sum = +0, and a kernel's chain of
+// multiply-adds is unchanged by a zero term at its start (where it is +0,
+// and +0 + ±0 = +0) and by one at its end, unless the value is not finite
+// (0·Inf is NaN): skipsExact decides. The row maxima and sums are the same
+// over the visible keys as over all (a hidden score is −Inf: never the
+// maximum, and its exponential adds +0).
 func (hw *headWork) forwardHead(hd, wk int) {
 	m, dh, heads, bs := hw.m, hw.dh, hw.heads, hw.bs
 	size := hw.forwardSize()
@@ -276,9 +274,9 @@ func (hw *headWork) forwardHead(hd, wk int) {
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
 			row := probs[(i-i0)*w : (i-i0+1)*w]
-			a, z := hw.seen(row, i, lo, skip)
-			mx, sum := rowExpSum(row[a:z], ew[a:z])
-			for j := a; j < z; j++ {
+			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
+			mx, sum := rowExpSum(row, ew[:w])
+			for j := range row {
 				row[j] = float32(ew[j] / sum)
 			}
 			if hw.vals != nil {
@@ -310,27 +308,6 @@ func chainZeroSigns(head, rest []float32, dh int) {
 			}
 		}
 	}
-}
-
-// seen prepares row, query i's scores for the keys from lo on, for its
-// softmax and returns the part [a, z) of row the softmax is to take. With
-// skip (sorted positions, every hidden probability +0) that is the keys
-// the query sees, and the others are set to +0 here, which is what their
-// exp(−Inf)/sum is; otherwise it is the whole row, the scores of hidden
-// keys set to −Inf.
-func (hp *headParams) seen(row []float32, i, lo int, skip bool) (a, z int) {
-	if !skip {
-		hide(row, hp.p[lo:lo+len(row)], hp.p[i], hp.window)
-		return 0, len(row)
-	}
-	p := hp.p
-	if hp.window > 0 {
-		a = firstAtLeast(p, 0, p[i]-hp.window+1) - lo
-	}
-	z = firstAtLeast(p, i, p[i]+1) - lo
-	clear(row[:a])
-	clear(row[z:])
-	return a, z
 }
 
 // hide sets to −Inf the scores in row, of the keys at positions keys, that
@@ -442,10 +419,10 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
 			row := probs[(i-i0)*w : (i-i0+1)*w]
-			a, z := hw.seen(row, i, lo, skip)
+			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
 			mx, sum := stats[2*i], stats[2*i+1]
-			for j := a; j < z; j++ {
-				row[j] = float32(exp(float64(row[j])-mx) / sum)
+			for j, s := range row {
+				row[j] = float32(exp(float64(s)-mx) / sum)
 			}
 		}
 		if v.Grad != nil {
