@@ -248,12 +248,14 @@ func (hw *headWork) run() {
 //
 // The chain multiplies each row of probabilities by all m values; the block
 // multiplies only by the values of the keys it can see. A probability of a
-// hidden key is exp(−Inf) / sum = +0, and a kernel's chain of
-// multiply-adds is unchanged by a zero term at its start (where it is +0,
-// and +0 + ±0 = +0) and by one at its end, unless the value is not finite
-// (0·Inf is NaN): skipsExact decides. The row maxima and sums are the same
-// over the visible keys as over all (a hidden score is −Inf: never the
-// maximum, and its exponential adds +0).
+// hidden key is exp(−Inf)/sum = +0, and a kernel's chain of multiply-adds
+// is unchanged by a zero term at its start (where it is +0, and
+// +0 + ±0 = +0) and by one at its end (chainZeroSigns mends the one
+// exception), provided the value is finite (0·Inf is NaN): a head with a
+// value that is not takes every key. A row whose sum is NaN has NaN
+// probabilities, hidden ones too, and so a NaN output row either way. The
+// row maxima and sums are the same over the visible keys as over all (a
+// hidden score is −Inf: never the maximum, and its exponential adds +0).
 func (hw *headWork) forwardHead(hd, wk int) {
 	m, dh, heads, bs := hw.m, hw.dh, hw.heads, hw.bs
 	size := hw.forwardSize()
