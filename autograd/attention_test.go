@@ -196,7 +196,7 @@ func TestCausalAttentionBlocksAreTheChain(t *testing.T) {
 			{iota(1, 1)}, {iota(50, 1)}, {iota(64, 1)}, {iota(65, 1)}, {iota(200, 1)},
 			{iota(130, 3)}, {repeats}, {iota(70, 1), iota(33, 2), repeats},
 		} {
-			for _, window := range []int{0, 1, 5, 10, 64, 100, 300} {
+			for _, window := range []int{0, 1, 10, 100} {
 				for _, hd := range [][2]int{{1, 8}, {3, 4}, {2, 64}} {
 					c := attentionCase{heads: hd[0], dh: hd[1], window: window, pos: pos}
 					compareAttention(t, c, 1, uint64(block*window+len(pos[0])), block, true)
