@@ -30,7 +30,9 @@ import (
 // recomputes each head's scores and probabilities from q, k and the
 // softmax's row maxima and sums (kept in float64), so that the tape holds
 // O(T·h) numbers for the scores instead of O(h·Σ len(pos[b])²) values and
-// gradients. pos is copied.
+// gradients. It works on blocks of attentionBlock queries (and keys) and
+// leaves out the keys a block cannot see, whose terms the chain adds as
+// exact zeros; see skipsExact for when it does. pos is copied.
 func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window int) *Tensor {
 	total := 0
 	for _, p := range pos {
@@ -70,14 +72,21 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 			stats += 2 * heads * m
 		}
 		w := workers(heads)
-		hw.p, hw.m = p, m
-		hw.buf, hw.e = tp.f32(w*(m*m+m*dh)), tp.f64(w*m)
+		hw.setSequence(p)
+		hw.buf, hw.e = tp.f32(w*hw.forwardSize()), tp.f64(w*m)
 		hw.runOn(w)
 		hw.off += m
 	}
 	hw.headParams = headParams{}
 	return out
 }
+
+// attentionBlock is how many queries (and, in the backward pass, keys)
+// CausalAttention takes at a time: each block of queries is multiplied only
+// with the keys its queries can see, each block of keys only with the
+// queries that see it. It changes the work, never the bits (tests set other
+// sizes to check that).
+var attentionBlock = 64
 
 // headWork is the per-sequence work of CausalAttention's forward or backward
 // pass, shared out head by head among goroutines. A tape keeps one and
@@ -95,10 +104,78 @@ type headParams struct {
 	heads, total int // heads and rows per head
 	dh, window   int
 	p            []int // the sequence's positions
+	sorted       bool  // whether p never decreases
+	bs           int   // the block size, at most m
 	off, m       int   // its first row in each head's block and its length
 	buf          []float32
 	e            []float64
 	vals         []float64 // row maxima and sums, two per row of each head
+}
+
+// setSequence makes p, a sequence of positions, the one to compute.
+func (hw *headWork) setSequence(p []int) {
+	hw.p, hw.m = p, len(p)
+	hw.sorted = slices.IsSorted(p)
+	hw.bs = min(len(p), attentionBlock)
+}
+
+// forwardSize is the float32 scratch one goroutine needs for a forward
+// head: a block's scores and its rows of output.
+func (hp *headParams) forwardSize() int { return hp.bs*hp.m + hp.bs*hp.dh }
+
+// backwardSize is the float32 scratch one goroutine needs for a backward
+// head: the probabilities and score gradients of the whole head, stored
+// block of keys after block of keys (so that each block's columns are one
+// matrix), a block's rows of both, the head's output gradient and query
+// gradient, and one block of a gradient.
+func (hp *headParams) backwardSize() int {
+	return 2*hp.m*hp.m + 2*hp.bs*hp.m + 2*hp.m*hp.dh + hp.bs*hp.dh
+}
+
+// keys returns the keys [lo, hi) that the queries [i0, i1) can see at
+// least one of, or all keys when the positions are not sorted.
+func (hp *headParams) keys(i0, i1 int) (lo, hi int) {
+	p := hp.p
+	if !hp.sorted {
+		return 0, hp.m
+	}
+	if hp.window > 0 {
+		lo = firstAtLeast(p, 0, p[i0]-hp.window+1)
+	}
+	return lo, firstAtLeast(p, i1, p[i1-1]+1)
+}
+
+// queries returns the queries [lo, hi) from the first that sees one of the
+// keys [j0, j1) to the last, or all queries when the positions are not
+// sorted. A query in between may see none of them (with a window, keys
+// can be a window apart), but the keys its block of queries sees,
+// rounded out to whole blocks of keys, include [j0, j1): its block's first
+// query sees no later than j1−1 and its last no earlier than j0.
+func (hp *headParams) queries(j0, j1 int) (lo, hi int) {
+	p := hp.p
+	if !hp.sorted {
+		return 0, hp.m
+	}
+	hi = hp.m
+	if hp.window > 0 {
+		hi = firstAtLeast(p, j1, p[j1-1]+hp.window)
+	}
+	return firstAtLeast(p, 0, p[j0]), hi
+}
+
+// firstAtLeast returns the first index from `from` on of sorted p whose
+// position is at least x, or len(p).
+func firstAtLeast(p []int, from, x int) int {
+	lo, hi := from, len(p)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if p[mid] < x {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // headWork returns the tape's reusable headWork.
@@ -166,40 +243,101 @@ func (hw *headWork) run() {
 	}
 }
 
-// forwardHead computes head hd's probabilities, row statistics and output.
+// forwardHead computes head hd's probabilities, row statistics and output,
+// a block of queries at a time.
+//
+// The chain multiplies each row of probabilities by all m values; the block
+// multiplies only by the values of the keys it can see. A probability of a
+// hidden key is exp(−Inf)/sum = +0, and a kernel's chain of multiply-adds
+// is unchanged by a zero term at its start (where it is +0, and
+// +0 + ±0 = +0) and by one at its end (chainZeroSigns mends the one
+// exception), provided the value is finite (0·Inf is NaN): a head with a
+// value that is not takes every key. A row whose sum is NaN has NaN
+// probabilities, hidden ones too, and so a NaN output row either way. The
+// row maxima and sums are the same over the visible keys as over all (a
+// hidden score is −Inf: never the maximum, and its exponential adds +0).
 func (hw *headWork) forwardHead(hd, wk int) {
-	m, dh, heads := hw.m, hw.dh, hw.heads
-	b := hw.buf[wk*(m*m+m*dh) : (wk+1)*(m*m+m*dh)]
-	probs, head := b[:m*m], b[m*m:]
+	m, dh, heads, bs := hw.m, hw.dh, hw.heads, hw.bs
+	size := hw.forwardSize()
+	b := hw.buf[wk*size : (wk+1)*size]
 	ew := hw.e[wk*m : (wk+1)*m]
 	r := (hd*hw.total + hw.off) * dh
 	qh, kh, vh := hw.q.Data[r:r+m*dh], hw.k.Data[r:r+m*dh], hw.v.Data[r:r+m*dh]
-	kernel.MatMulNT(probs, qh, kh, m, dh, m)
-	for i := 0; i < m; i++ {
-		row := probs[i*m : (i+1)*m]
-		hide(row, hw.p, i, hw.window)
-		mx, sum := rowExpSum(row, ew)
-		for j := range row {
-			row[j] = float32(ew[j] / sum)
+	skip := hw.sorted && finite(vh)
+	for i0 := 0; i0 < m; i0 += bs {
+		i1 := min(i0+bs, m)
+		n := i1 - i0
+		lo, hi := 0, m
+		if skip {
+			lo, hi = hw.keys(i0, i1)
 		}
-		if hw.vals != nil {
-			hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
+		w := hi - lo
+		probs, head := b[:n*w], b[bs*m:][:n*dh]
+		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
+		for i := i0; i < i1; i++ {
+			row := probs[(i-i0)*w : (i-i0+1)*w]
+			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
+			mx, sum := rowExpSum(row, ew[:w])
+			for j := range row {
+				row[j] = float32(ew[j] / sum)
+			}
+			if hw.vals != nil {
+				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
+			}
 		}
-	}
-	kernel.MatMulNN(head, probs, vh, m, m, dh)
-	for i := 0; i < m; i++ {
-		copy(hw.out.Data[(hw.off+i)*heads*dh+hd*dh:][:dh], head[i*dh:(i+1)*dh])
+		kernel.MatMulNN(head, probs, vh[lo*dh:hi*dh], n, w, dh)
+		chainZeroSigns(head, vh[hi*dh:], dh)
+		for i := i0; i < i1; i++ {
+			copy(hw.out.Data[(hw.off+i)*heads*dh+hd*dh:][:dh], head[(i-i0)*dh:(i-i0+1)*dh])
+		}
 	}
 }
 
-// hide sets to −Inf the scores of row i that query i may not see.
-func hide(row []float32, p []int, i, window int) {
-	pi := p[i]
-	for j, pj := range p {
+// chainZeroSigns gives the zeros in head (rows of a block's output, dₕ
+// wide) the sign the chain gives them. The chain goes on past the block's
+// last key with terms +0·vⱼ (rest holds those vⱼ), which leave a nonzero
+// sum as it is but turn a −0 (a sum that underflowed) into +0 unless the
+// sign bit of every vⱼ in its column is set.
+func chainZeroSigns(head, rest []float32, dh int) {
+	for i, x := range head {
+		if x != 0 || !math.Signbit(float64(x)) {
+			continue
+		}
+		for j := i % dh; j < len(rest); j += dh {
+			if !math.Signbit(float64(rest[j])) {
+				head[i] = 0
+				break
+			}
+		}
+	}
+}
+
+// hide sets to −Inf the scores in row, of the keys at positions keys, that
+// the query at position pi may not see.
+func hide(row []float32, keys []int, pi, window int) {
+	for j, pj := range keys {
 		if pj > pi || (window > 0 && pi-pj >= window) {
 			row[j] = float32(math.Inf(-1))
 		}
 	}
+}
+
+// finite reports whether every element of x is finite.
+func finite(x []float32) bool { return largest(x) <= math.MaxFloat32 }
+
+// largest returns the largest |x_i|, or +Inf if any x_i is not finite.
+func largest(x []float32) float64 {
+	mx := 0.0
+	for _, v := range x {
+		a := math.Abs(float64(v))
+		if !(a <= mx) { // a NaN is not below anything either
+			if a != a {
+				return math.Inf(1)
+			}
+			mx = a
+		}
+	}
+	return mx
 }
 
 // backwardCausalAttention recomputes each head's probabilities P and adds
@@ -216,64 +354,151 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 	hw.headParams = headParams{backward: true, q: q, k: k, v: v, out: nd.out, heads: heads, total: total, dh: dh, window: window}
 	for len(rest) > 0 {
 		m := rest[0]
-		hw.p, hw.m = rest[1:1+m], m
+		hw.setSequence(rest[1 : 1+m])
 		rest = rest[1+m:]
 		hw.vals = stats[:2*heads*m]
 		stats = stats[2*heads*m:]
 		w := workers(heads)
-		hw.buf = tp.f32(w * (2*m*m + 2*m*dh))
+		hw.buf = tp.f32(w * hw.backwardSize())
 		hw.runOn(w)
 		hw.off += m
 	}
 	hw.headParams = headParams{}
 }
 
-// backwardHead adds head hd's gradients into q, k and v.
-func (hw *headWork) backwardHead(hd, wk int) {
-	m, dh, heads := hw.m, hw.dh, hw.heads
-	q, k, v, g := hw.q, hw.k, hw.v, hw.out.Grad
-	size := 2*m*m + 2*m*dh
-	b := hw.buf[wk*size : (wk+1)*size]
-	probs, dp, dout, tmp := b[:m*m], b[m*m:2*m*m], b[2*m*m:2*m*m+m*dh], b[2*m*m+m*dh:]
-	r := (hd*hw.total + hw.off) * dh
-	qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
-	kernel.MatMulNT(probs, qh, kh, m, dh, m)
-	for i := 0; i < m; i++ {
-		row := probs[i*m : (i+1)*m]
-		hide(row, hw.p, i, hw.window)
-		mx, sum := hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1]
-		for j, s := range row {
-			row[j] = float32(exp(float64(s)-mx) / sum)
+// skipsExact reports whether the backward pass of a head may leave out the
+// terms of hidden (query, key) pairs and still have the chain's bits: when
+// every row's maximum is finite and its sum is not NaN (so a hidden
+// probability is +0), q and k are finite (so are the factors of a hidden
+// term of dQ and dK), and |dO|·|V|·dₕ ≤ 2¹⁰⁰ (so every dP, each row's
+// rowsum(dP ⊙ P) and dV's factors are finite, and a hidden dS is ±0).
+// A left-out term is then an exact zero, at the start of its chain (+0
+// stays +0) or at its end (a nonzero sum stays the same; a zero gradient
+// part may change its sign only if its chain underflowed to −0, and adding
+// it to the gradient, never −0, gives the same bits either way).
+func skipsExact(qh, kh, vh, dout []float32, stats []float64, dh int) bool {
+	for i := 0; i < len(stats); i += 2 {
+		if math.IsInf(stats[i], 0) || math.IsNaN(stats[i+1]) {
+			return false
 		}
 	}
+	return finite(qh) && finite(kh) && largest(dout)*largest(vh)*float64(dh) <= 0x1p100
+}
+
+// backwardHead adds head hd's gradients into q, k and v. A block of
+// queries at a time, it recomputes P and dS over the keys the block sees
+// and computes its rows of dQ; then, a block of keys at a time, dV and dK
+// from the queries that see the block. The gradients are added in the
+// chain's order (dV, dQ, dK), which matters when q, k and v share one.
+func (hw *headWork) backwardHead(hd, wk int) {
+	m, dh, heads, bs := hw.m, hw.dh, hw.heads, hw.bs
+	q, k, v, g := hw.q, hw.k, hw.v, hw.out.Grad
+	size := hw.backwardSize()
+	b := hw.buf[wk*size : (wk+1)*size]
+	pPanels, sPanels, b := b[:m*m], b[m*m:2*m*m], b[2*m*m:]
+	rowP, rowS, b := b[:bs*m], b[bs*m:2*bs*m], b[2*bs*m:]
+	dout, dq, tmp := b[:m*dh], b[m*dh:2*m*dh], b[2*m*dh:]
+	r := (hd*hw.total + hw.off) * dh
+	qh, kh, vh := q.Data[r:r+m*dh], k.Data[r:r+m*dh], v.Data[r:r+m*dh]
 	for i := 0; i < m; i++ {
 		copy(dout[i*dh:(i+1)*dh], g[(hw.off+i)*heads*dh+hd*dh:][:dh])
 	}
+	stats := hw.vals[2*hd*m : 2*(hd+1)*m]
+	skip := hw.sorted && skipsExact(qh, kh, vh, dout, stats, dh)
+	needS := q.Grad != nil || k.Grad != nil
+	for i0 := 0; i0 < m; i0 += bs {
+		i1 := min(i0+bs, m)
+		n := i1 - i0
+		lo, hi := 0, m
+		if skip {
+			// Whole blocks of keys, so that each block of keys' columns
+			// is filled for every query that queries(…) returns for it.
+			lo, hi = hw.keys(i0, i1)
+			lo, hi = lo/bs*bs, min(m, (hi+bs-1)/bs*bs)
+		}
+		w := hi - lo
+		probs := rowP[:n*w]
+		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
+		for i := i0; i < i1; i++ {
+			row := probs[(i-i0)*w : (i-i0+1)*w]
+			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
+			mx, sum := stats[2*i], stats[2*i+1]
+			for j, s := range row {
+				row[j] = float32(exp(float64(s)-mx) / sum)
+			}
+		}
+		if v.Grad != nil {
+			toPanels(pPanels, probs, m, bs, i0, i1, lo, hi)
+		}
+		if !needS {
+			continue
+		}
+		dp := rowS[:n*w]
+		kernel.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
+		for i := 0; i < n; i++ {
+			yi, gi := probs[i*w:(i+1)*w], dp[i*w:(i+1)*w]
+			var s float64
+			for j, x := range gi {
+				s += float64(float64(x) * float64(yi[j]))
+			}
+			for j := range gi {
+				gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
+			}
+		}
+		if q.Grad != nil {
+			kernel.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
+		}
+		if k.Grad != nil {
+			toPanels(sPanels, dp, m, bs, i0, i1, lo, hi)
+		}
+	}
 	if v.Grad != nil {
-		kernel.MatMulTN(tmp, probs, dout, m, m, dh)
-		vek32.Add_Inplace(v.Grad[r:r+m*dh], tmp)
-	}
-	if q.Grad == nil && k.Grad == nil {
-		return
-	}
-	kernel.MatMulNT(dp, dout, vh, m, dh, m)
-	for i := 0; i < m; i++ {
-		yi, gi := probs[i*m:(i+1)*m], dp[i*m:(i+1)*m]
-		var s float64
-		for j, w := range gi {
-			s += float64(float64(w) * float64(yi[j]))
-		}
-		for j := range gi {
-			gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
-		}
+		hw.keyBlocks(v.Grad[r:r+m*dh], pPanels, dout, tmp, skip)
 	}
 	if q.Grad != nil {
-		kernel.MatMulNN(tmp, dp, kh, m, m, dh)
-		vek32.Add_Inplace(q.Grad[r:r+m*dh], tmp)
+		vek32.Add_Inplace(q.Grad[r:r+m*dh], dq)
 	}
 	if k.Grad != nil {
-		kernel.MatMulTN(tmp, dp, qh, m, m, dh)
-		vek32.Add_Inplace(k.Grad[r:r+m*dh], tmp)
+		hw.keyBlocks(k.Grad[r:r+m*dh], sPanels, qh, tmp, skip)
+	}
+}
+
+// toPanels copies rows [i0, i1) of a matrix, their columns [lo, hi) held
+// in rows (hi−lo wide), into panels: the m×m matrix stored a block of bs
+// columns after another, each block's m rows bs wide (the last block
+// narrower). lo and hi are multiples of bs or m.
+func toPanels(panels, rows []float32, m, bs, i0, i1, lo, hi int) {
+	w := hi - lo
+	for j0 := lo; j0 < hi; j0 += bs {
+		bw := min(bs, m-j0)
+		panel := panels[j0*m : j0*m+m*bw]
+		copyBlock(panel[i0*bw:], bw, rows[j0-lo:], w, i1-i0)
+	}
+}
+
+// copyBlock copies n rows of w values from src (rows stride apart) to dst
+// (rows w apart).
+func copyBlock(dst []float32, w int, src []float32, stride, n int) {
+	for i := 0; i < n; i++ {
+		copy(dst[i*w:(i+1)*w], src[i*stride:i*stride+w])
+	}
+}
+
+// keyBlocks adds to grad (the head's m×dₕ gradient of k or v) Pᵀ·x a
+// block of keys at a time, P being the panels and x the m×dₕ factor, each
+// block's product over the queries that see it (all queries unless skip).
+func (hw *headWork) keyBlocks(grad, panels, x, tmp []float32, skip bool) {
+	m, dh, bs := hw.m, hw.dh, hw.bs
+	for j0 := 0; j0 < m; j0 += bs {
+		j1 := min(j0+bs, m)
+		bw := j1 - j0
+		lo, hi := 0, m
+		if skip {
+			lo, hi = hw.queries(j0, j1)
+		}
+		panel := panels[j0*m : j0*m+m*bw]
+		kernel.MatMulTN(tmp[:bw*dh], panel[lo*bw:hi*bw], x[lo*dh:hi*dh], bw, hi-lo, dh)
+		vek32.Add_Inplace(grad[j0*dh:j1*dh], tmp[:bw*dh])
 	}
 }
 

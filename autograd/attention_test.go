@@ -54,8 +54,10 @@ func TestCausalAttentionIsTheChain(t *testing.T) {
 	// The heads run on up to GOMAXPROCS goroutines; the chain does not.
 	procs := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(procs)
+	defer func(b int) { attentionBlock = b }(attentionBlock)
 	rapid.Check(t, func(rt *rapid.T) {
 		runtime.GOMAXPROCS(rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "GOMAXPROCS"))
+		attentionBlock = rapid.SampledFrom([]int{1, 3, 8, 64}).Draw(rt, "block")
 		heads := rapid.IntRange(1, 3).Draw(rt, "heads")
 		dh := rapid.SampledFrom([]int{2, 4, 8, 10}).Draw(rt, "dh")
 		window := rapid.SampledFrom([]int{0, 0, 1, 3}).Draw(rt, "window")
@@ -104,6 +106,164 @@ func TestCausalAttentionIsTheChain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// attentionCase is one comparison of CausalAttention with chainAttention.
+type attentionCase struct {
+	heads, dh, window int
+	pos               [][]int
+	// spoil changes the inputs (q, k, v, upstream gradient) after they are
+	// drawn, or is nil.
+	spoil func(q, k, v, up []float32)
+}
+
+// compareAttention runs CausalAttention, forward and backward, with blocks
+// of block queries, and again with one block for the whole sequence (every
+// query times every key: the kernel calls of the version before the blocks,
+// a row's scores over all m keys in m×m products) and, if chain, as
+// chainAttention, on c with normally distributed inputs (times scale) and
+// gradients already present in q, k and v. It reports the first element of
+// the output or a gradient whose bits differ, a NaN only matching a NaN.
+func compareAttention(t *testing.T, c attentionCase, scale float64, seed uint64, block int, chain bool) {
+	t.Helper()
+	defer func(b int) { attentionBlock = b }(attentionBlock)
+	total := 0
+	for _, p := range c.pos {
+		total += len(p)
+	}
+	n := c.heads * total * c.dh
+	rng := rand.New(rand.NewPCG(seed, 11))
+	vals := func() []float32 {
+		d := make([]float32, n)
+		for i := range d {
+			d[i] = float32(scale * rng.NormFloat64())
+		}
+		return d
+	}
+	qd, kd, vd, up := vals(), vals(), vals(), vals()
+	g0 := [3][]float32{vals(), vals(), vals()}
+	if c.spoil != nil {
+		c.spoil(qd, kd, vd, up)
+	}
+	run := func(f func(tp *Tape, q, k, v *Tensor, heads int, pos [][]int, window int) *Tensor, block int) [4][]float32 {
+		attentionBlock = block
+		var in [3]*Tensor
+		for x, d := range [3][]float32{qd, kd, vd} {
+			in[x] = NewParam(c.heads*total, c.dh, append([]float32(nil), d...))
+			copy(in[x].Grad, g0[x])
+		}
+		var tp Tape
+		out := f(&tp, in[0], in[1], in[2], c.heads, c.pos, c.window)
+		tp.BackwardFrom(out, up)
+		return [4][]float32{out.Data, in[0].Grad, in[1].Grad, in[2].Grad}
+	}
+	got := run((*Tape).CausalAttention, block)
+	refs := map[string][4][]float32{"unblocked": run((*Tape).CausalAttention, math.MaxInt)}
+	if chain {
+		refs["chain"] = run(chainAttention, block)
+	}
+	for ref, want := range refs {
+		for x, name := range []string{"output", "dq", "dk", "dv"} {
+			for i := range want[x] {
+				g, w := got[x][i], want[x][i]
+				if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+					t.Fatalf("%d heads, dh %d, window %d, block %d, first sequence of %d: %s[%d]: blocked %v (%#08x), %s %v (%#08x)",
+						c.heads, c.dh, c.window, block, len(c.pos[0]), name, i, g, math.Float32bits(g), ref, w, math.Float32bits(w))
+				}
+			}
+		}
+	}
+}
+
+// TestCausalAttentionBlocksAreTheChain checks that CausalAttention, which
+// leaves out the keys a block of queries cannot see, has the bits of the
+// chain that computes every score: for sequences shorter than a block, of
+// a block, and not a multiple of it, windows shorter and longer than a
+// block, one and several heads, positions with gaps and repeats, several
+// sequences, values and gradients (bits compared, the sign of a zero
+// included).
+func TestCausalAttentionBlocksAreTheChain(t *testing.T) {
+	iota := func(n, step int) []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = i * step
+		}
+		return p
+	}
+	repeats := []int{0, 1, 1, 2, 5, 5, 5, 6, 9, 9, 10, 14, 15, 15, 20}
+	for _, block := range []int{64, 16, 7} {
+		for _, pos := range [][][]int{
+			{iota(1, 1)}, {iota(50, 1)}, {iota(64, 1)}, {iota(65, 1)}, {iota(200, 1)},
+			{iota(130, 3)}, {repeats}, {iota(70, 1), iota(33, 2), repeats},
+		} {
+			for _, window := range []int{0, 1, 10, 100} {
+				for _, hd := range [][2]int{{1, 8}, {3, 4}, {2, 64}} {
+					c := attentionCase{heads: hd[0], dh: hd[1], window: window, pos: pos}
+					compareAttention(t, c, 1, uint64(block*window+len(pos[0])), block, true)
+					compareAttention(t, c, 10, uint64(block+window+len(pos[0])), block, true)
+				}
+			}
+		}
+	}
+}
+
+// TestCausalAttentionBlocksEdges checks CausalAttention in blocks against
+// the unblocked computation where leaving out a hidden key's terms would
+// not be exact: an infinite value or upstream gradient (0·Inf is NaN), a
+// NaN query (its row's probabilities, hidden ones included, are NaN), scores
+// that overflow, gradients of scores that overflow, unsorted positions, and
+// outputs whose sums underflow to −0 (which the unblocked terms +0·v turn
+// into +0 when v > 0).
+func TestCausalAttentionBlocksEdges(t *testing.T) {
+	const heads, dh = 2, 4
+	seq := make([]int, 40)
+	for i := range seq {
+		seq[i] = i
+	}
+	shuffled := []int{3, 0, 7, 1, 2, 9, 4, 4, 30, 8, 5, 6, 11, 10, 13, 12, 15, 14, 17, 16}
+	row := func(i int) int { return (heads*len(seq) - len(seq) + i) * dh } // head 1, row i
+	for _, c := range []struct {
+		name  string
+		pos   []int
+		spoil func(q, k, v, up []float32)
+	}{
+		{"Inf in a late value", seq, func(q, k, v, up []float32) { v[row(35)+1] = float32(math.Inf(1)) }},
+		{"NaN in a late value", seq, func(q, k, v, up []float32) { v[row(30)] = float32(math.NaN()) }},
+		{"Inf in an upstream gradient", seq, func(q, k, v, up []float32) { up[3*heads*dh+5] = float32(math.Inf(-1)) }},
+		{"NaN in an early query", seq, func(q, k, v, up []float32) { q[row(2)+3] = float32(math.NaN()) }},
+		{"Inf in a key", seq, func(q, k, v, up []float32) { k[row(5)] = float32(math.Inf(1)) }},
+		{"overflowing scores", seq, func(q, k, v, up []float32) {
+			for j := range dh {
+				q[row(9)+j], k[row(4)+j] = 1e20, 1e20
+			}
+		}},
+		{"overflowing score gradients", seq, func(q, k, v, up []float32) {
+			for j := range dh {
+				v[row(39)+j] = 1e30
+			}
+			for j := range up {
+				up[j] *= 1e10
+			}
+		}},
+		{"unsorted positions", shuffled, nil},
+		{"underflowing outputs", seq, func(q, k, v, up []float32) {
+			// Head 1's queries are 0, so row i's probabilities are all
+			// 1/(i+1); column 0 of its values is −2⁻¹⁴⁹ for the first
+			// block of keys and +2⁻¹⁴⁹ after it.
+			for i := range seq {
+				for j := range dh {
+					q[row(i)+j] = 0
+				}
+				v[row(i)] = float32(math.Copysign(0x1p-149, float64(i-8)+0.5))
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, window := range []int{0, 6} {
+				compareAttention(t, attentionCase{heads: heads, dh: dh, window: window, pos: [][]int{c.pos}, spoil: c.spoil}, 1, 5, 8, false)
+			}
+		})
+	}
 }
 
 // chainRotateHalf is RotateHalf written as the chain of operations it fuses.
