@@ -24,6 +24,34 @@ var avx512 = &path{
 		{gemmAVX512_11x16, gemmAVX512_11x32},
 		{gemmAVX512_12x16, gemmAVX512_12x32},
 	},
+	cols: [][]asmKernelA{
+		{gemmAVX512Cols_1x16, gemmAVX512Cols_1x32},
+		{gemmAVX512Cols_2x16, gemmAVX512Cols_2x32},
+		{gemmAVX512Cols_3x16, gemmAVX512Cols_3x32},
+		{gemmAVX512Cols_4x16, gemmAVX512Cols_4x32},
+		{gemmAVX512Cols_5x16, gemmAVX512Cols_5x32},
+		{gemmAVX512Cols_6x16, gemmAVX512Cols_6x32},
+		{gemmAVX512Cols_7x16, gemmAVX512Cols_7x32},
+		{gemmAVX512Cols_8x16, gemmAVX512Cols_8x32},
+		{gemmAVX512Cols_9x16, gemmAVX512Cols_9x32},
+		{gemmAVX512Cols_10x16, gemmAVX512Cols_10x32},
+		{gemmAVX512Cols_11x16, gemmAVX512Cols_11x32},
+		{gemmAVX512Cols_12x16, gemmAVX512Cols_12x32},
+	},
+	rows: [][]asmKernelA{
+		{gemmAVX512Rows_1x16, gemmAVX512Rows_1x32},
+		{gemmAVX512Rows_2x16, gemmAVX512Rows_2x32},
+		{gemmAVX512Rows_3x16, gemmAVX512Rows_3x32},
+		{gemmAVX512Rows_4x16, gemmAVX512Rows_4x32},
+		{gemmAVX512Rows_5x16, gemmAVX512Rows_5x32},
+		{gemmAVX512Rows_6x16, gemmAVX512Rows_6x32},
+		{gemmAVX512Rows_7x16, gemmAVX512Rows_7x32},
+		{gemmAVX512Rows_8x16, gemmAVX512Rows_8x32},
+		{gemmAVX512Rows_9x16, gemmAVX512Rows_9x32},
+		{gemmAVX512Rows_10x16, gemmAVX512Rows_10x32},
+		{gemmAVX512Rows_11x16, gemmAVX512Rows_11x32},
+		{gemmAVX512Rows_12x16, gemmAVX512Rows_12x32},
+	},
 }
 
 // avx2 is the AVX2+FMA path: register blocks of up to 6 rows × 16 columns
@@ -41,6 +69,22 @@ var avx2 = &path{
 		{gemmAVX2_4x8, gemmAVX2_4x16},
 		{gemmAVX2_5x8, gemmAVX2_5x16},
 		{gemmAVX2_6x8, gemmAVX2_6x16},
+	},
+	cols: [][]asmKernelA{
+		{gemmAVX2Cols_1x8, gemmAVX2Cols_1x16},
+		{gemmAVX2Cols_2x8, gemmAVX2Cols_2x16},
+		{gemmAVX2Cols_3x8, gemmAVX2Cols_3x16},
+		{gemmAVX2Cols_4x8, gemmAVX2Cols_4x16},
+		{gemmAVX2Cols_5x8, gemmAVX2Cols_5x16},
+		{gemmAVX2Cols_6x8, gemmAVX2Cols_6x16},
+	},
+	rows: [][]asmKernelA{
+		{gemmAVX2Rows_1x8, gemmAVX2Rows_1x16},
+		{gemmAVX2Rows_2x8, gemmAVX2Rows_2x16},
+		{gemmAVX2Rows_3x8, gemmAVX2Rows_3x16},
+		{gemmAVX2Rows_4x8, gemmAVX2Rows_4x16},
+		{gemmAVX2Rows_5x8, gemmAVX2Rows_5x16},
+		{gemmAVX2Rows_6x8, gemmAVX2Rows_6x16},
 	},
 }
 
