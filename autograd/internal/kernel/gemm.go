@@ -232,35 +232,36 @@ func (pt *path) micro(x, kb int, a, b, c []float32, ldc int, next *float32, mr, 
 // B[p0+p, j0+q·nr+j].
 func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 	nr := pt.nr()
+	if j.op != opNT { // b is k×n: rows of b are rows of the panels
+		_, lastW := pt.width((j1 - j0) % nr)
+		splitRows(dst, j.b[p0*j.n+j0:], j.n, kb, j1-j0, nr, lastW)
+		return
+	}
 	for jr := 0; jr < j1-j0; jr += nr {
 		w := min(nr, j1-j0-jr)
 		_, pw := pt.width(w)
 		d := dst[jr*kb : (jr+pw)*kb]
 		c0 := j0 + jr
-		if j.op == opNT { // b is n×k: column p of bᵀ is row p's entries
-			// Eight rows of b at a time: eight read streams, and writes
-			// that run along d.
-			jj := 0
-			for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
-				pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+		// b is n×k: column p of bᵀ is row p's entries. Eight rows of b at
+		// a time: eight read streams, and writes that run along d.
+		jj := 0
+		for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
+			pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+		}
+		for ; jj+8 <= w; jj += 8 {
+			src := j.b[(c0+jj)*j.k+p0:]
+			s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+			s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
+			for p := range s0 {
+				q := d[p*pw+jj:][:8]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+				q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
 			}
-			for ; jj+8 <= w; jj += 8 {
-				src := j.b[(c0+jj)*j.k+p0:]
-				s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
-				s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
-				for p := range s0 {
-					q := d[p*pw+jj:][:8]
-					q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
-					q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
-				}
+		}
+		for ; jj < w; jj++ {
+			for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
+				d[p*pw+jj] = v
 			}
-			for ; jj < w; jj++ {
-				for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
-					d[p*pw+jj] = v
-				}
-			}
-		} else {
-			copyRows(d, pw, j.b[p0*j.n+c0:], j.n, kb, w)
 		}
 		if w < pw {
 			for p := range kb {
@@ -275,13 +276,13 @@ func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 // the panel for rows from r0+ir holds dst[ir·kb + p·mr + i] =
 // A[r0+ir+i, p0+p].
 func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
+	if j.op == opTN { // a is k×m: row p holds column p of aᵀ
+		splitRows(dst, j.a[p0*j.m+r0:], j.m, kb, mb, pt.mr, mb%pt.mr)
+		return
+	}
 	for ir := 0; ir < mb; ir += pt.mr {
 		mr := min(pt.mr, mb-ir)
 		d := dst[ir*kb : (ir+mr)*kb]
-		if j.op == opTN { // a is k×m: row p holds column p of aᵀ
-			copyRows(d, mr, j.a[p0*j.m+r0+ir:], j.m, kb, mr)
-			continue
-		}
 		// Eight or four rows at a time, by the SIMD paths' transposes, or
 		// four at a time, step after step, in Go: a few read streams,
 		// and writes that run along d.
@@ -308,38 +309,49 @@ func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
 	}
 }
 
-// copyRows copies rows of w values, src[p·lds:p·lds+w], to dst[p·ldd:p·ldd+w]
-// for p in [0, rows). The widths of the register blocks are copied as
-// arrays, which costs less than copy's checks and call.
-func copyRows(dst []float32, ldd int, src []float32, lds, rows, w int) {
-	switch w {
-	case 32:
-		for p := range rows {
-			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
+// splitRows copies rows of cols values, src[p·lds+x] for p < rows and
+// x < cols, into panels of full columns: panel q holds dst[q·full·rows +
+// p·full + x'] = src[p·lds + q·full + x'], and the last panel, of the
+// cols%full columns left (if any), is lastW wide, zero-padded. It goes
+// through src row after row, so that it reads each row once, along memory,
+// however many panels it fills. Full panels are copied as arrays, which
+// costs less than copy's checks and call.
+func splitRows(dst, src []float32, lds, rows, cols, full, lastW int) {
+	nf := cols / full
+	rest := cols - nf*full
+	for p := range rows {
+		s := src[p*lds:][:cols]
+		o := p * full // of step p in panel 0
+		switch full {
+		case 32:
+			for q := range nf {
+				*(*[32]float32)(dst[o+q*32*rows:]) = *(*[32]float32)(s[q*32:])
+			}
+		case 16:
+			for q := range nf {
+				*(*[16]float32)(dst[o+q*16*rows:]) = *(*[16]float32)(s[q*16:])
+			}
+		case 12:
+			for q := range nf {
+				*(*[12]float32)(dst[o+q*12*rows:]) = *(*[12]float32)(s[q*12:])
+			}
+		case 6:
+			for q := range nf {
+				*(*[6]float32)(dst[o+q*6*rows:]) = *(*[6]float32)(s[q*6:])
+			}
+		case 4:
+			for q := range nf {
+				*(*[4]float32)(dst[o+q*4*rows:]) = *(*[4]float32)(s[q*4:])
+			}
+		default:
+			for q := range nf {
+				copy(dst[o+q*full*rows:][:full], s[q*full:])
+			}
 		}
-	case 16:
-		for p := range rows {
-			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
-		}
-	case 12:
-		for p := range rows {
-			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
-		}
-	case 8:
-		for p := range rows {
-			*(*[8]float32)(dst[p*ldd:]) = *(*[8]float32)(src[p*lds:])
-		}
-	case 6:
-		for p := range rows {
-			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
-		}
-	case 4:
-		for p := range rows {
-			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
-		}
-	default:
-		for p := range rows {
-			copy(dst[p*ldd:p*ldd+w], src[p*lds:p*lds+w])
+		if rest > 0 {
+			t := dst[nf*full*rows+p*lastW:][:lastW]
+			copy(t, s[nf*full:])
+			clear(t[rest:])
 		}
 	}
 }
