@@ -29,6 +29,10 @@ type path struct {
 	// cols[mr-1][w] and rows[mr-1][w] are the kernels that read A in
 	// place (colsA, rowsA); nil on the Go path, which always packs.
 	cols, rows [][]asmKernelA
+	// colsMaxLd and rowsMaxLd are the largest distances, in floats,
+	// between a's steps of k (MatMulTN) and between its rows (MatMulNN,
+	// MatMulNT) at which the micro-kernels read a in place (layoutA).
+	colsMaxLd, rowsMaxLd int
 	// transpose4 and transpose8 pack 4 and 8 rows into interleaved
 	// columns (transposer); nil on the Go path, which packs in Go.
 	transpose4, transpose8 transposer
@@ -111,28 +115,19 @@ const (
 	rowsA
 )
 
-// directMaxLd is the largest distance between the values of a that a
-// micro-kernel reads one after another (a's rows for rowsA, its steps of k
-// for colsA), in floats, at which a is read in place rather than packed.
-// Within it the block's rows or steps share pages and spread over the sets
-// of L1, and skipping the pack made the products 2-9 % faster at 256³ to
-// 768³ on both SIMD paths; at 1000 and 1024 floats (4 KiB, a page per row
-// or step, every row in one set of L1) the in-place kernels ran up to 25 %
-// slower than packing (docs/performance.md).
-const directMaxLd = 768
-
 // layoutA returns where the micro-kernels of path pt read a from for op o's
-// product with m rows and k steps: in place when its rows (NN, NT) or steps
-// (TN) are at most directMaxLd floats apart, packed otherwise. The Go path
-// always packs. It is a variable so that tests can make every layout run on
-// every shape; the layouts give the same bits.
+// product with m rows and k steps: in place when its steps (TN, m floats
+// apart) or rows (NN, NT, k floats apart) are at most pt.colsMaxLd or
+// pt.rowsMaxLd floats apart, packed otherwise. The Go path always packs. It
+// is a variable so that tests can make every layout run on every shape; the
+// layouts give the same bits.
 var layoutA = func(pt *path, o op, m, k int) aLayout {
 	switch {
 	case pt.cols == nil:
 		return packedA
-	case o == opTN && m <= directMaxLd:
+	case o == opTN && m <= pt.colsMaxLd:
 		return colsA
-	case o != opTN && k <= directMaxLd:
+	case o != opTN && k <= pt.rowsMaxLd:
 		return rowsA
 	}
 	return packedA

@@ -71,7 +71,7 @@ func TestLayoutChains(t *testing.T) {
 // packing it give the same bits on every SIMD path, and that both are within
 // tol·Σ|ab| of the float64 product and within 2·tol·Σ|ab| of the Go path
 // (which always packs). Leading dimensions from 1 to 1100 floats cover the
-// distances on both sides of directMaxLd, and k past kc two runs of k.
+// distances on both sides of the paths' limits (768 floats), and k past kc two runs of k.
 func TestLayoutsAgree(t *testing.T) {
 	if len(paths) == 1 {
 		t.Skip("only the Go path runs on this CPU")
@@ -83,7 +83,7 @@ func TestLayoutsAgree(t *testing.T) {
 				k := rapid.IntRange(1, kc+100).Draw(t, "k")
 				n := rapid.IntRange(1, 80).Draw(t, "n")
 				if kn.o == opTN && rapid.Bool().Draw(t, "wideA") {
-					m = rapid.IntRange(directMaxLd-20, 1100).Draw(t, "m")
+					m = rapid.IntRange(740, 1100).Draw(t, "m")
 					n = rapid.IntRange(1, 20).Draw(t, "n")
 					k = rapid.IntRange(1, 200).Draw(t, "k")
 				}
@@ -122,22 +122,26 @@ func TestLayoutsAgree(t *testing.T) {
 	}
 }
 
-// TestLayoutChoice checks which layout each op gets on either side of
-// directMaxLd, so that the measured choice cannot change unnoticed.
+// TestLayoutChoice checks which layout each op gets on either side of the
+// paths' limits, so that the measured choice cannot change unnoticed.
 func TestLayoutChoice(t *testing.T) {
 	for _, pt := range paths {
-		for _, tc := range []struct {
+		type choice struct {
 			o    op
 			m, k int
 			want aLayout
-		}{
-			{opNN, 1024, directMaxLd, rowsA},
-			{opNT, 1024, directMaxLd, rowsA},
-			{opNN, 64, directMaxLd + 1, packedA},
-			{opNT, 64, 1024, packedA},
-			{opTN, directMaxLd, 1024, colsA},
-			{opTN, directMaxLd + 1, 64, packedA},
-		} {
+		}
+		cases := []choice{
+			{opNN, 1024, pt.rowsMaxLd, rowsA},
+			{opNT, 1024, pt.rowsMaxLd, rowsA},
+			{opNN, 64, pt.rowsMaxLd + 1, packedA},
+			{opNT, 64, pt.rowsMaxLd + 1, packedA},
+			{opTN, min(pt.colsMaxLd, 1<<20), 1024, colsA},
+		}
+		if pt.colsMaxLd < math.MaxInt { // else no m lies past the limit
+			cases = append(cases, choice{opTN, pt.colsMaxLd + 1, 64, packedA})
+		}
+		for _, tc := range cases {
 			want := tc.want
 			if pt.cols == nil {
 				want = packedA

@@ -1,6 +1,25 @@
 package kernel
 
-import "golang.org/x/sys/cpu"
+import (
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Reading a in place saves packing it, and is the faster layout wherever
+// its rows (MatMulNN, MatMulNT) or steps (MatMulTN) lie close enough
+// together. Measured per core on AMD Zen 4 (docs/performance.md), in place
+// against packed:
+//   - rows at most 768 floats (3 KiB) apart: 2-9 % faster at 256³ to 768³
+//     on both paths. At 1024 floats (4 KiB) all rows of a register block
+//     fall in one set of the 8-way L1: the 12 rows of the AVX-512 kernel
+//     then ran 27 % slower than packing, AVX2's 6 rows level with it; at
+//     1000 floats both paths were 1-4 % slower. So rowsMaxLd = 768 on both.
+//   - steps of TN on the AVX-512 path: faster at every m tried, 64 to 3000
+//     (by 4-36 %; 1024³ by 5 %), so no limit. On the AVX2 path, with half
+//     the multiply-adds per step to hide a new page behind, 23-28 % slower
+//     than packing at m = 1024 and 2048 (a page or more per step), faster
+//     at m <= 768: colsMaxLd = 768.
 
 // avx512 is the AVX-512 path: register blocks of up to 12 rows × 32
 // columns (two 16-lane vectors; 16 for a narrow last panel).
@@ -8,6 +27,8 @@ var avx512 = &path{
 	name:       "avx512",
 	mr:         12,
 	widths:     []int{16, 32},
+	colsMaxLd:  math.MaxInt,
+	rowsMaxLd:  768,
 	transpose4: transpose4AVX,
 	transpose8: transpose8AVX,
 	asm: [][]asmKernel{
@@ -60,6 +81,8 @@ var avx2 = &path{
 	name:       "avx2",
 	mr:         6,
 	widths:     []int{8, 16},
+	colsMaxLd:  768,
+	rowsMaxLd:  768,
 	transpose4: transpose4AVX,
 	transpose8: transpose8AVX,
 	asm: [][]asmKernel{
