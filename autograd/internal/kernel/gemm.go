@@ -74,7 +74,7 @@ var (
 // participant packs (up to 2 MiB) stays in L2 and L3 while its rows of a
 // pass, and a is packed once per run of k when n <= nc. Each run of k loads
 // and stores every block of c once, and at 1024³ c (4 MiB) no longer fits
-// in L2: kc = 512 rather than 256 halves those passes, and made 1024³ 5-7 %
+// in L2: kc = 512 rather than 256 halves those passes, and made 1024³ 5-8 %
 // faster on the AVX-512 path (the micro-kernels also prefetch the next
 // block of c). mc from 96 to 192 measured within the noise of a shared
 // machine. The sizes change speed only: the micro-kernels continue each

@@ -15,9 +15,10 @@
 // rows. Packing absorbs the transposes: MatMulNT packs rows of b as columns,
 // MatMulTN columns of a as rows, and from there the three are the same
 // code. Where a's rows (NN, NT) or its steps of k (TN) lie close enough
-// together in memory (directMaxLd), the SIMD micro-kernels read a in place
-// instead of from a packed panel, which saves the packing; each kernel also
-// prefetches the block of c that comes after its own. The micro-kernels are
+// together in memory (a path's rowsMaxLd, colsMaxLd), the SIMD
+// micro-kernels read a in place instead of from a packed panel, which saves
+// the packing; each kernel also prefetches the block of c that comes after
+// its own. The micro-kernels are
 // chosen at run time by CPU feature (golang.org/x/sys/cpu):
 //   - avx512: 12×32 blocks (24 ZMM accumulators, b in 2 more, a broadcast
 //     by the FMA from memory), on CPUs with AVX-512F;

@@ -10,13 +10,13 @@ import (
 // its rows (MatMulNN, MatMulNT) or steps (MatMulTN) lie close enough
 // together. Measured per core on AMD Zen 4 (docs/performance.md), in place
 // against packed:
-//   - rows at most 768 floats (3 KiB) apart: 2-9 % faster at 256³ to 768³
-//     on both paths. At 1024 floats (4 KiB) all rows of a register block
+//   - rows at most 768 floats (3 KiB) apart: 0-5 % faster at 256³ to 768³
+//     on both paths (11 % at 1536×512×512 NN on AVX2). At 1024 floats (4 KiB) all rows of a register block
 //     fall in one set of the 8-way L1: the 12 rows of the AVX-512 kernel
 //     then ran 27 % slower than packing, AVX2's 6 rows level with it; at
-//     1000 floats both paths were 1-4 % slower. So rowsMaxLd = 768 on both.
-//   - steps of TN on the AVX-512 path: faster at every m tried, 64 to 3000
-//     (by 4-36 %; 1024³ by 5 %), so no limit. On the AVX2 path, with half
+//     1000 floats both paths were up to 4 % slower. So rowsMaxLd = 768 on both.
+//   - steps of TN on the AVX-512 path: faster at every m tried, 256 to 3000
+//     (by 5-36 %; 1024³ by 5 %), so no limit. On the AVX2 path, with half
 //     the multiply-adds per step to hide a new page behind, 23-28 % slower
 //     than packing at m = 1024 and 2048 (a page or more per step), faster
 //     at m <= 768: colsMaxLd = 768.
