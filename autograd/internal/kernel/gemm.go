@@ -3,7 +3,13 @@ package kernel
 // asmKernel is the signature of the generated micro-kernels
 // (kernel_amd64.s, from asmgen; amd64 only): an mr×w block of c from k steps
 // of packed panels of a and b, laid out as packA and packB write them.
-type asmKernel func(k int, a, b, c *float32, ldc int, load bool)
+// next is the block of c the kernel after it will compute (rows ldc apart),
+// which it prefetches.
+type asmKernel func(k int, a, b, c *float32, ldc int, next *float32, load bool)
+
+// asmKernelA is the signature of the generated micro-kernels that read A in
+// place, lda floats apart, rather than from a packed panel (aLayout).
+type asmKernelA func(k int, a *float32, lda int, b, c *float32, ldc int, next *float32, load bool)
 
 // path is one implementation of the micro-kernel: generated assembly for a
 // SIMD instruction set, or the Go loops.
@@ -20,6 +26,13 @@ type path struct {
 	// asm[mr-1][w] is the kernel for mr rows and widths[w] columns; nil on
 	// the Go path.
 	asm [][]asmKernel
+	// cols[mr-1][w] and rows[mr-1][w] are the kernels that read A in
+	// place (colsA, rowsA); nil on the Go path, which always packs.
+	cols, rows [][]asmKernelA
+	// colsMaxLd and rowsMaxLd are the largest distances, in floats,
+	// between a's steps of k (MatMulTN) and between its rows (MatMulNN,
+	// MatMulNT) at which the micro-kernels read a in place (layoutA).
+	colsMaxLd, rowsMaxLd int
 	// transpose4 and transpose8 pack 4 and 8 rows into interleaved
 	// columns (transposer); nil on the Go path, which packs in Go.
 	transpose4, transpose8 transposer
@@ -55,19 +68,21 @@ var (
 )
 
 // Cache blocking, for an AMD Zen 4 core (32 KiB L1d, 1 MiB L2, 32 MiB L3
-// shared; docs/performance.md). A kc×nr panel of b (32 KiB on the AVX-512
-// path, 16 KiB on AVX2) serves every register block of rows of an mc×kc
-// block of a (192 KiB, in L2); the kc×nc block of b a participant packs
-// (up to 1 MiB) stays in L2 and L3 while its rows of a pass, and a is
-// packed once per run of k when n <= nc. On this machine kc from
-// 128 to 512, mc from 96 to 384 and nc of 512 or 1024 were within a few per
-// cent of each other at 256³ to 1024³ (about the noise of a shared
-// machine); these were at the top. They change speed only: the
-// micro-kernels continue each element's chain of multiply-adds across runs
-// of k, so the bits do not depend on them.
+// shared; docs/performance.md). A kc×nr panel of b (64 KiB on the AVX-512
+// path, 32 KiB on AVX2, so from L1 and L2) serves every register block of
+// rows of an mc×kc block of a (192 KiB, in L2); the kc×nc block of b a
+// participant packs (up to 2 MiB) stays in L2 and L3 while its rows of a
+// pass, and a is packed once per run of k when n <= nc. Each run of k loads
+// and stores every block of c once, and at 1024³ c (4 MiB) no longer fits
+// in L2: kc = 512 rather than 256 halves those passes, and made 1024³ 5-8 %
+// faster on the AVX-512 path (the micro-kernels also prefetch the next
+// block of c). mc from 96 to 192 measured within the noise of a shared
+// machine. The sizes change speed only: the micro-kernels continue each
+// element's chain of multiply-adds across runs of k, so the bits do not
+// depend on them.
 const (
-	kc = 256
-	mc = 192
+	kc = 512
+	mc = 96
 	nc = 1024
 )
 
@@ -87,11 +102,43 @@ func grow(x []float32, n int) []float32 {
 	return x[:n]
 }
 
+// aLayout is where a block's micro-kernels read a from.
+type aLayout uint8
+
+const (
+	// packedA: panels of mr rows packed by packA.
+	packedA aLayout = iota
+	// colsA: MatMulTN's a (k×m) in place, A[i,p] at a[p·m+i].
+	colsA
+	// rowsA: MatMulNN's and MatMulNT's a (m×k) in place, A[i,p] at
+	// a[i·k+p].
+	rowsA
+)
+
+// layoutA returns where the micro-kernels of path pt read a from for op o's
+// product with m rows and k steps: in place when its steps (TN, m floats
+// apart) or rows (NN, NT, k floats apart) are at most pt.colsMaxLd or
+// pt.rowsMaxLd floats apart, packed otherwise. The Go path always packs. It
+// is a variable so that tests can make every layout run on every shape; the
+// layouts give the same bits.
+var layoutA = func(pt *path, o op, m, k int) aLayout {
+	switch {
+	case pt.cols == nil:
+		return packedA
+	case o == opTN && m <= pt.colsMaxLd:
+		return colsA
+	case o != opTN && k <= pt.rowsMaxLd:
+		return rowsA
+	}
+	return packedA
+}
+
 // block computes rows [i0, i1), columns [j0, j1) of c for j's product, on
 // path pt. For each run of kc steps of k it packs the run's rows of b for
 // the block's columns into panels of nr columns (kc×nr each, step after
-// step), then for each mc rows packs a into panels of mr rows, and calls
-// the micro-kernel for every register block.
+// step), then for each mc rows packs a into panels of mr rows (unless
+// layoutA reads it in place), and calls the micro-kernel for every register
+// block.
 func (j *job) block(pt *path, i0, i1, j0, j1 int, s *scratch) {
 	k, n := j.k, j.n
 	nr := pt.nr()
@@ -100,36 +147,61 @@ func (j *job) block(pt *path, i0, i1, j0, j1 int, s *scratch) {
 		lastW = 0
 	}
 	bCols := (j1-j0)/nr*nr + lastW // packed width, padded
+	lay := layoutA(pt, j.op, j.m, k)
 	s.b = grow(s.b, min(kc, k)*bCols)
-	s.a = grow(s.a, min(kc, k)*min(mc, i1-i0))
+	if lay == packedA {
+		s.a = grow(s.a, min(kc, k)*min(mc, i1-i0))
+	}
 	s.tile = grow(s.tile, pt.mr*nr)
 	for p0 := 0; p0 < k; p0 += kc {
 		kb := min(kc, k-p0)
 		j.packB(s.b, pt, kb, p0, j0, j1)
 		for r0 := i0; r0 < i1; r0 += mc {
 			mb := min(mc, i1-r0)
-			j.packA(s.a, pt, kb, p0, r0, mb)
+			if lay == packedA {
+				j.packA(s.a, pt, kb, p0, r0, mb)
+			}
 			for jr := 0; jr < j1-j0; jr += nr {
 				w := min(nr, j1-j0-jr)
 				x, pw := pt.width(w)
 				bp := s.b[jr*kb : (jr+pw)*kb]
 				for ir := 0; ir < mb; ir += pt.mr {
 					mr := min(pt.mr, mb-ir)
-					ap := s.a[ir*kb : (ir+mr)*kb]
 					c0 := (r0+ir)*n + j0 + jr
-					if w == pw {
-						pt.micro(x, kb, ap, bp, j.c[c0:], n, mr, pw, p0 > 0)
-						continue
+					// The block after this one: the next rows of this
+					// panel, else the first rows of the next panel or
+					// of the next mc rows.
+					next := c0
+					switch {
+					case ir+mr < mb:
+						next = c0 + mr*n
+					case jr+nr < j1-j0:
+						next = r0*n + j0 + jr + nr
+					case r0+mb < i1:
+						next = (r0+mb)*n + j0
 					}
-					t := s.tile[:mr*pw]
-					if p0 > 0 {
-						for i := range mr {
-							copy(t[i*pw:i*pw+w], j.c[c0+i*n:])
+					cc, ldc := j.c[c0:], n
+					if w != pw {
+						cc, ldc = s.tile[:mr*pw], pw
+						if p0 > 0 {
+							for i := range mr {
+								copy(cc[i*pw:i*pw+w], j.c[c0+i*n:])
+							}
 						}
 					}
-					pt.micro(x, kb, ap, bp, t, pw, mr, pw, p0 > 0)
-					for i := range mr {
-						copy(j.c[c0+i*n:c0+i*n+w], t[i*pw:])
+					switch lay {
+					case colsA:
+						pt.cols[mr-1][x](kb, &j.a[p0*j.m+r0+ir], j.m, &bp[0], &cc[0], ldc, &j.c[next], p0 > 0)
+					case rowsA:
+						pt.rows[mr-1][x](kb, &j.a[(r0+ir)*k+p0], k, &bp[0], &cc[0], ldc, &j.c[next], p0 > 0)
+					default:
+						ap := s.a[ir*kb : (ir+mr)*kb]
+						pt.micro(x, kb, ap, bp, cc, ldc, &j.c[next], mr, pw, p0 > 0)
+					}
+					if w != pw {
+						for i := range mr {
+							copy(j.c[c0+i*n:c0+i*n+w], cc[i*pw:])
+						}
 					}
 				}
 			}
@@ -139,10 +211,11 @@ func (j *job) block(pt *path, i0, i1, j0, j1 int, s *scratch) {
 
 // micro runs the micro-kernel for an mr×widths[x] register block: c (rows
 // ldc apart) is set to its value (load) or 0 plus the product of the packed
-// panels a (kb×mr) and b (kb×w).
-func (pt *path) micro(x, kb int, a, b, c []float32, ldc, mr, w int, load bool) {
+// panels a (kb×mr) and b (kb×w). next is the block of c computed after it,
+// which the assembly kernels prefetch.
+func (pt *path) micro(x, kb int, a, b, c []float32, ldc int, next *float32, mr, w int, load bool) {
 	if pt.asm != nil {
-		pt.asm[mr-1][x](kb, &a[0], &b[0], &c[0], ldc, load)
+		pt.asm[mr-1][x](kb, &a[0], &b[0], &c[0], ldc, next, load)
 		return
 	}
 	gemmGo(kb, a, b, c, ldc, mr, w, load)
@@ -154,35 +227,36 @@ func (pt *path) micro(x, kb int, a, b, c []float32, ldc, mr, w int, load bool) {
 // B[p0+p, j0+q·nr+j].
 func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 	nr := pt.nr()
+	if j.op != opNT { // b is k×n: rows of b are rows of the panels
+		_, lastW := pt.width((j1 - j0) % nr)
+		splitRows(dst, j.b[p0*j.n+j0:], j.n, kb, j1-j0, nr, lastW)
+		return
+	}
 	for jr := 0; jr < j1-j0; jr += nr {
 		w := min(nr, j1-j0-jr)
 		_, pw := pt.width(w)
 		d := dst[jr*kb : (jr+pw)*kb]
 		c0 := j0 + jr
-		if j.op == opNT { // b is n×k: column p of bᵀ is row p's entries
-			// Eight rows of b at a time: eight read streams, and writes
-			// that run along d.
-			jj := 0
-			for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
-				pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+		// b is n×k: column p of bᵀ is row p's entries. Eight rows of b at
+		// a time: eight read streams, and writes that run along d.
+		jj := 0
+		for ; pt.transpose8 != nil && jj+8 <= w; jj += 8 {
+			pt.transpose8(&d[jj], pw, &j.b[(c0+jj)*j.k+p0], j.k, kb)
+		}
+		for ; jj+8 <= w; jj += 8 {
+			src := j.b[(c0+jj)*j.k+p0:]
+			s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
+			s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
+			for p := range s0 {
+				q := d[p*pw+jj:][:8]
+				q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
+				q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
 			}
-			for ; jj+8 <= w; jj += 8 {
-				src := j.b[(c0+jj)*j.k+p0:]
-				s0, s1, s2, s3 := src[:kb], src[j.k:][:kb], src[2*j.k:][:kb], src[3*j.k:][:kb]
-				s4, s5, s6, s7 := src[4*j.k:][:kb], src[5*j.k:][:kb], src[6*j.k:][:kb], src[7*j.k:][:kb]
-				for p := range s0 {
-					q := d[p*pw+jj:][:8]
-					q[0], q[1], q[2], q[3] = s0[p], s1[p], s2[p], s3[p]
-					q[4], q[5], q[6], q[7] = s4[p], s5[p], s6[p], s7[p]
-				}
+		}
+		for ; jj < w; jj++ {
+			for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
+				d[p*pw+jj] = v
 			}
-			for ; jj < w; jj++ {
-				for p, v := range j.b[(c0+jj)*j.k+p0:][:kb] {
-					d[p*pw+jj] = v
-				}
-			}
-		} else {
-			copyRows(d, pw, j.b[p0*j.n+c0:], j.n, kb, w)
 		}
 		if w < pw {
 			for p := range kb {
@@ -197,13 +271,13 @@ func (j *job) packB(dst []float32, pt *path, kb, p0, j0, j1 int) {
 // the panel for rows from r0+ir holds dst[ir·kb + p·mr + i] =
 // A[r0+ir+i, p0+p].
 func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
+	if j.op == opTN { // a is k×m: row p holds column p of aᵀ
+		splitRows(dst, j.a[p0*j.m+r0:], j.m, kb, mb, pt.mr, mb%pt.mr)
+		return
+	}
 	for ir := 0; ir < mb; ir += pt.mr {
 		mr := min(pt.mr, mb-ir)
 		d := dst[ir*kb : (ir+mr)*kb]
-		if j.op == opTN { // a is k×m: row p holds column p of aᵀ
-			copyRows(d, mr, j.a[p0*j.m+r0+ir:], j.m, kb, mr)
-			continue
-		}
 		// Eight or four rows at a time, by the SIMD paths' transposes, or
 		// four at a time, step after step, in Go: a few read streams,
 		// and writes that run along d.
@@ -230,38 +304,49 @@ func (j *job) packA(dst []float32, pt *path, kb, p0, r0, mb int) {
 	}
 }
 
-// copyRows copies rows of w values, src[p·lds:p·lds+w], to dst[p·ldd:p·ldd+w]
-// for p in [0, rows). The widths of the register blocks are copied as
-// arrays, which costs less than copy's checks and call.
-func copyRows(dst []float32, ldd int, src []float32, lds, rows, w int) {
-	switch w {
-	case 32:
-		for p := range rows {
-			*(*[32]float32)(dst[p*ldd:]) = *(*[32]float32)(src[p*lds:])
+// splitRows copies rows of cols values, src[p·lds+x] for p < rows and
+// x < cols, into panels of full columns: panel q holds dst[q·full·rows +
+// p·full + x'] = src[p·lds + q·full + x'], and the last panel, of the
+// cols%full columns left (if any), is lastW wide, zero-padded. It goes
+// through src row after row, so that it reads each row once, along memory,
+// however many panels it fills. Full panels are copied as arrays, which
+// costs less than copy's checks and call.
+func splitRows(dst, src []float32, lds, rows, cols, full, lastW int) {
+	nf := cols / full
+	rest := cols - nf*full
+	for p := range rows {
+		s := src[p*lds:][:cols]
+		o := p * full // of step p in panel 0
+		switch full {
+		case 32:
+			for q := range nf {
+				*(*[32]float32)(dst[o+q*32*rows:]) = *(*[32]float32)(s[q*32:])
+			}
+		case 16:
+			for q := range nf {
+				*(*[16]float32)(dst[o+q*16*rows:]) = *(*[16]float32)(s[q*16:])
+			}
+		case 12:
+			for q := range nf {
+				*(*[12]float32)(dst[o+q*12*rows:]) = *(*[12]float32)(s[q*12:])
+			}
+		case 6:
+			for q := range nf {
+				*(*[6]float32)(dst[o+q*6*rows:]) = *(*[6]float32)(s[q*6:])
+			}
+		case 4:
+			for q := range nf {
+				*(*[4]float32)(dst[o+q*4*rows:]) = *(*[4]float32)(s[q*4:])
+			}
+		default:
+			for q := range nf {
+				copy(dst[o+q*full*rows:][:full], s[q*full:])
+			}
 		}
-	case 16:
-		for p := range rows {
-			*(*[16]float32)(dst[p*ldd:]) = *(*[16]float32)(src[p*lds:])
-		}
-	case 12:
-		for p := range rows {
-			*(*[12]float32)(dst[p*ldd:]) = *(*[12]float32)(src[p*lds:])
-		}
-	case 8:
-		for p := range rows {
-			*(*[8]float32)(dst[p*ldd:]) = *(*[8]float32)(src[p*lds:])
-		}
-	case 6:
-		for p := range rows {
-			*(*[6]float32)(dst[p*ldd:]) = *(*[6]float32)(src[p*lds:])
-		}
-	case 4:
-		for p := range rows {
-			*(*[4]float32)(dst[p*ldd:]) = *(*[4]float32)(src[p*lds:])
-		}
-	default:
-		for p := range rows {
-			copy(dst[p*ldd:p*ldd+w], src[p*lds:p*lds+w])
+		if rest > 0 {
+			t := dst[nf*full*rows+p*lastW:][:lastW]
+			copy(t, s[nf*full:])
+			clear(t[rest:])
 		}
 	}
 }

@@ -2,21 +2,24 @@
 
 #include "textflag.h"
 
-// func gemmAVX512_1x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_1x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), SI
-	TESTB   SI, SI
-	JZ      zero
-	MOVQ    BX, SI
-	VMOVUPS (SI), Z0
-	JMP     loop
+// func gemmAVX512_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_1x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -52,22 +55,25 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_1x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_1x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), SI
-	TESTB   SI, SI
-	JZ      zero
-	MOVQ    BX, SI
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	JMP     loop
+// func gemmAVX512_1x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_1x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 124(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	VMOVUPS    64(SI), Z1
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -115,23 +121,29 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_2x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_2x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	JMP     loop
+// func gemmAVX512_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_2x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -175,25 +187,31 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_2x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_2x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	JMP     loop
+// func gemmAVX512_2x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_2x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -256,25 +274,34 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_3x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_3x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	JMP     loop
+// func gemmAVX512_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_3x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -326,28 +353,37 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_3x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_3x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	JMP     loop
+// func gemmAVX512_3x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_3x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -425,27 +461,39 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_4x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_4x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	JMP     loop
+// func gemmAVX512_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_4x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -505,31 +553,43 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_4x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_4x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	JMP     loop
+// func gemmAVX512_4x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_4x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -622,29 +682,44 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_5x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_5x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	JMP     loop
+// func gemmAVX512_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_5x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -712,34 +787,49 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_5x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_5x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	JMP     loop
+// func gemmAVX512_5x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_5x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -847,31 +937,49 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_6x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_6x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	JMP     loop
+// func gemmAVX512_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_6x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -947,37 +1055,55 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_6x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_6x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	JMP     loop
+// func gemmAVX512_6x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_6x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1100,33 +1226,54 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_7x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_7x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	JMP     loop
+// func gemmAVX512_7x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_7x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1210,40 +1357,61 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_7x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_7x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	JMP     loop
+// func gemmAVX512_7x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_7x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1381,35 +1549,59 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_8x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_8x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z7
-	JMP     loop
+// func gemmAVX512_8x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_8x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1501,43 +1693,67 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_8x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_8x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z14
-	VMOVUPS 64(DI), Z15
-	JMP     loop
+// func gemmAVX512_8x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_8x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1690,37 +1906,64 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_9x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_9x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	JMP     loop
+// func gemmAVX512_9x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_9x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -1820,46 +2063,73 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_9x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_9x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z14
-	VMOVUPS 64(DI), Z15
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z16
-	VMOVUPS 64(DI), Z17
-	JMP     loop
+// func gemmAVX512_9x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_9x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2027,39 +2297,69 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_10x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_10x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z9
-	JMP     loop
+// func gemmAVX512_10x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_10x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2167,49 +2467,79 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_10x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_10x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z14
-	VMOVUPS 64(DI), Z15
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z16
-	VMOVUPS 64(DI), Z17
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z18
-	VMOVUPS 64(DI), Z19
-	JMP     loop
+// func gemmAVX512_10x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_10x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2392,41 +2722,74 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_11x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_11x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	JMP     loop
+// func gemmAVX512_11x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_11x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2542,52 +2905,85 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_11x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_11x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z14
-	VMOVUPS 64(DI), Z15
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z16
-	VMOVUPS 64(DI), Z17
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z18
-	VMOVUPS 64(DI), Z19
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z20
-	VMOVUPS 64(DI), Z21
-	JMP     loop
+// func gemmAVX512_11x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_11x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z20
+	VMOVUPS    64(DI), Z21
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2785,43 +3181,79 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_12x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_12x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z11
-	JMP     loop
+// func gemmAVX512_12x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_12x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z11
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -2945,55 +3377,91 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX512_12x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, AVX512F
-TEXT ·gemmAVX512_12x32(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z2
-	VMOVUPS 64(DI), Z3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z4
-	VMOVUPS 64(DI), Z5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z6
-	VMOVUPS 64(DI), Z7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z8
-	VMOVUPS 64(DI), Z9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z10
-	VMOVUPS 64(DI), Z11
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z12
-	VMOVUPS 64(DI), Z13
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z14
-	VMOVUPS 64(DI), Z15
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z16
-	VMOVUPS 64(DI), Z17
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z18
-	VMOVUPS 64(DI), Z19
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z20
-	VMOVUPS 64(DI), Z21
-	ADDQ    SI, DI
-	VMOVUPS (DI), Z22
-	VMOVUPS 64(DI), Z23
-	JMP     loop
+// func gemmAVX512_12x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512_12x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z20
+	VMOVUPS    64(DI), Z21
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z22
+	VMOVUPS    64(DI), Z23
+	JMP        loop
 
 zero:
 	VPXORD Z0, Z0, Z0
@@ -3206,21 +3674,24 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_1x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_1x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), SI
-	TESTB   SI, SI
-	JZ      zero
-	MOVQ    BX, SI
-	VMOVUPS (SI), Y0
-	JMP     loop
+// func gemmAVX2_1x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_1x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 28(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3261,22 +3732,25 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_1x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_1x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), SI
-	TESTB   SI, SI
-	JZ      zero
-	MOVQ    BX, SI
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	JMP     loop
+// func gemmAVX2_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_1x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	VMOVUPS    32(SI), Y1
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3329,23 +3803,29 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_2x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_2x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y1
-	JMP     loop
+// func gemmAVX2_2x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_2x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3399,25 +3879,31 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_2x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_2x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	VMOVUPS 32(DI), Y3
-	JMP     loop
+// func gemmAVX2_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_2x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3490,25 +3976,34 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_3x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_3x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	JMP     loop
+// func gemmAVX2_3x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_3x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3575,28 +4070,37 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_3x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_3x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	VMOVUPS 32(DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	VMOVUPS 32(DI), Y5
-	JMP     loop
+// func gemmAVX2_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_3x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3689,27 +4193,39 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_4x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_4x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y3
-	JMP     loop
+// func gemmAVX2_4x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_4x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3789,31 +4305,43 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_4x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_4x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	VMOVUPS 32(DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	VMOVUPS 32(DI), Y5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y6
-	VMOVUPS 32(DI), Y7
-	JMP     loop
+// func gemmAVX2_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_4x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -3926,29 +4454,44 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_5x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_5x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	JMP     loop
+// func gemmAVX2_5x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_5x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -4041,34 +4584,49 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_5x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_5x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	VMOVUPS 32(DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	VMOVUPS 32(DI), Y5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y6
-	VMOVUPS 32(DI), Y7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y8
-	VMOVUPS 32(DI), Y9
-	JMP     loop
+// func gemmAVX2_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_5x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y8
+	VMOVUPS    32(DI), Y9
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -4201,31 +4759,49 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_6x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_6x8(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y5
-	JMP     loop
+// func gemmAVX2_6x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_6x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y5
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -4331,37 +4907,55 @@ store:
 	VZEROUPPER
 	RET
 
-// func gemmAVX2_6x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
-// Requires: AVX, FMA3
-TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-41
-	MOVQ    k+0(FP), AX
-	MOVQ    a+8(FP), CX
-	MOVQ    b+16(FP), DX
-	MOVQ    c+24(FP), BX
-	MOVQ    ldc+32(FP), SI
-	SHLQ    $0x02, SI
-	MOVB    load+40(FP), DI
-	TESTB   DI, DI
-	JZ      zero
-	MOVQ    BX, DI
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y2
-	VMOVUPS 32(DI), Y3
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y4
-	VMOVUPS 32(DI), Y5
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y6
-	VMOVUPS 32(DI), Y7
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y8
-	VMOVUPS 32(DI), Y9
-	ADDQ    SI, DI
-	VMOVUPS (DI), Y10
-	VMOVUPS 32(DI), Y11
-	JMP     loop
+// func gemmAVX2_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2_6x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y8
+	VMOVUPS    32(DI), Y9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y10
+	VMOVUPS    32(DI), Y11
+	JMP        loop
 
 zero:
 	VXORPS Y0, Y0, Y0
@@ -4489,6 +5083,10518 @@ tail:
 	VFMADD231PS  Y14, Y12, Y10
 	VFMADD231PS  Y14, Y13, Y11
 	ADDQ         $0x00000018, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y10, (BX)
+	VMOVUPS Y11, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_1x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), DI
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z1
+	VFMADD231PS.BCST (CX), Z1, Z0
+	VMOVUPS          64(DX), Z1
+	VFMADD231PS.BCST (CX)(SI*1), Z1, Z0
+	VMOVUPS          128(DX), Z1
+	VFMADD231PS.BCST (CX)(SI*2), Z1, Z0
+	VMOVUPS          192(DX), Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z1, Z0
+	LEAQ             (CX)(SI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z1
+	VFMADD231PS.BCST (CX), Z1, Z0
+	ADDQ             SI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_1x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_1x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), DI
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	VMOVUPS    64(R8), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	VMOVUPS          128(DX), Z2
+	VMOVUPS          192(DX), Z3
+	VFMADD231PS.BCST (CX)(SI*1), Z2, Z0
+	VFMADD231PS.BCST (CX)(SI*1), Z3, Z1
+	VMOVUPS          256(DX), Z2
+	VMOVUPS          320(DX), Z3
+	VFMADD231PS.BCST (CX)(SI*2), Z2, Z0
+	VFMADD231PS.BCST (CX)(SI*2), Z3, Z1
+	VMOVUPS          384(DX), Z2
+	VMOVUPS          448(DX), Z3
+	VFMADD231PS.BCST (CX)(DI*1), Z2, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z3, Z1
+	LEAQ             (CX)(SI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	ADDQ             SI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_2x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z2
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX), Z2, Z1
+	VMOVUPS          64(DX), Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z2, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z2, Z1
+	VMOVUPS          128(DX), Z2
+	VFMADD231PS.BCST (CX)(DI*2), Z2, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z2, Z1
+	VMOVUPS          192(DX), Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z2, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z2, Z1
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z2
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX), Z2, Z1
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_2x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_2x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX), Z5, Z1
+	VFMADD231PS.BCST 4(CX), Z4, Z2
+	VFMADD231PS.BCST 4(CX), Z5, Z3
+	VMOVUPS          128(DX), Z4
+	VMOVUPS          192(DX), Z5
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z5, Z3
+	VMOVUPS          256(DX), Z4
+	VMOVUPS          320(DX), Z5
+	VFMADD231PS.BCST (CX)(DI*2), Z4, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z5, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z5, Z3
+	VMOVUPS          384(DX), Z4
+	VMOVUPS          448(DX), Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z4, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z5, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z4, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z5, Z3
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX), Z5, Z1
+	VFMADD231PS.BCST 4(CX), Z4, Z2
+	VFMADD231PS.BCST 4(CX), Z5, Z3
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_3x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z3
+	VFMADD231PS.BCST (CX), Z3, Z0
+	VFMADD231PS.BCST 4(CX), Z3, Z1
+	VFMADD231PS.BCST 8(CX), Z3, Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX)(DI*1), Z3, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z3, Z2
+	VMOVUPS          128(DX), Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z3, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z3, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z3, Z2
+	VMOVUPS          192(DX), Z3
+	VFMADD231PS.BCST (CX)(R8*1), Z3, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z3, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z3, Z2
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z3
+	VFMADD231PS.BCST (CX), Z3, Z0
+	VFMADD231PS.BCST 4(CX), Z3, Z1
+	VFMADD231PS.BCST 8(CX), Z3, Z2
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_3x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_3x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX), Z7, Z1
+	VFMADD231PS.BCST 4(CX), Z6, Z2
+	VFMADD231PS.BCST 4(CX), Z7, Z3
+	VFMADD231PS.BCST 8(CX), Z6, Z4
+	VFMADD231PS.BCST 8(CX), Z7, Z5
+	VMOVUPS          128(DX), Z6
+	VMOVUPS          192(DX), Z7
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z6, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z7, Z5
+	VMOVUPS          256(DX), Z6
+	VMOVUPS          320(DX), Z7
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z7, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z7, Z5
+	VMOVUPS          384(DX), Z6
+	VMOVUPS          448(DX), Z7
+	VFMADD231PS.BCST (CX)(R8*1), Z6, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z7, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z6, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z6, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z7, Z5
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX), Z7, Z1
+	VFMADD231PS.BCST 4(CX), Z6, Z2
+	VFMADD231PS.BCST 4(CX), Z7, Z3
+	VFMADD231PS.BCST 8(CX), Z6, Z4
+	VFMADD231PS.BCST 8(CX), Z7, Z5
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_4x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z4
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST 4(CX), Z4, Z1
+	VFMADD231PS.BCST 8(CX), Z4, Z2
+	VFMADD231PS.BCST 12(CX), Z4, Z3
+	VMOVUPS          64(DX), Z4
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z4, Z3
+	VMOVUPS          128(DX), Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z4, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z4, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z4, Z3
+	VMOVUPS          192(DX), Z4
+	VFMADD231PS.BCST (CX)(R8*1), Z4, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z4, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z4, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z4, Z3
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z4
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST 4(CX), Z4, Z1
+	VFMADD231PS.BCST 8(CX), Z4, Z2
+	VFMADD231PS.BCST 12(CX), Z4, Z3
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_4x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_4x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX), Z9, Z1
+	VFMADD231PS.BCST 4(CX), Z8, Z2
+	VFMADD231PS.BCST 4(CX), Z9, Z3
+	VFMADD231PS.BCST 8(CX), Z8, Z4
+	VFMADD231PS.BCST 8(CX), Z9, Z5
+	VFMADD231PS.BCST 12(CX), Z8, Z6
+	VFMADD231PS.BCST 12(CX), Z9, Z7
+	VMOVUPS          128(DX), Z8
+	VMOVUPS          192(DX), Z9
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z8, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z9, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z8, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z9, Z7
+	VMOVUPS          256(DX), Z8
+	VMOVUPS          320(DX), Z9
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z9, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z8, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z9, Z7
+	VMOVUPS          384(DX), Z8
+	VMOVUPS          448(DX), Z9
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z8, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z8, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z9, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z9, Z7
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX), Z9, Z1
+	VFMADD231PS.BCST 4(CX), Z8, Z2
+	VFMADD231PS.BCST 4(CX), Z9, Z3
+	VFMADD231PS.BCST 8(CX), Z8, Z4
+	VFMADD231PS.BCST 8(CX), Z9, Z5
+	VFMADD231PS.BCST 12(CX), Z8, Z6
+	VFMADD231PS.BCST 12(CX), Z9, Z7
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_5x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z5
+	VFMADD231PS.BCST (CX), Z5, Z0
+	VFMADD231PS.BCST 4(CX), Z5, Z1
+	VFMADD231PS.BCST 8(CX), Z5, Z2
+	VFMADD231PS.BCST 12(CX), Z5, Z3
+	VFMADD231PS.BCST 16(CX), Z5, Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z5, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z5, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z5, Z4
+	VMOVUPS          128(DX), Z5
+	VFMADD231PS.BCST (CX)(DI*2), Z5, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z5, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z5, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z5, Z4
+	VMOVUPS          192(DX), Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z5, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z5, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z5, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z5, Z4
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z5
+	VFMADD231PS.BCST (CX), Z5, Z0
+	VFMADD231PS.BCST 4(CX), Z5, Z1
+	VFMADD231PS.BCST 8(CX), Z5, Z2
+	VFMADD231PS.BCST 12(CX), Z5, Z3
+	VFMADD231PS.BCST 16(CX), Z5, Z4
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_5x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_5x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX), Z11, Z1
+	VFMADD231PS.BCST 4(CX), Z10, Z2
+	VFMADD231PS.BCST 4(CX), Z11, Z3
+	VFMADD231PS.BCST 8(CX), Z10, Z4
+	VFMADD231PS.BCST 8(CX), Z11, Z5
+	VFMADD231PS.BCST 12(CX), Z10, Z6
+	VFMADD231PS.BCST 12(CX), Z11, Z7
+	VFMADD231PS.BCST 16(CX), Z10, Z8
+	VFMADD231PS.BCST 16(CX), Z11, Z9
+	VMOVUPS          128(DX), Z10
+	VMOVUPS          192(DX), Z11
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z10, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z11, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z10, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z11, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z10, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z11, Z9
+	VMOVUPS          256(DX), Z10
+	VMOVUPS          320(DX), Z11
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z11, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z10, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z11, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z10, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z11, Z9
+	VMOVUPS          384(DX), Z10
+	VMOVUPS          448(DX), Z11
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z10, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z10, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z11, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z10, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z11, Z9
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX), Z11, Z1
+	VFMADD231PS.BCST 4(CX), Z10, Z2
+	VFMADD231PS.BCST 4(CX), Z11, Z3
+	VFMADD231PS.BCST 8(CX), Z10, Z4
+	VFMADD231PS.BCST 8(CX), Z11, Z5
+	VFMADD231PS.BCST 12(CX), Z10, Z6
+	VFMADD231PS.BCST 12(CX), Z11, Z7
+	VFMADD231PS.BCST 16(CX), Z10, Z8
+	VFMADD231PS.BCST 16(CX), Z11, Z9
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_6x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z6
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST 4(CX), Z6, Z1
+	VFMADD231PS.BCST 8(CX), Z6, Z2
+	VFMADD231PS.BCST 12(CX), Z6, Z3
+	VFMADD231PS.BCST 16(CX), Z6, Z4
+	VFMADD231PS.BCST 20(CX), Z6, Z5
+	VMOVUPS          64(DX), Z6
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z6, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z6, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z6, Z5
+	VMOVUPS          128(DX), Z6
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z6, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z6, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z6, Z5
+	VMOVUPS          192(DX), Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z6, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z6, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z6, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z6, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z6, Z5
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z6
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST 4(CX), Z6, Z1
+	VFMADD231PS.BCST 8(CX), Z6, Z2
+	VFMADD231PS.BCST 12(CX), Z6, Z3
+	VFMADD231PS.BCST 16(CX), Z6, Z4
+	VFMADD231PS.BCST 20(CX), Z6, Z5
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_6x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_6x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z12
+	VMOVUPS          64(DX), Z13
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX), Z13, Z1
+	VFMADD231PS.BCST 4(CX), Z12, Z2
+	VFMADD231PS.BCST 4(CX), Z13, Z3
+	VFMADD231PS.BCST 8(CX), Z12, Z4
+	VFMADD231PS.BCST 8(CX), Z13, Z5
+	VFMADD231PS.BCST 12(CX), Z12, Z6
+	VFMADD231PS.BCST 12(CX), Z13, Z7
+	VFMADD231PS.BCST 16(CX), Z12, Z8
+	VFMADD231PS.BCST 16(CX), Z13, Z9
+	VFMADD231PS.BCST 20(CX), Z12, Z10
+	VFMADD231PS.BCST 20(CX), Z13, Z11
+	VMOVUPS          128(DX), Z12
+	VMOVUPS          192(DX), Z13
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z13, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z12, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z13, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z12, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z13, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z12, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z13, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z12, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z13, Z11
+	VMOVUPS          256(DX), Z12
+	VMOVUPS          320(DX), Z13
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z13, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z13, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z12, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z13, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z12, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z13, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z12, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z13, Z11
+	VMOVUPS          384(DX), Z12
+	VMOVUPS          448(DX), Z13
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z13, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z12, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z13, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z12, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z13, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z12, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z13, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z12, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z13, Z11
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z12
+	VMOVUPS          64(DX), Z13
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX), Z13, Z1
+	VFMADD231PS.BCST 4(CX), Z12, Z2
+	VFMADD231PS.BCST 4(CX), Z13, Z3
+	VFMADD231PS.BCST 8(CX), Z12, Z4
+	VFMADD231PS.BCST 8(CX), Z13, Z5
+	VFMADD231PS.BCST 12(CX), Z12, Z6
+	VFMADD231PS.BCST 12(CX), Z13, Z7
+	VFMADD231PS.BCST 16(CX), Z12, Z8
+	VFMADD231PS.BCST 16(CX), Z13, Z9
+	VFMADD231PS.BCST 20(CX), Z12, Z10
+	VFMADD231PS.BCST 20(CX), Z13, Z11
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_7x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_7x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z7
+	VFMADD231PS.BCST (CX), Z7, Z0
+	VFMADD231PS.BCST 4(CX), Z7, Z1
+	VFMADD231PS.BCST 8(CX), Z7, Z2
+	VFMADD231PS.BCST 12(CX), Z7, Z3
+	VFMADD231PS.BCST 16(CX), Z7, Z4
+	VFMADD231PS.BCST 20(CX), Z7, Z5
+	VFMADD231PS.BCST 24(CX), Z7, Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z7, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z7, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z7, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z7, Z6
+	VMOVUPS          128(DX), Z7
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z7, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z7, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z7, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z7, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z7, Z6
+	VMOVUPS          192(DX), Z7
+	VFMADD231PS.BCST (CX)(R8*1), Z7, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z7, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z7, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z7, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z7, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z7, Z6
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z7
+	VFMADD231PS.BCST (CX), Z7, Z0
+	VFMADD231PS.BCST 4(CX), Z7, Z1
+	VFMADD231PS.BCST 8(CX), Z7, Z2
+	VFMADD231PS.BCST 12(CX), Z7, Z3
+	VFMADD231PS.BCST 16(CX), Z7, Z4
+	VFMADD231PS.BCST 20(CX), Z7, Z5
+	VFMADD231PS.BCST 24(CX), Z7, Z6
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_7x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_7x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z14
+	VMOVUPS          64(DX), Z15
+	VFMADD231PS.BCST (CX), Z14, Z0
+	VFMADD231PS.BCST (CX), Z15, Z1
+	VFMADD231PS.BCST 4(CX), Z14, Z2
+	VFMADD231PS.BCST 4(CX), Z15, Z3
+	VFMADD231PS.BCST 8(CX), Z14, Z4
+	VFMADD231PS.BCST 8(CX), Z15, Z5
+	VFMADD231PS.BCST 12(CX), Z14, Z6
+	VFMADD231PS.BCST 12(CX), Z15, Z7
+	VFMADD231PS.BCST 16(CX), Z14, Z8
+	VFMADD231PS.BCST 16(CX), Z15, Z9
+	VFMADD231PS.BCST 20(CX), Z14, Z10
+	VFMADD231PS.BCST 20(CX), Z15, Z11
+	VFMADD231PS.BCST 24(CX), Z14, Z12
+	VFMADD231PS.BCST 24(CX), Z15, Z13
+	VMOVUPS          128(DX), Z14
+	VMOVUPS          192(DX), Z15
+	VFMADD231PS.BCST (CX)(DI*1), Z14, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z15, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z14, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z15, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z14, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z15, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z14, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z15, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z14, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z15, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z14, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z15, Z13
+	VMOVUPS          256(DX), Z14
+	VMOVUPS          320(DX), Z15
+	VFMADD231PS.BCST (CX)(DI*2), Z14, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z15, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z14, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z15, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z14, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z15, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z14, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z15, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z14, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z15, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z14, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z15, Z13
+	VMOVUPS          384(DX), Z14
+	VMOVUPS          448(DX), Z15
+	VFMADD231PS.BCST (CX)(R8*1), Z14, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z15, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z14, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z15, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z14, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z15, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z14, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z15, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z14, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z15, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z14, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z15, Z13
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z14
+	VMOVUPS          64(DX), Z15
+	VFMADD231PS.BCST (CX), Z14, Z0
+	VFMADD231PS.BCST (CX), Z15, Z1
+	VFMADD231PS.BCST 4(CX), Z14, Z2
+	VFMADD231PS.BCST 4(CX), Z15, Z3
+	VFMADD231PS.BCST 8(CX), Z14, Z4
+	VFMADD231PS.BCST 8(CX), Z15, Z5
+	VFMADD231PS.BCST 12(CX), Z14, Z6
+	VFMADD231PS.BCST 12(CX), Z15, Z7
+	VFMADD231PS.BCST 16(CX), Z14, Z8
+	VFMADD231PS.BCST 16(CX), Z15, Z9
+	VFMADD231PS.BCST 20(CX), Z14, Z10
+	VFMADD231PS.BCST 20(CX), Z15, Z11
+	VFMADD231PS.BCST 24(CX), Z14, Z12
+	VFMADD231PS.BCST 24(CX), Z15, Z13
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_8x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_8x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z8
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST 4(CX), Z8, Z1
+	VFMADD231PS.BCST 8(CX), Z8, Z2
+	VFMADD231PS.BCST 12(CX), Z8, Z3
+	VFMADD231PS.BCST 16(CX), Z8, Z4
+	VFMADD231PS.BCST 20(CX), Z8, Z5
+	VFMADD231PS.BCST 24(CX), Z8, Z6
+	VFMADD231PS.BCST 28(CX), Z8, Z7
+	VMOVUPS          64(DX), Z8
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z8, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z8, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z8, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z8, Z6
+	VFMADD231PS.BCST 28(CX)(DI*1), Z8, Z7
+	VMOVUPS          128(DX), Z8
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z8, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z8, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z8, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z8, Z6
+	VFMADD231PS.BCST 28(CX)(DI*2), Z8, Z7
+	VMOVUPS          192(DX), Z8
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z8, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z8, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z8, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z8, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST 28(CX)(R8*1), Z8, Z7
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z8
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST 4(CX), Z8, Z1
+	VFMADD231PS.BCST 8(CX), Z8, Z2
+	VFMADD231PS.BCST 12(CX), Z8, Z3
+	VFMADD231PS.BCST 16(CX), Z8, Z4
+	VFMADD231PS.BCST 20(CX), Z8, Z5
+	VFMADD231PS.BCST 24(CX), Z8, Z6
+	VFMADD231PS.BCST 28(CX), Z8, Z7
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_8x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_8x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z14
+	VMOVUPS    64(R9), Z15
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z16
+	VMOVUPS          64(DX), Z17
+	VFMADD231PS.BCST (CX), Z16, Z0
+	VFMADD231PS.BCST (CX), Z17, Z1
+	VFMADD231PS.BCST 4(CX), Z16, Z2
+	VFMADD231PS.BCST 4(CX), Z17, Z3
+	VFMADD231PS.BCST 8(CX), Z16, Z4
+	VFMADD231PS.BCST 8(CX), Z17, Z5
+	VFMADD231PS.BCST 12(CX), Z16, Z6
+	VFMADD231PS.BCST 12(CX), Z17, Z7
+	VFMADD231PS.BCST 16(CX), Z16, Z8
+	VFMADD231PS.BCST 16(CX), Z17, Z9
+	VFMADD231PS.BCST 20(CX), Z16, Z10
+	VFMADD231PS.BCST 20(CX), Z17, Z11
+	VFMADD231PS.BCST 24(CX), Z16, Z12
+	VFMADD231PS.BCST 24(CX), Z17, Z13
+	VFMADD231PS.BCST 28(CX), Z16, Z14
+	VFMADD231PS.BCST 28(CX), Z17, Z15
+	VMOVUPS          128(DX), Z16
+	VMOVUPS          192(DX), Z17
+	VFMADD231PS.BCST (CX)(DI*1), Z16, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z17, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z16, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z17, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z16, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z17, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z16, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z17, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z16, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z17, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z16, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z17, Z13
+	VFMADD231PS.BCST 28(CX)(DI*1), Z16, Z14
+	VFMADD231PS.BCST 28(CX)(DI*1), Z17, Z15
+	VMOVUPS          256(DX), Z16
+	VMOVUPS          320(DX), Z17
+	VFMADD231PS.BCST (CX)(DI*2), Z16, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z17, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z16, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z17, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z16, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z17, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z16, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z17, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z16, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z17, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z16, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z17, Z13
+	VFMADD231PS.BCST 28(CX)(DI*2), Z16, Z14
+	VFMADD231PS.BCST 28(CX)(DI*2), Z17, Z15
+	VMOVUPS          384(DX), Z16
+	VMOVUPS          448(DX), Z17
+	VFMADD231PS.BCST (CX)(R8*1), Z16, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z17, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z16, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z17, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z16, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z17, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z16, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z17, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z16, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z17, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z16, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z17, Z13
+	VFMADD231PS.BCST 28(CX)(R8*1), Z16, Z14
+	VFMADD231PS.BCST 28(CX)(R8*1), Z17, Z15
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z16
+	VMOVUPS          64(DX), Z17
+	VFMADD231PS.BCST (CX), Z16, Z0
+	VFMADD231PS.BCST (CX), Z17, Z1
+	VFMADD231PS.BCST 4(CX), Z16, Z2
+	VFMADD231PS.BCST 4(CX), Z17, Z3
+	VFMADD231PS.BCST 8(CX), Z16, Z4
+	VFMADD231PS.BCST 8(CX), Z17, Z5
+	VFMADD231PS.BCST 12(CX), Z16, Z6
+	VFMADD231PS.BCST 12(CX), Z17, Z7
+	VFMADD231PS.BCST 16(CX), Z16, Z8
+	VFMADD231PS.BCST 16(CX), Z17, Z9
+	VFMADD231PS.BCST 20(CX), Z16, Z10
+	VFMADD231PS.BCST 20(CX), Z17, Z11
+	VFMADD231PS.BCST 24(CX), Z16, Z12
+	VFMADD231PS.BCST 24(CX), Z17, Z13
+	VFMADD231PS.BCST 28(CX), Z16, Z14
+	VFMADD231PS.BCST 28(CX), Z17, Z15
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_9x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_9x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z9
+	VFMADD231PS.BCST (CX), Z9, Z0
+	VFMADD231PS.BCST 4(CX), Z9, Z1
+	VFMADD231PS.BCST 8(CX), Z9, Z2
+	VFMADD231PS.BCST 12(CX), Z9, Z3
+	VFMADD231PS.BCST 16(CX), Z9, Z4
+	VFMADD231PS.BCST 20(CX), Z9, Z5
+	VFMADD231PS.BCST 24(CX), Z9, Z6
+	VFMADD231PS.BCST 28(CX), Z9, Z7
+	VFMADD231PS.BCST 32(CX), Z9, Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z9, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z9, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z9, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z9, Z6
+	VFMADD231PS.BCST 28(CX)(DI*1), Z9, Z7
+	VFMADD231PS.BCST 32(CX)(DI*1), Z9, Z8
+	VMOVUPS          128(DX), Z9
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z9, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z9, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z9, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z9, Z6
+	VFMADD231PS.BCST 28(CX)(DI*2), Z9, Z7
+	VFMADD231PS.BCST 32(CX)(DI*2), Z9, Z8
+	VMOVUPS          192(DX), Z9
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z9, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z9, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z9, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z9, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z9, Z6
+	VFMADD231PS.BCST 28(CX)(R8*1), Z9, Z7
+	VFMADD231PS.BCST 32(CX)(R8*1), Z9, Z8
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z9
+	VFMADD231PS.BCST (CX), Z9, Z0
+	VFMADD231PS.BCST 4(CX), Z9, Z1
+	VFMADD231PS.BCST 8(CX), Z9, Z2
+	VFMADD231PS.BCST 12(CX), Z9, Z3
+	VFMADD231PS.BCST 16(CX), Z9, Z4
+	VFMADD231PS.BCST 20(CX), Z9, Z5
+	VFMADD231PS.BCST 24(CX), Z9, Z6
+	VFMADD231PS.BCST 28(CX), Z9, Z7
+	VFMADD231PS.BCST 32(CX), Z9, Z8
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_9x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_9x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z14
+	VMOVUPS    64(R9), Z15
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z16
+	VMOVUPS    64(R9), Z17
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z18
+	VMOVUPS          64(DX), Z19
+	VFMADD231PS.BCST (CX), Z18, Z0
+	VFMADD231PS.BCST (CX), Z19, Z1
+	VFMADD231PS.BCST 4(CX), Z18, Z2
+	VFMADD231PS.BCST 4(CX), Z19, Z3
+	VFMADD231PS.BCST 8(CX), Z18, Z4
+	VFMADD231PS.BCST 8(CX), Z19, Z5
+	VFMADD231PS.BCST 12(CX), Z18, Z6
+	VFMADD231PS.BCST 12(CX), Z19, Z7
+	VFMADD231PS.BCST 16(CX), Z18, Z8
+	VFMADD231PS.BCST 16(CX), Z19, Z9
+	VFMADD231PS.BCST 20(CX), Z18, Z10
+	VFMADD231PS.BCST 20(CX), Z19, Z11
+	VFMADD231PS.BCST 24(CX), Z18, Z12
+	VFMADD231PS.BCST 24(CX), Z19, Z13
+	VFMADD231PS.BCST 28(CX), Z18, Z14
+	VFMADD231PS.BCST 28(CX), Z19, Z15
+	VFMADD231PS.BCST 32(CX), Z18, Z16
+	VFMADD231PS.BCST 32(CX), Z19, Z17
+	VMOVUPS          128(DX), Z18
+	VMOVUPS          192(DX), Z19
+	VFMADD231PS.BCST (CX)(DI*1), Z18, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z19, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z18, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z19, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z18, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z19, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z18, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z19, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z18, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z19, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z18, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z19, Z13
+	VFMADD231PS.BCST 28(CX)(DI*1), Z18, Z14
+	VFMADD231PS.BCST 28(CX)(DI*1), Z19, Z15
+	VFMADD231PS.BCST 32(CX)(DI*1), Z18, Z16
+	VFMADD231PS.BCST 32(CX)(DI*1), Z19, Z17
+	VMOVUPS          256(DX), Z18
+	VMOVUPS          320(DX), Z19
+	VFMADD231PS.BCST (CX)(DI*2), Z18, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z19, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z18, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z19, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z18, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z19, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z18, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z19, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z18, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z19, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z18, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z19, Z13
+	VFMADD231PS.BCST 28(CX)(DI*2), Z18, Z14
+	VFMADD231PS.BCST 28(CX)(DI*2), Z19, Z15
+	VFMADD231PS.BCST 32(CX)(DI*2), Z18, Z16
+	VFMADD231PS.BCST 32(CX)(DI*2), Z19, Z17
+	VMOVUPS          384(DX), Z18
+	VMOVUPS          448(DX), Z19
+	VFMADD231PS.BCST (CX)(R8*1), Z18, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z19, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z18, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z19, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z18, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z19, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z18, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z19, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z18, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z19, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z18, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z19, Z13
+	VFMADD231PS.BCST 28(CX)(R8*1), Z18, Z14
+	VFMADD231PS.BCST 28(CX)(R8*1), Z19, Z15
+	VFMADD231PS.BCST 32(CX)(R8*1), Z18, Z16
+	VFMADD231PS.BCST 32(CX)(R8*1), Z19, Z17
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z18
+	VMOVUPS          64(DX), Z19
+	VFMADD231PS.BCST (CX), Z18, Z0
+	VFMADD231PS.BCST (CX), Z19, Z1
+	VFMADD231PS.BCST 4(CX), Z18, Z2
+	VFMADD231PS.BCST 4(CX), Z19, Z3
+	VFMADD231PS.BCST 8(CX), Z18, Z4
+	VFMADD231PS.BCST 8(CX), Z19, Z5
+	VFMADD231PS.BCST 12(CX), Z18, Z6
+	VFMADD231PS.BCST 12(CX), Z19, Z7
+	VFMADD231PS.BCST 16(CX), Z18, Z8
+	VFMADD231PS.BCST 16(CX), Z19, Z9
+	VFMADD231PS.BCST 20(CX), Z18, Z10
+	VFMADD231PS.BCST 20(CX), Z19, Z11
+	VFMADD231PS.BCST 24(CX), Z18, Z12
+	VFMADD231PS.BCST 24(CX), Z19, Z13
+	VFMADD231PS.BCST 28(CX), Z18, Z14
+	VFMADD231PS.BCST 28(CX), Z19, Z15
+	VFMADD231PS.BCST 32(CX), Z18, Z16
+	VFMADD231PS.BCST 32(CX), Z19, Z17
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_10x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_10x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z10
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST 4(CX), Z10, Z1
+	VFMADD231PS.BCST 8(CX), Z10, Z2
+	VFMADD231PS.BCST 12(CX), Z10, Z3
+	VFMADD231PS.BCST 16(CX), Z10, Z4
+	VFMADD231PS.BCST 20(CX), Z10, Z5
+	VFMADD231PS.BCST 24(CX), Z10, Z6
+	VFMADD231PS.BCST 28(CX), Z10, Z7
+	VFMADD231PS.BCST 32(CX), Z10, Z8
+	VFMADD231PS.BCST 36(CX), Z10, Z9
+	VMOVUPS          64(DX), Z10
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z10, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z10, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z10, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z10, Z6
+	VFMADD231PS.BCST 28(CX)(DI*1), Z10, Z7
+	VFMADD231PS.BCST 32(CX)(DI*1), Z10, Z8
+	VFMADD231PS.BCST 36(CX)(DI*1), Z10, Z9
+	VMOVUPS          128(DX), Z10
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z10, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z10, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z10, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z10, Z6
+	VFMADD231PS.BCST 28(CX)(DI*2), Z10, Z7
+	VFMADD231PS.BCST 32(CX)(DI*2), Z10, Z8
+	VFMADD231PS.BCST 36(CX)(DI*2), Z10, Z9
+	VMOVUPS          192(DX), Z10
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z10, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z10, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z10, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z10, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST 28(CX)(R8*1), Z10, Z7
+	VFMADD231PS.BCST 32(CX)(R8*1), Z10, Z8
+	VFMADD231PS.BCST 36(CX)(R8*1), Z10, Z9
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z10
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST 4(CX), Z10, Z1
+	VFMADD231PS.BCST 8(CX), Z10, Z2
+	VFMADD231PS.BCST 12(CX), Z10, Z3
+	VFMADD231PS.BCST 16(CX), Z10, Z4
+	VFMADD231PS.BCST 20(CX), Z10, Z5
+	VFMADD231PS.BCST 24(CX), Z10, Z6
+	VFMADD231PS.BCST 28(CX), Z10, Z7
+	VFMADD231PS.BCST 32(CX), Z10, Z8
+	VFMADD231PS.BCST 36(CX), Z10, Z9
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_10x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_10x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z14
+	VMOVUPS    64(R9), Z15
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z16
+	VMOVUPS    64(R9), Z17
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z18
+	VMOVUPS    64(R9), Z19
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z20
+	VMOVUPS          64(DX), Z21
+	VFMADD231PS.BCST (CX), Z20, Z0
+	VFMADD231PS.BCST (CX), Z21, Z1
+	VFMADD231PS.BCST 4(CX), Z20, Z2
+	VFMADD231PS.BCST 4(CX), Z21, Z3
+	VFMADD231PS.BCST 8(CX), Z20, Z4
+	VFMADD231PS.BCST 8(CX), Z21, Z5
+	VFMADD231PS.BCST 12(CX), Z20, Z6
+	VFMADD231PS.BCST 12(CX), Z21, Z7
+	VFMADD231PS.BCST 16(CX), Z20, Z8
+	VFMADD231PS.BCST 16(CX), Z21, Z9
+	VFMADD231PS.BCST 20(CX), Z20, Z10
+	VFMADD231PS.BCST 20(CX), Z21, Z11
+	VFMADD231PS.BCST 24(CX), Z20, Z12
+	VFMADD231PS.BCST 24(CX), Z21, Z13
+	VFMADD231PS.BCST 28(CX), Z20, Z14
+	VFMADD231PS.BCST 28(CX), Z21, Z15
+	VFMADD231PS.BCST 32(CX), Z20, Z16
+	VFMADD231PS.BCST 32(CX), Z21, Z17
+	VFMADD231PS.BCST 36(CX), Z20, Z18
+	VFMADD231PS.BCST 36(CX), Z21, Z19
+	VMOVUPS          128(DX), Z20
+	VMOVUPS          192(DX), Z21
+	VFMADD231PS.BCST (CX)(DI*1), Z20, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z21, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z20, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z21, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z20, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z21, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z20, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z21, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z20, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z21, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z20, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z21, Z13
+	VFMADD231PS.BCST 28(CX)(DI*1), Z20, Z14
+	VFMADD231PS.BCST 28(CX)(DI*1), Z21, Z15
+	VFMADD231PS.BCST 32(CX)(DI*1), Z20, Z16
+	VFMADD231PS.BCST 32(CX)(DI*1), Z21, Z17
+	VFMADD231PS.BCST 36(CX)(DI*1), Z20, Z18
+	VFMADD231PS.BCST 36(CX)(DI*1), Z21, Z19
+	VMOVUPS          256(DX), Z20
+	VMOVUPS          320(DX), Z21
+	VFMADD231PS.BCST (CX)(DI*2), Z20, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z21, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z20, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z21, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z20, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z21, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z20, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z21, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z20, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z21, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z20, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z21, Z13
+	VFMADD231PS.BCST 28(CX)(DI*2), Z20, Z14
+	VFMADD231PS.BCST 28(CX)(DI*2), Z21, Z15
+	VFMADD231PS.BCST 32(CX)(DI*2), Z20, Z16
+	VFMADD231PS.BCST 32(CX)(DI*2), Z21, Z17
+	VFMADD231PS.BCST 36(CX)(DI*2), Z20, Z18
+	VFMADD231PS.BCST 36(CX)(DI*2), Z21, Z19
+	VMOVUPS          384(DX), Z20
+	VMOVUPS          448(DX), Z21
+	VFMADD231PS.BCST (CX)(R8*1), Z20, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z21, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z20, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z21, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z20, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z21, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z20, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z21, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z20, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z21, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z20, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z21, Z13
+	VFMADD231PS.BCST 28(CX)(R8*1), Z20, Z14
+	VFMADD231PS.BCST 28(CX)(R8*1), Z21, Z15
+	VFMADD231PS.BCST 32(CX)(R8*1), Z20, Z16
+	VFMADD231PS.BCST 32(CX)(R8*1), Z21, Z17
+	VFMADD231PS.BCST 36(CX)(R8*1), Z20, Z18
+	VFMADD231PS.BCST 36(CX)(R8*1), Z21, Z19
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z20
+	VMOVUPS          64(DX), Z21
+	VFMADD231PS.BCST (CX), Z20, Z0
+	VFMADD231PS.BCST (CX), Z21, Z1
+	VFMADD231PS.BCST 4(CX), Z20, Z2
+	VFMADD231PS.BCST 4(CX), Z21, Z3
+	VFMADD231PS.BCST 8(CX), Z20, Z4
+	VFMADD231PS.BCST 8(CX), Z21, Z5
+	VFMADD231PS.BCST 12(CX), Z20, Z6
+	VFMADD231PS.BCST 12(CX), Z21, Z7
+	VFMADD231PS.BCST 16(CX), Z20, Z8
+	VFMADD231PS.BCST 16(CX), Z21, Z9
+	VFMADD231PS.BCST 20(CX), Z20, Z10
+	VFMADD231PS.BCST 20(CX), Z21, Z11
+	VFMADD231PS.BCST 24(CX), Z20, Z12
+	VFMADD231PS.BCST 24(CX), Z21, Z13
+	VFMADD231PS.BCST 28(CX), Z20, Z14
+	VFMADD231PS.BCST 28(CX), Z21, Z15
+	VFMADD231PS.BCST 32(CX), Z20, Z16
+	VFMADD231PS.BCST 32(CX), Z21, Z17
+	VFMADD231PS.BCST 36(CX), Z20, Z18
+	VFMADD231PS.BCST 36(CX), Z21, Z19
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_11x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_11x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z11
+	VFMADD231PS.BCST (CX), Z11, Z0
+	VFMADD231PS.BCST 4(CX), Z11, Z1
+	VFMADD231PS.BCST 8(CX), Z11, Z2
+	VFMADD231PS.BCST 12(CX), Z11, Z3
+	VFMADD231PS.BCST 16(CX), Z11, Z4
+	VFMADD231PS.BCST 20(CX), Z11, Z5
+	VFMADD231PS.BCST 24(CX), Z11, Z6
+	VFMADD231PS.BCST 28(CX), Z11, Z7
+	VFMADD231PS.BCST 32(CX), Z11, Z8
+	VFMADD231PS.BCST 36(CX), Z11, Z9
+	VFMADD231PS.BCST 40(CX), Z11, Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z11, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z11, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z11, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z11, Z6
+	VFMADD231PS.BCST 28(CX)(DI*1), Z11, Z7
+	VFMADD231PS.BCST 32(CX)(DI*1), Z11, Z8
+	VFMADD231PS.BCST 36(CX)(DI*1), Z11, Z9
+	VFMADD231PS.BCST 40(CX)(DI*1), Z11, Z10
+	VMOVUPS          128(DX), Z11
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z11, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z11, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z11, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z11, Z6
+	VFMADD231PS.BCST 28(CX)(DI*2), Z11, Z7
+	VFMADD231PS.BCST 32(CX)(DI*2), Z11, Z8
+	VFMADD231PS.BCST 36(CX)(DI*2), Z11, Z9
+	VFMADD231PS.BCST 40(CX)(DI*2), Z11, Z10
+	VMOVUPS          192(DX), Z11
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z11, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z11, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z11, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z11, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z11, Z6
+	VFMADD231PS.BCST 28(CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 32(CX)(R8*1), Z11, Z8
+	VFMADD231PS.BCST 36(CX)(R8*1), Z11, Z9
+	VFMADD231PS.BCST 40(CX)(R8*1), Z11, Z10
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z11
+	VFMADD231PS.BCST (CX), Z11, Z0
+	VFMADD231PS.BCST 4(CX), Z11, Z1
+	VFMADD231PS.BCST 8(CX), Z11, Z2
+	VFMADD231PS.BCST 12(CX), Z11, Z3
+	VFMADD231PS.BCST 16(CX), Z11, Z4
+	VFMADD231PS.BCST 20(CX), Z11, Z5
+	VFMADD231PS.BCST 24(CX), Z11, Z6
+	VFMADD231PS.BCST 28(CX), Z11, Z7
+	VFMADD231PS.BCST 32(CX), Z11, Z8
+	VFMADD231PS.BCST 36(CX), Z11, Z9
+	VFMADD231PS.BCST 40(CX), Z11, Z10
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_11x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_11x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z14
+	VMOVUPS    64(R9), Z15
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z16
+	VMOVUPS    64(R9), Z17
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z18
+	VMOVUPS    64(R9), Z19
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z20
+	VMOVUPS    64(R9), Z21
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z22
+	VMOVUPS          64(DX), Z23
+	VFMADD231PS.BCST (CX), Z22, Z0
+	VFMADD231PS.BCST (CX), Z23, Z1
+	VFMADD231PS.BCST 4(CX), Z22, Z2
+	VFMADD231PS.BCST 4(CX), Z23, Z3
+	VFMADD231PS.BCST 8(CX), Z22, Z4
+	VFMADD231PS.BCST 8(CX), Z23, Z5
+	VFMADD231PS.BCST 12(CX), Z22, Z6
+	VFMADD231PS.BCST 12(CX), Z23, Z7
+	VFMADD231PS.BCST 16(CX), Z22, Z8
+	VFMADD231PS.BCST 16(CX), Z23, Z9
+	VFMADD231PS.BCST 20(CX), Z22, Z10
+	VFMADD231PS.BCST 20(CX), Z23, Z11
+	VFMADD231PS.BCST 24(CX), Z22, Z12
+	VFMADD231PS.BCST 24(CX), Z23, Z13
+	VFMADD231PS.BCST 28(CX), Z22, Z14
+	VFMADD231PS.BCST 28(CX), Z23, Z15
+	VFMADD231PS.BCST 32(CX), Z22, Z16
+	VFMADD231PS.BCST 32(CX), Z23, Z17
+	VFMADD231PS.BCST 36(CX), Z22, Z18
+	VFMADD231PS.BCST 36(CX), Z23, Z19
+	VFMADD231PS.BCST 40(CX), Z22, Z20
+	VFMADD231PS.BCST 40(CX), Z23, Z21
+	VMOVUPS          128(DX), Z22
+	VMOVUPS          192(DX), Z23
+	VFMADD231PS.BCST (CX)(DI*1), Z22, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z23, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z22, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z23, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z22, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z23, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z22, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z23, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z22, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z23, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z22, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z23, Z13
+	VFMADD231PS.BCST 28(CX)(DI*1), Z22, Z14
+	VFMADD231PS.BCST 28(CX)(DI*1), Z23, Z15
+	VFMADD231PS.BCST 32(CX)(DI*1), Z22, Z16
+	VFMADD231PS.BCST 32(CX)(DI*1), Z23, Z17
+	VFMADD231PS.BCST 36(CX)(DI*1), Z22, Z18
+	VFMADD231PS.BCST 36(CX)(DI*1), Z23, Z19
+	VFMADD231PS.BCST 40(CX)(DI*1), Z22, Z20
+	VFMADD231PS.BCST 40(CX)(DI*1), Z23, Z21
+	VMOVUPS          256(DX), Z22
+	VMOVUPS          320(DX), Z23
+	VFMADD231PS.BCST (CX)(DI*2), Z22, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z23, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z22, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z23, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z22, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z23, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z22, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z23, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z22, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z23, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z22, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z23, Z13
+	VFMADD231PS.BCST 28(CX)(DI*2), Z22, Z14
+	VFMADD231PS.BCST 28(CX)(DI*2), Z23, Z15
+	VFMADD231PS.BCST 32(CX)(DI*2), Z22, Z16
+	VFMADD231PS.BCST 32(CX)(DI*2), Z23, Z17
+	VFMADD231PS.BCST 36(CX)(DI*2), Z22, Z18
+	VFMADD231PS.BCST 36(CX)(DI*2), Z23, Z19
+	VFMADD231PS.BCST 40(CX)(DI*2), Z22, Z20
+	VFMADD231PS.BCST 40(CX)(DI*2), Z23, Z21
+	VMOVUPS          384(DX), Z22
+	VMOVUPS          448(DX), Z23
+	VFMADD231PS.BCST (CX)(R8*1), Z22, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z23, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z22, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z23, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z22, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z23, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z22, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z23, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z22, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z23, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z22, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z23, Z13
+	VFMADD231PS.BCST 28(CX)(R8*1), Z22, Z14
+	VFMADD231PS.BCST 28(CX)(R8*1), Z23, Z15
+	VFMADD231PS.BCST 32(CX)(R8*1), Z22, Z16
+	VFMADD231PS.BCST 32(CX)(R8*1), Z23, Z17
+	VFMADD231PS.BCST 36(CX)(R8*1), Z22, Z18
+	VFMADD231PS.BCST 36(CX)(R8*1), Z23, Z19
+	VFMADD231PS.BCST 40(CX)(R8*1), Z22, Z20
+	VFMADD231PS.BCST 40(CX)(R8*1), Z23, Z21
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z22
+	VMOVUPS          64(DX), Z23
+	VFMADD231PS.BCST (CX), Z22, Z0
+	VFMADD231PS.BCST (CX), Z23, Z1
+	VFMADD231PS.BCST 4(CX), Z22, Z2
+	VFMADD231PS.BCST 4(CX), Z23, Z3
+	VFMADD231PS.BCST 8(CX), Z22, Z4
+	VFMADD231PS.BCST 8(CX), Z23, Z5
+	VFMADD231PS.BCST 12(CX), Z22, Z6
+	VFMADD231PS.BCST 12(CX), Z23, Z7
+	VFMADD231PS.BCST 16(CX), Z22, Z8
+	VFMADD231PS.BCST 16(CX), Z23, Z9
+	VFMADD231PS.BCST 20(CX), Z22, Z10
+	VFMADD231PS.BCST 20(CX), Z23, Z11
+	VFMADD231PS.BCST 24(CX), Z22, Z12
+	VFMADD231PS.BCST 24(CX), Z23, Z13
+	VFMADD231PS.BCST 28(CX), Z22, Z14
+	VFMADD231PS.BCST 28(CX), Z23, Z15
+	VFMADD231PS.BCST 32(CX), Z22, Z16
+	VFMADD231PS.BCST 32(CX), Z23, Z17
+	VFMADD231PS.BCST 36(CX), Z22, Z18
+	VFMADD231PS.BCST 36(CX), Z23, Z19
+	VFMADD231PS.BCST 40(CX), Z22, Z20
+	VFMADD231PS.BCST 40(CX), Z23, Z21
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_12x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_12x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z12
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST 4(CX), Z12, Z1
+	VFMADD231PS.BCST 8(CX), Z12, Z2
+	VFMADD231PS.BCST 12(CX), Z12, Z3
+	VFMADD231PS.BCST 16(CX), Z12, Z4
+	VFMADD231PS.BCST 20(CX), Z12, Z5
+	VFMADD231PS.BCST 24(CX), Z12, Z6
+	VFMADD231PS.BCST 28(CX), Z12, Z7
+	VFMADD231PS.BCST 32(CX), Z12, Z8
+	VFMADD231PS.BCST 36(CX), Z12, Z9
+	VFMADD231PS.BCST 40(CX), Z12, Z10
+	VFMADD231PS.BCST 44(CX), Z12, Z11
+	VMOVUPS          64(DX), Z12
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z12, Z3
+	VFMADD231PS.BCST 16(CX)(DI*1), Z12, Z4
+	VFMADD231PS.BCST 20(CX)(DI*1), Z12, Z5
+	VFMADD231PS.BCST 24(CX)(DI*1), Z12, Z6
+	VFMADD231PS.BCST 28(CX)(DI*1), Z12, Z7
+	VFMADD231PS.BCST 32(CX)(DI*1), Z12, Z8
+	VFMADD231PS.BCST 36(CX)(DI*1), Z12, Z9
+	VFMADD231PS.BCST 40(CX)(DI*1), Z12, Z10
+	VFMADD231PS.BCST 44(CX)(DI*1), Z12, Z11
+	VMOVUPS          128(DX), Z12
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z0
+	VFMADD231PS.BCST 4(CX)(DI*2), Z12, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST 12(CX)(DI*2), Z12, Z3
+	VFMADD231PS.BCST 16(CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST 20(CX)(DI*2), Z12, Z5
+	VFMADD231PS.BCST 24(CX)(DI*2), Z12, Z6
+	VFMADD231PS.BCST 28(CX)(DI*2), Z12, Z7
+	VFMADD231PS.BCST 32(CX)(DI*2), Z12, Z8
+	VFMADD231PS.BCST 36(CX)(DI*2), Z12, Z9
+	VFMADD231PS.BCST 40(CX)(DI*2), Z12, Z10
+	VFMADD231PS.BCST 44(CX)(DI*2), Z12, Z11
+	VMOVUPS          192(DX), Z12
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z0
+	VFMADD231PS.BCST 4(CX)(R8*1), Z12, Z1
+	VFMADD231PS.BCST 8(CX)(R8*1), Z12, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST 16(CX)(R8*1), Z12, Z4
+	VFMADD231PS.BCST 20(CX)(R8*1), Z12, Z5
+	VFMADD231PS.BCST 24(CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST 28(CX)(R8*1), Z12, Z7
+	VFMADD231PS.BCST 32(CX)(R8*1), Z12, Z8
+	VFMADD231PS.BCST 36(CX)(R8*1), Z12, Z9
+	VFMADD231PS.BCST 40(CX)(R8*1), Z12, Z10
+	VFMADD231PS.BCST 44(CX)(R8*1), Z12, Z11
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z12
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST 4(CX), Z12, Z1
+	VFMADD231PS.BCST 8(CX), Z12, Z2
+	VFMADD231PS.BCST 12(CX), Z12, Z3
+	VFMADD231PS.BCST 16(CX), Z12, Z4
+	VFMADD231PS.BCST 20(CX), Z12, Z5
+	VFMADD231PS.BCST 24(CX), Z12, Z6
+	VFMADD231PS.BCST 28(CX), Z12, Z7
+	VFMADD231PS.BCST 32(CX), Z12, Z8
+	VFMADD231PS.BCST 36(CX), Z12, Z9
+	VFMADD231PS.BCST 40(CX), Z12, Z10
+	VFMADD231PS.BCST 44(CX), Z12, Z11
+	ADDQ             DI, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z11, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Cols_12x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Cols_12x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z8
+	VMOVUPS    64(R9), Z9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z10
+	VMOVUPS    64(R9), Z11
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z12
+	VMOVUPS    64(R9), Z13
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z14
+	VMOVUPS    64(R9), Z15
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z16
+	VMOVUPS    64(R9), Z17
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z18
+	VMOVUPS    64(R9), Z19
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z20
+	VMOVUPS    64(R9), Z21
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z22
+	VMOVUPS    64(R9), Z23
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z24
+	VMOVUPS          64(DX), Z25
+	VFMADD231PS.BCST (CX), Z24, Z0
+	VFMADD231PS.BCST (CX), Z25, Z1
+	VFMADD231PS.BCST 4(CX), Z24, Z2
+	VFMADD231PS.BCST 4(CX), Z25, Z3
+	VFMADD231PS.BCST 8(CX), Z24, Z4
+	VFMADD231PS.BCST 8(CX), Z25, Z5
+	VFMADD231PS.BCST 12(CX), Z24, Z6
+	VFMADD231PS.BCST 12(CX), Z25, Z7
+	VFMADD231PS.BCST 16(CX), Z24, Z8
+	VFMADD231PS.BCST 16(CX), Z25, Z9
+	VFMADD231PS.BCST 20(CX), Z24, Z10
+	VFMADD231PS.BCST 20(CX), Z25, Z11
+	VFMADD231PS.BCST 24(CX), Z24, Z12
+	VFMADD231PS.BCST 24(CX), Z25, Z13
+	VFMADD231PS.BCST 28(CX), Z24, Z14
+	VFMADD231PS.BCST 28(CX), Z25, Z15
+	VFMADD231PS.BCST 32(CX), Z24, Z16
+	VFMADD231PS.BCST 32(CX), Z25, Z17
+	VFMADD231PS.BCST 36(CX), Z24, Z18
+	VFMADD231PS.BCST 36(CX), Z25, Z19
+	VFMADD231PS.BCST 40(CX), Z24, Z20
+	VFMADD231PS.BCST 40(CX), Z25, Z21
+	VFMADD231PS.BCST 44(CX), Z24, Z22
+	VFMADD231PS.BCST 44(CX), Z25, Z23
+	VMOVUPS          128(DX), Z24
+	VMOVUPS          192(DX), Z25
+	VFMADD231PS.BCST (CX)(DI*1), Z24, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z25, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST 8(CX)(DI*1), Z24, Z4
+	VFMADD231PS.BCST 8(CX)(DI*1), Z25, Z5
+	VFMADD231PS.BCST 12(CX)(DI*1), Z24, Z6
+	VFMADD231PS.BCST 12(CX)(DI*1), Z25, Z7
+	VFMADD231PS.BCST 16(CX)(DI*1), Z24, Z8
+	VFMADD231PS.BCST 16(CX)(DI*1), Z25, Z9
+	VFMADD231PS.BCST 20(CX)(DI*1), Z24, Z10
+	VFMADD231PS.BCST 20(CX)(DI*1), Z25, Z11
+	VFMADD231PS.BCST 24(CX)(DI*1), Z24, Z12
+	VFMADD231PS.BCST 24(CX)(DI*1), Z25, Z13
+	VFMADD231PS.BCST 28(CX)(DI*1), Z24, Z14
+	VFMADD231PS.BCST 28(CX)(DI*1), Z25, Z15
+	VFMADD231PS.BCST 32(CX)(DI*1), Z24, Z16
+	VFMADD231PS.BCST 32(CX)(DI*1), Z25, Z17
+	VFMADD231PS.BCST 36(CX)(DI*1), Z24, Z18
+	VFMADD231PS.BCST 36(CX)(DI*1), Z25, Z19
+	VFMADD231PS.BCST 40(CX)(DI*1), Z24, Z20
+	VFMADD231PS.BCST 40(CX)(DI*1), Z25, Z21
+	VFMADD231PS.BCST 44(CX)(DI*1), Z24, Z22
+	VFMADD231PS.BCST 44(CX)(DI*1), Z25, Z23
+	VMOVUPS          256(DX), Z24
+	VMOVUPS          320(DX), Z25
+	VFMADD231PS.BCST (CX)(DI*2), Z24, Z0
+	VFMADD231PS.BCST (CX)(DI*2), Z25, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z24, Z2
+	VFMADD231PS.BCST 4(CX)(DI*2), Z25, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST 12(CX)(DI*2), Z24, Z6
+	VFMADD231PS.BCST 12(CX)(DI*2), Z25, Z7
+	VFMADD231PS.BCST 16(CX)(DI*2), Z24, Z8
+	VFMADD231PS.BCST 16(CX)(DI*2), Z25, Z9
+	VFMADD231PS.BCST 20(CX)(DI*2), Z24, Z10
+	VFMADD231PS.BCST 20(CX)(DI*2), Z25, Z11
+	VFMADD231PS.BCST 24(CX)(DI*2), Z24, Z12
+	VFMADD231PS.BCST 24(CX)(DI*2), Z25, Z13
+	VFMADD231PS.BCST 28(CX)(DI*2), Z24, Z14
+	VFMADD231PS.BCST 28(CX)(DI*2), Z25, Z15
+	VFMADD231PS.BCST 32(CX)(DI*2), Z24, Z16
+	VFMADD231PS.BCST 32(CX)(DI*2), Z25, Z17
+	VFMADD231PS.BCST 36(CX)(DI*2), Z24, Z18
+	VFMADD231PS.BCST 36(CX)(DI*2), Z25, Z19
+	VFMADD231PS.BCST 40(CX)(DI*2), Z24, Z20
+	VFMADD231PS.BCST 40(CX)(DI*2), Z25, Z21
+	VFMADD231PS.BCST 44(CX)(DI*2), Z24, Z22
+	VFMADD231PS.BCST 44(CX)(DI*2), Z25, Z23
+	VMOVUPS          384(DX), Z24
+	VMOVUPS          448(DX), Z25
+	VFMADD231PS.BCST (CX)(R8*1), Z24, Z0
+	VFMADD231PS.BCST (CX)(R8*1), Z25, Z1
+	VFMADD231PS.BCST 4(CX)(R8*1), Z24, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z25, Z3
+	VFMADD231PS.BCST 8(CX)(R8*1), Z24, Z4
+	VFMADD231PS.BCST 8(CX)(R8*1), Z25, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST 16(CX)(R8*1), Z24, Z8
+	VFMADD231PS.BCST 16(CX)(R8*1), Z25, Z9
+	VFMADD231PS.BCST 20(CX)(R8*1), Z24, Z10
+	VFMADD231PS.BCST 20(CX)(R8*1), Z25, Z11
+	VFMADD231PS.BCST 24(CX)(R8*1), Z24, Z12
+	VFMADD231PS.BCST 24(CX)(R8*1), Z25, Z13
+	VFMADD231PS.BCST 28(CX)(R8*1), Z24, Z14
+	VFMADD231PS.BCST 28(CX)(R8*1), Z25, Z15
+	VFMADD231PS.BCST 32(CX)(R8*1), Z24, Z16
+	VFMADD231PS.BCST 32(CX)(R8*1), Z25, Z17
+	VFMADD231PS.BCST 36(CX)(R8*1), Z24, Z18
+	VFMADD231PS.BCST 36(CX)(R8*1), Z25, Z19
+	VFMADD231PS.BCST 40(CX)(R8*1), Z24, Z20
+	VFMADD231PS.BCST 40(CX)(R8*1), Z25, Z21
+	VFMADD231PS.BCST 44(CX)(R8*1), Z24, Z22
+	VFMADD231PS.BCST 44(CX)(R8*1), Z25, Z23
+	LEAQ             (CX)(DI*4), CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z24
+	VMOVUPS          64(DX), Z25
+	VFMADD231PS.BCST (CX), Z24, Z0
+	VFMADD231PS.BCST (CX), Z25, Z1
+	VFMADD231PS.BCST 4(CX), Z24, Z2
+	VFMADD231PS.BCST 4(CX), Z25, Z3
+	VFMADD231PS.BCST 8(CX), Z24, Z4
+	VFMADD231PS.BCST 8(CX), Z25, Z5
+	VFMADD231PS.BCST 12(CX), Z24, Z6
+	VFMADD231PS.BCST 12(CX), Z25, Z7
+	VFMADD231PS.BCST 16(CX), Z24, Z8
+	VFMADD231PS.BCST 16(CX), Z25, Z9
+	VFMADD231PS.BCST 20(CX), Z24, Z10
+	VFMADD231PS.BCST 20(CX), Z25, Z11
+	VFMADD231PS.BCST 24(CX), Z24, Z12
+	VFMADD231PS.BCST 24(CX), Z25, Z13
+	VFMADD231PS.BCST 28(CX), Z24, Z14
+	VFMADD231PS.BCST 28(CX), Z25, Z15
+	VFMADD231PS.BCST 32(CX), Z24, Z16
+	VFMADD231PS.BCST 32(CX), Z25, Z17
+	VFMADD231PS.BCST 36(CX), Z24, Z18
+	VFMADD231PS.BCST 36(CX), Z25, Z19
+	VFMADD231PS.BCST 40(CX), Z24, Z20
+	VFMADD231PS.BCST 40(CX), Z25, Z21
+	VFMADD231PS.BCST 44(CX), Z24, Z22
+	VFMADD231PS.BCST 44(CX), Z25, Z23
+	ADDQ             DI, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z22, (BX)
+	VMOVUPS Z23, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_1x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_1x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), DI
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      32(DX), Y1
+	VBROADCASTSS (CX)(SI*1), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      64(DX), Y1
+	VBROADCASTSS (CX)(SI*2), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      96(DX), Y1
+	VBROADCASTSS (CX)(DI*1), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	LEAQ         (CX)(SI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	ADDQ         SI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_1x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), DI
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	VMOVUPS    32(R8), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      64(DX), Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS (CX)(SI*1), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      128(DX), Y2
+	VMOVUPS      160(DX), Y3
+	VBROADCASTSS (CX)(SI*2), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      192(DX), Y2
+	VMOVUPS      224(DX), Y3
+	VBROADCASTSS (CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	LEAQ         (CX)(SI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         SI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_2x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_2x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      32(DX), Y2
+	VBROADCASTSS (CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      64(DX), Y2
+	VBROADCASTSS (CX)(DI*2), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX)(DI*2), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      96(DX), Y2
+	VBROADCASTSS (CX)(R8*1), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX)(R8*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         DI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_2x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      64(DX), Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      128(DX), Y4
+	VMOVUPS      160(DX), Y5
+	VBROADCASTSS (CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      192(DX), Y4
+	VMOVUPS      224(DX), Y5
+	VBROADCASTSS (CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         DI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_3x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_3x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      64(DX), Y3
+	VBROADCASTSS (CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS (CX)(R8*1), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX)(R8*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX)(R8*1), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         DI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_3x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	VMOVUPS    32(R9), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      64(DX), Y6
+	VMOVUPS      96(DX), Y7
+	VBROADCASTSS (CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      128(DX), Y6
+	VMOVUPS      160(DX), Y7
+	VBROADCASTSS (CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      192(DX), Y6
+	VMOVUPS      224(DX), Y7
+	VBROADCASTSS (CX)(R8*1), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX)(R8*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX)(R8*1), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         DI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_4x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_4x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      32(DX), Y4
+	VBROADCASTSS (CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      64(DX), Y4
+	VBROADCASTSS (CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      96(DX), Y4
+	VBROADCASTSS (CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         DI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_4x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	VMOVUPS    32(R9), Y5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y6
+	VMOVUPS    32(R9), Y7
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      64(DX), Y8
+	VMOVUPS      96(DX), Y9
+	VBROADCASTSS (CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      128(DX), Y8
+	VMOVUPS      160(DX), Y9
+	VBROADCASTSS (CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      192(DX), Y8
+	VMOVUPS      224(DX), Y9
+	VBROADCASTSS (CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         DI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_5x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_5x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 16(CX), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 16(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      64(DX), Y5
+	VBROADCASTSS (CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 16(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS (CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 16(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 16(CX), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	ADDQ         DI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_5x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	VMOVUPS    32(R9), Y5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y6
+	VMOVUPS    32(R9), Y7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y8
+	VMOVUPS    32(R9), Y9
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 16(CX), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      96(DX), Y11
+	VBROADCASTSS (CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 16(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      128(DX), Y10
+	VMOVUPS      160(DX), Y11
+	VBROADCASTSS (CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 16(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      192(DX), Y10
+	VMOVUPS      224(DX), Y11
+	VBROADCASTSS (CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 16(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 16(CX), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	ADDQ         DI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_6x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_6x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 16(CX), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 20(CX), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      32(DX), Y6
+	VBROADCASTSS (CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 16(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 20(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      64(DX), Y6
+	VBROADCASTSS (CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 16(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 20(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      96(DX), Y6
+	VBROADCASTSS (CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 16(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 20(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 16(CX), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 20(CX), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	ADDQ         DI, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Cols_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Cols_6x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	VMOVUPS    32(R9), Y5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y6
+	VMOVUPS    32(R9), Y7
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y8
+	VMOVUPS    32(R9), Y9
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y10
+	VMOVUPS    32(R9), Y11
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 16(CX), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 20(CX), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      64(DX), Y12
+	VMOVUPS      96(DX), Y13
+	VBROADCASTSS (CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 16(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 20(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      128(DX), Y12
+	VMOVUPS      160(DX), Y13
+	VBROADCASTSS (CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 16(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 20(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      192(DX), Y12
+	VMOVUPS      224(DX), Y13
+	VBROADCASTSS (CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 16(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 20(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	LEAQ         (CX)(DI*4), CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 16(CX), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 20(CX), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         DI, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y10, (BX)
+	VMOVUPS Y11, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_1x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), SI
+	MOVQ       next+48(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+56(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z1
+	VFMADD231PS.BCST (CX), Z1, Z0
+	VMOVUPS          64(DX), Z1
+	VFMADD231PS.BCST 4(CX), Z1, Z0
+	VMOVUPS          128(DX), Z1
+	VFMADD231PS.BCST 8(CX), Z1, Z0
+	VMOVUPS          192(DX), Z1
+	VFMADD231PS.BCST 12(CX), Z1, Z0
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z1
+	VFMADD231PS.BCST (CX), Z1, Z0
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_1x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_1x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), SI
+	MOVQ       next+48(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 124(SI)
+	MOVB       load+56(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	VMOVUPS    64(SI), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	VMOVUPS          128(DX), Z2
+	VMOVUPS          192(DX), Z3
+	VFMADD231PS.BCST 4(CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX), Z3, Z1
+	VMOVUPS          256(DX), Z2
+	VMOVUPS          320(DX), Z3
+	VFMADD231PS.BCST 8(CX), Z2, Z0
+	VFMADD231PS.BCST 8(CX), Z3, Z1
+	VMOVUPS          384(DX), Z2
+	VMOVUPS          448(DX), Z3
+	VFMADD231PS.BCST 12(CX), Z2, Z0
+	VFMADD231PS.BCST 12(CX), Z3, Z1
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX), Z3, Z1
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_2x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z2
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z2, Z1
+	VMOVUPS          64(DX), Z2
+	VFMADD231PS.BCST 4(CX), Z2, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z2, Z1
+	VMOVUPS          128(DX), Z2
+	VFMADD231PS.BCST 8(CX), Z2, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z2, Z1
+	VMOVUPS          192(DX), Z2
+	VFMADD231PS.BCST 12(CX), Z2, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z2, Z1
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z2
+	VFMADD231PS.BCST (CX), Z2, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z2, Z1
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_2x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_2x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	VMOVUPS    64(R8), Z1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z2
+	VMOVUPS    64(R8), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX), Z5, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z3
+	VMOVUPS          128(DX), Z4
+	VMOVUPS          192(DX), Z5
+	VFMADD231PS.BCST 4(CX), Z4, Z0
+	VFMADD231PS.BCST 4(CX), Z5, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z5, Z3
+	VMOVUPS          256(DX), Z4
+	VMOVUPS          320(DX), Z5
+	VFMADD231PS.BCST 8(CX), Z4, Z0
+	VFMADD231PS.BCST 8(CX), Z5, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z5, Z3
+	VMOVUPS          384(DX), Z4
+	VMOVUPS          448(DX), Z5
+	VFMADD231PS.BCST 12(CX), Z4, Z0
+	VFMADD231PS.BCST 12(CX), Z5, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z5, Z3
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX), Z5, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z3
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_3x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z2
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z3
+	VFMADD231PS.BCST (CX), Z3, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z3, Z2
+	VMOVUPS          64(DX), Z3
+	VFMADD231PS.BCST 4(CX), Z3, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z3, Z2
+	VMOVUPS          128(DX), Z3
+	VFMADD231PS.BCST 8(CX), Z3, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z3, Z2
+	VMOVUPS          192(DX), Z3
+	VFMADD231PS.BCST 12(CX), Z3, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z3, Z2
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z3
+	VFMADD231PS.BCST (CX), Z3, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z3, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z3, Z2
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_3x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_3x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 124(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Z0
+	VMOVUPS    64(R8), Z1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z2
+	VMOVUPS    64(R8), Z3
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Z4
+	VMOVUPS    64(R8), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX), Z7, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z5
+	VMOVUPS          128(DX), Z6
+	VMOVUPS          192(DX), Z7
+	VFMADD231PS.BCST 4(CX), Z6, Z0
+	VFMADD231PS.BCST 4(CX), Z7, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z7, Z5
+	VMOVUPS          256(DX), Z6
+	VMOVUPS          320(DX), Z7
+	VFMADD231PS.BCST 8(CX), Z6, Z0
+	VFMADD231PS.BCST 8(CX), Z7, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z7, Z5
+	VMOVUPS          384(DX), Z6
+	VMOVUPS          448(DX), Z7
+	VFMADD231PS.BCST 12(CX), Z6, Z0
+	VFMADD231PS.BCST 12(CX), Z7, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z7, Z5
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX), Z7, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z5
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_4x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z4
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z4, Z3
+	VMOVUPS          64(DX), Z4
+	VFMADD231PS.BCST 4(CX), Z4, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z4, Z3
+	VMOVUPS          128(DX), Z4
+	VFMADD231PS.BCST 8(CX), Z4, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z4, Z3
+	VMOVUPS          192(DX), Z4
+	VFMADD231PS.BCST 12(CX), Z4, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z4, Z3
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z4
+	VFMADD231PS.BCST (CX), Z4, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z4, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z4, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z4, Z3
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_4x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_4x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 124(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Z0
+	VMOVUPS    64(R9), Z1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z2
+	VMOVUPS    64(R9), Z3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z4
+	VMOVUPS    64(R9), Z5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Z6
+	VMOVUPS    64(R9), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX), Z9, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z7
+	VMOVUPS          128(DX), Z8
+	VMOVUPS          192(DX), Z9
+	VFMADD231PS.BCST 4(CX), Z8, Z0
+	VFMADD231PS.BCST 4(CX), Z9, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z9, Z7
+	VMOVUPS          256(DX), Z8
+	VMOVUPS          320(DX), Z9
+	VFMADD231PS.BCST 8(CX), Z8, Z0
+	VFMADD231PS.BCST 8(CX), Z9, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z9, Z7
+	VMOVUPS          384(DX), Z8
+	VMOVUPS          448(DX), Z9
+	VFMADD231PS.BCST 12(CX), Z8, Z0
+	VFMADD231PS.BCST 12(CX), Z9, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z9, Z7
+	ADDQ             $0x10, CX
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX), Z9, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z7
+	ADDQ             $0x04, CX
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_5x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z5
+	VFMADD231PS.BCST (CX), Z5, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST (R9), Z5, Z4
+	VMOVUPS          64(DX), Z5
+	VFMADD231PS.BCST 4(CX), Z5, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST 4(R9), Z5, Z4
+	VMOVUPS          128(DX), Z5
+	VFMADD231PS.BCST 8(CX), Z5, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST 8(R9), Z5, Z4
+	VMOVUPS          192(DX), Z5
+	VFMADD231PS.BCST 12(CX), Z5, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST 12(R9), Z5, Z4
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z5
+	VFMADD231PS.BCST (CX), Z5, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z5, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z5, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z5, Z3
+	VFMADD231PS.BCST (R9), Z5, Z4
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_5x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_5x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	VMOVUPS    64(R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	VMOVUPS    64(R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	VMOVUPS    64(R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	VMOVUPS    64(R10), Z7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z8
+	VMOVUPS    64(R10), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX), Z11, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST (R9), Z10, Z8
+	VFMADD231PS.BCST (R9), Z11, Z9
+	VMOVUPS          128(DX), Z10
+	VMOVUPS          192(DX), Z11
+	VFMADD231PS.BCST 4(CX), Z10, Z0
+	VFMADD231PS.BCST 4(CX), Z11, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 4(R9), Z10, Z8
+	VFMADD231PS.BCST 4(R9), Z11, Z9
+	VMOVUPS          256(DX), Z10
+	VMOVUPS          320(DX), Z11
+	VFMADD231PS.BCST 8(CX), Z10, Z0
+	VFMADD231PS.BCST 8(CX), Z11, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 8(R9), Z10, Z8
+	VFMADD231PS.BCST 8(R9), Z11, Z9
+	VMOVUPS          384(DX), Z10
+	VMOVUPS          448(DX), Z11
+	VFMADD231PS.BCST 12(CX), Z10, Z0
+	VFMADD231PS.BCST 12(CX), Z11, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 12(R9), Z10, Z8
+	VFMADD231PS.BCST 12(R9), Z11, Z9
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX), Z11, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z7
+	VFMADD231PS.BCST (R9), Z10, Z8
+	VFMADD231PS.BCST (R9), Z11, Z9
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_6x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z6
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST (R9), Z6, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z6, Z5
+	VMOVUPS          64(DX), Z6
+	VFMADD231PS.BCST 4(CX), Z6, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST 4(R9), Z6, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z6, Z5
+	VMOVUPS          128(DX), Z6
+	VFMADD231PS.BCST 8(CX), Z6, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST 8(R9), Z6, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z6, Z5
+	VMOVUPS          192(DX), Z6
+	VFMADD231PS.BCST 12(CX), Z6, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST 12(R9), Z6, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z6, Z5
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z6
+	VFMADD231PS.BCST (CX), Z6, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z6, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z6, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z6, Z3
+	VFMADD231PS.BCST (R9), Z6, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z6, Z5
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_6x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_6x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	VMOVUPS    64(R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	VMOVUPS    64(R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	VMOVUPS    64(R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	VMOVUPS    64(R10), Z7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z8
+	VMOVUPS    64(R10), Z9
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z10
+	VMOVUPS    64(R10), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z12
+	VMOVUPS          64(DX), Z13
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX), Z13, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST (R9), Z12, Z8
+	VFMADD231PS.BCST (R9), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z11
+	VMOVUPS          128(DX), Z12
+	VMOVUPS          192(DX), Z13
+	VFMADD231PS.BCST 4(CX), Z12, Z0
+	VFMADD231PS.BCST 4(CX), Z13, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST 4(R9), Z12, Z8
+	VFMADD231PS.BCST 4(R9), Z13, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z12, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z13, Z11
+	VMOVUPS          256(DX), Z12
+	VMOVUPS          320(DX), Z13
+	VFMADD231PS.BCST 8(CX), Z12, Z0
+	VFMADD231PS.BCST 8(CX), Z13, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST 8(R9), Z12, Z8
+	VFMADD231PS.BCST 8(R9), Z13, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z12, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z13, Z11
+	VMOVUPS          384(DX), Z12
+	VMOVUPS          448(DX), Z13
+	VFMADD231PS.BCST 12(CX), Z12, Z0
+	VFMADD231PS.BCST 12(CX), Z13, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST 12(R9), Z12, Z8
+	VFMADD231PS.BCST 12(R9), Z13, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z12, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z13, Z11
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z12
+	VMOVUPS          64(DX), Z13
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX), Z13, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z13, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z13, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z13, Z7
+	VFMADD231PS.BCST (R9), Z12, Z8
+	VFMADD231PS.BCST (R9), Z13, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z13, Z11
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_7x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_7x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z7
+	VFMADD231PS.BCST (CX), Z7, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST (R9), Z7, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z7, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z7, Z6
+	VMOVUPS          64(DX), Z7
+	VFMADD231PS.BCST 4(CX), Z7, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST 4(R9), Z7, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z7, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z7, Z6
+	VMOVUPS          128(DX), Z7
+	VFMADD231PS.BCST 8(CX), Z7, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST 8(R9), Z7, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z7, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z7, Z6
+	VMOVUPS          192(DX), Z7
+	VFMADD231PS.BCST 12(CX), Z7, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST 12(R9), Z7, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z7, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z7, Z6
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z7
+	VFMADD231PS.BCST (CX), Z7, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z7, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z7, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z7, Z3
+	VFMADD231PS.BCST (R9), Z7, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z7, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z7, Z6
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_7x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_7x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	VMOVUPS    64(R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	VMOVUPS    64(R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	VMOVUPS    64(R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	VMOVUPS    64(R10), Z7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z8
+	VMOVUPS    64(R10), Z9
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z10
+	VMOVUPS    64(R10), Z11
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z12
+	VMOVUPS    64(R10), Z13
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z14
+	VMOVUPS          64(DX), Z15
+	VFMADD231PS.BCST (CX), Z14, Z0
+	VFMADD231PS.BCST (CX), Z15, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST (R9), Z14, Z8
+	VFMADD231PS.BCST (R9), Z15, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z13
+	VMOVUPS          128(DX), Z14
+	VMOVUPS          192(DX), Z15
+	VFMADD231PS.BCST 4(CX), Z14, Z0
+	VFMADD231PS.BCST 4(CX), Z15, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST 4(R9), Z14, Z8
+	VFMADD231PS.BCST 4(R9), Z15, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z14, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z15, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z14, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z15, Z13
+	VMOVUPS          256(DX), Z14
+	VMOVUPS          320(DX), Z15
+	VFMADD231PS.BCST 8(CX), Z14, Z0
+	VFMADD231PS.BCST 8(CX), Z15, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST 8(R9), Z14, Z8
+	VFMADD231PS.BCST 8(R9), Z15, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z14, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z15, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z14, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z15, Z13
+	VMOVUPS          384(DX), Z14
+	VMOVUPS          448(DX), Z15
+	VFMADD231PS.BCST 12(CX), Z14, Z0
+	VFMADD231PS.BCST 12(CX), Z15, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST 12(R9), Z14, Z8
+	VFMADD231PS.BCST 12(R9), Z15, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z14, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z15, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z14, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z15, Z13
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z14
+	VMOVUPS          64(DX), Z15
+	VFMADD231PS.BCST (CX), Z14, Z0
+	VFMADD231PS.BCST (CX), Z15, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z14, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z15, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z14, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z15, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z14, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z15, Z7
+	VFMADD231PS.BCST (R9), Z14, Z8
+	VFMADD231PS.BCST (R9), Z15, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z14, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z15, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z14, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z15, Z13
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_8x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_8x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z8
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST (R9), Z8, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z8, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z8, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z8, Z7
+	VMOVUPS          64(DX), Z8
+	VFMADD231PS.BCST 4(CX), Z8, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST 4(R9), Z8, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z8, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z8, Z6
+	VFMADD231PS.BCST 4(R9)(R8*1), Z8, Z7
+	VMOVUPS          128(DX), Z8
+	VFMADD231PS.BCST 8(CX), Z8, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST 8(R9), Z8, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z8, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z8, Z6
+	VFMADD231PS.BCST 8(R9)(R8*1), Z8, Z7
+	VMOVUPS          192(DX), Z8
+	VFMADD231PS.BCST 12(CX), Z8, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST 12(R9), Z8, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z8, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z8, Z6
+	VFMADD231PS.BCST 12(R9)(R8*1), Z8, Z7
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z8
+	VFMADD231PS.BCST (CX), Z8, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z8, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z8, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z8, Z3
+	VFMADD231PS.BCST (R9), Z8, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z8, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z8, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z8, Z7
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_8x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_8x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 124(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Z0
+	VMOVUPS    64(R10), Z1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z2
+	VMOVUPS    64(R10), Z3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z4
+	VMOVUPS    64(R10), Z5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z6
+	VMOVUPS    64(R10), Z7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z8
+	VMOVUPS    64(R10), Z9
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z10
+	VMOVUPS    64(R10), Z11
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z12
+	VMOVUPS    64(R10), Z13
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Z14
+	VMOVUPS    64(R10), Z15
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z16
+	VMOVUPS          64(DX), Z17
+	VFMADD231PS.BCST (CX), Z16, Z0
+	VFMADD231PS.BCST (CX), Z17, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST (R9), Z16, Z8
+	VFMADD231PS.BCST (R9), Z17, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z17, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z17, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z16, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z17, Z15
+	VMOVUPS          128(DX), Z16
+	VMOVUPS          192(DX), Z17
+	VFMADD231PS.BCST 4(CX), Z16, Z0
+	VFMADD231PS.BCST 4(CX), Z17, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST 4(R9), Z16, Z8
+	VFMADD231PS.BCST 4(R9), Z17, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z16, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z17, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z16, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z17, Z13
+	VFMADD231PS.BCST 4(R9)(R8*1), Z16, Z14
+	VFMADD231PS.BCST 4(R9)(R8*1), Z17, Z15
+	VMOVUPS          256(DX), Z16
+	VMOVUPS          320(DX), Z17
+	VFMADD231PS.BCST 8(CX), Z16, Z0
+	VFMADD231PS.BCST 8(CX), Z17, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST 8(R9), Z16, Z8
+	VFMADD231PS.BCST 8(R9), Z17, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z16, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z17, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z16, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z17, Z13
+	VFMADD231PS.BCST 8(R9)(R8*1), Z16, Z14
+	VFMADD231PS.BCST 8(R9)(R8*1), Z17, Z15
+	VMOVUPS          384(DX), Z16
+	VMOVUPS          448(DX), Z17
+	VFMADD231PS.BCST 12(CX), Z16, Z0
+	VFMADD231PS.BCST 12(CX), Z17, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST 12(R9), Z16, Z8
+	VFMADD231PS.BCST 12(R9), Z17, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z16, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z17, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z16, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z17, Z13
+	VFMADD231PS.BCST 12(R9)(R8*1), Z16, Z14
+	VFMADD231PS.BCST 12(R9)(R8*1), Z17, Z15
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z16
+	VMOVUPS          64(DX), Z17
+	VFMADD231PS.BCST (CX), Z16, Z0
+	VFMADD231PS.BCST (CX), Z17, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z16, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z17, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z16, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z17, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z16, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z17, Z7
+	VFMADD231PS.BCST (R9), Z16, Z8
+	VFMADD231PS.BCST (R9), Z17, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z16, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z17, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z16, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z17, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z16, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z17, Z15
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_9x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_9x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z9
+	VFMADD231PS.BCST (CX), Z9, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST (R9), Z9, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z9, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z9, Z7
+	VFMADD231PS.BCST (R10), Z9, Z8
+	VMOVUPS          64(DX), Z9
+	VFMADD231PS.BCST 4(CX), Z9, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST 4(R9), Z9, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z9, Z6
+	VFMADD231PS.BCST 4(R9)(R8*1), Z9, Z7
+	VFMADD231PS.BCST 4(R10), Z9, Z8
+	VMOVUPS          128(DX), Z9
+	VFMADD231PS.BCST 8(CX), Z9, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST 8(R9), Z9, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z9, Z6
+	VFMADD231PS.BCST 8(R9)(R8*1), Z9, Z7
+	VFMADD231PS.BCST 8(R10), Z9, Z8
+	VMOVUPS          192(DX), Z9
+	VFMADD231PS.BCST 12(CX), Z9, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST 12(R9), Z9, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z9, Z6
+	VFMADD231PS.BCST 12(R9)(R8*1), Z9, Z7
+	VFMADD231PS.BCST 12(R10), Z9, Z8
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z9
+	VFMADD231PS.BCST (CX), Z9, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z9, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z9, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z9, Z3
+	VFMADD231PS.BCST (R9), Z9, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z9, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z9, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z9, Z7
+	VFMADD231PS.BCST (R10), Z9, Z8
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_9x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_9x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	VMOVUPS    64(R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	VMOVUPS    64(R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	VMOVUPS    64(R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	VMOVUPS    64(R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	VMOVUPS    64(R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	VMOVUPS    64(R11), Z11
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z12
+	VMOVUPS    64(R11), Z13
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z14
+	VMOVUPS    64(R11), Z15
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z16
+	VMOVUPS    64(R11), Z17
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z18
+	VMOVUPS          64(DX), Z19
+	VFMADD231PS.BCST (CX), Z18, Z0
+	VFMADD231PS.BCST (CX), Z19, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST (R9), Z18, Z8
+	VFMADD231PS.BCST (R9), Z19, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z18, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z19, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z18, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z19, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10), Z18, Z16
+	VFMADD231PS.BCST (R10), Z19, Z17
+	VMOVUPS          128(DX), Z18
+	VMOVUPS          192(DX), Z19
+	VFMADD231PS.BCST 4(CX), Z18, Z0
+	VFMADD231PS.BCST 4(CX), Z19, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST 4(R9), Z18, Z8
+	VFMADD231PS.BCST 4(R9), Z19, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z18, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z19, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z18, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z19, Z13
+	VFMADD231PS.BCST 4(R9)(R8*1), Z18, Z14
+	VFMADD231PS.BCST 4(R9)(R8*1), Z19, Z15
+	VFMADD231PS.BCST 4(R10), Z18, Z16
+	VFMADD231PS.BCST 4(R10), Z19, Z17
+	VMOVUPS          256(DX), Z18
+	VMOVUPS          320(DX), Z19
+	VFMADD231PS.BCST 8(CX), Z18, Z0
+	VFMADD231PS.BCST 8(CX), Z19, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST 8(R9), Z18, Z8
+	VFMADD231PS.BCST 8(R9), Z19, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z18, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z19, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z18, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z19, Z13
+	VFMADD231PS.BCST 8(R9)(R8*1), Z18, Z14
+	VFMADD231PS.BCST 8(R9)(R8*1), Z19, Z15
+	VFMADD231PS.BCST 8(R10), Z18, Z16
+	VFMADD231PS.BCST 8(R10), Z19, Z17
+	VMOVUPS          384(DX), Z18
+	VMOVUPS          448(DX), Z19
+	VFMADD231PS.BCST 12(CX), Z18, Z0
+	VFMADD231PS.BCST 12(CX), Z19, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST 12(R9), Z18, Z8
+	VFMADD231PS.BCST 12(R9), Z19, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z18, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z19, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z18, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z19, Z13
+	VFMADD231PS.BCST 12(R9)(R8*1), Z18, Z14
+	VFMADD231PS.BCST 12(R9)(R8*1), Z19, Z15
+	VFMADD231PS.BCST 12(R10), Z18, Z16
+	VFMADD231PS.BCST 12(R10), Z19, Z17
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z18
+	VMOVUPS          64(DX), Z19
+	VFMADD231PS.BCST (CX), Z18, Z0
+	VFMADD231PS.BCST (CX), Z19, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z18, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z19, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z18, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z19, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z18, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z19, Z7
+	VFMADD231PS.BCST (R9), Z18, Z8
+	VFMADD231PS.BCST (R9), Z19, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z18, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z19, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z18, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z19, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z18, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z19, Z15
+	VFMADD231PS.BCST (R10), Z18, Z16
+	VFMADD231PS.BCST (R10), Z19, Z17
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_10x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_10x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z10
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST (R9), Z10, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z10, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z10, Z7
+	VFMADD231PS.BCST (R10), Z10, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z10, Z9
+	VMOVUPS          64(DX), Z10
+	VFMADD231PS.BCST 4(CX), Z10, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST 4(R9), Z10, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z10, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z10, Z6
+	VFMADD231PS.BCST 4(R9)(R8*1), Z10, Z7
+	VFMADD231PS.BCST 4(R10), Z10, Z8
+	VFMADD231PS.BCST 4(R10)(DI*1), Z10, Z9
+	VMOVUPS          128(DX), Z10
+	VFMADD231PS.BCST 8(CX), Z10, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST 8(R9), Z10, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z10, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z10, Z6
+	VFMADD231PS.BCST 8(R9)(R8*1), Z10, Z7
+	VFMADD231PS.BCST 8(R10), Z10, Z8
+	VFMADD231PS.BCST 8(R10)(DI*1), Z10, Z9
+	VMOVUPS          192(DX), Z10
+	VFMADD231PS.BCST 12(CX), Z10, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST 12(R9), Z10, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z10, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z10, Z6
+	VFMADD231PS.BCST 12(R9)(R8*1), Z10, Z7
+	VFMADD231PS.BCST 12(R10), Z10, Z8
+	VFMADD231PS.BCST 12(R10)(DI*1), Z10, Z9
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z10
+	VFMADD231PS.BCST (CX), Z10, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z10, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z10, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z10, Z3
+	VFMADD231PS.BCST (R9), Z10, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z10, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z10, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z10, Z7
+	VFMADD231PS.BCST (R10), Z10, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z10, Z9
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_10x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_10x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	VMOVUPS    64(R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	VMOVUPS    64(R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	VMOVUPS    64(R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	VMOVUPS    64(R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	VMOVUPS    64(R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	VMOVUPS    64(R11), Z11
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z12
+	VMOVUPS    64(R11), Z13
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z14
+	VMOVUPS    64(R11), Z15
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z16
+	VMOVUPS    64(R11), Z17
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z18
+	VMOVUPS    64(R11), Z19
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z20
+	VMOVUPS          64(DX), Z21
+	VFMADD231PS.BCST (CX), Z20, Z0
+	VFMADD231PS.BCST (CX), Z21, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST (R9), Z20, Z8
+	VFMADD231PS.BCST (R9), Z21, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z20, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z21, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z21, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z20, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z21, Z15
+	VFMADD231PS.BCST (R10), Z20, Z16
+	VFMADD231PS.BCST (R10), Z21, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z21, Z19
+	VMOVUPS          128(DX), Z20
+	VMOVUPS          192(DX), Z21
+	VFMADD231PS.BCST 4(CX), Z20, Z0
+	VFMADD231PS.BCST 4(CX), Z21, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST 4(R9), Z20, Z8
+	VFMADD231PS.BCST 4(R9), Z21, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z20, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z21, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z20, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z21, Z13
+	VFMADD231PS.BCST 4(R9)(R8*1), Z20, Z14
+	VFMADD231PS.BCST 4(R9)(R8*1), Z21, Z15
+	VFMADD231PS.BCST 4(R10), Z20, Z16
+	VFMADD231PS.BCST 4(R10), Z21, Z17
+	VFMADD231PS.BCST 4(R10)(DI*1), Z20, Z18
+	VFMADD231PS.BCST 4(R10)(DI*1), Z21, Z19
+	VMOVUPS          256(DX), Z20
+	VMOVUPS          320(DX), Z21
+	VFMADD231PS.BCST 8(CX), Z20, Z0
+	VFMADD231PS.BCST 8(CX), Z21, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST 8(R9), Z20, Z8
+	VFMADD231PS.BCST 8(R9), Z21, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z20, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z21, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z20, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z21, Z13
+	VFMADD231PS.BCST 8(R9)(R8*1), Z20, Z14
+	VFMADD231PS.BCST 8(R9)(R8*1), Z21, Z15
+	VFMADD231PS.BCST 8(R10), Z20, Z16
+	VFMADD231PS.BCST 8(R10), Z21, Z17
+	VFMADD231PS.BCST 8(R10)(DI*1), Z20, Z18
+	VFMADD231PS.BCST 8(R10)(DI*1), Z21, Z19
+	VMOVUPS          384(DX), Z20
+	VMOVUPS          448(DX), Z21
+	VFMADD231PS.BCST 12(CX), Z20, Z0
+	VFMADD231PS.BCST 12(CX), Z21, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST 12(R9), Z20, Z8
+	VFMADD231PS.BCST 12(R9), Z21, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z20, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z21, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z20, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z21, Z13
+	VFMADD231PS.BCST 12(R9)(R8*1), Z20, Z14
+	VFMADD231PS.BCST 12(R9)(R8*1), Z21, Z15
+	VFMADD231PS.BCST 12(R10), Z20, Z16
+	VFMADD231PS.BCST 12(R10), Z21, Z17
+	VFMADD231PS.BCST 12(R10)(DI*1), Z20, Z18
+	VFMADD231PS.BCST 12(R10)(DI*1), Z21, Z19
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z20
+	VMOVUPS          64(DX), Z21
+	VFMADD231PS.BCST (CX), Z20, Z0
+	VFMADD231PS.BCST (CX), Z21, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z20, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z21, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z20, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z21, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z20, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z21, Z7
+	VFMADD231PS.BCST (R9), Z20, Z8
+	VFMADD231PS.BCST (R9), Z21, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z20, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z21, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z20, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z21, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z20, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z21, Z15
+	VFMADD231PS.BCST (R10), Z20, Z16
+	VFMADD231PS.BCST (R10), Z21, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z20, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z21, Z19
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_11x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_11x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z11
+	VFMADD231PS.BCST (CX), Z11, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST (R9), Z11, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z11, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z11, Z7
+	VFMADD231PS.BCST (R10), Z11, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z11, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z11, Z10
+	VMOVUPS          64(DX), Z11
+	VFMADD231PS.BCST 4(CX), Z11, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST 4(R9), Z11, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z11, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z11, Z6
+	VFMADD231PS.BCST 4(R9)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 4(R10), Z11, Z8
+	VFMADD231PS.BCST 4(R10)(DI*1), Z11, Z9
+	VFMADD231PS.BCST 4(R10)(DI*2), Z11, Z10
+	VMOVUPS          128(DX), Z11
+	VFMADD231PS.BCST 8(CX), Z11, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST 8(R9), Z11, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z11, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z11, Z6
+	VFMADD231PS.BCST 8(R9)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 8(R10), Z11, Z8
+	VFMADD231PS.BCST 8(R10)(DI*1), Z11, Z9
+	VFMADD231PS.BCST 8(R10)(DI*2), Z11, Z10
+	VMOVUPS          192(DX), Z11
+	VFMADD231PS.BCST 12(CX), Z11, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST 12(R9), Z11, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z11, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z11, Z6
+	VFMADD231PS.BCST 12(R9)(R8*1), Z11, Z7
+	VFMADD231PS.BCST 12(R10), Z11, Z8
+	VFMADD231PS.BCST 12(R10)(DI*1), Z11, Z9
+	VFMADD231PS.BCST 12(R10)(DI*2), Z11, Z10
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z11
+	VFMADD231PS.BCST (CX), Z11, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z11, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z11, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z11, Z3
+	VFMADD231PS.BCST (R9), Z11, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z11, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z11, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z11, Z7
+	VFMADD231PS.BCST (R10), Z11, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z11, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z11, Z10
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_11x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_11x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	VMOVUPS    64(R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	VMOVUPS    64(R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	VMOVUPS    64(R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	VMOVUPS    64(R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	VMOVUPS    64(R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	VMOVUPS    64(R11), Z11
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z12
+	VMOVUPS    64(R11), Z13
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z14
+	VMOVUPS    64(R11), Z15
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z16
+	VMOVUPS    64(R11), Z17
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z18
+	VMOVUPS    64(R11), Z19
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z20
+	VMOVUPS    64(R11), Z21
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z22
+	VMOVUPS          64(DX), Z23
+	VFMADD231PS.BCST (CX), Z22, Z0
+	VFMADD231PS.BCST (CX), Z23, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST (R9), Z22, Z8
+	VFMADD231PS.BCST (R9), Z23, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z22, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z23, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z22, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z23, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z22, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z23, Z15
+	VFMADD231PS.BCST (R10), Z22, Z16
+	VFMADD231PS.BCST (R10), Z23, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z22, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z23, Z19
+	VFMADD231PS.BCST (R10)(DI*2), Z22, Z20
+	VFMADD231PS.BCST (R10)(DI*2), Z23, Z21
+	VMOVUPS          128(DX), Z22
+	VMOVUPS          192(DX), Z23
+	VFMADD231PS.BCST 4(CX), Z22, Z0
+	VFMADD231PS.BCST 4(CX), Z23, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST 4(R9), Z22, Z8
+	VFMADD231PS.BCST 4(R9), Z23, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z22, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z23, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z22, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z23, Z13
+	VFMADD231PS.BCST 4(R9)(R8*1), Z22, Z14
+	VFMADD231PS.BCST 4(R9)(R8*1), Z23, Z15
+	VFMADD231PS.BCST 4(R10), Z22, Z16
+	VFMADD231PS.BCST 4(R10), Z23, Z17
+	VFMADD231PS.BCST 4(R10)(DI*1), Z22, Z18
+	VFMADD231PS.BCST 4(R10)(DI*1), Z23, Z19
+	VFMADD231PS.BCST 4(R10)(DI*2), Z22, Z20
+	VFMADD231PS.BCST 4(R10)(DI*2), Z23, Z21
+	VMOVUPS          256(DX), Z22
+	VMOVUPS          320(DX), Z23
+	VFMADD231PS.BCST 8(CX), Z22, Z0
+	VFMADD231PS.BCST 8(CX), Z23, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST 8(R9), Z22, Z8
+	VFMADD231PS.BCST 8(R9), Z23, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z22, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z23, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z22, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z23, Z13
+	VFMADD231PS.BCST 8(R9)(R8*1), Z22, Z14
+	VFMADD231PS.BCST 8(R9)(R8*1), Z23, Z15
+	VFMADD231PS.BCST 8(R10), Z22, Z16
+	VFMADD231PS.BCST 8(R10), Z23, Z17
+	VFMADD231PS.BCST 8(R10)(DI*1), Z22, Z18
+	VFMADD231PS.BCST 8(R10)(DI*1), Z23, Z19
+	VFMADD231PS.BCST 8(R10)(DI*2), Z22, Z20
+	VFMADD231PS.BCST 8(R10)(DI*2), Z23, Z21
+	VMOVUPS          384(DX), Z22
+	VMOVUPS          448(DX), Z23
+	VFMADD231PS.BCST 12(CX), Z22, Z0
+	VFMADD231PS.BCST 12(CX), Z23, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST 12(R9), Z22, Z8
+	VFMADD231PS.BCST 12(R9), Z23, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z22, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z23, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z22, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z23, Z13
+	VFMADD231PS.BCST 12(R9)(R8*1), Z22, Z14
+	VFMADD231PS.BCST 12(R9)(R8*1), Z23, Z15
+	VFMADD231PS.BCST 12(R10), Z22, Z16
+	VFMADD231PS.BCST 12(R10), Z23, Z17
+	VFMADD231PS.BCST 12(R10)(DI*1), Z22, Z18
+	VFMADD231PS.BCST 12(R10)(DI*1), Z23, Z19
+	VFMADD231PS.BCST 12(R10)(DI*2), Z22, Z20
+	VFMADD231PS.BCST 12(R10)(DI*2), Z23, Z21
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z22
+	VMOVUPS          64(DX), Z23
+	VFMADD231PS.BCST (CX), Z22, Z0
+	VFMADD231PS.BCST (CX), Z23, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z22, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z23, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z22, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z23, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z22, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z23, Z7
+	VFMADD231PS.BCST (R9), Z22, Z8
+	VFMADD231PS.BCST (R9), Z23, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z22, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z23, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z22, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z23, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z22, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z23, Z15
+	VFMADD231PS.BCST (R10), Z22, Z16
+	VFMADD231PS.BCST (R10), Z23, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z22, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z23, Z19
+	VFMADD231PS.BCST (R10)(DI*2), Z22, Z20
+	VFMADD231PS.BCST (R10)(DI*2), Z23, Z21
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_12x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_12x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 60(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z12
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z12, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z12, Z7
+	VFMADD231PS.BCST (R10), Z12, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z12, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z12, Z10
+	VFMADD231PS.BCST (R10)(R8*1), Z12, Z11
+	VMOVUPS          64(DX), Z12
+	VFMADD231PS.BCST 4(CX), Z12, Z0
+	VFMADD231PS.BCST 4(CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST 4(CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST 4(CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST 4(R9), Z12, Z4
+	VFMADD231PS.BCST 4(R9)(DI*1), Z12, Z5
+	VFMADD231PS.BCST 4(R9)(DI*2), Z12, Z6
+	VFMADD231PS.BCST 4(R9)(R8*1), Z12, Z7
+	VFMADD231PS.BCST 4(R10), Z12, Z8
+	VFMADD231PS.BCST 4(R10)(DI*1), Z12, Z9
+	VFMADD231PS.BCST 4(R10)(DI*2), Z12, Z10
+	VFMADD231PS.BCST 4(R10)(R8*1), Z12, Z11
+	VMOVUPS          128(DX), Z12
+	VFMADD231PS.BCST 8(CX), Z12, Z0
+	VFMADD231PS.BCST 8(CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST 8(CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST 8(CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST 8(R9), Z12, Z4
+	VFMADD231PS.BCST 8(R9)(DI*1), Z12, Z5
+	VFMADD231PS.BCST 8(R9)(DI*2), Z12, Z6
+	VFMADD231PS.BCST 8(R9)(R8*1), Z12, Z7
+	VFMADD231PS.BCST 8(R10), Z12, Z8
+	VFMADD231PS.BCST 8(R10)(DI*1), Z12, Z9
+	VFMADD231PS.BCST 8(R10)(DI*2), Z12, Z10
+	VFMADD231PS.BCST 8(R10)(R8*1), Z12, Z11
+	VMOVUPS          192(DX), Z12
+	VFMADD231PS.BCST 12(CX), Z12, Z0
+	VFMADD231PS.BCST 12(CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST 12(CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST 12(CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST 12(R9), Z12, Z4
+	VFMADD231PS.BCST 12(R9)(DI*1), Z12, Z5
+	VFMADD231PS.BCST 12(R9)(DI*2), Z12, Z6
+	VFMADD231PS.BCST 12(R9)(R8*1), Z12, Z7
+	VFMADD231PS.BCST 12(R10), Z12, Z8
+	VFMADD231PS.BCST 12(R10)(DI*1), Z12, Z9
+	VFMADD231PS.BCST 12(R10)(DI*2), Z12, Z10
+	VFMADD231PS.BCST 12(R10)(R8*1), Z12, Z11
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000100, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z12
+	VFMADD231PS.BCST (CX), Z12, Z0
+	VFMADD231PS.BCST (CX)(DI*1), Z12, Z1
+	VFMADD231PS.BCST (CX)(DI*2), Z12, Z2
+	VFMADD231PS.BCST (CX)(R8*1), Z12, Z3
+	VFMADD231PS.BCST (R9), Z12, Z4
+	VFMADD231PS.BCST (R9)(DI*1), Z12, Z5
+	VFMADD231PS.BCST (R9)(DI*2), Z12, Z6
+	VFMADD231PS.BCST (R9)(R8*1), Z12, Z7
+	VFMADD231PS.BCST (R10), Z12, Z8
+	VFMADD231PS.BCST (R10)(DI*1), Z12, Z9
+	VFMADD231PS.BCST (R10)(DI*2), Z12, Z10
+	VFMADD231PS.BCST (R10)(R8*1), Z12, Z11
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000040, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z11, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512Rows_12x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512Rows_12x32(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	LEAQ       (R9)(DI*4), R10
+	MOVQ       next+48(FP), R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	ADDQ       SI, R11
+	PREFETCHT1 (R11)
+	PREFETCHT1 124(R11)
+	MOVB       load+56(FP), R11
+	TESTB      R11, R11
+	JZ         zero
+	MOVQ       BX, R11
+	VMOVUPS    (R11), Z0
+	VMOVUPS    64(R11), Z1
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z2
+	VMOVUPS    64(R11), Z3
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z4
+	VMOVUPS    64(R11), Z5
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z6
+	VMOVUPS    64(R11), Z7
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z8
+	VMOVUPS    64(R11), Z9
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z10
+	VMOVUPS    64(R11), Z11
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z12
+	VMOVUPS    64(R11), Z13
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z14
+	VMOVUPS    64(R11), Z15
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z16
+	VMOVUPS    64(R11), Z17
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z18
+	VMOVUPS    64(R11), Z19
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z20
+	VMOVUPS    64(R11), Z21
+	ADDQ       SI, R11
+	VMOVUPS    (R11), Z22
+	VMOVUPS    64(R11), Z23
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+loop:
+	CMPQ             AX, $0x04
+	JL               tail
+	VMOVUPS          (DX), Z24
+	VMOVUPS          64(DX), Z25
+	VFMADD231PS.BCST (CX), Z24, Z0
+	VFMADD231PS.BCST (CX), Z25, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST (R9), Z24, Z8
+	VFMADD231PS.BCST (R9), Z25, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z24, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z25, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z24, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z25, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z24, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z25, Z15
+	VFMADD231PS.BCST (R10), Z24, Z16
+	VFMADD231PS.BCST (R10), Z25, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z24, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z25, Z19
+	VFMADD231PS.BCST (R10)(DI*2), Z24, Z20
+	VFMADD231PS.BCST (R10)(DI*2), Z25, Z21
+	VFMADD231PS.BCST (R10)(R8*1), Z24, Z22
+	VFMADD231PS.BCST (R10)(R8*1), Z25, Z23
+	VMOVUPS          128(DX), Z24
+	VMOVUPS          192(DX), Z25
+	VFMADD231PS.BCST 4(CX), Z24, Z0
+	VFMADD231PS.BCST 4(CX), Z25, Z1
+	VFMADD231PS.BCST 4(CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST 4(CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST 4(CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST 4(CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST 4(CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST 4(CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST 4(R9), Z24, Z8
+	VFMADD231PS.BCST 4(R9), Z25, Z9
+	VFMADD231PS.BCST 4(R9)(DI*1), Z24, Z10
+	VFMADD231PS.BCST 4(R9)(DI*1), Z25, Z11
+	VFMADD231PS.BCST 4(R9)(DI*2), Z24, Z12
+	VFMADD231PS.BCST 4(R9)(DI*2), Z25, Z13
+	VFMADD231PS.BCST 4(R9)(R8*1), Z24, Z14
+	VFMADD231PS.BCST 4(R9)(R8*1), Z25, Z15
+	VFMADD231PS.BCST 4(R10), Z24, Z16
+	VFMADD231PS.BCST 4(R10), Z25, Z17
+	VFMADD231PS.BCST 4(R10)(DI*1), Z24, Z18
+	VFMADD231PS.BCST 4(R10)(DI*1), Z25, Z19
+	VFMADD231PS.BCST 4(R10)(DI*2), Z24, Z20
+	VFMADD231PS.BCST 4(R10)(DI*2), Z25, Z21
+	VFMADD231PS.BCST 4(R10)(R8*1), Z24, Z22
+	VFMADD231PS.BCST 4(R10)(R8*1), Z25, Z23
+	VMOVUPS          256(DX), Z24
+	VMOVUPS          320(DX), Z25
+	VFMADD231PS.BCST 8(CX), Z24, Z0
+	VFMADD231PS.BCST 8(CX), Z25, Z1
+	VFMADD231PS.BCST 8(CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST 8(CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST 8(CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST 8(CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST 8(CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST 8(CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST 8(R9), Z24, Z8
+	VFMADD231PS.BCST 8(R9), Z25, Z9
+	VFMADD231PS.BCST 8(R9)(DI*1), Z24, Z10
+	VFMADD231PS.BCST 8(R9)(DI*1), Z25, Z11
+	VFMADD231PS.BCST 8(R9)(DI*2), Z24, Z12
+	VFMADD231PS.BCST 8(R9)(DI*2), Z25, Z13
+	VFMADD231PS.BCST 8(R9)(R8*1), Z24, Z14
+	VFMADD231PS.BCST 8(R9)(R8*1), Z25, Z15
+	VFMADD231PS.BCST 8(R10), Z24, Z16
+	VFMADD231PS.BCST 8(R10), Z25, Z17
+	VFMADD231PS.BCST 8(R10)(DI*1), Z24, Z18
+	VFMADD231PS.BCST 8(R10)(DI*1), Z25, Z19
+	VFMADD231PS.BCST 8(R10)(DI*2), Z24, Z20
+	VFMADD231PS.BCST 8(R10)(DI*2), Z25, Z21
+	VFMADD231PS.BCST 8(R10)(R8*1), Z24, Z22
+	VFMADD231PS.BCST 8(R10)(R8*1), Z25, Z23
+	VMOVUPS          384(DX), Z24
+	VMOVUPS          448(DX), Z25
+	VFMADD231PS.BCST 12(CX), Z24, Z0
+	VFMADD231PS.BCST 12(CX), Z25, Z1
+	VFMADD231PS.BCST 12(CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST 12(CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST 12(CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST 12(CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST 12(CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST 12(CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST 12(R9), Z24, Z8
+	VFMADD231PS.BCST 12(R9), Z25, Z9
+	VFMADD231PS.BCST 12(R9)(DI*1), Z24, Z10
+	VFMADD231PS.BCST 12(R9)(DI*1), Z25, Z11
+	VFMADD231PS.BCST 12(R9)(DI*2), Z24, Z12
+	VFMADD231PS.BCST 12(R9)(DI*2), Z25, Z13
+	VFMADD231PS.BCST 12(R9)(R8*1), Z24, Z14
+	VFMADD231PS.BCST 12(R9)(R8*1), Z25, Z15
+	VFMADD231PS.BCST 12(R10), Z24, Z16
+	VFMADD231PS.BCST 12(R10), Z25, Z17
+	VFMADD231PS.BCST 12(R10)(DI*1), Z24, Z18
+	VFMADD231PS.BCST 12(R10)(DI*1), Z25, Z19
+	VFMADD231PS.BCST 12(R10)(DI*2), Z24, Z20
+	VFMADD231PS.BCST 12(R10)(DI*2), Z25, Z21
+	VFMADD231PS.BCST 12(R10)(R8*1), Z24, Z22
+	VFMADD231PS.BCST 12(R10)(R8*1), Z25, Z23
+	ADDQ             $0x10, CX
+	ADDQ             $0x10, R9
+	ADDQ             $0x10, R10
+	ADDQ             $0x00000200, DX
+	SUBQ             $0x04, AX
+	JMP              loop
+
+tail:
+	TESTQ            AX, AX
+	JZ               store
+	VMOVUPS          (DX), Z24
+	VMOVUPS          64(DX), Z25
+	VFMADD231PS.BCST (CX), Z24, Z0
+	VFMADD231PS.BCST (CX), Z25, Z1
+	VFMADD231PS.BCST (CX)(DI*1), Z24, Z2
+	VFMADD231PS.BCST (CX)(DI*1), Z25, Z3
+	VFMADD231PS.BCST (CX)(DI*2), Z24, Z4
+	VFMADD231PS.BCST (CX)(DI*2), Z25, Z5
+	VFMADD231PS.BCST (CX)(R8*1), Z24, Z6
+	VFMADD231PS.BCST (CX)(R8*1), Z25, Z7
+	VFMADD231PS.BCST (R9), Z24, Z8
+	VFMADD231PS.BCST (R9), Z25, Z9
+	VFMADD231PS.BCST (R9)(DI*1), Z24, Z10
+	VFMADD231PS.BCST (R9)(DI*1), Z25, Z11
+	VFMADD231PS.BCST (R9)(DI*2), Z24, Z12
+	VFMADD231PS.BCST (R9)(DI*2), Z25, Z13
+	VFMADD231PS.BCST (R9)(R8*1), Z24, Z14
+	VFMADD231PS.BCST (R9)(R8*1), Z25, Z15
+	VFMADD231PS.BCST (R10), Z24, Z16
+	VFMADD231PS.BCST (R10), Z25, Z17
+	VFMADD231PS.BCST (R10)(DI*1), Z24, Z18
+	VFMADD231PS.BCST (R10)(DI*1), Z25, Z19
+	VFMADD231PS.BCST (R10)(DI*2), Z24, Z20
+	VFMADD231PS.BCST (R10)(DI*2), Z25, Z21
+	VFMADD231PS.BCST (R10)(R8*1), Z24, Z22
+	VFMADD231PS.BCST (R10)(R8*1), Z25, Z23
+	ADDQ             $0x04, CX
+	ADDQ             $0x04, R9
+	ADDQ             $0x04, R10
+	ADDQ             $0x00000080, DX
+	DECQ             AX
+	JMP              tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z22, (BX)
+	VMOVUPS Z23, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_1x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_1x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), SI
+	MOVQ       next+48(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 28(SI)
+	MOVB       load+56(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      32(DX), Y1
+	VBROADCASTSS 4(CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      64(DX), Y1
+	VBROADCASTSS 8(CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	VMOVUPS      96(DX), Y1
+	VBROADCASTSS 12(CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_1x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), SI
+	SHLQ       $0x02, SI
+	LEAQ       (SI)(SI*2), SI
+	MOVQ       next+48(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+56(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	VMOVUPS    32(SI), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      64(DX), Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS 4(CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      128(DX), Y2
+	VMOVUPS      160(DX), Y3
+	VBROADCASTSS 8(CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVUPS      192(DX), Y2
+	VMOVUPS      224(DX), Y3
+	VBROADCASTSS 12(CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_2x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_2x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS (CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      32(DX), Y2
+	VBROADCASTSS 4(CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      64(DX), Y2
+	VBROADCASTSS 8(CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 8(CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	VMOVUPS      96(DX), Y2
+	VBROADCASTSS 12(CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS 12(CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VFMADD231PS  Y3, Y2, Y0
+	VBROADCASTSS (CX)(DI*1), Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_2x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	VMOVUPS    32(R8), Y1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y2
+	VMOVUPS    32(R8), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      64(DX), Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      128(DX), Y4
+	VMOVUPS      160(DX), Y5
+	VBROADCASTSS 8(CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVUPS      192(DX), Y4
+	VMOVUPS      224(DX), Y5
+	VBROADCASTSS 12(CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 12(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_3x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_3x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 28(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y2
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS (CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS (CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS 4(CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      64(DX), Y3
+	VBROADCASTSS 8(CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 8(CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS 12(CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS 12(CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS 12(CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VFMADD231PS  Y4, Y3, Y0
+	VBROADCASTSS (CX)(DI*1), Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS (CX)(DI*2), Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_3x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	ADDQ       SI, R8
+	PREFETCHT1 (R8)
+	PREFETCHT1 60(R8)
+	MOVB       load+56(FP), R8
+	TESTB      R8, R8
+	JZ         zero
+	MOVQ       BX, R8
+	VMOVUPS    (R8), Y0
+	VMOVUPS    32(R8), Y1
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y2
+	VMOVUPS    32(R8), Y3
+	ADDQ       SI, R8
+	VMOVUPS    (R8), Y4
+	VMOVUPS    32(R8), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS (CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS (CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      64(DX), Y6
+	VMOVUPS      96(DX), Y7
+	VBROADCASTSS 4(CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 4(CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      128(DX), Y6
+	VMOVUPS      160(DX), Y7
+	VBROADCASTSS 8(CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	VMOVUPS      192(DX), Y6
+	VMOVUPS      224(DX), Y7
+	VBROADCASTSS 12(CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS 12(CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS 12(CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VBROADCASTSS (CX)(DI*1), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VBROADCASTSS (CX)(DI*2), Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_4x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_4x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 28(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS (CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS (CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS (CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      32(DX), Y4
+	VBROADCASTSS 4(CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 4(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      64(DX), Y4
+	VBROADCASTSS 8(CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 8(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 8(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	VMOVUPS      96(DX), Y4
+	VBROADCASTSS 12(CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS 12(CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS 12(CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VBROADCASTSS (CX)(DI*1), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS (CX)(DI*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS (CX)(R8*1), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_4x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	MOVQ       next+48(FP), R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	ADDQ       SI, R9
+	PREFETCHT1 (R9)
+	PREFETCHT1 60(R9)
+	MOVB       load+56(FP), R9
+	TESTB      R9, R9
+	JZ         zero
+	MOVQ       BX, R9
+	VMOVUPS    (R9), Y0
+	VMOVUPS    32(R9), Y1
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y2
+	VMOVUPS    32(R9), Y3
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y4
+	VMOVUPS    32(R9), Y5
+	ADDQ       SI, R9
+	VMOVUPS    (R9), Y6
+	VMOVUPS    32(R9), Y7
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS (CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS (CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS (CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      64(DX), Y8
+	VMOVUPS      96(DX), Y9
+	VBROADCASTSS 4(CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 4(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 4(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      128(DX), Y8
+	VMOVUPS      160(DX), Y9
+	VBROADCASTSS 8(CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 8(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	VMOVUPS      192(DX), Y8
+	VMOVUPS      224(DX), Y9
+	VBROADCASTSS 12(CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 12(CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 12(CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x10, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS (CX)(DI*1), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS (CX)(DI*2), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS (CX)(R8*1), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x04, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_5x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_5x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Y0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y4
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS (CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS (R9), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS 4(CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 4(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 4(R9), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      64(DX), Y5
+	VBROADCASTSS 8(CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 8(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 8(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 8(R9), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS 12(CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS 12(CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS 12(CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS 12(R9), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, R9
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VFMADD231PS  Y6, Y5, Y0
+	VBROADCASTSS (CX)(DI*1), Y6
+	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (CX)(DI*2), Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS (CX)(R8*1), Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VBROADCASTSS (R9), Y6
+	VFMADD231PS  Y6, Y5, Y4
+	ADDQ         $0x04, CX
+	ADDQ         $0x04, R9
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_5x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Y0
+	VMOVUPS    32(R10), Y1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y2
+	VMOVUPS    32(R10), Y3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y4
+	VMOVUPS    32(R10), Y5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y6
+	VMOVUPS    32(R10), Y7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y8
+	VMOVUPS    32(R10), Y9
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS (CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS (CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS (CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS (R9), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      96(DX), Y11
+	VBROADCASTSS 4(CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 4(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 4(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 4(R9), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      128(DX), Y10
+	VMOVUPS      160(DX), Y11
+	VBROADCASTSS 8(CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 8(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 8(R9), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	VMOVUPS      192(DX), Y10
+	VMOVUPS      224(DX), Y11
+	VBROADCASTSS 12(CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS 12(CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS 12(CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS 12(R9), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, R9
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VBROADCASTSS (CX)(DI*1), Y12
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VBROADCASTSS (CX)(DI*2), Y12
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VBROADCASTSS (CX)(R8*1), Y12
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS (R9), Y12
+	VFMADD231PS  Y12, Y10, Y8
+	VFMADD231PS  Y12, Y11, Y9
+	ADDQ         $0x04, CX
+	ADDQ         $0x04, R9
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_6x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_6x8(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 28(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Y0
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y2
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y4
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS (CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS (CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS (CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS (R9), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS (R9)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      32(DX), Y6
+	VBROADCASTSS 4(CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 4(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 4(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 4(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 4(R9), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 4(R9)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      64(DX), Y6
+	VBROADCASTSS 8(CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 8(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 8(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 8(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 8(R9), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 8(R9)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	VMOVUPS      96(DX), Y6
+	VBROADCASTSS 12(CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS 12(CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS 12(CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS 12(CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS 12(R9), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS 12(R9)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, R9
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VFMADD231PS  Y7, Y6, Y0
+	VBROADCASTSS (CX)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y1
+	VBROADCASTSS (CX)(DI*2), Y7
+	VFMADD231PS  Y7, Y6, Y2
+	VBROADCASTSS (CX)(R8*1), Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VBROADCASTSS (R9), Y7
+	VFMADD231PS  Y7, Y6, Y4
+	VBROADCASTSS (R9)(DI*1), Y7
+	VFMADD231PS  Y7, Y6, Y5
+	ADDQ         $0x04, CX
+	ADDQ         $0x04, R9
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2Rows_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, FMA3, MMX+
+TEXT ·gemmAVX2Rows_6x16(SB), NOSPLIT, $0-57
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+24(FP), DX
+	MOVQ       c+32(FP), BX
+	MOVQ       ldc+40(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       lda+16(FP), DI
+	SHLQ       $0x02, DI
+	LEAQ       (DI)(DI*2), R8
+	LEAQ       (CX)(DI*4), R9
+	MOVQ       next+48(FP), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	ADDQ       SI, R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 60(R10)
+	MOVB       load+56(FP), R10
+	TESTB      R10, R10
+	JZ         zero
+	MOVQ       BX, R10
+	VMOVUPS    (R10), Y0
+	VMOVUPS    32(R10), Y1
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y2
+	VMOVUPS    32(R10), Y3
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y4
+	VMOVUPS    32(R10), Y5
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y6
+	VMOVUPS    32(R10), Y7
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y8
+	VMOVUPS    32(R10), Y9
+	ADDQ       SI, R10
+	VMOVUPS    (R10), Y10
+	VMOVUPS    32(R10), Y11
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS (CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS (CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS (R9), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS (R9)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      64(DX), Y12
+	VMOVUPS      96(DX), Y13
+	VBROADCASTSS 4(CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 4(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 4(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 4(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 4(R9), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 4(R9)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      128(DX), Y12
+	VMOVUPS      160(DX), Y13
+	VBROADCASTSS 8(CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 8(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 8(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 8(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 8(R9), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 8(R9)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	VMOVUPS      192(DX), Y12
+	VMOVUPS      224(DX), Y13
+	VBROADCASTSS 12(CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS 12(CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS 12(CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS 12(CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS 12(R9), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS 12(R9)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x10, CX
+	ADDQ         $0x10, R9
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VFMADD231PS  Y14, Y12, Y0
+	VFMADD231PS  Y14, Y13, Y1
+	VBROADCASTSS (CX)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y2
+	VFMADD231PS  Y14, Y13, Y3
+	VBROADCASTSS (CX)(DI*2), Y14
+	VFMADD231PS  Y14, Y12, Y4
+	VFMADD231PS  Y14, Y13, Y5
+	VBROADCASTSS (CX)(R8*1), Y14
+	VFMADD231PS  Y14, Y12, Y6
+	VFMADD231PS  Y14, Y13, Y7
+	VBROADCASTSS (R9), Y14
+	VFMADD231PS  Y14, Y12, Y8
+	VFMADD231PS  Y14, Y13, Y9
+	VBROADCASTSS (R9)(DI*1), Y14
+	VFMADD231PS  Y14, Y12, Y10
+	VFMADD231PS  Y14, Y13, Y11
+	ADDQ         $0x04, CX
+	ADDQ         $0x04, R9
 	ADDQ         $0x00000040, DX
 	DECQ         AX
 	JMP          tail

@@ -14,8 +14,12 @@
 // runs through the two panels, using every vector of b it loads for mr
 // rows. Packing absorbs the transposes: MatMulNT packs rows of b as columns,
 // MatMulTN columns of a as rows, and from there the three are the same
-// code. The micro-kernels are chosen at run time by CPU feature
-// (golang.org/x/sys/cpu):
+// code. Where a's rows (NN, NT) or its steps of k (TN) lie close enough
+// together in memory (a path's rowsMaxLd, colsMaxLd), the SIMD
+// micro-kernels read a in place instead of from a packed panel, which saves
+// the packing; each kernel also prefetches the block of c that comes after
+// its own. The micro-kernels are
+// chosen at run time by CPU feature (golang.org/x/sys/cpu):
 //   - avx512: 12×32 blocks (24 ZMM accumulators, b in 2 more, a broadcast
 //     by the FMA from memory), on CPUs with AVX-512F;
 //   - avx2: 6×16 blocks (12 YMM accumulators), on CPUs with AVX2 and FMA;
@@ -39,8 +43,10 @@
 //
 // for p = 0, 1, …, k-1. The micro-kernels carry the chain across runs of k
 // (they load c back rather than add partial sums), and no block size, split
-// between threads or edge of a register block changes it (TestChains checks
-// the chains bit for bit, TestSplits and TestGOMAXPROCS the splits). So:
+// between threads, edge of a register block or reading a in place rather
+// than packed changes it (TestChains and TestLayoutChains check the chains
+// bit for bit, TestSplits and TestGOMAXPROCS the splits, TestLayoutsAgree
+// the layouts of a). So:
 //   - results are bit-identical across runs, GOMAXPROCS and splits;
 //   - the avx512 and avx2 paths give the same bits (an FMA is correctly
 //     rounded whatever the vector width); the go path does not (it rounds

@@ -153,7 +153,9 @@ func run(o op, c, a, b []float32, m, k, n int) {
 // allocates does not depend on which blocks it happens to claim.
 func (j *job) work(s *scratch) {
 	kb, nr := min(kc, j.k), j.path.nr()
-	s.a = grow(s.a, kb*min(mc, j.rowsPer))
+	if layoutA(j.path, j.op, j.m, j.k) == packedA {
+		s.a = grow(s.a, kb*min(mc, j.rowsPer))
+	}
 	s.b = grow(s.b, kb*roundUp(j.colsPer, nr))
 	s.tile = grow(s.tile, j.path.mr*nr)
 	for {

@@ -2,113 +2,329 @@
 
 package kernel
 
-// gemmAVX512_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_1x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_1x32 sets the 1×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_1x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_1x32 sets the 1×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_1x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_2x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_2x32 sets the 2×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_2x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_2x32 sets the 2×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_2x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_3x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_3x32 sets the 3×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_3x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_3x32 sets the 3×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_3x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_4x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_4x32 sets the 4×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_4x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_4x32 sets the 4×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_4x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_5x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_5x32 sets the 5×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_5x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_5x32 sets the 5×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_5x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_6x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_6x32 sets the 6×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_6x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_6x32 sets the 6×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_6x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_7x16 sets the 7×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_7x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_7x16 sets the 7×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_7x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_7x32 sets the 7×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_7x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_7x32 sets the 7×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_7x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_8x16 sets the 8×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_8x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_8x16 sets the 8×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_8x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_8x32 sets the 8×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_8x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_8x32 sets the 8×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_8x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_9x16 sets the 9×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_9x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_9x16 sets the 9×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_9x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_9x32 sets the 9×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_9x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_9x32 sets the 9×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_9x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_10x16 sets the 10×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_10x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_10x16 sets the 10×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_10x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_10x32 sets the 10×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_10x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_10x32 sets the 10×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_10x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_11x16 sets the 11×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_11x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_11x16 sets the 11×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_11x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_11x32 sets the 11×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_11x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_11x32 sets the 11×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_11x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_12x16 sets the 12×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×16), with AVX512 FMAs in order of k.
-func gemmAVX512_12x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_12x16 sets the 12×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_12x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX512_12x32 sets the 12×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×32), with AVX512 FMAs in order of k.
-func gemmAVX512_12x32(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX512_12x32 sets the 12×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512_12x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_1x8 sets the 1×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_1x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_1x8 sets the 1×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_1x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_1x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_2x8 sets the 2×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_2x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_2x8 sets the 2×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_2x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_2x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_3x8 sets the 3×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_3x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_3x8 sets the 3×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_3x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_3x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_4x8 sets the 4×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_4x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_4x8 sets the 4×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_4x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_4x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_5x8 sets the 5×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_5x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_5x8 sets the 5×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_5x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_5x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_6x8 sets the 6×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×8), with AVX2 FMAs in order of k.
-func gemmAVX2_6x8(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_6x8 sets the 6×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_6x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
 
-// gemmAVX2_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX2 FMAs in order of k.
-func gemmAVX2_6x16(k int, a *float32, b *float32, c *float32, ldc int, load bool)
+// gemmAVX2_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 1 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_1x32 sets the 1×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 1 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_1x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 2 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_2x32 sets the 2×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 2 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_2x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 3 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_3x32 sets the 3×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 3 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_3x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 4 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_4x32 sets the 4×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 4 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_4x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 5 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_5x32 sets the 5×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 5 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_5x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 6 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_6x32 sets the 6×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 6 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_6x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_7x16 sets the 7×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 7 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_7x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_7x32 sets the 7×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 7 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_7x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_8x16 sets the 8×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 8 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_8x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_8x32 sets the 8×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 8 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_8x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_9x16 sets the 9×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 9 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_9x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_9x32 sets the 9×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 9 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_9x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_10x16 sets the 10×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 10 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_10x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_10x32 sets the 10×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 10 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_10x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_11x16 sets the 11×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 11 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_11x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_11x32 sets the 11×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 11 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_11x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_12x16 sets the 12×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 12 values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_12x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Cols_12x32 sets the 12×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 12 values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Cols_12x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_1x8 sets the 1×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 1 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_1x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 1 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_2x8 sets the 2×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 2 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_2x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 2 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_3x8 sets the 3×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 3 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_3x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 3 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_4x8 sets the 4×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 4 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_4x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 4 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_5x8 sets the 5×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 5 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_5x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 5 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_6x8 sets the 6×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 6 values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_6x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Cols_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (its k columns of 6 values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Cols_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (1 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_1x32 sets the 1×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (1 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_1x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (2 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_2x32 sets the 2×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (2 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_2x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (3 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_3x32 sets the 3×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (3 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_3x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (4 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_4x32 sets the 4×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (4 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_4x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (5 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_5x32 sets the 5×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (5 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_5x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (6 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_6x32 sets the 6×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (6 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_6x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_7x16 sets the 7×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (7 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_7x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_7x32 sets the 7×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (7 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_7x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_8x16 sets the 8×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (8 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_8x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_8x32 sets the 8×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (8 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_8x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_9x16 sets the 9×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (9 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_9x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_9x32 sets the 9×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (9 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_9x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_10x16 sets the 10×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (10 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_10x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_10x32 sets the 10×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (10 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_10x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_11x16 sets the 11×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (11 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_11x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_11x32 sets the 11×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (11 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_11x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_12x16 sets the 12×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (12 rows of k values lda floats apart) and the packed panel b (k×16), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_12x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512Rows_12x32 sets the 12×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (12 rows of k values lda floats apart) and the packed panel b (k×32), with AVX512 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512Rows_12x32(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_1x8 sets the 1×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (1 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_1x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (1 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_1x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_2x8 sets the 2×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (2 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_2x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (2 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_2x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_3x8 sets the 3×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (3 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_3x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (3 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_3x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_4x8 sets the 4×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (4 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_4x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (4 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_4x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_5x8 sets the 5×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (5 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_5x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (5 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_5x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_6x8 sets the 6×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (6 rows of k values lda floats apart) and the packed panel b (k×8), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_6x8(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2Rows_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (6 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2Rows_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
 
 // transpose8AVX copies 8 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 8 and p < n.
 func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)

@@ -32,14 +32,16 @@ const (
 )
 
 func main() {
-	for mr := 1; mr <= mrAVX512; mr++ {
-		for nv := 1; nv <= 2; nv++ {
-			kernel("AVX512", mr, nv, 16)
+	for _, lay := range []aLayout{packedA, colsA, rowsA} {
+		for mr := 1; mr <= mrAVX512; mr++ {
+			for nv := 1; nv <= 2; nv++ {
+				kernel("AVX512", lay, mr, nv, 16)
+			}
 		}
-	}
-	for mr := 1; mr <= mrAVX2; mr++ {
-		for nv := 1; nv <= 2; nv++ {
-			kernel("AVX2", mr, nv, 8)
+		for mr := 1; mr <= mrAVX2; mr++ {
+			for nv := 1; nv <= 2; nv++ {
+				kernel("AVX2", lay, mr, nv, 8)
+			}
 		}
 	}
 	transpose(8)
@@ -157,12 +159,37 @@ func transpose(r int) {
 // unroll is how many steps of p the main loop takes per iteration.
 const unroll = 4
 
-// kernel emits gemm<isa>_<mr>x<w> for w = nv·lanes.
-func kernel(isa string, mr, nv, lanes int) {
+// aLayout is where a micro-kernel finds A[i,p], the value row i of the
+// register block multiplies step p of b by.
+type aLayout int
+
+const (
+	// packedA: a panel packed by packA, a[p·mr+i].
+	packedA aLayout = iota
+	// colsA: columns of A in place, rows lda floats apart: a[p·lda+i]
+	// (the k×m operand of MatMulTN, read without packing).
+	colsA
+	// rowsA: rows of A in place, lda floats apart: a[i·lda+p] (the
+	// row-major m×k operand of MatMulNN and MatMulNT, read without packing).
+	rowsA
+)
+
+// kernel emits gemm<isa><layout>_<mr>x<w> for w = nv·lanes.
+func kernel(isa string, lay aLayout, mr, nv, lanes int) {
 	w := nv * lanes
-	name := fmt.Sprintf("gemm%s_%dx%d", isa, mr, w)
-	TEXT(name, NOSPLIT, "func(k int, a, b, c *float32, ldc int, load bool)")
-	Doc(fmt.Sprintf("%s sets the %d×%d block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×%d) and b (k×%d), with %s FMAs in order of k.", name, mr, w, mr, w, isa))
+	suffix := [...]string{"", "Cols", "Rows"}[lay]
+	name := fmt.Sprintf("gemm%s%s_%dx%d", isa, suffix, mr, w)
+	what := [...]string{
+		fmt.Sprintf("the packed panels a (k×%d) and b (k×%d)", mr, w),
+		fmt.Sprintf("A (its k columns of %d values lda floats apart) and the packed panel b (k×%d)", mr, w),
+		fmt.Sprintf("A (%d rows of k values lda floats apart) and the packed panel b (k×%d)", mr, w),
+	}[lay]
+	if lay == packedA {
+		TEXT(name, NOSPLIT, "func(k int, a, b, c *float32, ldc int, next *float32, load bool)")
+	} else {
+		TEXT(name, NOSPLIT, "func(k int, a *float32, lda int, b, c *float32, ldc int, next *float32, load bool)")
+	}
+	Doc(fmt.Sprintf("%s sets the %d×%d block of c (rows ldc floats apart) to its value (load) or 0, plus the product of %s, with %s FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.", name, mr, w, what, isa))
 	vec := func() reg.VecVirtual {
 		if lanes == 16 {
 			return ZMM()
@@ -175,6 +202,67 @@ func kernel(isa string, mr, nv, lanes int) {
 	pc := Load(Param("c"), GP64())
 	ldc := Load(Param("ldc"), GP64())
 	SHLQ(U8(2), ldc)
+	var lda, lda3 reg.Register
+	var bases []reg.Register // rowsA: rows 0, 4, 8 of the block
+	if lay != packedA {
+		lda = Load(Param("lda"), GP64())
+		SHLQ(U8(2), lda)
+		lda3 = GP64()
+		LEAQ(Mem{Base: lda, Index: lda, Scale: 2}, lda3)
+	}
+	if lay == rowsA {
+		bases = append(bases, pa)
+		for r := 4; r < mr; r += 4 {
+			b := GP64()
+			LEAQ(Mem{Base: bases[len(bases)-1], Index: lda, Scale: 4}, b)
+			bases = append(bases, b)
+		}
+	}
+	// am returns the address of A[i, p0+u] for the current p0.
+	am := func(u, i int) Mem {
+		switch lay {
+		case colsA:
+			m := Mem{Base: pa, Disp: 4 * i}
+			switch u {
+			case 1:
+				m.Index, m.Scale = lda, 1
+			case 2:
+				m.Index, m.Scale = lda, 2
+			case 3:
+				m.Index, m.Scale = lda3, 1
+			}
+			return m
+		case rowsA:
+			m := Mem{Base: bases[i/4], Disp: 4 * u}
+			switch i % 4 {
+			case 1:
+				m.Index, m.Scale = lda, 1
+			case 2:
+				m.Index, m.Scale = lda, 2
+			case 3:
+				m.Index, m.Scale = lda3, 1
+			}
+			return m
+		}
+		return Mem{Base: pa, Disp: 4 * (u*mr + i)}
+	}
+	// advance moves a past s steps of p (s = 1 or unroll).
+	advance := func(s int) {
+		switch lay {
+		case colsA:
+			if s == 1 {
+				ADDQ(lda, pa)
+			} else {
+				LEAQ(Mem{Base: pa, Index: lda, Scale: uint8(s)}, pa)
+			}
+		case rowsA:
+			for _, b := range bases {
+				ADDQ(U8(4*s), b)
+			}
+		default:
+			ADDQ(U32(4*s*mr), pa)
+		}
+	}
 	acc := make([][]reg.VecVirtual, mr)
 	for i := range acc {
 		acc[i] = make([]reg.VecVirtual, nv)
@@ -191,6 +279,18 @@ func kernel(isa string, mr, nv, lanes int) {
 		bc = vec()
 	}
 	row := GP64()
+
+	// The next block's rows, first and last byte of each, into L2 while
+	// this block computes, so that its loads and stores of c do not wait
+	// for memory.
+	Load(Param("next"), row)
+	for i := 0; i < mr; i++ {
+		PREFETCHT1(Mem{Base: row})
+		PREFETCHT1(Mem{Base: row, Disp: 4*w - 4})
+		if i < mr-1 {
+			ADDQ(ldc, row)
+		}
+	}
 
 	load := Load(Param("load"), GP8())
 	TESTB(load, load)
@@ -221,14 +321,13 @@ func kernel(isa string, mr, nv, lanes int) {
 			VMOVUPS(Mem{Base: pb, Disp: 4 * (u*w + v*lanes)}, bv[v])
 		}
 		for i := range acc {
-			am := Mem{Base: pa, Disp: 4 * (u*mr + i)}
 			if lanes == 16 {
 				for v := range bv {
-					VFMADD231PS_BCST(am, bv[v], acc[i][v])
+					VFMADD231PS_BCST(am(u, i), bv[v], acc[i][v])
 				}
 				continue
 			}
-			VBROADCASTSS(am, bc)
+			VBROADCASTSS(am(u, i), bc)
 			for v := range bv {
 				VFMADD231PS(bc, bv[v], acc[i][v])
 			}
@@ -240,7 +339,7 @@ func kernel(isa string, mr, nv, lanes int) {
 	for u := range unroll {
 		step(u)
 	}
-	ADDQ(U32(4*unroll*mr), pa)
+	advance(unroll)
 	ADDQ(U32(4*unroll*w), pb)
 	SUBQ(U8(unroll), k)
 	JMP(LabelRef("loop"))
@@ -248,7 +347,7 @@ func kernel(isa string, mr, nv, lanes int) {
 	TESTQ(k, k)
 	JZ(LabelRef("store"))
 	step(0)
-	ADDQ(U32(4*mr), pa)
+	advance(1)
 	ADDQ(U32(4*w), pb)
 	DECQ(k)
 	JMP(LabelRef("tail"))
