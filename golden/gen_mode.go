@@ -196,21 +196,8 @@ func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps []
 		return nil, err
 	}
 	b.expect("expected.loss", Scalar(l))
-	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
-	for _, x := range dr.x {
-		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
-		if err != nil {
-			return nil, err
-		}
-		gx = append(gx, g...)
-	}
-	b.expect("grad.input.x", Float(gx, s.batch, s.seqLen, cfg.Block.D))
-	for _, t := range params {
-		g, err := gradient(loss, t.Data, t.Shape)
-		if err != nil {
-			return nil, err
-		}
-		b.expect("grad.param."+t.Name, g)
+	if err := expectGradients(b, loss, dr.x, s.seqLen, cfg.Block.D, params); err != nil {
+		return nil, err
 	}
 	return b.build(), nil
 }

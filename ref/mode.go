@@ -34,21 +34,8 @@ type MoDEParams struct {
 func NewMoDEParams(c spec.MoDEConfig, rng *rand.Rand) *MoDEParams {
 	d, f := c.Block.D, c.Block.DFF
 	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
-	ln := c.Block.Norm == spec.NormLayer
 	p := &MoDEParams{}
-	b := &p.Block
-	b.Norm1 = RandomVector(rng, d, 1, 0.1)
-	if ln {
-		b.Norm1Bias = RandomVector(rng, d, 0, 0.1)
-	}
-	b.Wq = RandomMatrix(rng, d, d, sd)
-	b.Wk = RandomMatrix(rng, d, d, sd)
-	b.Wv = RandomMatrix(rng, d, d, sd)
-	b.Wo = RandomMatrix(rng, d, d, sd)
-	b.Norm2 = RandomVector(rng, d, 1, 0.1)
-	if ln {
-		b.Norm2Bias = RandomVector(rng, d, 0, 0.1)
-	}
+	drawNormsAndAttention(c.Block, rng, &p.Block)
 	if c.Form == spec.MoDEStaged {
 		p.Router = RandomVector(rng, d, 0, sd)
 	}

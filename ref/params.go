@@ -133,15 +133,13 @@ func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 	return f
 }
 
-// NewBlockParams draws a block's parameters: each weight matrix N(0, 1/d_in),
-// norm gains 1 + N(0, 0.1^2) and LayerNorm biases N(0, 0.1^2), so that tests
-// see gains and biases away from their trivial values.
-func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
-	d, f := c.D, c.DFF
-	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
+// drawNormsAndAttention draws the first half of a block's parameters into
+// p, in the order of Tensors: N1's gain (and bias), Wq, Wk, Wv, Wo and N2's
+// gain (and bias), as NewBlockParams describes.
+func drawNormsAndAttention(c spec.BlockConfig, rng *rand.Rand, p *BlockParams) {
+	d := c.D
+	sd := 1 / math.Sqrt(float64(d))
 	ln := c.Norm == spec.NormLayer
-	var p BlockParams
-	// Drawn in the order of Tensors.
 	p.Norm1 = RandomVector(rng, d, 1, 0.1)
 	if ln {
 		p.Norm1Bias = RandomVector(rng, d, 0, 0.1)
@@ -154,6 +152,17 @@ func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
 	if ln {
 		p.Norm2Bias = RandomVector(rng, d, 0, 0.1)
 	}
+}
+
+// NewBlockParams draws a block's parameters: each weight matrix N(0, 1/d_in),
+// norm gains 1 + N(0, 0.1^2) and LayerNorm biases N(0, 0.1^2), so that tests
+// see gains and biases away from their trivial values.
+func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
+	d, f := c.D, c.DFF
+	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
+	var p BlockParams
+	// Drawn in the order of Tensors.
+	drawNormsAndAttention(c, rng, &p)
 	p.W1 = RandomMatrix(rng, d, f, sd)
 	p.W2 = RandomMatrix(rng, f, d, sf)
 	if c.MLP == spec.ActSwiGLU {

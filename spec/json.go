@@ -5,19 +5,41 @@ import (
 	"encoding/json"
 )
 
+// blockJSON is the JSON form of a BlockConfig, under docs/spec.md's names
+// (docs/golden-format.md, "config"). It is embedded first in the forms of
+// Config and MoDEConfig, so the block's fields come first and flat.
+type blockJSON struct {
+	DModel    int          `json:"d_model"`
+	Heads     int          `json:"heads"`
+	DFF       int          `json:"d_ff"`
+	Norm      NormKind     `json:"norm"`
+	NormEps   float64      `json:"norm_eps"`
+	MLP       Activation   `json:"mlp"`
+	Positions PositionKind `json:"positions"`
+	RoPEBase  float64      `json:"rope_base"`
+	Window    int          `json:"window,omitempty"`
+}
+
+func blockJSONOf(b BlockConfig) blockJSON {
+	return blockJSON{
+		DModel: b.D, Heads: b.Heads, DFF: b.DFF,
+		Norm: b.Norm, NormEps: b.NormEps, MLP: b.MLP,
+		Positions: b.Positions, RoPEBase: b.RoPEBase, Window: b.Window,
+	}
+}
+
+func (j blockJSON) config() BlockConfig {
+	return BlockConfig{
+		D: j.DModel, Heads: j.Heads, DFF: j.DFF,
+		Norm: j.Norm, NormEps: j.NormEps, MLP: j.MLP,
+		Positions: j.Positions, RoPEBase: j.RoPEBase, Window: j.Window,
+	}
+}
+
 // configJSON is the JSON form of a Config: the block's fields and the routing
-// fields side by side, under docs/spec.md's names (docs/golden-format.md,
-// "config").
+// fields side by side.
 type configJSON struct {
-	DModel            int           `json:"d_model"`
-	Heads             int           `json:"heads"`
-	DFF               int           `json:"d_ff"`
-	Norm              NormKind      `json:"norm"`
-	NormEps           float64       `json:"norm_eps"`
-	MLP               Activation    `json:"mlp"`
-	Positions         PositionKind  `json:"positions"`
-	RoPEBase          float64       `json:"rope_base"`
-	Window            int           `json:"window,omitempty"`
+	blockJSON
 	Router            RouterKind    `json:"router"`
 	Jitter            float64       `json:"jitter"`
 	Capacity          Capacity      `json:"capacity"`
@@ -33,12 +55,9 @@ type configJSON struct {
 
 // MarshalJSON writes c flat, block and routing fields together.
 func (c Config) MarshalJSON() ([]byte, error) {
-	b := c.Block
 	return json.Marshal(configJSON{
-		DModel: b.D, Heads: b.Heads, DFF: b.DFF,
-		Norm: b.Norm, NormEps: b.NormEps, MLP: b.MLP,
-		Positions: b.Positions, RoPEBase: b.RoPEBase, Window: b.Window,
-		Router: c.Router, Jitter: c.Jitter, Capacity: c.Capacity,
+		blockJSON: blockJSONOf(c.Block),
+		Router:    c.Router, Jitter: c.Jitter, Capacity: c.Capacity,
 		Weighting: c.Weighting, Compute: c.Compute, MLPOnly: c.MLPOnly,
 		Aux: c.Aux, AuxWeight: c.AuxWeight, LoadBalanceWeight: c.LoadBalanceWeight,
 		PredictorHidden: c.PredictorHidden, Causal: c.Causal,
@@ -55,11 +74,7 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*c = Config{
-		Block: BlockConfig{
-			D: j.DModel, Heads: j.Heads, DFF: j.DFF,
-			Norm: j.Norm, NormEps: j.NormEps, MLP: j.MLP,
-			Positions: j.Positions, RoPEBase: j.RoPEBase, Window: j.Window,
-		},
+		Block:  j.config(),
 		Router: j.Router, Jitter: j.Jitter, Capacity: j.Capacity,
 		Weighting: j.Weighting, Compute: j.Compute, MLPOnly: j.MLPOnly,
 		Aux: j.Aux, AuxWeight: j.AuxWeight, LoadBalanceWeight: j.LoadBalanceWeight,

@@ -90,30 +90,19 @@ func (c MoDEConfig) Validate() error {
 // modeJSON is the JSON form of a MoDEConfig: the block's fields and the
 // MoDE fields side by side (docs/golden-format.md, "config").
 type modeJSON struct {
-	DModel         int          `json:"d_model"`
-	Heads          int          `json:"heads"`
-	DFF            int          `json:"d_ff"`
-	Norm           NormKind     `json:"norm"`
-	NormEps        float64      `json:"norm_eps"`
-	MLP            Activation   `json:"mlp"`
-	Positions      PositionKind `json:"positions"`
-	RoPEBase       float64      `json:"rope_base"`
-	Window         int          `json:"window,omitempty"`
-	Form           MoDEForm     `json:"form"`
-	Experts        int          `json:"experts"`
-	NoOpExperts    int          `json:"noop_experts"`
-	Capacity       float64      `json:"capacity"`
-	ExpertCapacity float64      `json:"expert_capacity"`
+	blockJSON
+	Form           MoDEForm `json:"form"`
+	Experts        int      `json:"experts"`
+	NoOpExperts    int      `json:"noop_experts"`
+	Capacity       float64  `json:"capacity"`
+	ExpertCapacity float64  `json:"expert_capacity"`
 }
 
 // MarshalJSON writes c flat, block and MoDE fields together.
 func (c MoDEConfig) MarshalJSON() ([]byte, error) {
-	b := c.Block
 	return json.Marshal(modeJSON{
-		DModel: b.D, Heads: b.Heads, DFF: b.DFF,
-		Norm: b.Norm, NormEps: b.NormEps, MLP: b.MLP,
-		Positions: b.Positions, RoPEBase: b.RoPEBase, Window: b.Window,
-		Form: c.Form, Experts: c.Experts, NoOpExperts: c.NoOpExperts,
+		blockJSON: blockJSONOf(c.Block),
+		Form:      c.Form, Experts: c.Experts, NoOpExperts: c.NoOpExperts,
 		Capacity: c.Capacity, ExpertCapacity: c.ExpertCapacity,
 	})
 }
@@ -128,12 +117,8 @@ func (c *MoDEConfig) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*c = MoDEConfig{
-		Block: BlockConfig{
-			D: j.DModel, Heads: j.Heads, DFF: j.DFF,
-			Norm: j.Norm, NormEps: j.NormEps, MLP: j.MLP,
-			Positions: j.Positions, RoPEBase: j.RoPEBase, Window: j.Window,
-		},
-		Form: j.Form, Experts: j.Experts, NoOpExperts: j.NoOpExperts,
+		Block: j.config(),
+		Form:  j.Form, Experts: j.Experts, NoOpExperts: j.NoOpExperts,
 		Capacity: j.Capacity, ExpertCapacity: j.ExpertCapacity,
 	}
 	return nil
