@@ -209,14 +209,7 @@ func modeDrawOf(c *Case, s modeSpec) (modeDraw, error) {
 	if err := loadParams(c, dr.p.Tensors("")); err != nil {
 		return dr, err
 	}
-	x, err := c.array("input.x")
-	if err != nil {
-		return dr, err
-	}
-	u, err := c.array("upstream.out")
-	if err != nil {
-		return dr, err
-	}
-	dr.x, dr.u = matrices(x), matrices(u)
-	return dr, nil
+	var err error
+	dr.x, dr.u, err = inputAndUpstream(c)
+	return dr, err
 }

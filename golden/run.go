@@ -136,22 +136,32 @@ func loadParams(c *Case, ts []ref.Tensor) error {
 	return nil
 }
 
+// inputAndUpstream reads a layer-level case's input.x and upstream.out,
+// one S×d matrix per batch row each.
+func inputAndUpstream(c *Case) (x, u []*mat.Dense, err error) {
+	xa, err := c.array("input.x")
+	if err != nil {
+		return nil, nil, err
+	}
+	ua, err := c.array("upstream.out")
+	if err != nil {
+		return nil, nil, err
+	}
+	return matrices(xa), matrices(ua), nil
+}
+
 func layerDrawOf(c *Case, s layerSpec) (layerDraw, error) {
 	var dr layerDraw
 	dr.p = ref.NewLayerParams(s.cfg, ref.NewRand(0))
 	if err := loadParams(c, dr.p.Tensors("")); err != nil {
 		return dr, err
 	}
-	x, err := c.array("input.x")
+	x, u, err := inputAndUpstream(c)
 	if err != nil {
 		return dr, err
 	}
-	u, err := c.array("upstream.out")
-	if err != nil {
-		return dr, err
-	}
-	dr.in = ref.LayerInputs{X: matrices(x), Valid: s.valid}
-	dr.u = matrices(u)
+	dr.in = ref.LayerInputs{X: x, Valid: s.valid}
+	dr.u = u
 	if a, ok := c.Arrays["input.noise"]; ok {
 		dr.in.Noise = field(a)
 	}
