@@ -170,11 +170,20 @@ func predictorProp(impl Impl) func(failer, Source) {
 		if !anyValid {
 			return
 		}
-		gw, err := ref.FDGradient(loss(res.Frozen), c.p.PredB1, 0)
+		// A float32 loss of about 0.7 resolves changes of about 6e-8; the
+		// biases' gradient can be as small as 5e-4 (predictor logits near
+		// 0, targets half ones), which the default step of 1e-5 moves the
+		// loss by less than that. A step of 1e-2 shows any such gradient;
+		// only its sign of being non-zero is asserted here.
+		h := 0.0
+		if impl.Float32 {
+			h = 1e-2
+		}
+		gw, err := ref.FDGradient(loss(res.Frozen), c.p.PredB1, h)
 		if err != nil {
 			t.Fatalf("%s: %v", impl.Name, err)
 		}
-		gb, err := ref.FDGradient(loss(res.Frozen), c.p.PredB2, 0)
+		gb, err := ref.FDGradient(loss(res.Frozen), c.p.PredB2, h)
 		if err != nil {
 			t.Fatalf("%s: %v", impl.Name, err)
 		}
