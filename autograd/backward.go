@@ -33,6 +33,7 @@ const (
 	opStandardize
 	opCausalAttention
 	opRotateHalf
+	opRMSNorm
 )
 
 // backward adds the gradient of one recorded operation into its operands.
@@ -66,6 +67,8 @@ func (tp *Tape) backward(nd *node) {
 		tp.backwardCausalAttention(nd)
 	case opRotateHalf:
 		tp.backwardRotateHalf(nd)
+	case opRMSNorm:
+		tp.backwardRMSNorm(nd)
 	default:
 		panic("autograd: no backward for opcode")
 	}

@@ -70,3 +70,38 @@ func BenchmarkCausalAttention(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRMSNorm measures a forward and backward pass of RMSNorm and of
+// the chain of five operations it replaces (chainRMSNorm), at the token
+// counts and widths of mod's BenchmarkModStep small (256×64) and medium
+// (2048×256) sizes, on a reused tape.
+func BenchmarkRMSNorm(b *testing.B) {
+	for _, s := range []struct{ rows, cols int }{{256, 64}, {2048, 256}} {
+		for _, f := range []struct {
+			name string
+			op   func(tp *Tape, x, gain *Tensor, eps float32) *Tensor
+		}{{"fused", (*Tape).RMSNorm}, {"chain", chainRMSNorm}} {
+			b.Run(fmt.Sprintf("%s/%dx%d", f.name, s.rows, s.cols), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(3, 4))
+				x, gain := NewParam(s.rows, s.cols, nil), NewParam(1, s.cols, nil)
+				up := make([]float32, s.rows*s.cols)
+				for i := range x.Data {
+					x.Data[i], up[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+				}
+				for i := range gain.Data {
+					gain.Data[i] = float32(1 + 0.1*rng.NormFloat64())
+				}
+				var tp Tape
+				step := func() {
+					tp.Reset()
+					tp.BackwardFrom(f.op(&tp, x, gain, 1e-6), up)
+				}
+				step()
+				b.ReportAllocs()
+				for b.Loop() {
+					step()
+				}
+			})
+		}
+	}
+}

@@ -74,3 +74,102 @@ func (tp *Tape) backwardStandardize(nd *node) {
 		}
 	}
 }
+
+// RMSNorm returns each row of x divided by its root mean square and
+// multiplied by the 1×Cols gain: y_j = x_j·r·gain_j with
+// r = 1/sqrt(mean_j x_j² + eps) (docs/spec.md §5). It is one operation in
+// place of the chain
+//
+//	Mul(Mul(x, Rsqrt(AddScalar(Mean(Mul(x, x), 1), eps))), gain)
+//
+// and gives that chain's bits, forward and backward: the same float32 and
+// float64 roundings in the same order, −0 turned into +0 where the chain
+// added a term into a zeroed gradient. It keeps r per row instead of five
+// intermediate tensors and their gradients, which at small widths cost more
+// than the arithmetic (docs/performance.md). It panics if gain is not
+// 1×Cols.
+func (tp *Tape) RMSNorm(x, gain *Tensor, eps float32) *Tensor {
+	if gain.Rows != 1 || gain.Cols != x.Cols {
+		panic(fmt.Sprintf("autograd.RMSNorm: x is %s, gain is %s: want gain 1x%d", x.shape(), gain.shape(), x.Cols))
+	}
+	out := tp.alloc(x.Rows, x.Cols, needsGrad(x, gain))
+	var nd *node
+	if out.Grad != nil {
+		nd = tp.push(opRMSNorm, out, x, gain)
+	}
+	n := x.Cols
+	scale := 1 / float64(n)
+	for i := 0; i < x.Rows; i++ {
+		xi, y := x.Data[i*n:(i+1)*n], out.Data[i*n:(i+1)*n]
+		var acc float64
+		for _, v := range xi {
+			acc += float64(float32(v * v))
+		}
+		ms := float32(acc*scale) + eps
+		r := float32(1 / math.Sqrt(float64(ms)))
+		for j, v := range xi {
+			y[j] = float32(v*r) * gain.Data[j]
+		}
+		if nd != nil {
+			nd.saved = append(nd.saved, float64(r))
+		}
+	}
+	return out
+}
+
+// plusZero returns v + 0: the value a term takes when the chain RMSNorm
+// replaces added it into a gradient that was still zero (−0 becomes +0).
+func plusZero(v float32) float32 { return v + 0 }
+
+// backwardRMSNorm differentiates RMSNorm as its chain would, node by node in
+// reverse: the gain's gradient Σ_i g_ij·float32(x_ij·r_i) in float64 over
+// rows (added directly when x has one row, as the chain did); then, per row, dxr = g⊙gain, dx += dxr·r, dr = Σ_j dxr_j·x_j,
+// dms = dr·(−r³/2) (Rsqrt's derivative), dsq = dms/n in float32, and
+// dx += dsq·x twice (once for each operand of x⊙x).
+func (tp *Tape) backwardRMSNorm(nd *node) {
+	x, gain, g := nd.a, nd.b, nd.out.Grad
+	n := x.Cols
+	switch {
+	case gain.Grad != nil && x.Rows == 1:
+		// One row: the chain's last product had operands of the same
+		// shape and added its terms to the gain's gradient directly.
+		r := float32(nd.saved[0])
+		for j, v := range g {
+			gain.Grad[j] += float32(v * float32(x.Data[j]*r))
+		}
+	case gain.Grad != nil:
+		acc := tp.f64(n)
+		for i := 0; i < x.Rows; i++ {
+			r := float32(nd.saved[i])
+			xi, gi := x.Data[i*n:(i+1)*n], g[i*n:(i+1)*n]
+			for j, v := range gi {
+				acc[j] += float64(float32(v * float32(xi[j]*r)))
+			}
+		}
+		for j, v := range acc {
+			gain.Grad[j] += float32(v)
+		}
+	}
+	if x.Grad == nil {
+		return
+	}
+	scale := float32(1 / float64(n))
+	for i := 0; i < x.Rows; i++ {
+		r := float32(nd.saved[i])
+		xi, gi, dx := x.Data[i*n:(i+1)*n], g[i*n:(i+1)*n], x.Grad[i*n:(i+1)*n]
+		var acc float64
+		for j, v := range gi {
+			d := plusZero(float32(v * gain.Data[j]))
+			dx[j] += float32(d * r)
+			acc += float64(float32(d * xi[j]))
+		}
+		rr := float64(r)
+		dms := plusZero(plusZero(float32(float64(plusZero(float32(acc))) * (-0.5 * rr * rr * rr))))
+		dsq := plusZero(float32(scale * dms))
+		for j, v := range xi {
+			t := float32(dsq * v)
+			dx[j] += t
+			dx[j] += t
+		}
+	}
+}

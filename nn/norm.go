@@ -54,10 +54,11 @@ func NewRMSNorm(d int) *RMSNorm {
 // Forward returns the RMS-normalised rows of x.
 //
 //	x: [N, d] → [N, d]
+//
+// It is autograd's fused RMSNorm, which has the bits of the chain
+// x ⊙ rsqrt(mean(x⊙x) + Eps) ⊙ Gain in float32 operations.
 func (n *RMSNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
-	ms := tp.Mean(tp.Mul(x, x), 1)
-	r := tp.Rsqrt(tp.AddScalar(ms, float32(n.Eps)))
-	return tp.Mul(tp.Mul(x, r), n.Gain)
+	return tp.RMSNorm(x, n.Gain, float32(n.Eps))
 }
 
 // Params returns Gain.
