@@ -326,18 +326,17 @@ func hide(row []float32, keys []int, pi, window int) {
 func finite(x []float32) bool { return largest(x) <= math.MaxFloat32 }
 
 // largest returns the largest |x_i|, or +Inf if any x_i is not finite.
+// It compares the bits of |x_i| as integers, which order non-negative
+// floats as their values do and put every NaN above +Inf.
 func largest(x []float32) float64 {
-	mx := 0.0
+	var mx uint32
 	for _, v := range x {
-		a := math.Abs(float64(v))
-		if !(a <= mx) { // a NaN is not below anything either
-			if a != a {
-				return math.Inf(1)
-			}
-			mx = a
-		}
+		mx = max(mx, math.Float32bits(v)&0x7fffffff)
 	}
-	return mx
+	if mx > 0x7f800000 {
+		return math.Inf(1)
+	}
+	return float64(math.Float32frombits(mx))
 }
 
 // backwardCausalAttention recomputes each head's probabilities P and adds
