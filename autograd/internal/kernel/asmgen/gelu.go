@@ -105,7 +105,8 @@ func geluKernel(isa string, lanes int, deriv bool) {
 	// holds the ten rows it needs in pairs of registers (pieces 0-15, 16-31)
 	// and selects with VPERMT2PS; AVX2 gathers from memory.
 	var lookup func(r int, idx reg.VecVirtual) reg.VecVirtual
-	var zero, allOnes reg.VecVirtual
+	var zero reg.VecVirtual
+	var sel [2]reg.VecVirtual // AVX2: idx with bits 3 and 4 in the sign
 	if lanes == 16 {
 		rows := make(map[int][2]reg.VecVirtual)
 		load := func(off int) {
@@ -125,19 +126,30 @@ func geluKernel(isa string, lanes int, deriv bool) {
 			return v
 		}
 	} else {
-		zero, allOnes = vec(), vec()
+		zero = vec()
 		VPXOR(zero, zero, zero)
-		VPCMPEQD(allOnes, allOnes, allOnes)
 		lookup = func(off int, idx reg.VecVirtual) reg.VecVirtual {
-			v, m := vec(), vec()
-			VPXOR(v, v, v) // no dependence on v's last value
-			VMOVDQA(allOnes, m)
-			VGATHERDPS(m, Mem{Base: tab, Disp: off, Index: idx, Scale: 4}, v)
-			return v
+			// Bit 3 of idx picks between the two quarters of each half,
+			// bit 4 between the halves; VBLENDVPS reads the sign bit.
+			if sel[0] == nil {
+				sel[0], sel[1] = vec(), vec()
+				VPSLLD(U8(28), idx, sel[0])
+				VPSLLD(U8(27), idx, sel[1])
+			}
+			var q [4]reg.VecVirtual
+			for j := range q {
+				q[j] = vec()
+				VPERMPS(Mem{Base: tab, Disp: off + 32*j}, idx, q[j])
+			}
+			VBLENDVPS(sel[0], q[1], q[0], q[0])
+			VBLENDVPS(sel[0], q[3], q[2], q[2])
+			VBLENDVPS(sel[1], q[2], q[0], q[0])
+			return q[0]
 		}
 	}
 
 	Label("loop")
+	sel = [2]reg.VecVirtual{}
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	x := vec()
@@ -150,9 +162,6 @@ func geluKernel(isa string, lanes int, deriv bool) {
 	VMULPS(perUnit, idx, idx)
 	VCVTTPS2DQ(idx, idx)
 	VPMINSD(last, idx, idx)
-	if lanes == 8 {
-		VPMAXSD(zero, idx, idx)
-	}
 	u := lookup(0, idx)
 	VSUBPS(u, x, u)
 	y := lookup(coef+geluDeg*geluRow, idx)
