@@ -50,7 +50,7 @@ func geluInputs(stride uint32, random int) []float32 {
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range random / 2 {
-		xs = append(xs, 18*rng.Float32()-9, math.Float32frombits(rng.Uint32()))
+		xs = append(xs, float32(18*rng.Float32())-9, math.Float32frombits(rng.Uint32()))
 	}
 	return xs
 }
@@ -66,7 +66,7 @@ func geluGrads(rng *rand.Rand, n int) []float32 {
 		if rng.IntN(8) == 0 {
 			v[i] = math.Float32frombits(specials[rng.IntN(len(specials))])
 		} else {
-			v[i] = 4*rng.Float32() - 2
+			v[i] = float32(4*rng.Float32()) - 2
 		}
 	}
 	return v
@@ -195,8 +195,8 @@ func BenchmarkGELU(b *testing.B) {
 	x, g, y := make([]float32, n), make([]float32, n), make([]float32, n)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range x {
-		x[i] = 20*rng.Float32() - 10
-		g[i] = 2*rng.Float32() - 1
+		x[i] = float32(20*rng.Float32()) - 10
+		g[i] = float32(2*rng.Float32()) - 1
 	}
 	for _, pt := range paths {
 		for _, dir := range []string{"forward", "backward"} {
