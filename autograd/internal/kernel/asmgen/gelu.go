@@ -41,6 +41,7 @@ const (
 	cmpUnordQ = 0x03
 )
 
+// gelu emits the four GELU kernels: forward and backward, AVX-512 and AVX2.
 func gelu() {
 	for _, deriv := range []bool{false, true} {
 		geluKernel("AVX512", 16, deriv)
@@ -101,12 +102,16 @@ func geluKernel(isa string, lanes int, deriv bool) {
 	hi := bcast(geluHiBits)
 	one := bcast(geluOneBits)
 
-	// lookup returns row r of the table at each lane's piece idx. AVX-512
-	// holds the ten rows it needs in pairs of registers (pieces 0-15, 16-31)
-	// and selects with VPERMT2PS; AVX2 gathers from memory.
-	var lookup func(r int, idx reg.VecVirtual) reg.VecVirtual
+	// lookup returns the table's row at byte offset off, at each lane's
+	// piece idx. AVX-512 holds the ten rows it needs in pairs of registers
+	// (pieces 0-15, 16-31) and selects with VPERMT2PS, which reads the low 5
+	// bits of idx. AVX2 permutes each quarter of the row (8 pieces) from
+	// memory with VPERMPS, which reads the low 3 bits, and chooses among
+	// the quarters by bits 3 (sel[0]) and 4 (sel[1]) of idx, shifted into the
+	// sign bit that VBLENDVPS reads.
+	var lookup func(off int, idx reg.VecVirtual) reg.VecVirtual
 	var zero reg.VecVirtual
-	var sel [2]reg.VecVirtual // AVX2: idx with bits 3 and 4 in the sign
+	var sel [2]reg.VecVirtual
 	if lanes == 16 {
 		rows := make(map[int][2]reg.VecVirtual)
 		load := func(off int) {
@@ -129,13 +134,6 @@ func geluKernel(isa string, lanes int, deriv bool) {
 		zero = vec()
 		VPXOR(zero, zero, zero)
 		lookup = func(off int, idx reg.VecVirtual) reg.VecVirtual {
-			// Bit 3 of idx picks between the two quarters of each half,
-			// bit 4 between the halves; VBLENDVPS reads the sign bit.
-			if sel[0] == nil {
-				sel[0], sel[1] = vec(), vec()
-				VPSLLD(U8(28), idx, sel[0])
-				VPSLLD(U8(27), idx, sel[1])
-			}
 			var q [4]reg.VecVirtual
 			for j := range q {
 				q[j] = vec()
@@ -149,19 +147,24 @@ func geluKernel(isa string, lanes int, deriv bool) {
 	}
 
 	Label("loop")
-	sel = [2]reg.VecVirtual{}
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	x := vec()
 	VMOVUPS(Mem{Base: px}, x)
-	// idx = min(trunc((x − lo)·perUnit), pieces − 1); for NaN, ±Inf and x
-	// out of range the lane's value is replaced below, and on AVX2 idx is
-	// also kept at least 0 so that the gather stays inside the table.
+	// idx = min(trunc((x − lo)·perUnit), pieces − 1). For NaN, ±Inf and x
+	// outside [lo, −lo) it may be anything (negative, or the integer
+	// indefinite 0x80000000): the permutes read only its low bits, and the
+	// lane's result is replaced below.
 	idx := vec()
 	VSUBPS(lo, x, idx)
 	VMULPS(perUnit, idx, idx)
 	VCVTTPS2DQ(idx, idx)
 	VPMINSD(last, idx, idx)
+	if lanes == 8 {
+		sel[0], sel[1] = vec(), vec()
+		VPSLLD(U8(28), idx, sel[0])
+		VPSLLD(U8(27), idx, sel[1])
+	}
 	u := lookup(0, idx)
 	VSUBPS(u, x, u)
 	y := lookup(coef+geluDeg*geluRow, idx)
