@@ -1,5 +1,8 @@
 // Package kernel holds the dense float32 kernels the autograd engine spends
-// its time in: the three matrix products a layer and its backward pass need.
+// its time in: the three matrix products a layer and its backward pass need,
+// and GELU's forward and backward over slices (gelu.go: GELUForward,
+// GELUBackward, whose AVX-512 and AVX2 assembly gives the bits of the scalar
+// GELUEval on every path).
 //
 // Every matrix is row-major. Each kernel overwrites its destination; callers
 // that accumulate (gradients) add the result themselves. A product with k = 0

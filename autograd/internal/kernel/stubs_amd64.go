@@ -331,3 +331,23 @@ func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
 
 // transpose4AVX copies 4 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 4 and p < n.
 func transpose4AVX(dst *float32, ldd int, src *float32, lds int, n int)
+
+// geluForwardAVX512 sets y[i] = x[i]·Φ(x[i]) for i < n, a multiple of 16, with the table tab of kernel.geluTab, bit for bit as GELUForward's Go loop.
+//
+//go:noescape
+func geluForwardAVX512(y *float32, x *float32, n int, tab *float32)
+
+// geluForwardAVX2 sets y[i] = x[i]·Φ(x[i]) for i < n, a multiple of 8, with the table tab of kernel.geluTab, bit for bit as GELUForward's Go loop.
+//
+//go:noescape
+func geluForwardAVX2(y *float32, x *float32, n int, tab *float32)
+
+// geluBackwardAVX512 adds grad[i]·(Φ(x[i]) + x[i]·φ(x[i])) into dst[i] for i < n, a multiple of 16, with the table tab of kernel.geluTab, bit for bit as GELUBackward's Go loop.
+//
+//go:noescape
+func geluBackwardAVX512(dst *float32, grad *float32, x *float32, n int, tab *float32)
+
+// geluBackwardAVX2 adds grad[i]·(Φ(x[i]) + x[i]·φ(x[i])) into dst[i] for i < n, a multiple of 8, with the table tab of kernel.geluTab, bit for bit as GELUBackward's Go loop.
+//
+//go:noescape
+func geluBackwardAVX2(dst *float32, grad *float32, x *float32, n int, tab *float32)

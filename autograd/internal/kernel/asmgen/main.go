@@ -46,6 +46,7 @@ func main() {
 	}
 	transpose(8)
 	transpose(4)
+	gelu()
 	Generate()
 }
 
