@@ -331,3 +331,9 @@ func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
 
 // transpose4AVX copies 4 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 4 and p < n.
 func transpose4AVX(dst *float32, ldd int, src *float32, lds int, n int)
+
+// expShiftedAVX512 sets e[j] = Exp(float64(x[j]) - m) for j < n, 8 at a time (n a multiple of 8), with Exp's constants from c (expTable).
+func expShiftedAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64)
+
+// expShiftedAVX2 sets e[j] = Exp(float64(x[j]) - m) for j < n, 4 at a time (n a multiple of 4), with Exp's constants from c (expTable).
+func expShiftedAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64)

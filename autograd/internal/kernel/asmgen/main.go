@@ -46,6 +46,8 @@ func main() {
 	}
 	transpose(8)
 	transpose(4)
+	exp("AVX512", 8)
+	exp("AVX2", 4)
 	Generate()
 }
 
