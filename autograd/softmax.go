@@ -1,6 +1,10 @@
 package autograd
 
-import "math"
+import (
+	"math"
+
+	"github.com/modref/modref/autograd/internal/kernel"
+)
 
 // Softmax returns the softmax of each row: y_j = exp(x_j) / Σ_k exp(x_k),
 // computed after subtracting the row maximum so that it cannot overflow.
@@ -44,9 +48,9 @@ func rowExpSum(x []float32, e []float64) (m, sum float64) {
 			m = f
 		}
 	}
-	for j, v := range x {
-		e[j] = exp(float64(v) - m)
-		sum += e[j]
+	kernel.ExpShifted(e, x, m)
+	for _, v := range e[:len(x)] {
+		sum += v
 	}
 	return m, sum
 }
@@ -57,6 +61,10 @@ func (tp *Tape) backwardSoftmax(nd *node) {
 		return
 	}
 	cols := a.Cols
+	var e []float64 // exp(y_j) of a row of log-softmax
+	if nd.op != opSoftmax {
+		e = tp.f64(cols)
+	}
 	for i := 0; i < a.Rows; i++ {
 		yi, gi, da := y[i*cols:(i+1)*cols], g[i*cols:(i+1)*cols], a.Grad[i*cols:(i+1)*cols]
 		var s float64
@@ -73,8 +81,9 @@ func (tp *Tape) backwardSoftmax(nd *node) {
 			for _, v := range gi {
 				s += float64(v)
 			}
+			kernel.ExpShifted(e, yi, 0) // exp(y_j − 0) = exp(y_j)
 			for j := range da {
-				da[j] += float32(float64(gi[j]) - float64(exp(float64(yi[j]))*s))
+				da[j] += float32(float64(gi[j]) - float64(e[j]*s))
 			}
 		}
 	}
