@@ -278,9 +278,7 @@ func (hw *headWork) forwardHead(hd, wk int) {
 			row := probs[(i-i0)*w : (i-i0+1)*w]
 			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
 			mx, sum := rowExpSum(row, ew[:w])
-			for j := range row {
-				row[j] = float32(ew[j] / sum)
-			}
+			kernel.DivToFloat32(row, ew, sum)
 			if hw.vals != nil {
 				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
 			}
@@ -425,9 +423,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
 			mx, sum := stats[2*i], stats[2*i+1]
 			kernel.ExpShifted(ew, row, mx)
-			for j := range row {
-				row[j] = float32(ew[j] / sum)
-			}
+			kernel.DivToFloat32(row, ew, sum)
 		}
 		if v.Grad != nil {
 			toPanels(pPanels, probs, m, bs, i0, i1, lo, hi)

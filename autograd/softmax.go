@@ -22,9 +22,7 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 		x, y := a.Data[i*a.Cols:(i+1)*a.Cols], out.Data[i*a.Cols:(i+1)*a.Cols]
 		m, sum := rowExpSum(x, e)
 		if op == opSoftmax {
-			for j := range y {
-				y[j] = float32(e[j] / sum)
-			}
+			kernel.DivToFloat32(y, e, sum)
 		} else {
 			lse := m + math.Log(sum)
 			for j, v := range x {

@@ -68,11 +68,11 @@ func Exp(x float64) float64 {
 // exponentials of a row of softmax, attention or cross-entropy less its
 // maximum or log-sum-exp. e must hold at least len(x) values. The SIMD
 // paths compute 8 (AVX-512) or 4 (AVX2) exponentials at a time with the
-// same operations as Exp, so every path gives Exp's bits (expAsm).
+// same operations as Exp, so every path gives Exp's bits (rowAsm).
 func ExpShifted(e []float64, x []float32, m float64) {
 	e = e[:len(x)]
 	j := 0
-	if f, lanes := expAsm(active); f != nil && len(x) >= lanes {
+	if f, _, lanes := rowAsm(active); f != nil && len(x) >= lanes {
 		j = len(x) / lanes * lanes
 		f(&e[0], &x[0], j, m, &expTable[0])
 	}
@@ -80,6 +80,27 @@ func ExpShifted(e []float64, x []float32, m float64) {
 		e[j] = Exp(float64(x[j]) - m)
 	}
 }
+
+// DivToFloat32 sets dst[j] = float32(e[j] / d) for every j < len(dst): a
+// row of probabilities from its exponentials and their sum. e must hold at
+// least len(dst) values. The SIMD paths divide 8 or 4 at a time, with the
+// bits of the Go loop (each division and rounding to float32 is correctly
+// rounded at any width).
+func DivToFloat32(dst []float32, e []float64, d float64) {
+	e = e[:len(dst)]
+	j := 0
+	if _, f, lanes := rowAsm(active); f != nil && len(dst) >= lanes {
+		j = len(dst) / lanes * lanes
+		f(&dst[0], &e[0], j, d)
+	}
+	for ; j < len(dst); j++ {
+		dst[j] = float32(e[j] / d)
+	}
+}
+
+// divFunc is the signature of the generated divisions (asmgen/exp.go):
+// dst[j] = float32(e[j] / d) for j < n, n a multiple of the vector width.
+type divFunc func(dst *float32, e *float64, n int, d float64)
 
 // expFunc is the signature of the generated exponentials (asmgen/exp.go):
 // e[j] = Exp(float64(x[j]) - m) for j < n, n a multiple of the vector

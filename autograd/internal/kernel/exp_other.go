@@ -2,5 +2,6 @@
 
 package kernel
 
-// expAsm returns nil: there is no generated exponential off amd64.
-func expAsm(*path) (expFunc, int) { return nil, 0 }
+// rowAsm returns nils: there is no generated exponential or division off
+// amd64.
+func rowAsm(*path) (expFunc, divFunc, int) { return nil, nil, 0 }

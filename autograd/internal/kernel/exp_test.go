@@ -159,20 +159,27 @@ func TestExpShiftedRandom(t *testing.T) {
 	checkExp(t, cases)
 }
 
-// TestExpShiftedEmpty checks that no values is no work on every path.
-func TestExpShiftedEmpty(t *testing.T) {
+// TestRowsEmpty checks that no values is no work on every path.
+func TestRowsEmpty(t *testing.T) {
 	for _, pt := range paths {
-		onPath(pt, func() { ExpShifted(nil, nil, 0) })
+		onPath(pt, func() {
+			ExpShifted(nil, nil, 0)
+			DivToFloat32(nil, nil, 1)
+		})
 	}
 }
 
-// TestExpShiftedNoAllocs checks that ExpShifted allocates nothing.
-func TestExpShiftedNoAllocs(t *testing.T) {
+// TestRowsNoAllocs checks that ExpShifted and DivToFloat32 allocate
+// nothing.
+func TestRowsNoAllocs(t *testing.T) {
 	x, e := make([]float32, 1000), make([]float64, 1000)
 	for _, pt := range paths {
 		onPath(pt, func() {
 			if a := testing.AllocsPerRun(10, func() { ExpShifted(e, x, 1) }); a != 0 {
 				t.Errorf("%s path: ExpShifted allocates %v times per call", pt.name, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { DivToFloat32(x, e, 3) }); a != 0 {
+				t.Errorf("%s path: DivToFloat32 allocates %v times per call", pt.name, a)
 			}
 		})
 	}
@@ -213,5 +220,71 @@ func BenchmarkExpShifted(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestDivToFloat32 checks every path against the Go loop, bit for bit:
+// quotients of special values (NaN, ±Inf, ±0, subnormal, the float32
+// overflow and subnormal ranges and their edges) by special divisors, at
+// every length up to 19, and 2 million random ones across magnitudes.
+func TestDivToFloat32(t *testing.T) {
+	specials := []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, math.Copysign(0, -1), 1, -1, 0.1, 1.0 / 3,
+		0x1p-1074, 0x1p-1022, math.MaxFloat64, math.MaxFloat32, math.Nextafter(math.MaxFloat32, 0),
+		0x1.fffffefffffffp127, 0x1.ffffffp127, 0x1p-149, 0x1p-150, 0x1.0000000000001p-150, 0x1p-126, 0x1.fffffp-127, 1e-45, 3e38, 4e38}
+	divisors := []float64{1, -1, 3, 0.7, 1e-300, 1e300, 0, math.Copysign(0, -1), math.Inf(1), math.NaN(), 0x1p-1074, 1024.5}
+	rng := rand.New(rand.NewPCG(5, 6))
+	type divCase struct {
+		e []float64
+		d float64
+	}
+	var cases []divCase
+	for _, d := range divisors {
+		for n := 1; n <= 19; n++ {
+			e := make([]float64, n)
+			for j := range e {
+				e[j] = specials[(j+n)%len(specials)] * float64(1+j%3)
+			}
+			cases = append(cases, divCase{e, d})
+		}
+		cases = append(cases, divCase{specials, d})
+	}
+	for total := 0; total < 2_000_000; {
+		n := 1 + rng.IntN(300)
+		e := make([]float64, n)
+		scale := math.Ldexp(1, rng.IntN(600)-300)
+		for j := range e {
+			e[j] = rng.Float64() * scale
+		}
+		if rng.IntN(10) == 0 {
+			for j := range e {
+				e[j] = math.Float64frombits(rng.Uint64())
+			}
+		}
+		d := math.Ldexp(0.5+rng.Float64(), rng.IntN(600)-300)
+		cases = append(cases, divCase{e, d})
+		total += n
+	}
+	for _, pt := range paths {
+		bad := 0
+		onPath(pt, func() {
+			for _, c := range cases {
+				dst := make([]float32, len(c.e)+1)
+				dst[len(c.e)] = 42
+				DivToFloat32(dst[:len(c.e)], c.e, c.d)
+				if dst[len(c.e)] != 42 {
+					t.Fatalf("%s path: DivToFloat32 of %d values wrote past them", pt.name, len(c.e))
+				}
+				for j, v := range c.e {
+					want := float32(v / c.d)
+					if math.Float32bits(dst[j]) != math.Float32bits(want) {
+						t.Errorf("%s path: float32(%v / %v) (bits %#016x / %#016x) at %d of %d: got %v (bits %#08x), the Go loop gives %v (bits %#08x)",
+							pt.name, v, c.d, math.Float64bits(v), math.Float64bits(c.d), j, len(c.e), dst[j], math.Float32bits(dst[j]), want, math.Float32bits(want))
+						if bad++; bad == 10 {
+							t.Fatalf("%s path: stopping after %d mismatches", pt.name, bad)
+						}
+					}
+				}
+			}
+		})
 	}
 }

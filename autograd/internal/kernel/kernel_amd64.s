@@ -15950,3 +15950,53 @@ long:
 done:
 	VZEROUPPER
 	RET
+
+// func divToFloat32AVX512(dst *float32, e *float64, n int, d float64)
+// Requires: AVX, AVX512F, SSE2
+TEXT ·divToFloat32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        d+24(FP), X0
+	VBROADCASTSD X0, Z0
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VMOVUPD   (CX), Z1
+	VDIVPD    Z0, Z1, Z1
+	VCVTPD2PS Z1, Y1
+	VMOVUPS   Y1, (AX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func divToFloat32AVX2(dst *float32, e *float64, n int, d float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·divToFloat32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        d+24(FP), X0
+	VBROADCASTSD X0, Y0
+
+loop:
+	TESTQ      DX, DX
+	JZ         done
+	VMOVUPD    (CX), Y1
+	VDIVPD     Y0, Y1, Y1
+	VCVTPD2PSY Y1, X1
+	VMOVUPS    X1, (AX)
+	ADDQ       $0x20, CX
+	ADDQ       $0x10, AX
+	SUBQ       $0x04, DX
+	JMP        loop
+
+done:
+	VZEROUPPER
+	RET

@@ -337,3 +337,9 @@ func expShiftedAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64)
 
 // expShiftedAVX2 sets e[j] = Exp(float64(x[j]) - m) for j < n, 4 at a time (n a multiple of 4), with Exp's constants from c (expTable).
 func expShiftedAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64)
+
+// divToFloat32AVX512 sets dst[j] = float32(e[j] / d) for j < n, 8 at a time (n a multiple of 8).
+func divToFloat32AVX512(dst *float32, e *float64, n int, d float64)
+
+// divToFloat32AVX2 sets dst[j] = float32(e[j] / d) for j < n, 4 at a time (n a multiple of 4).
+func divToFloat32AVX2(dst *float32, e *float64, n int, d float64)

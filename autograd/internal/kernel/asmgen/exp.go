@@ -215,3 +215,47 @@ func exp(isa string, lanes int) {
 	VZEROUPPER()
 	RET()
 }
+
+// div emits divToFloat32<isa>: dst[j] = float32(e[j] / d), lanes at a time.
+// A division and a conversion are each correctly rounded (to nearest,
+// Go's rounding) at any width, so the lanes give the bits of the Go loop.
+func div(isa string, lanes int) {
+	name := "divToFloat32" + isa
+	TEXT(name, NOSPLIT, "func(dst *float32, e *float64, n int, d float64)")
+	Doc(fmt.Sprintf("%s sets dst[j] = float32(e[j] / d) for j < n, %d at a time (n a multiple of %d).", name, lanes, lanes))
+	avx512 := lanes == 8
+	vec := func() reg.VecVirtual {
+		if avx512 {
+			return ZMM()
+		}
+		return YMM()
+	}
+	pd := Load(Param("dst"), GP64())
+	pe := Load(Param("e"), GP64())
+	n := Load(Param("n"), GP64())
+	dx := XMM()
+	Load(Param("d"), dx)
+	dv, q := vec(), vec()
+	VBROADCASTSD(dx, dv)
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	VMOVUPD(Mem{Base: pe}, q)
+	VDIVPD(dv, q, q)
+	if avx512 {
+		h := YMM()
+		VCVTPD2PS(q, h)
+		VMOVUPS(h, Mem{Base: pd})
+	} else {
+		h := XMM()
+		VCVTPD2PSY(q, h)
+		VMOVUPS(h, Mem{Base: pd})
+	}
+	ADDQ(U8(8*lanes), pe)
+	ADDQ(U8(4*lanes), pd)
+	SUBQ(U8(lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -48,6 +48,8 @@ func main() {
 	transpose(4)
 	exp("AVX512", 8)
 	exp("AVX2", 4)
+	div("AVX512", 8)
+	div("AVX2", 4)
 	Generate()
 }
 
