@@ -39,18 +39,10 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 // rowExpSum sets e_j = exp(x_j - max x) and returns max x and Σ e_j.
 func rowExpSum(x []float32, e []float64) (m, sum float64) {
 	// A NaN is never the maximum here, unlike with math.Max, but it makes
-	// its exponential and so the sum NaN all the same.
-	m = math.Inf(-1)
-	for _, v := range x {
-		if f := float64(v); f > m {
-			m = f
-		}
-	}
-	kernel.ExpShifted(e, x, m)
-	for _, v := range e[:len(x)] {
-		sum += v
-	}
-	return m, sum
+	// its exponential and so the sum NaN all the same. The sum adds the
+	// exponentials in order.
+	m = kernel.Max(x)
+	return m, kernel.ExpShiftedSum(e, x, m)
 }
 
 func (tp *Tape) backwardSoftmax(nd *node) {

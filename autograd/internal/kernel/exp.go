@@ -68,17 +68,66 @@ func Exp(x float64) float64 {
 // exponentials of a row of softmax, attention or cross-entropy less its
 // maximum or log-sum-exp. e must hold at least len(x) values. The SIMD
 // paths compute 8 (AVX-512) or 4 (AVX2) exponentials at a time with the
-// same operations as Exp, so every path gives Exp's bits (rowAsm).
+// same operations as Exp, so every path gives Exp's bits (asmgen/exp.go).
 func ExpShifted(e []float64, x []float32, m float64) {
 	e = e[:len(x)]
 	j := 0
-	if f, _, lanes := rowAsm(active); f != nil && len(x) >= lanes {
-		j = len(x) / lanes * lanes
-		f(&e[0], &x[0], j, m, &expTable[0])
+	if rk := rowAsm(active); rk != nil && len(x) >= rk.lanes {
+		j = len(x) / rk.lanes * rk.lanes
+		rk.exp(&e[0], &x[0], j, m, &expTable[0])
 	}
 	for ; j < len(x); j++ {
 		e[j] = Exp(float64(x[j]) - m)
 	}
+}
+
+// ExpShiftedSum does what ExpShifted does and returns the sum of the
+// exponentials, added in order of j from +0 (the sum a Go loop
+// sum += e[j] gives, bit for bit). The SIMD paths add each vector's values
+// one at a time while the next vectors' exponentials are computed.
+func ExpShiftedSum(e []float64, x []float32, m float64) float64 {
+	e = e[:len(x)]
+	j, sum := 0, 0.0
+	if rk := rowAsm(active); rk != nil && len(x) >= rk.lanes {
+		j = len(x) / rk.lanes * rk.lanes
+		sum = rk.expSum(&e[0], &x[0], j, m, &expTable[0])
+	}
+	for ; j < len(x); j++ {
+		e[j] = Exp(float64(x[j]) - m)
+		sum += e[j]
+	}
+	return sum
+}
+
+// Max returns what the loop
+//
+//	m := math.Inf(-1)
+//	for _, v := range x {
+//		if float64(v) > m {
+//			m = float64(v)
+//		}
+//	}
+//
+// returns: the largest value as a float64, NaNs left out, −Inf if there is
+// none, and of zeros of both signs the first. The SIMD paths take 16
+// (AVX-512) or 8 (AVX2) values at a time; the maximum of non-NaN values is
+// one bit pattern unless it is zero, and a zero maximum, whose sign the
+// vectors' order does not settle, is found again by the loop.
+func Max(x []float32) float64 {
+	m, j := math.Inf(-1), 0
+	if rk := rowAsm(active); rk != nil && len(x) >= 2*rk.lanes {
+		j = len(x) / (2 * rk.lanes) * (2 * rk.lanes)
+		m = float64(rk.max(&x[0], j))
+		if m == 0 {
+			m, j = math.Inf(-1), 0
+		}
+	}
+	for _, v := range x[j:] {
+		if f := float64(v); f > m {
+			m = f
+		}
+	}
+	return m
 }
 
 // DivToFloat32 sets dst[j] = float32(e[j] / d) for every j < len(dst): a
@@ -89,13 +138,25 @@ func ExpShifted(e []float64, x []float32, m float64) {
 func DivToFloat32(dst []float32, e []float64, d float64) {
 	e = e[:len(dst)]
 	j := 0
-	if _, f, lanes := rowAsm(active); f != nil && len(dst) >= lanes {
-		j = len(dst) / lanes * lanes
-		f(&dst[0], &e[0], j, d)
+	if rk := rowAsm(active); rk != nil && len(dst) >= rk.lanes {
+		j = len(dst) / rk.lanes * rk.lanes
+		rk.div(&dst[0], &e[0], j, d)
 	}
 	for ; j < len(dst); j++ {
 		dst[j] = float32(e[j] / d)
 	}
+}
+
+// rowKernels are a SIMD path's generated kernels of rows (asmgen/exp.go).
+type rowKernels struct {
+	exp    expFunc
+	expSum func(e *float64, x *float32, n int, m float64, c *[4]uint64) float64
+	div    divFunc
+	// max takes n float32 values, n a multiple of 2·lanes (one vector).
+	max func(x *float32, n int) float32
+	// lanes is the count of float64 values in a vector: n of exp, expSum
+	// and div is a multiple of it.
+	lanes int
 }
 
 // divFunc is the signature of the generated divisions (asmgen/exp.go):

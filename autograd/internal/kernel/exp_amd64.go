@@ -1,14 +1,18 @@
 package kernel
 
-// rowAsm returns path pt's generated exponential and division and the
-// count of values they take at a time: 8 on the AVX-512 path, 4 on AVX2,
-// none on the Go path.
-func rowAsm(pt *path) (expFunc, divFunc, int) {
+// The generated row kernels of the SIMD paths.
+var (
+	avx512Rows = &rowKernels{expShiftedAVX512, expShiftedSumAVX512, divToFloat32AVX512, maxFloat32AVX512, 8}
+	avx2Rows   = &rowKernels{expShiftedAVX2, expShiftedSumAVX2, divToFloat32AVX2, maxFloat32AVX2, 4}
+)
+
+// rowAsm returns path pt's generated row kernels, nil on the Go path.
+func rowAsm(pt *path) *rowKernels {
 	switch pt {
 	case avx512:
-		return expShiftedAVX512, divToFloat32AVX512, 8
+		return avx512Rows
 	case avx2:
-		return expShiftedAVX2, divToFloat32AVX2, 4
+		return avx2Rows
 	}
-	return nil, nil, 0
+	return nil
 }

@@ -12,9 +12,10 @@ type expCase struct {
 	m float64
 }
 
-// checkExp runs ExpShifted on every path this machine can run and compares
-// each value with Exp(float64(x[j]) - m), bit for bit. It stops the test
-// after a few mismatches per path.
+// checkExp runs ExpShifted and ExpShiftedSum on every path this machine can
+// run and compares each value with Exp(float64(x[j]) - m), and the sum with
+// the Go loop's, bit for bit. It stops the test after a few mismatches per
+// path.
 func checkExp(t *testing.T, cases []expCase) {
 	t.Helper()
 	for _, pt := range paths {
@@ -27,16 +28,31 @@ func checkExp(t *testing.T, cases []expCase) {
 				if e[len(c.x)] != 42 {
 					t.Fatalf("%s path: ExpShifted of %d values wrote past them", pt.name, len(c.x))
 				}
+				es := make([]float64, len(c.x))
+				sum := ExpShiftedSum(es, c.x, c.m)
+				wantSum := 0.0
 				for j, v := range c.x {
 					d := float64(v) - c.m
 					want := Exp(d)
+					wantSum += want
+					if math.Float64bits(es[j]) != math.Float64bits(want) {
+						t.Errorf("%s path: ExpShiftedSum: exp(%v) (bits %#016x) at %d of %d: got bits %#016x, Exp gives %#016x",
+							pt.name, d, math.Float64bits(d), j, len(c.x), math.Float64bits(es[j]), math.Float64bits(want))
+						bad++
+					}
 					if math.Float64bits(e[j]) != math.Float64bits(want) {
 						t.Errorf("%s path: exp(%v - %v) = exp(%v) (bits %#016x) at %d of %d: got %v (bits %#016x), Exp gives %v (bits %#016x)",
 							pt.name, v, c.m, d, math.Float64bits(d), j, len(c.x), e[j], math.Float64bits(e[j]), want, math.Float64bits(want))
-						if bad++; bad == 10 {
-							t.Fatalf("%s path: stopping after %d mismatches", pt.name, bad)
-						}
+						bad++
 					}
+					if bad >= 10 {
+						t.Fatalf("%s path: stopping after %d mismatches", pt.name, bad)
+					}
+				}
+				if math.Float64bits(sum) != math.Float64bits(wantSum) {
+					t.Errorf("%s path: ExpShiftedSum of %d values (x from %v, m %v) = %v (bits %#016x), the Go loop's sum %v (bits %#016x)",
+						pt.name, len(c.x), c.x[0], c.m, sum, math.Float64bits(sum), wantSum, math.Float64bits(wantSum))
+					bad++
 				}
 			}
 		})
@@ -165,12 +181,18 @@ func TestRowsEmpty(t *testing.T) {
 		onPath(pt, func() {
 			ExpShifted(nil, nil, 0)
 			DivToFloat32(nil, nil, 1)
+			if s := ExpShiftedSum(nil, nil, 0); s != 0 || math.Signbit(s) {
+				t.Errorf("%s path: ExpShiftedSum of nothing is %v, want +0", pt.name, s)
+			}
+			if m := Max(nil); !math.IsInf(m, -1) {
+				t.Errorf("%s path: Max of nothing is %v, want -Inf", pt.name, m)
+			}
 		})
 	}
 }
 
-// TestRowsNoAllocs checks that ExpShifted and DivToFloat32 allocate
-// nothing.
+// TestRowsNoAllocs checks that ExpShifted, ExpShiftedSum, DivToFloat32 and
+// Max allocate nothing.
 func TestRowsNoAllocs(t *testing.T) {
 	x, e := make([]float32, 1000), make([]float64, 1000)
 	for _, pt := range paths {
@@ -180,6 +202,12 @@ func TestRowsNoAllocs(t *testing.T) {
 			}
 			if a := testing.AllocsPerRun(10, func() { DivToFloat32(x, e, 3) }); a != 0 {
 				t.Errorf("%s path: DivToFloat32 allocates %v times per call", pt.name, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { ExpShiftedSum(e, x, 1) }); a != 0 {
+				t.Errorf("%s path: ExpShiftedSum allocates %v times per call", pt.name, a)
+			}
+			if a := testing.AllocsPerRun(10, func() { Max(x) }); a != 0 {
+				t.Errorf("%s path: Max allocates %v times per call", pt.name, a)
 			}
 		})
 	}
@@ -282,6 +310,92 @@ func TestDivToFloat32(t *testing.T) {
 						if bad++; bad == 10 {
 							t.Fatalf("%s path: stopping after %d mismatches", pt.name, bad)
 						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// maxLoop is the loop Max must agree with.
+func maxLoop(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		if f := float64(v); f > m {
+			m = f
+		}
+	}
+	return m
+}
+
+// TestMax checks Max on every path against the loop, bit for bit: rows of
+// every length up to 70 drawn from special values (NaN, ±Inf, ±0, the
+// float32 extremes) and ordinary ones, rows of zeros of both signs in every
+// order, all-NaN rows, and 200000 random rows.
+func TestMax(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	negZero := float32(math.Copysign(0, -1))
+	specials := []float32{nan, inf, -inf, 0, negZero, 1, -1, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, 3.5, -7}
+	rng := rand.New(rand.NewPCG(8, 9))
+	var rows [][]float32
+	for n := 0; n <= 70; n++ {
+		for range 20 {
+			x := make([]float32, n)
+			for j := range x {
+				x[j] = specials[rng.IntN(len(specials))]
+			}
+			rows = append(rows, x)
+			// The same with only non-positive values, so that zeros
+			// and −Inf are often the maximum.
+			y := make([]float32, n)
+			for j := range y {
+				y[j] = -float32(math.Abs(float64(x[j])))
+				if j%3 == 0 {
+					y[j] = [...]float32{0, negZero, nan}[rng.IntN(3)]
+				}
+			}
+			rows = append(rows, y)
+		}
+		all := make([]float32, n)
+		for j := range all {
+			all[j] = nan
+		}
+		rows = append(rows, all)
+		// One zero of each sign at every pair of places among −1s.
+		for a := 0; a < n && n <= 40; a++ {
+			for b := 0; b < n; b++ {
+				if a == b {
+					continue
+				}
+				z := make([]float32, n)
+				for j := range z {
+					z[j] = -1
+				}
+				z[a], z[b] = 0, negZero
+				rows = append(rows, z)
+			}
+		}
+	}
+	for range 200_000 {
+		x := make([]float32, 1+rng.IntN(300))
+		for j := range x {
+			x[j] = float32(rng.NormFloat64() * 10)
+			if rng.IntN(50) == 0 {
+				x[j] = specials[rng.IntN(len(specials))]
+			}
+		}
+		rows = append(rows, x)
+	}
+	for _, pt := range paths {
+		onPath(pt, func() {
+			bad := 0
+			for _, x := range rows {
+				got, want := Max(x), maxLoop(x)
+				if math.Float64bits(got) != math.Float64bits(want) {
+					t.Errorf("%s path: Max(%v) = %v (bits %#016x), the loop gives %v (bits %#016x)",
+						pt.name, x, got, math.Float64bits(got), want, math.Float64bits(want))
+					if bad++; bad == 10 {
+						t.Fatalf("%s path: stopping after %d mismatches", pt.name, bad)
 					}
 				}
 			}

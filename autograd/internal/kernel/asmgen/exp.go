@@ -51,10 +51,21 @@ const (
 // (so no NaN, overflow, underflow or subnormal result) takes the short
 // path, p·2ᵏ; any other goes through the long one, which scales by two
 // factors where Exp does and then sets the lanes of Exp's special cases.
-func exp(isa string, lanes int) {
+//
+// With sum, it emits expShiftedSum<isa>, which also returns the sum of the
+// exponentials added one at a time in order of j, starting from +0: the
+// additions of the Go loop, which the exponentials of later vectors
+// overlap.
+func exp(isa string, lanes int, sum bool) {
 	name := "expShifted" + isa
-	TEXT(name, NOSPLIT, "func(e *float64, x *float32, n int, m float64, c *[4]uint64)")
-	Doc(fmt.Sprintf("%s sets e[j] = Exp(float64(x[j]) - m) for j < n, %d at a time (n a multiple of %d), with Exp's constants from c (expTable).", name, lanes, lanes))
+	if sum {
+		name = "expShiftedSum" + isa
+		TEXT(name, NOSPLIT, "func(e *float64, x *float32, n int, m float64, c *[4]uint64) float64")
+		Doc(fmt.Sprintf("%s sets e[j] = Exp(float64(x[j]) - m) for j < n, %d at a time (n a multiple of %d), with Exp's constants from c (expTable), and returns ((0 + e[0]) + e[1]) + … + e[n-1].", name, lanes, lanes))
+	} else {
+		TEXT(name, NOSPLIT, "func(e *float64, x *float32, n int, m float64, c *[4]uint64)")
+		Doc(fmt.Sprintf("%s sets e[j] = Exp(float64(x[j]) - m) for j < n, %d at a time (n a multiple of %d), with Exp's constants from c (expTable).", name, lanes, lanes))
+	}
 	avx512 := lanes == 8
 	vec := func() reg.VecVirtual {
 		if avx512 {
@@ -97,6 +108,11 @@ func exp(isa string, lanes int) {
 	x, t, k, r, tmp := vec(), vec(), vec(), vec(), vec()
 	r2, r4, p01, p23, p45, p67 := vec(), vec(), vec(), vec(), vec(), vec()
 	s, res := vec(), vec()
+	var acc reg.VecVirtual
+	if sum {
+		acc = XMM()
+		VXORPD(acc, acc, acc)
+	}
 
 	Label("loop")
 	TESTQ(n, n)
@@ -161,6 +177,13 @@ func exp(isa string, lanes int) {
 
 	Label("store")
 	VMOVUPD(res, Mem{Base: pe})
+	if sum {
+		// acc + e[j] (acc first, as Go's sum += e[j] adds), from the
+		// values just stored.
+		for i := range lanes {
+			VADDSD(Mem{Base: pe, Disp: 8 * i}, acc, acc)
+		}
+	}
 	ADDQ(U8(8*lanes), pe)
 	ADDQ(U8(4*lanes), px)
 	SUBQ(U8(lanes), n)
@@ -212,6 +235,9 @@ func exp(isa string, lanes int) {
 	JMP(LabelRef("store"))
 
 	Label("done")
+	if sum {
+		Store(acc, ReturnIndex(0))
+	}
 	VZEROUPPER()
 	RET()
 }
@@ -256,6 +282,62 @@ func div(isa string, lanes int) {
 	SUBQ(U8(lanes), n)
 	JMP(LabelRef("loop"))
 	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// maxf32 emits maxFloat32<isa>: the largest of n float32 values (n a multiple
+// of 2·lanes float64 lanes, one vector of float32), NaNs left out, −Inf if
+// there are none. Each lane keeps max(x, lane) with x first, which gives
+// the lane when x is NaN (and when both are zeros, the lane's zero: the
+// sign of a zero maximum is the caller's to settle).
+func maxf32(isa string, lanes int) {
+	name := "maxFloat32" + isa
+	TEXT(name, NOSPLIT, "func(x *float32, n int) float32")
+	Doc(fmt.Sprintf("%s returns the largest of x[j] for j < n, %d at a time (n a multiple of %d): −Inf if all are NaN or −Inf; a zero maximum has either sign.", name, 2*lanes, 2*lanes))
+	avx512 := lanes == 8
+	vec := func() reg.VecVirtual {
+		if avx512 {
+			return ZMM()
+		}
+		return YMM()
+	}
+	px := Load(Param("x"), GP64())
+	n := Load(Param("n"), GP64())
+	acc, v := vec(), vec()
+	// −Inf in every lane: all ones shifted left by 23 is 0xff800000.
+	if avx512 {
+		VPTERNLOGD(U8(0xff), acc, acc, acc)
+		VPSLLD(U8(23), acc, acc)
+	} else {
+		VPCMPEQD(acc, acc, acc)
+		VPSLLD(U8(23), acc, acc)
+	}
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	VMOVUPS(Mem{Base: px}, v)
+	VMAXPS(acc, v, acc) // acc = max(v, acc): acc where v is NaN
+	ADDQ(U8(8*lanes), px)
+	SUBQ(U8(2*lanes), n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	// Halve the vector until one value is left (no lane holds a NaN).
+	y := acc
+	if avx512 {
+		y = YMM()
+		VEXTRACTF64X4(U8(1), acc, y)
+		VMAXPS(acc.AsY(), y, y)
+	}
+	x := XMM()
+	VEXTRACTF128(U8(1), y, x)
+	VMAXPS(y.AsX(), x, x)
+	t := XMM()
+	VMOVHLPS(x, x, t)
+	VMAXPS(t, x, x)
+	VMOVSHDUP(x, t)
+	VMAXSS(t, x, x)
+	Store(x, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }
