@@ -214,8 +214,9 @@ func TestRowsNoAllocs(t *testing.T) {
 }
 
 // BenchmarkExpShifted times ExpShifted on every path, per value, on rows of
-// softmax-like inputs (x − max in [−20, 0]) and, for comparison, on
-// inputs whose vectors all take the long path (a −Inf in each), by wall
+// 1024 softmax-like inputs (x − max in [−20, 0]) and, for comparison, on
+// inputs whose vectors all take the long path (a −Inf in each); and
+// softmax's row (Max, ExpShiftedSum, DivToFloat32) on the first. By wall
 // clock and, where it can be read, by the process's CPU time (steadier on a
 // shared machine).
 func BenchmarkExpShifted(b *testing.B) {
@@ -229,16 +230,24 @@ func BenchmarkExpShifted(b *testing.B) {
 			hidden[j] = float32(math.Inf(-1))
 		}
 	}
+	y := make([]float32, n)
 	for _, in := range []struct {
 		name string
-		x    []float32
-	}{{"normal", x}, {"hidden", hidden}} {
+		f    func()
+	}{
+		{"normal", func() { ExpShifted(e, x, 0.5) }},
+		{"hidden", func() { ExpShifted(e, hidden, 0.5) }},
+		{"softmax", func() {
+			m := Max(x)
+			DivToFloat32(y, e, ExpShiftedSum(e, x, m))
+		}},
+	} {
 		for _, pt := range paths {
 			b.Run(in.name+"/"+pt.name, func(b *testing.B) {
 				cpu0 := cpuTime()
 				onPath(pt, func() {
 					for b.Loop() {
-						ExpShifted(e, in.x, 0.5)
+						in.f()
 					}
 				})
 				cpu := cpuTime() - cpu0
