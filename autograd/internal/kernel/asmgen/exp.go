@@ -44,10 +44,10 @@ const (
 	cmpGT    = 0x0e // greater than, ordered
 )
 
-// exp emits expShifted<isa>, the exponential of kernel.Exp on lanes float64
-// lanes (8 for AVX512, 4 for AVX2): the same multiplications, additions and
-// subtractions in the same order, never fused, so that every lane gets
-// Exp's bits. A vector whose every k = round(x·log₂e) lies in [−1021, 1023]
+// exp emits expShifted<isa>, e[j] = kernel.Exp(float64(x[j]) − m) on
+// vectors of float64 lanes (8 for AVX512, 4 for AVX2): Exp's
+// multiplications, additions and subtractions in Exp's order, never fused,
+// so that every lane gets Exp's bits. A vector whose every k = round(x·log₂e) lies in [−1021, 1023]
 // (so no NaN, overflow, underflow or subnormal result) takes the short
 // path, p·2ᵏ; any other goes through the long one, which scales by two
 // factors where Exp does and then sets the lanes of Exp's special cases.
