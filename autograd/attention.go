@@ -108,7 +108,7 @@ type headParams struct {
 	bs           int   // the block size, at most m
 	off, m       int   // its first row in each head's block and its length
 	buf          []float32
-	e            []float64
+	e            []float64 // a row of exponentials per goroutine
 	vals         []float64 // row maxima and sums, two per row of each head
 }
 
@@ -278,9 +278,7 @@ func (hw *headWork) forwardHead(hd, wk int) {
 			row := probs[(i-i0)*w : (i-i0+1)*w]
 			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
 			mx, sum := rowExpSum(row, ew[:w])
-			for j := range row {
-				row[j] = float32(ew[j] / sum)
-			}
+			kernel.DivToFloat32(row, ew, sum)
 			if hw.vals != nil {
 				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
 			}
@@ -358,7 +356,7 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 		hw.vals = stats[:2*heads*m]
 		stats = stats[2*heads*m:]
 		w := workers(heads)
-		hw.buf = tp.f32(w * hw.backwardSize())
+		hw.buf, hw.e = tp.f32(w*hw.backwardSize()), tp.f64(w*m)
 		hw.runOn(w)
 		hw.off += m
 	}
@@ -394,6 +392,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 	q, k, v, g := hw.q, hw.k, hw.v, hw.out.Grad
 	size := hw.backwardSize()
 	b := hw.buf[wk*size : (wk+1)*size]
+	ew := hw.e[wk*m : (wk+1)*m]
 	pPanels, sPanels, b := b[:m*m], b[m*m:2*m*m], b[2*m*m:]
 	rowP, rowS, b := b[:bs*m], b[bs*m:2*bs*m], b[2*bs*m:]
 	dout, dq, tmp := b[:m*dh], b[m*dh:2*m*dh], b[2*m*dh:]
@@ -422,9 +421,8 @@ func (hw *headWork) backwardHead(hd, wk int) {
 			row := probs[(i-i0)*w : (i-i0+1)*w]
 			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
 			mx, sum := stats[2*i], stats[2*i+1]
-			for j, s := range row {
-				row[j] = float32(exp(float64(s)-mx) / sum)
-			}
+			kernel.ExpShifted(ew, row, mx)
+			kernel.DivToFloat32(row, ew, sum)
 		}
 		if v.Grad != nil {
 			toPanels(pPanels, probs, m, bs, i0, i1, lo, hi)

@@ -3,6 +3,8 @@ package autograd
 import (
 	"fmt"
 	"math"
+
+	"github.com/modref/modref/autograd/internal/kernel"
 )
 
 // IgnoreIndex is the target value that CrossEntropy skips (a padded token).
@@ -61,6 +63,7 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 	// ∂/∂x_j = (softmax(x)_j - 1[j = target]) · g / count
 	scale := float64(nd.out.Grad[0]) / float64(nd.count)
 	lse := nd.saved
+	e := tp.f64(a.Cols)
 	for i, c := range nd.idx {
 		if c == IgnoreIndex {
 			continue
@@ -69,8 +72,8 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 		da := a.Grad[i*a.Cols : (i+1)*a.Cols]
 		l := lse[0]
 		lse = lse[1:]
-		for j, v := range x {
-			p := exp(float64(v) - l)
+		kernel.ExpShifted(e, x, l)
+		for j, p := range e {
 			if j == c {
 				p--
 			}

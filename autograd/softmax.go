@@ -1,6 +1,10 @@
 package autograd
 
-import "math"
+import (
+	"math"
+
+	"github.com/modref/modref/autograd/internal/kernel"
+)
 
 // Softmax returns the softmax of each row: y_j = exp(x_j) / Σ_k exp(x_k),
 // computed after subtracting the row maximum so that it cannot overflow.
@@ -18,9 +22,7 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 		x, y := a.Data[i*a.Cols:(i+1)*a.Cols], out.Data[i*a.Cols:(i+1)*a.Cols]
 		m, sum := rowExpSum(x, e)
 		if op == opSoftmax {
-			for j := range y {
-				y[j] = float32(e[j] / sum)
-			}
+			kernel.DivToFloat32(y, e, sum)
 		} else {
 			lse := m + math.Log(sum)
 			for j, v := range x {
@@ -37,18 +39,10 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 // rowExpSum sets e_j = exp(x_j - max x) and returns max x and Σ e_j.
 func rowExpSum(x []float32, e []float64) (m, sum float64) {
 	// A NaN is never the maximum here, unlike with math.Max, but it makes
-	// its exponential and so the sum NaN all the same.
-	m = math.Inf(-1)
-	for _, v := range x {
-		if f := float64(v); f > m {
-			m = f
-		}
-	}
-	for j, v := range x {
-		e[j] = exp(float64(v) - m)
-		sum += e[j]
-	}
-	return m, sum
+	// its exponential and so the sum NaN all the same. The sum adds the
+	// exponentials in order.
+	m = kernel.Max(x)
+	return m, kernel.ExpShiftedSum(e, x, m)
 }
 
 func (tp *Tape) backwardSoftmax(nd *node) {
@@ -57,6 +51,10 @@ func (tp *Tape) backwardSoftmax(nd *node) {
 		return
 	}
 	cols := a.Cols
+	var e []float64 // exp(y_j) of a row of log-softmax
+	if nd.op != opSoftmax {
+		e = tp.f64(cols)
+	}
 	for i := 0; i < a.Rows; i++ {
 		yi, gi, da := y[i*cols:(i+1)*cols], g[i*cols:(i+1)*cols], a.Grad[i*cols:(i+1)*cols]
 		var s float64
@@ -73,8 +71,9 @@ func (tp *Tape) backwardSoftmax(nd *node) {
 			for _, v := range gi {
 				s += float64(v)
 			}
+			kernel.ExpShifted(e, yi, 0) // exp(y_j − 0) = exp(y_j)
 			for j := range da {
-				da[j] += float32(float64(gi[j]) - float64(exp(float64(yi[j]))*s))
+				da[j] += float32(float64(gi[j]) - float64(e[j]*s))
 			}
 		}
 	}

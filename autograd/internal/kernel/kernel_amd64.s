@@ -16277,3 +16277,441 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func expShiftedAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64)
+// Requires: AVX, AVX512F, SSE2
+TEXT ·expShiftedAVX512(SB), NOSPLIT, $0-40
+	MOVQ         e+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         c+32(FP), BX
+	MOVSD        m+24(FP), X0
+	VBROADCASTSD X0, Z0
+
+loop:
+	TESTQ       DX, DX
+	JZ          done
+	VCVTPS2PD   (CX), Z1
+	VSUBPD      Z0, Z1, Z1
+	VMULPD.BCST (BX), Z1, Z2
+	VADDPD.BCST 32(BX), Z2, Z2
+	VSUBPD.BCST 32(BX), Z2, Z3
+	VMULPD.BCST 64(BX), Z3, Z5
+	VSUBPD      Z5, Z1, Z4
+	VMULPD.BCST 96(BX), Z3, Z5
+	VSUBPD      Z5, Z4, Z4
+	VMULPD      Z4, Z4, Z5
+	VMULPD      Z5, Z5, Z6
+	VADDPD.BCST 128(BX), Z4, Z8
+	VMULPD.BCST 160(BX), Z4, Z7
+	VADDPD.BCST 192(BX), Z7, Z7
+	VMULPD.BCST 224(BX), Z4, Z9
+	VADDPD.BCST 256(BX), Z9, Z9
+	VMULPD.BCST 288(BX), Z4, Z4
+	VADDPD.BCST 320(BX), Z4, Z4
+	VMULPD      Z7, Z5, Z7
+	VADDPD      Z8, Z7, Z7
+	VMULPD      Z4, Z5, Z4
+	VADDPD      Z9, Z4, Z4
+	VMULPD.BCST 352(BX), Z6, Z5
+	VADDPD      Z4, Z5, Z5
+	VMULPD      Z5, Z6, Z5
+	VADDPD      Z7, Z5, Z8
+	VCMPPD.BCST $0x09, 384(BX), Z3, K1
+	VCMPPD.BCST $0x06, 416(BX), Z3, K2
+	KORTESTW    K1, K2
+	JNZ         long
+	VPADDQ.BCST 608(BX), Z2, Z2
+	VPSLLQ      $0x34, Z2, Z2
+	VMULPD      Z2, Z8, Z2
+
+store:
+	VMOVUPD Z2, (AX)
+	ADDQ    $0x40, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x08, DX
+	JMP     loop
+
+long:
+	VCMPPD.BCST  $0x01, 384(BX), Z3, K1
+	VCMPPD.BCST  $0x0e, 416(BX), Z3, K2
+	VPADDQ.BCST  608(BX), Z2, Z2
+	VPADDQ.BCST  640(BX), Z2, K1, Z2
+	VPSUBQ.BCST  672(BX), Z2, K2, Z2
+	VPSLLQ       $0x34, Z2, Z2
+	VMULPD       Z2, Z8, Z2
+	VMULPD.BCST  448(BX), Z2, K1, Z2
+	VMULPD.BCST  480(BX), Z2, K2, Z2
+	VCMPPD.BCST  $0x0e, 512(BX), Z1, K1
+	VBROADCASTSD 576(BX), K1, Z2
+	VCMPPD.BCST  $0x01, 544(BX), Z1, K1
+	VPXORQ       Z2, Z2, K1, Z2
+	VCMPPD       $0x03, Z1, Z1, K1
+	VMOVAPD      Z1, K1, Z2
+	JMP          store
+
+done:
+	VZEROUPPER
+	RET
+
+// func expShiftedAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·expShiftedAVX2(SB), NOSPLIT, $0-40
+	MOVQ         e+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         c+32(FP), BX
+	MOVSD        m+24(FP), X0
+	VBROADCASTSD X0, Y0
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VCVTPS2PD (CX), Y1
+	VSUBPD    Y0, Y1, Y1
+	VMULPD    (BX), Y1, Y2
+	VADDPD    32(BX), Y2, Y2
+	VSUBPD    32(BX), Y2, Y3
+	VMULPD    64(BX), Y3, Y5
+	VSUBPD    Y5, Y1, Y4
+	VMULPD    96(BX), Y3, Y5
+	VSUBPD    Y5, Y4, Y4
+	VMULPD    Y4, Y4, Y5
+	VMULPD    Y5, Y5, Y6
+	VADDPD    128(BX), Y4, Y8
+	VMULPD    160(BX), Y4, Y7
+	VADDPD    192(BX), Y7, Y7
+	VMULPD    224(BX), Y4, Y9
+	VADDPD    256(BX), Y9, Y9
+	VMULPD    288(BX), Y4, Y4
+	VADDPD    320(BX), Y4, Y4
+	VMULPD    Y7, Y5, Y7
+	VADDPD    Y8, Y7, Y7
+	VMULPD    Y4, Y5, Y4
+	VADDPD    Y9, Y4, Y4
+	VMULPD    352(BX), Y6, Y5
+	VADDPD    Y4, Y5, Y5
+	VMULPD    Y5, Y6, Y5
+	VADDPD    Y7, Y5, Y8
+	VCMPPD    $0x09, 384(BX), Y3, Y4
+	VCMPPD    $0x06, 416(BX), Y3, Y5
+	VORPD     Y4, Y5, Y4
+	VMOVMSKPD Y4, SI
+	TESTL     SI, SI
+	JNZ       long
+	VPADDQ    608(BX), Y2, Y2
+	VPSLLQ    $0x34, Y2, Y2
+	VMULPD    Y2, Y8, Y2
+
+store:
+	VMOVUPD Y2, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x10, CX
+	SUBQ    $0x04, DX
+	JMP     loop
+
+long:
+	VCMPPD    $0x01, 384(BX), Y3, Y4
+	VCMPPD    $0x0e, 416(BX), Y3, Y3
+	VPADDQ    608(BX), Y2, Y2
+	VPAND     640(BX), Y4, Y5
+	VPADDQ    Y5, Y2, Y2
+	VPADDQ    Y3, Y2, Y2
+	VPSLLQ    $0x34, Y2, Y2
+	VMULPD    Y2, Y8, Y2
+	VMOVUPD   128(BX), Y5
+	VBLENDVPD Y4, 448(BX), Y5, Y5
+	VBLENDVPD Y3, 480(BX), Y5, Y5
+	VMULPD    Y5, Y2, Y2
+	VCMPPD    $0x0e, 512(BX), Y1, Y5
+	VBLENDVPD Y5, 576(BX), Y2, Y2
+	VCMPPD    $0x01, 544(BX), Y1, Y5
+	VANDNPD   Y2, Y5, Y2
+	VCMPPD    $0x03, Y1, Y1, Y5
+	VBLENDVPD Y5, Y1, Y2, Y2
+	JMP       store
+
+done:
+	VZEROUPPER
+	RET
+
+// func expShiftedSumAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64) float64
+// Requires: AVX, AVX512F, SSE2
+TEXT ·expShiftedSumAVX512(SB), NOSPLIT, $0-48
+	MOVQ         e+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         c+32(FP), BX
+	MOVSD        m+24(FP), X0
+	VBROADCASTSD X0, Z0
+	VXORPD       X8, X8, X8
+
+loop:
+	TESTQ       DX, DX
+	JZ          done
+	VCVTPS2PD   (CX), Z1
+	VSUBPD      Z0, Z1, Z1
+	VMULPD.BCST (BX), Z1, Z2
+	VADDPD.BCST 32(BX), Z2, Z2
+	VSUBPD.BCST 32(BX), Z2, Z3
+	VMULPD.BCST 64(BX), Z3, Z5
+	VSUBPD      Z5, Z1, Z4
+	VMULPD.BCST 96(BX), Z3, Z5
+	VSUBPD      Z5, Z4, Z4
+	VMULPD      Z4, Z4, Z5
+	VMULPD      Z5, Z5, Z6
+	VADDPD.BCST 128(BX), Z4, Z9
+	VMULPD.BCST 160(BX), Z4, Z7
+	VADDPD.BCST 192(BX), Z7, Z7
+	VMULPD.BCST 224(BX), Z4, Z10
+	VADDPD.BCST 256(BX), Z10, Z10
+	VMULPD.BCST 288(BX), Z4, Z4
+	VADDPD.BCST 320(BX), Z4, Z4
+	VMULPD      Z7, Z5, Z7
+	VADDPD      Z9, Z7, Z7
+	VMULPD      Z4, Z5, Z4
+	VADDPD      Z10, Z4, Z4
+	VMULPD.BCST 352(BX), Z6, Z5
+	VADDPD      Z4, Z5, Z5
+	VMULPD      Z5, Z6, Z5
+	VADDPD      Z7, Z5, Z9
+	VCMPPD.BCST $0x09, 384(BX), Z3, K1
+	VCMPPD.BCST $0x06, 416(BX), Z3, K2
+	KORTESTW    K1, K2
+	JNZ         long
+	VPADDQ.BCST 608(BX), Z2, Z2
+	VPSLLQ      $0x34, Z2, Z2
+	VMULPD      Z2, Z9, Z2
+
+store:
+	VMOVUPD Z2, (AX)
+	VADDSD  (AX), X8, X8
+	VADDSD  8(AX), X8, X8
+	VADDSD  16(AX), X8, X8
+	VADDSD  24(AX), X8, X8
+	VADDSD  32(AX), X8, X8
+	VADDSD  40(AX), X8, X8
+	VADDSD  48(AX), X8, X8
+	VADDSD  56(AX), X8, X8
+	ADDQ    $0x40, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x08, DX
+	JMP     loop
+
+long:
+	VCMPPD.BCST  $0x01, 384(BX), Z3, K1
+	VCMPPD.BCST  $0x0e, 416(BX), Z3, K2
+	VPADDQ.BCST  608(BX), Z2, Z2
+	VPADDQ.BCST  640(BX), Z2, K1, Z2
+	VPSUBQ.BCST  672(BX), Z2, K2, Z2
+	VPSLLQ       $0x34, Z2, Z2
+	VMULPD       Z2, Z9, Z2
+	VMULPD.BCST  448(BX), Z2, K1, Z2
+	VMULPD.BCST  480(BX), Z2, K2, Z2
+	VCMPPD.BCST  $0x0e, 512(BX), Z1, K1
+	VBROADCASTSD 576(BX), K1, Z2
+	VCMPPD.BCST  $0x01, 544(BX), Z1, K1
+	VPXORQ       Z2, Z2, K1, Z2
+	VCMPPD       $0x03, Z1, Z1, K1
+	VMOVAPD      Z1, K1, Z2
+	JMP          store
+
+done:
+	MOVSD X8, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func expShiftedSumAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64) float64
+// Requires: AVX, AVX2, SSE2
+TEXT ·expShiftedSumAVX2(SB), NOSPLIT, $0-48
+	MOVQ         e+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVQ         c+32(FP), BX
+	MOVSD        m+24(FP), X0
+	VBROADCASTSD X0, Y0
+	VXORPD       X8, X8, X8
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VCVTPS2PD (CX), Y1
+	VSUBPD    Y0, Y1, Y1
+	VMULPD    (BX), Y1, Y2
+	VADDPD    32(BX), Y2, Y2
+	VSUBPD    32(BX), Y2, Y3
+	VMULPD    64(BX), Y3, Y5
+	VSUBPD    Y5, Y1, Y4
+	VMULPD    96(BX), Y3, Y5
+	VSUBPD    Y5, Y4, Y4
+	VMULPD    Y4, Y4, Y5
+	VMULPD    Y5, Y5, Y6
+	VADDPD    128(BX), Y4, Y9
+	VMULPD    160(BX), Y4, Y7
+	VADDPD    192(BX), Y7, Y7
+	VMULPD    224(BX), Y4, Y10
+	VADDPD    256(BX), Y10, Y10
+	VMULPD    288(BX), Y4, Y4
+	VADDPD    320(BX), Y4, Y4
+	VMULPD    Y7, Y5, Y7
+	VADDPD    Y9, Y7, Y7
+	VMULPD    Y4, Y5, Y4
+	VADDPD    Y10, Y4, Y4
+	VMULPD    352(BX), Y6, Y5
+	VADDPD    Y4, Y5, Y5
+	VMULPD    Y5, Y6, Y5
+	VADDPD    Y7, Y5, Y9
+	VCMPPD    $0x09, 384(BX), Y3, Y4
+	VCMPPD    $0x06, 416(BX), Y3, Y5
+	VORPD     Y4, Y5, Y4
+	VMOVMSKPD Y4, SI
+	TESTL     SI, SI
+	JNZ       long
+	VPADDQ    608(BX), Y2, Y2
+	VPSLLQ    $0x34, Y2, Y2
+	VMULPD    Y2, Y9, Y2
+
+store:
+	VMOVUPD Y2, (AX)
+	VADDSD  (AX), X8, X8
+	VADDSD  8(AX), X8, X8
+	VADDSD  16(AX), X8, X8
+	VADDSD  24(AX), X8, X8
+	ADDQ    $0x20, AX
+	ADDQ    $0x10, CX
+	SUBQ    $0x04, DX
+	JMP     loop
+
+long:
+	VCMPPD    $0x01, 384(BX), Y3, Y4
+	VCMPPD    $0x0e, 416(BX), Y3, Y3
+	VPADDQ    608(BX), Y2, Y2
+	VPAND     640(BX), Y4, Y5
+	VPADDQ    Y5, Y2, Y2
+	VPADDQ    Y3, Y2, Y2
+	VPSLLQ    $0x34, Y2, Y2
+	VMULPD    Y2, Y9, Y2
+	VMOVUPD   128(BX), Y5
+	VBLENDVPD Y4, 448(BX), Y5, Y5
+	VBLENDVPD Y3, 480(BX), Y5, Y5
+	VMULPD    Y5, Y2, Y2
+	VCMPPD    $0x0e, 512(BX), Y1, Y5
+	VBLENDVPD Y5, 576(BX), Y2, Y2
+	VCMPPD    $0x01, 544(BX), Y1, Y5
+	VANDNPD   Y2, Y5, Y2
+	VCMPPD    $0x03, Y1, Y1, Y5
+	VBLENDVPD Y5, Y1, Y2, Y2
+	JMP       store
+
+done:
+	MOVSD X8, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func divToFloat32AVX512(dst *float32, e *float64, n int, d float64)
+// Requires: AVX, AVX512F, SSE2
+TEXT ·divToFloat32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        d+24(FP), X0
+	VBROADCASTSD X0, Z0
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VMOVUPD   (CX), Z1
+	VDIVPD    Z0, Z1, Z1
+	VCVTPD2PS Z1, Y1
+	VMOVUPS   Y1, (AX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func divToFloat32AVX2(dst *float32, e *float64, n int, d float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·divToFloat32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        d+24(FP), X0
+	VBROADCASTSD X0, Y0
+
+loop:
+	TESTQ      DX, DX
+	JZ         done
+	VMOVUPD    (CX), Y1
+	VDIVPD     Y0, Y1, Y1
+	VCVTPD2PSY Y1, X1
+	VMOVUPS    X1, (AX)
+	ADDQ       $0x20, CX
+	ADDQ       $0x10, AX
+	SUBQ       $0x04, DX
+	JMP        loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func maxFloat32AVX512(x *float32, n int) float32
+// Requires: AVX, AVX512F, SSE
+TEXT ·maxFloat32AVX512(SB), NOSPLIT, $0-20
+	MOVQ       x+0(FP), AX
+	MOVQ       n+8(FP), CX
+	VPTERNLOGD $0xff, Z0, Z0, Z0
+	VPSLLD     $0x17, Z0, Z0
+
+loop:
+	TESTQ   CX, CX
+	JZ      done
+	VMOVUPS (AX), Z1
+	VMAXPS  Z0, Z1, Z0
+	ADDQ    $0x40, AX
+	SUBQ    $0x10, CX
+	JMP     loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y0, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VMAXPS        X1, X0, X0
+	VMOVHLPS      X0, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+	MOVSS         X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func maxFloat32AVX2(x *float32, n int) float32
+// Requires: AVX, AVX2, SSE
+TEXT ·maxFloat32AVX2(SB), NOSPLIT, $0-20
+	MOVQ     x+0(FP), AX
+	MOVQ     n+8(FP), CX
+	VPCMPEQD Y0, Y0, Y0
+	VPSLLD   $0x17, Y0, Y0
+
+loop:
+	TESTQ   CX, CX
+	JZ      done
+	VMOVUPS (AX), Y1
+	VMAXPS  Y0, Y1, Y0
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JMP     loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X0, X1, X1
+	VMOVHLPS     X1, X1, X0
+	VMAXPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VMAXSS       X0, X1, X1
+	MOVSS        X1, ret+16(FP)
+	VZEROUPPER
+	RET

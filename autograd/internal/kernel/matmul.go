@@ -1,8 +1,12 @@
 // Package kernel holds the dense float32 kernels the autograd engine spends
 // its time in: the three matrix products a layer and its backward pass need,
-// and GELU's forward and backward over slices (gelu.go: GELUForward,
+// GELU's forward and backward over slices (gelu.go: GELUForward,
 // GELUBackward, whose AVX-512 and AVX2 assembly gives the bits of the scalar
-// GELUEval on every path).
+// GELUEval on every path), and the row kernels of softmax, attention and
+// cross-entropy (exp.go: the float64 exponential Exp, a row of them by
+// ExpShifted and ExpShiftedSum, a row's maximum by Max and its quotients by
+// DivToFloat32), whose SIMD paths give exactly the bits of the Go loops
+// they replace.
 //
 // Every matrix is row-major. Each kernel overwrites its destination; callers
 // that accumulate (gradients) add the result themselves. A product with k = 0

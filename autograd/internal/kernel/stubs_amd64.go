@@ -351,3 +351,27 @@ func geluBackwardAVX512(dst *float32, grad *float32, x *float32, n int, tab *flo
 //
 //go:noescape
 func geluBackwardAVX2(dst *float32, grad *float32, x *float32, n int, tab *float32)
+
+// expShiftedAVX512 sets e[j] = Exp(float64(x[j]) - m) for j < n, 8 at a time (n a multiple of 8), with Exp's constants from c (expTable).
+func expShiftedAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64)
+
+// expShiftedAVX2 sets e[j] = Exp(float64(x[j]) - m) for j < n, 4 at a time (n a multiple of 4), with Exp's constants from c (expTable).
+func expShiftedAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64)
+
+// expShiftedSumAVX512 sets e[j] = Exp(float64(x[j]) - m) for j < n, 8 at a time (n a multiple of 8), with Exp's constants from c (expTable), and returns ((0 + e[0]) + e[1]) + … + e[n-1].
+func expShiftedSumAVX512(e *float64, x *float32, n int, m float64, c *[4]uint64) float64
+
+// expShiftedSumAVX2 sets e[j] = Exp(float64(x[j]) - m) for j < n, 4 at a time (n a multiple of 4), with Exp's constants from c (expTable), and returns ((0 + e[0]) + e[1]) + … + e[n-1].
+func expShiftedSumAVX2(e *float64, x *float32, n int, m float64, c *[4]uint64) float64
+
+// divToFloat32AVX512 sets dst[j] = float32(e[j] / d) for j < n, 8 at a time (n a multiple of 8).
+func divToFloat32AVX512(dst *float32, e *float64, n int, d float64)
+
+// divToFloat32AVX2 sets dst[j] = float32(e[j] / d) for j < n, 4 at a time (n a multiple of 4).
+func divToFloat32AVX2(dst *float32, e *float64, n int, d float64)
+
+// maxFloat32AVX512 returns the largest of x[j] for j < n, 16 at a time (n a multiple of 16): −Inf if all are NaN or −Inf; a zero maximum has either sign.
+func maxFloat32AVX512(x *float32, n int) float32
+
+// maxFloat32AVX2 returns the largest of x[j] for j < n, 8 at a time (n a multiple of 8): −Inf if all are NaN or −Inf; a zero maximum has either sign.
+func maxFloat32AVX2(x *float32, n int) float32

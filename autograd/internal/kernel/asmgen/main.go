@@ -47,6 +47,14 @@ func main() {
 	transpose(8)
 	transpose(4)
 	gelu()
+	for _, sum := range []bool{false, true} {
+		exp("AVX512", 8, sum)
+		exp("AVX2", 4, sum)
+	}
+	div("AVX512", 8)
+	div("AVX2", 4)
+	maxf32("AVX512", 8)
+	maxf32("AVX2", 4)
 	Generate()
 }
 
