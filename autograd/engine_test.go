@@ -220,3 +220,62 @@ func TestZerosIsReusedAndCleared(t *testing.T) {
 		}
 	}
 }
+
+// TestGradientsOfAReusedTape checks the lazy zeroing of gradients on a tape
+// whose buffers hold the last pass's gradients: after a Reset, a tensor off
+// the path to the loss has a zero gradient after Backward, and a tensor
+// whose gradient is first added into through views (SliceRows and Reshape
+// of it, consumed after its direct consumers, so that the backward pass
+// reaches them first) gets the gradient a fresh tape gives.
+func TestGradientsOfAReusedTape(t *testing.T) {
+	w := NewParam(4, 3, []float32{1, -2, 3, 0.5, 4, -1, 2, 2, -3, 1, 0.25, -0.5})
+	pass := func(tp *Tape) (grads [][]float32) {
+		w.ZeroGrad()
+		h := tp.Scale(w, 3)
+		off := tp.Scale(h, -1) // not on the path to the loss
+		direct := tp.SumAll(tp.Mul(h, h))
+		top := tp.Reshape(tp.SliceRows(h, 0, 2), 3, 2) // h's first two rows, reshaped
+		loss := tp.Add(tp.SumAll(tp.Mul(top, top)), direct)
+		tp.Backward(loss)
+		return [][]float32{
+			append([]float32(nil), w.Grad...),
+			append([]float32(nil), h.Grad...),
+			append([]float32(nil), off.Grad...),
+		}
+	}
+	// h = 3w, and the loss Σ_{rows 0-1} h² + Σ h² has ∂/∂h = 4h on the first
+	// two rows and 2h on the others, so ∂/∂w = 3·∂/∂h.
+	want := [][]float32{make([]float32, 12), make([]float32, 12), make([]float32, 12)}
+	for i, v := range w.Data {
+		dh := 2 * 3 * v
+		if i < 6 {
+			dh *= 2
+		}
+		want[0][i], want[1][i] = 3*dh, dh
+	}
+	var fresh Tape
+	for k, g := range pass(&fresh) {
+		for i := range g {
+			if g[i] != want[k][i] {
+				t.Fatalf("fresh tape: gradient %d[%d] = %v, want %v", k, i, g[i], want[k][i])
+			}
+		}
+	}
+	var tp Tape
+	pass(&tp)
+	// Leave garbage in every gradient buffer the next pass will reuse.
+	for _, x := range tp.pool[:tp.used] {
+		for i := range x.Grad {
+			x.Grad[i] = float32(i) + 7
+		}
+	}
+	tp.Reset()
+	got := pass(&tp)
+	for k, name := range []string{"w", "h", "off-path tensor"} {
+		for i := range want[k] {
+			if got[k][i] != want[k][i] {
+				t.Fatalf("reused tape: %s gradient[%d] = %v, want %v", name, i, got[k][i], want[k][i])
+			}
+		}
+	}
+}

@@ -80,7 +80,7 @@ func (tp *Tape) Reshape(a *Tensor, rows, cols int) *Tensor {
 	if rows < 0 || cols < 0 || rows*cols != a.Len() {
 		panic(fmt.Sprintf("autograd.Reshape: cannot reshape %s to %dx%d", a.shape(), rows, cols))
 	}
-	return tp.view(rows, cols, a.Data, a.Grad)
+	return tp.view(a, rows, cols, a.Data, a.Grad)
 }
 
 // SliceRows returns rows [r0, r1) of a. It shares a's memory and records
@@ -93,12 +93,12 @@ func (tp *Tape) SliceRows(a *Tensor, r0, r1 int) *Tensor {
 	if a.Grad != nil {
 		grad = a.Grad[r0*a.Cols : r1*a.Cols]
 	}
-	return tp.view(r1-r0, a.Cols, a.Data[r0*a.Cols:r1*a.Cols], grad)
+	return tp.view(a, r1-r0, a.Cols, a.Data[r0*a.Cols:r1*a.Cols], grad)
 }
 
 // StopGradient returns a tensor with a's values through which no gradient
 // flows: sg(a) in docs/spec.md. It shares a's memory.
-func (tp *Tape) StopGradient(a *Tensor) *Tensor { return tp.view(a.Rows, a.Cols, a.Data, nil) }
+func (tp *Tape) StopGradient(a *Tensor) *Tensor { return tp.view(a, a.Rows, a.Cols, a.Data, nil) }
 
 // SliceCols returns columns [c0, c1) of a as a new tensor.
 func (tp *Tape) SliceCols(a *Tensor, c0, c1 int) *Tensor {

@@ -57,7 +57,10 @@ func (tp *Tape) Reset() {
 func (tp *Tape) Len() int { return len(tp.nodes) }
 
 // alloc returns a tape-owned rows×cols tensor whose Data is to be written in
-// full by the caller; it has a zeroed Grad when grad is true.
+// full by the caller; it has a Grad when grad is true, zeroed only when the
+// backward pass first needs it: zeroing it here, in the forward pass, cost a
+// pass over memory that the backward pass's first addition then repeats
+// (docs/performance.md).
 func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
 	t := tp.slot()
 	if t.view {
@@ -66,19 +69,22 @@ func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
 	n := rows * cols
 	t.Rows, t.Cols = rows, cols
 	t.Data = grow(t.Data, n)
-	t.Grad = nil
+	t.Grad, t.base, t.stale = nil, nil, false
 	if grad {
 		t.gbuf = grow(t.gbuf, n)
-		t.Grad = t.gbuf
-		clear(t.Grad)
+		t.Grad, t.stale = t.gbuf, true
 	}
 	return t
 }
 
-// view returns a tape-owned tensor that shares data and grad with another.
-func (tp *Tape) view(rows, cols int, data, grad []float32) *Tensor {
+// view returns a tape-owned tensor that shares data and grad with of.
+func (tp *Tape) view(of *Tensor, rows, cols int, data, grad []float32) *Tensor {
 	t := tp.slot()
-	t.Rows, t.Cols, t.Data, t.Grad, t.view = rows, cols, data, grad, true
+	t.Rows, t.Cols, t.Data, t.Grad, t.view, t.stale = rows, cols, data, grad, true, false
+	t.base = of
+	if of.base != nil {
+		t.base = of.base
+	}
 	return t
 }
 
@@ -151,6 +157,7 @@ func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
 	if y.Grad == nil {
 		return
 	}
+	y.freshGrad()
 	for i, g := range dy {
 		y.Grad[i] += g
 	}
@@ -158,6 +165,21 @@ func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
 		nd := &tp.nodes[i]
 		if nd.out.Grad == nil {
 			continue
+		}
+		// Gradients are zeroed here, just before the first addition into
+		// them (every tensor the tape hands out with a gradient has a
+		// node, so none is left unzeroed), instead of when the forward
+		// pass allocated them.
+		nd.out.freshGrad()
+		for _, t := range [2]*Tensor{nd.a, nd.b} {
+			if t != nil && t.Grad != nil {
+				t.freshGrad()
+			}
+		}
+		for _, t := range nd.list {
+			if t.Grad != nil {
+				t.freshGrad()
+			}
 		}
 		tp.backward(nd)
 	}

@@ -18,6 +18,24 @@ type Tensor struct {
 	// gbuf keeps a tape-owned tensor's gradient buffer across passes in
 	// which the tensor needs no gradient.
 	gbuf []float32
+	// base is the tensor whose gradient buffer a view's Grad is part of.
+	base *Tensor
+	// stale is set on a tape-owned tensor whose Grad has not been zeroed
+	// since the tape handed it out: the backward pass zeroes it just before
+	// the first operation adds into it (see Tape.BackwardFrom).
+	stale bool
+}
+
+// freshGrad zeroes the gradient buffer t's Grad belongs to if it is stale.
+func (t *Tensor) freshGrad() {
+	b := t
+	if t.base != nil {
+		b = t.base
+	}
+	if b.stale {
+		clear(b.Grad)
+		b.stale = false
+	}
 }
 
 // New returns a constant rows×cols tensor (one that receives no gradient)
