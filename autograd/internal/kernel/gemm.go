@@ -94,10 +94,24 @@ type scratch struct {
 	tile []float32
 }
 
-// grow returns x with length n, reallocated only if its capacity is short.
-func grow(x []float32, n int) []float32 {
+// Capacities of the scratch buffers that hold every block of every product:
+// a packed panel of a (kc steps of at most mc rows), of b (kc steps of at
+// most nc columns padded to a whole panel of at most 32) and a tile.
+const (
+	mostA    = kc * mc
+	mostB    = kc * (nc + 32)
+	mostTile = 12 * 32
+)
+
+// grow returns x with length n, reallocated only if its capacity is short,
+// and then at once to the capacity most that every later call fits in: a
+// participant's scratch allocates only on its first use, whichever products
+// it happens to take part in later (which depends on timing when two
+// threads share the work), so that steps allocate nothing after warm-up.
+// Pages of the capacity no block writes are never touched.
+func grow(x []float32, n, most int) []float32 {
 	if cap(x) < n {
-		return make([]float32, n)
+		return make([]float32, n, max(n, most))
 	}
 	return x[:n]
 }
@@ -148,11 +162,11 @@ func (j *job) block(pt *path, i0, i1, j0, j1 int, s *scratch) {
 	}
 	bCols := (j1-j0)/nr*nr + lastW // packed width, padded
 	lay := layoutA(pt, j.op, j.m, k)
-	s.b = grow(s.b, min(kc, k)*bCols)
+	s.b = grow(s.b, min(kc, k)*bCols, mostB)
 	if lay == packedA {
-		s.a = grow(s.a, min(kc, k)*min(mc, i1-i0))
+		s.a = grow(s.a, min(kc, k)*min(mc, i1-i0), mostA)
 	}
-	s.tile = grow(s.tile, pt.mr*nr)
+	s.tile = grow(s.tile, pt.mr*nr, mostTile)
 	for p0 := 0; p0 < k; p0 += kc {
 		kb := min(kc, k-p0)
 		j.packB(s.b, pt, kb, p0, j0, j1)

@@ -474,3 +474,30 @@ func TestShapePanics(t *testing.T) {
 		}()
 	}
 }
+
+// TestScratchFitsEveryLaterProduct checks that packing space, once
+// allocated, fits every later product: after a tiny product, a product with
+// k > kc and n > nc (the largest blocks there are) allocates nothing on one
+// thread, where the caller gets back the job, and its scratch, of the tiny
+// one. Which products a participant takes part in depends on timing when
+// threads share the work, so scratch that grew with them would allocate
+// now and then in steps long after warm-up. The 16 KiB allowance is the
+// runtime's, as in TestNoAllocs.
+func TestScratchFitsEveryLaterProduct(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const m, k, n = 200, kc + 100, nc + 70
+	rng := rand.New(rand.NewPCG(14, 15))
+	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	fill(rng, a, 1)
+	fill(rng, b, 1)
+	for _, kn := range kernels {
+		kn.f(c[:4], a[:4], b[:4], 2, 2, 2)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		kn.f(c, a, b, m, k, n)
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d >= 16<<10 {
+			t.Errorf("%s: %d bytes allocated by a %dx%dx%d product after a 2x2x2 one", kn.name, d, m, k, n)
+		}
+	}
+}

@@ -154,10 +154,10 @@ func run(o op, c, a, b []float32, m, k, n int) {
 func (j *job) work(s *scratch) {
 	kb, nr := min(kc, j.k), j.path.nr()
 	if layoutA(j.path, j.op, j.m, j.k) == packedA {
-		s.a = grow(s.a, kb*min(mc, j.rowsPer))
+		s.a = grow(s.a, kb*min(mc, j.rowsPer), mostA)
 	}
-	s.b = grow(s.b, kb*roundUp(j.colsPer, nr))
-	s.tile = grow(s.tile, j.path.mr*nr)
+	s.b = grow(s.b, kb*roundUp(j.colsPer, nr), mostB)
+	s.tile = grow(s.tile, j.path.mr*nr, mostTile)
 	for {
 		blk := j.next.Add(1) - 1
 		if blk >= j.blocks {
