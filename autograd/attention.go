@@ -275,10 +275,7 @@ func (hw *headWork) forwardHead(hd, wk int) {
 		probs, head := b[:n*w], b[bs*m:][:n*dh]
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
-			row := probs[(i-i0)*w : (i-i0+1)*w]
-			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
-			mx, sum := rowExpSum(row, ew[:w])
-			kernel.DivToFloat32(row, ew, sum)
+			mx, sum := hw.forwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i)
 			if hw.vals != nil {
 				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
 			}
@@ -310,13 +307,96 @@ func chainZeroSigns(head, rest []float32, dh int) {
 	}
 }
 
-// hide sets to −Inf the scores in row, of the keys at positions keys, that
-// the query at position pi may not see.
-func hide(row []float32, keys []int, pi, window int) {
-	for j, pj := range keys {
-		if pj > pi || (window > 0 && pi-pj >= window) {
-			row[j] = float32(math.Inf(-1))
+// visible returns the keys [a, b) that query i sees when the positions are
+// sorted: those at positions p[i]−window < p[j] ≤ p[i] (p[j] ≤ p[i] without
+// a window). Query i sees key i, so a ≤ i < b.
+func (hp *headParams) visible(i int) (a, b int) {
+	p := hp.p
+	if hp.window > 0 {
+		a = firstAtLeast(p[:i], 0, p[i]-hp.window+1)
+	}
+	return a, firstAtLeast(p, i+1, p[i]+1)
+}
+
+// hiddenZero reports whether a row with softmax maximum mx and sum sum
+// gives its hidden keys the probability +0, as it does unless the sum is
+// NaN: a hidden score is −Inf, and mx is never NaN (kernel.Max leaves NaNs
+// out), so its exponential is Exp(−Inf − mx) = +0 unless mx = −Inf; then
+// every visible score is −Inf or NaN (query i sees at least key i), the
+// visible exponentials are NaN and so is the sum. Otherwise the visible
+// maximum's exponential is 1, the sum is at least 1, and +0/sum = +0.
+func hiddenZero(mx, sum float64) bool { return sum == sum && !math.IsInf(mx, -1) }
+
+// forwardRow turns row, query i's scores with the keys [lo, lo+len(row)),
+// into its probabilities, as the chain's Softmax does after MaskedFill, and
+// returns the row's maximum and sum of exponentials; e holds at least
+// len(row) values. With sorted positions it takes the exponentials, maximum
+// and sum of the visible keys only and sets the hidden probabilities to +0:
+// the same bits, since a hidden score (−Inf) is never the maximum and its
+// exponential, +0, leaves the in-order sum as it is (which starts at +0 and
+// so is never −0); a row whose hidden probabilities are not +0
+// (hiddenZero) is computed over all its keys.
+func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum float64) {
+	if hw.sorted {
+		a, b := hw.visible(i)
+		a, b = a-lo, b-lo
+		mx, sum = rowExpSum(row[a:b], e[:b-a])
+		if hiddenZero(mx, sum) {
+			kernel.DivToFloat32(row[a:b], e, sum)
+			clear(row[:a])
+			clear(row[b:])
+			return mx, sum
 		}
+	}
+	hw.hide(row, lo, i)
+	mx, sum = rowExpSum(row, e[:len(row)])
+	kernel.DivToFloat32(row, e, sum)
+	return mx, sum
+}
+
+// backwardRow recomputes query i's probabilities from its scores in row
+// (keys [lo, lo+len(row))) and its maximum mx and sum, as forwardRow
+// computed them, with the same bits.
+func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum float64) {
+	if hw.sorted && hiddenZero(mx, sum) {
+		a, b := hw.visible(i)
+		a, b = a-lo, b-lo
+		kernel.ExpShifted(e, row[a:b], mx)
+		kernel.DivToFloat32(row[a:b], e, sum)
+		clear(row[:a])
+		clear(row[b:])
+		return
+	}
+	hw.hide(row, lo, i)
+	kernel.ExpShifted(e, row, mx)
+	kernel.DivToFloat32(row, e, sum)
+}
+
+// hide sets to −Inf the scores in row, of the keys [lo, lo+len(row)), that
+// query i may not see: with sorted positions the keys before and after
+// those visible returns (each a run of the row, perhaps empty), otherwise
+// every key whose position is later than the query's or a window or more
+// earlier.
+func (hw *headWork) hide(row []float32, lo, i int) {
+	ninf := float32(math.Inf(-1))
+	if hw.sorted {
+		a, b := hw.visible(i)
+		fill(row[:a-lo], ninf)
+		fill(row[b-lo:], ninf)
+		return
+	}
+	pi, window := hw.p[i], hw.window
+	for j, pj := range hw.p[lo : lo+len(row)] {
+		if pj > pi || (window > 0 && pi-pj >= window) {
+			row[j] = ninf
+		}
+	}
+}
+
+// fill sets every element of x to v.
+func fill(x []float32, v float32) {
+	for j := range x {
+		x[j] = v
 	}
 }
 
@@ -418,11 +498,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		probs := rowP[:n*w]
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
-			row := probs[(i-i0)*w : (i-i0+1)*w]
-			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
-			mx, sum := stats[2*i], stats[2*i+1]
-			kernel.ExpShifted(ew, row, mx)
-			kernel.DivToFloat32(row, ew, sum)
+			hw.backwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i, stats[2*i], stats[2*i+1])
 		}
 		if v.Grad != nil {
 			toPanels(pPanels, probs, m, bs, i0, i1, lo, hi)
@@ -434,9 +510,16 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		kernel.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
 		for i := 0; i < n; i++ {
 			yi, gi := probs[i*w:(i+1)*w], dp[i*w:(i+1)*w]
+			a, b := 0, w
+			if skip {
+				// The hidden terms are +0·dP, dP finite: ±0, which leave
+				// the in-order sum (from +0, so never −0) as it is.
+				a, b = hw.visible(i0 + i)
+				a, b = a-lo, b-lo
+			}
 			var s float64
-			for j, x := range gi {
-				s += float64(float64(x) * float64(yi[j]))
+			for j, x := range gi[a:b] {
+				s += float64(float64(x) * float64(yi[a+j]))
 			}
 			for j := range gi {
 				gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
