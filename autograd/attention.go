@@ -88,6 +88,12 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 // sizes to check that).
 var attentionBlock = 64
 
+// visibleOnly makes CausalAttention compute each row's exponentials and
+// sums over the keys its query sees (forwardRow, backwardRow, the sum of
+// dS) when the positions are sorted. It changes the work, never the bits:
+// tests turn it off to compare with every row computed over all its keys.
+var visibleOnly = true
+
 // headWork is the per-sequence work of CausalAttention's forward or backward
 // pass, shared out head by head among goroutines. A tape keeps one and
 // reuses it, so that sharing the work allocates nothing.
@@ -337,7 +343,7 @@ func hiddenZero(mx, sum float64) bool { return sum == sum && !math.IsInf(mx, -1)
 // so is never −0); a row whose hidden probabilities are not +0
 // (hiddenZero) is computed over all its keys.
 func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum float64) {
-	if hw.sorted {
+	if hw.sorted && visibleOnly {
 		a, b := hw.visible(i)
 		a, b = a-lo, b-lo
 		mx, sum = rowExpSum(row[a:b], e[:b-a])
@@ -358,7 +364,7 @@ func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum f
 // (keys [lo, lo+len(row))) and its maximum mx and sum, as forwardRow
 // computed them, with the same bits.
 func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum float64) {
-	if hw.sorted && hiddenZero(mx, sum) {
+	if hw.sorted && visibleOnly && hiddenZero(mx, sum) {
 		a, b := hw.visible(i)
 		a, b = a-lo, b-lo
 		kernel.ExpShifted(e, row[a:b], mx)
@@ -374,12 +380,13 @@ func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum f
 
 // hide sets to −Inf the scores in row, of the keys [lo, lo+len(row)), that
 // query i may not see: with sorted positions the keys before and after
-// those visible returns (each a run of the row, perhaps empty), otherwise
+// those visible returns (each a run of the row, perhaps empty; unless tests
+// turn visibleOnly off), otherwise
 // every key whose position is later than the query's or a window or more
 // earlier.
 func (hw *headWork) hide(row []float32, lo, i int) {
 	ninf := float32(math.Inf(-1))
-	if hw.sorted {
+	if hw.sorted && visibleOnly {
 		a, b := hw.visible(i)
 		fill(row[:a-lo], ninf)
 		fill(row[b-lo:], ninf)
@@ -511,7 +518,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		for i := 0; i < n; i++ {
 			yi, gi := probs[i*w:(i+1)*w], dp[i*w:(i+1)*w]
 			a, b := 0, w
-			if skip {
+			if skip && visibleOnly {
 				// The hidden terms are +0·dP, dP finite: ±0, which leave
 				// the in-order sum (from +0, so never −0) as it is.
 				a, b = hw.visible(i0 + i)
