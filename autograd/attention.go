@@ -337,15 +337,14 @@ func hiddenZero(mx, sum float64) bool { return sum == sum && !math.IsInf(mx, -1)
 // into its probabilities, as the chain's Softmax does after MaskedFill, and
 // returns the row's maximum and sum of exponentials; e holds at least
 // len(row) values. With sorted positions it takes the exponentials, maximum
-// and sum of the visible keys only and sets the hidden probabilities to +0:
-// the same bits, since a hidden score (−Inf) is never the maximum and its
-// exponential, +0, leaves the in-order sum as it is (which starts at +0 and
-// so is never −0); a row whose hidden probabilities are not +0
-// (hiddenZero) is computed over all its keys.
+// and sum of the span of keys visibleSpan returns only and sets the other
+// probabilities to +0: the same bits, since a hidden score (−Inf) is never
+// the maximum and its exponential, +0, leaves the in-order sum as it is
+// (which starts at +0 and so is never −0); a row whose hidden
+// probabilities are not +0 (hiddenZero) is computed over all its keys.
 func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum float64) {
 	if hw.sorted && visibleOnly {
-		a, b := hw.visible(i)
-		a, b = a-lo, b-lo
+		a, b := hw.visibleSpan(row, lo, i)
 		mx, sum = rowExpSum(row[a:b], e[:b-a])
 		if hiddenZero(mx, sum) {
 			kernel.DivToFloat32(row[a:b], e, sum)
@@ -365,8 +364,7 @@ func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum f
 // computed them, with the same bits.
 func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum float64) {
 	if hw.sorted && visibleOnly && hiddenZero(mx, sum) {
-		a, b := hw.visible(i)
-		a, b = a-lo, b-lo
+		a, b := hw.visibleSpan(row, lo, i)
 		kernel.ExpShifted(e, row[a:b], mx)
 		kernel.DivToFloat32(row[a:b], e, sum)
 		clear(row[:a])
@@ -376,6 +374,29 @@ func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum f
 	hw.hide(row, lo, i)
 	kernel.ExpShifted(e, row, mx)
 	kernel.DivToFloat32(row, e, sum)
+}
+
+// rowVector is a multiple of the count of values the row kernels
+// (kernel.Max, ExpShifted, ExpShiftedSum, DivToFloat32) take at a time on
+// every path, so that a span of rowVector keys leaves none to their scalar
+// loops.
+const rowVector = 16
+
+// visibleSpan returns the span [a, b) of row, query i's scores with the
+// keys [lo, lo+len(row)) for sorted positions, that forwardRow and
+// backwardRow compute: the keys the query sees, widened to a multiple of
+// rowVector keys (or the whole row), the hidden keys it takes in set to
+// −Inf, the others left as they are.
+func (hw *headWork) visibleSpan(row []float32, lo, i int) (a, b int) {
+	va, vb := hw.visible(i)
+	va, vb = va-lo, vb-lo
+	n := min(len(row), (vb-va+rowVector-1)/rowVector*rowVector)
+	b = min(len(row), va+n)
+	a = b - n
+	ninf := float32(math.Inf(-1))
+	fill(row[a:va], ninf)
+	fill(row[vb:b], ninf)
+	return a, b
 }
 
 // hide sets to −Inf the scores in row, of the keys [lo, lo+len(row)), that
@@ -413,11 +434,22 @@ func finite(x []float32) bool { return largest(x) <= math.MaxFloat32 }
 // largest returns the largest |x_i|, or +Inf if any x_i is not finite.
 // It compares the bits of |x_i| as integers, which order non-negative
 // floats as their values do and put every NaN above +Inf.
+// Four running maxima, of every fourth element, take the loop's chain of
+// comparisons four at a time.
 func largest(x []float32) float64 {
-	var mx uint32
-	for _, v := range x {
-		mx = max(mx, math.Float32bits(v)&0x7fffffff)
+	var m0, m1, m2, m3 uint32
+	j := 0
+	for ; j+4 <= len(x); j += 4 {
+		v := x[j : j+4 : j+4]
+		m0 = max(m0, math.Float32bits(v[0])&0x7fffffff)
+		m1 = max(m1, math.Float32bits(v[1])&0x7fffffff)
+		m2 = max(m2, math.Float32bits(v[2])&0x7fffffff)
+		m3 = max(m3, math.Float32bits(v[3])&0x7fffffff)
 	}
+	for _, v := range x[j:] {
+		m0 = max(m0, math.Float32bits(v)&0x7fffffff)
+	}
+	mx := max(m0, m1, m2, m3)
 	if mx > 0x7f800000 {
 		return math.Inf(1)
 	}
@@ -528,9 +560,14 @@ func (hw *headWork) backwardHead(hd, wk int) {
 			for j, x := range gi[a:b] {
 				s += float64(float64(x) * float64(yi[a+j]))
 			}
-			for j := range gi {
+			for j := a; j < b; j++ {
 				gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
 			}
+			// A hidden dS is ±0 (+0·(dP − s), both finite), as a term of
+			// dQ and dK an exact zero whose sign does not matter either
+			// (see skipsExact): +0 will do.
+			clear(gi[:a])
+			clear(gi[b:])
 		}
 		if q.Grad != nil {
 			kernel.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
