@@ -101,6 +101,9 @@ type headWork struct {
 	headParams
 	next, joined atomic.Int64
 	wg           sync.WaitGroup
+	// spans holds, for sorted positions, the keys [spans[2i], spans[2i+1])
+	// that query i of the sequence sees (see visible).
+	spans []int
 }
 
 // headParams describes the work of a headWork.
@@ -123,6 +126,20 @@ func (hw *headWork) setSequence(p []int) {
 	hw.p, hw.m = p, len(p)
 	hw.sorted = slices.IsSorted(p)
 	hw.bs = min(len(p), attentionBlock)
+	if !hw.sorted {
+		return
+	}
+	// Both ends only move forward from one query to the next.
+	hw.spans = slices.Grow(hw.spans[:0], 2*len(p))[:2*len(p)]
+	a, b := 0, 0
+	for i, pi := range p {
+		for hw.window > 0 && pi-p[a] >= hw.window {
+			a++
+		}
+		for b = max(b, i+1); b < len(p) && p[b] <= pi; b++ {
+		}
+		hw.spans[2*i], hw.spans[2*i+1] = a, b
+	}
 }
 
 // forwardSize is the float32 scratch one goroutine needs for a forward
@@ -300,6 +317,9 @@ func (hw *headWork) forwardHead(hd, wk int) {
 // sum as it is but turn a −0 (a sum that underflowed) into +0 unless the
 // sign bit of every vⱼ in its column is set.
 func chainZeroSigns(head, rest []float32, dh int) {
+	if len(rest) == 0 {
+		return
+	}
 	for i, x := range head {
 		if x != 0 || !math.Signbit(float64(x)) {
 			continue
@@ -316,13 +336,7 @@ func chainZeroSigns(head, rest []float32, dh int) {
 // visible returns the keys [a, b) that query i sees when the positions are
 // sorted: those at positions p[i]−window < p[j] ≤ p[i] (p[j] ≤ p[i] without
 // a window). Query i sees key i, so a ≤ i < b.
-func (hp *headParams) visible(i int) (a, b int) {
-	p := hp.p
-	if hp.window > 0 {
-		a = firstAtLeast(p[:i], 0, p[i]-hp.window+1)
-	}
-	return a, firstAtLeast(p, i+1, p[i]+1)
-}
+func (hw *headWork) visible(i int) (a, b int) { return hw.spans[2*i], hw.spans[2*i+1] }
 
 // hiddenZero reports whether a row with softmax maximum mx and sum sum
 // gives its hidden keys the probability +0, as it does unless the sum is
@@ -547,28 +561,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		}
 		dp := rowS[:n*w]
 		kernel.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
-		for i := 0; i < n; i++ {
-			yi, gi := probs[i*w:(i+1)*w], dp[i*w:(i+1)*w]
-			a, b := 0, w
-			if skip && visibleOnly {
-				// The hidden terms are +0·dP, dP finite: ±0, which leave
-				// the in-order sum (from +0, so never −0) as it is.
-				a, b = hw.visible(i0 + i)
-				a, b = a-lo, b-lo
-			}
-			var s float64
-			for j, x := range gi[a:b] {
-				s += float64(float64(x) * float64(yi[a+j]))
-			}
-			for j := a; j < b; j++ {
-				gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
-			}
-			// A hidden dS is ±0 (+0·(dP − s), both finite), as a term of
-			// dQ and dK an exact zero whose sign does not matter either
-			// (see skipsExact): +0 will do.
-			clear(gi[:a])
-			clear(gi[b:])
-		}
+		hw.scoreGrads(probs, dp, n, w, i0, lo, skip && visibleOnly)
 		if q.Grad != nil {
 			kernel.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
 		}
@@ -585,6 +578,76 @@ func (hw *headWork) backwardHead(hd, wk int) {
 	if k.Grad != nil {
 		hw.keyBlocks(k.Grad[r:r+m*dh], sPanels, qh, tmp, skip)
 	}
+}
+
+// scoreGrads turns dp, the n×w block of dP = dO·Vᵀ of the queries
+// [i0, i0+n) and the keys [lo, lo+w), into dS = P ⊙ (dP − rowsum(dP ⊙ P)),
+// P being probs, with the bits of the chain's Softmax backward: each row's
+// sum in float64, added in order of keys from +0. It takes four rows at a
+// time, their sums side by side (four independent chains of additions
+// instead of one). With visible (sorted positions and skipsExact), a group
+// of rows' sums and dS cover only the span of keys its rows see, from the
+// first row's first to the last row's last, and its other dS are +0: a
+// left-out term of a sum is +0·dP, dP finite, so ±0, which leaves the sum
+// (from +0, so never −0) as it is, and a left-out dS, ±0 (+0·(dP − s),
+// both finite), is as a term of dQ and dK an exact zero whose sign does not
+// matter either (see skipsExact).
+func (hw *headWork) scoreGrads(probs, dp []float32, n, w, i0, lo int, visible bool) {
+	var s [4]float64
+	for i := 0; i < n; i += 4 {
+		r := min(4, n-i)
+		a, b := 0, w
+		if visible {
+			a, _ = hw.visible(i0 + i)
+			_, b = hw.visible(i0 + i + r - 1)
+			a, b = a-lo, b-lo
+		}
+		if r == 4 {
+			s = rowDots4(probs[i*w:(i+4)*w], dp[i*w:(i+4)*w], w, a, b)
+		} else {
+			for x := range r {
+				s[x] = rowDot(probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w+a:(i+x)*w+b])
+			}
+		}
+		for x := range r {
+			yi, gi := probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w:(i+x+1)*w]
+			gv := gi[a:][:len(yi)]
+			for j, y := range yi {
+				gv[j] = float32(float64(y) * (float64(gv[j]) - s[x]))
+			}
+			clear(gi[:a])
+			clear(gi[b:])
+		}
+	}
+}
+
+// rowDot returns Σⱼ float64(g[j])·float64(y[j]), added in order of j from
+// +0 (each product exact in float64).
+func rowDot(y, g []float32) float64 {
+	g = g[:len(y)]
+	var s float64
+	for j, x := range y {
+		s += float64(float64(g[j]) * float64(x))
+	}
+	return s
+}
+
+// rowDots4 returns rowDot of the columns [a, b) of four rows of y and g,
+// the rows w apart: what four calls of rowDot return, their additions
+// interleaved.
+func rowDots4(y, g []float32, w, a, b int) (s [4]float64) {
+	y0 := y[a:b]
+	n := len(y0)
+	y1, y2, y3 := y[w+a:][:n], y[2*w+a:][:n], y[3*w+a:][:n]
+	g0, g1, g2, g3 := g[a:][:n], g[w+a:][:n], g[2*w+a:][:n], g[3*w+a:][:n]
+	var s0, s1, s2, s3 float64
+	for j, x := range y0 {
+		s0 += float64(float64(g0[j]) * float64(x))
+		s1 += float64(float64(g1[j]) * float64(y1[j]))
+		s2 += float64(float64(g2[j]) * float64(y2[j]))
+		s3 += float64(float64(g3[j]) * float64(y3[j]))
+	}
+	return [4]float64{s0, s1, s2, s3}
 }
 
 // toPanels copies rows [i0, i1) of a matrix, their columns [lo, hi) held

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -368,4 +369,34 @@ func TestRotateHalfIsTheChain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestVisibleSpans checks the keys [a, b) that setSequence finds query i
+// to see, for sorted positions with gaps and repeats, against the
+// definition: key j is visible when p[j] ≤ p[i] and, with a window,
+// p[i] − p[j] < window; the visible keys form [a, b), with a ≤ i < b.
+func TestVisibleSpans(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for trial := 0; trial < 2000; trial++ {
+		p := make([]int, 1+rng.IntN(30))
+		for i := range p {
+			p[i] = rng.IntN(40)
+		}
+		slices.Sort(p)
+		window := rng.IntN(6)
+		hw := &headWork{headParams: headParams{window: window}}
+		hw.setSequence(p)
+		for i := range p {
+			a, b := hw.visible(i)
+			if a > i || b <= i {
+				t.Fatalf("positions %v, window %d: query %d sees [%d, %d)", p, window, i, a, b)
+			}
+			for j := range p {
+				seen := p[j] <= p[i] && (window == 0 || p[i]-p[j] < window)
+				if seen != (a <= j && j < b) {
+					t.Fatalf("positions %v, window %d: query %d sees [%d, %d), key %d seen: %v", p, window, i, a, b, j, seen)
+				}
+			}
+		}
+	}
 }
