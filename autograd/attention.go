@@ -391,10 +391,12 @@ func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum f
 }
 
 // rowVector is a multiple of the count of values the row kernels
-// (kernel.Max, ExpShifted, ExpShiftedSum, DivToFloat32) take at a time on
-// every path, so that a span of rowVector keys leaves none to their scalar
-// loops.
-const rowVector = 16
+// kernel.ExpShifted, ExpShiftedSum and DivToFloat32 take at a time on every
+// path (8 float64 lanes on AVX-512, 4 on AVX2), so that a span of a
+// multiple of rowVector keys leaves no exponential to their scalar loops
+// (kernel.Max takes twice as many at a time, and leaves at most 8 values
+// to its loop of comparisons).
+const rowVector = 8
 
 // visibleSpan returns the span [a, b) of row, query i's scores with the
 // keys [lo, lo+len(row)) for sorted positions, that forwardRow and
@@ -446,24 +448,11 @@ func fill(x []float32, v float32) {
 func finite(x []float32) bool { return largest(x) <= math.MaxFloat32 }
 
 // largest returns the largest |x_i|, or +Inf if any x_i is not finite.
-// It compares the bits of |x_i| as integers, which order non-negative
-// floats as their values do and put every NaN above +Inf.
-// Four running maxima, of every fourth element, take the loop's chain of
-// comparisons four at a time.
+// It takes the largest of the bits of |x_i| as integers
+// (kernel.MaxAbsBits), which order non-negative floats as their values do
+// and put every NaN above +Inf.
 func largest(x []float32) float64 {
-	var m0, m1, m2, m3 uint32
-	j := 0
-	for ; j+4 <= len(x); j += 4 {
-		v := x[j : j+4 : j+4]
-		m0 = max(m0, math.Float32bits(v[0])&0x7fffffff)
-		m1 = max(m1, math.Float32bits(v[1])&0x7fffffff)
-		m2 = max(m2, math.Float32bits(v[2])&0x7fffffff)
-		m3 = max(m3, math.Float32bits(v[3])&0x7fffffff)
-	}
-	for _, v := range x[j:] {
-		m0 = max(m0, math.Float32bits(v)&0x7fffffff)
-	}
-	mx := max(m0, m1, m2, m3)
+	mx := kernel.MaxAbsBits(x)
 	if mx > 0x7f800000 {
 		return math.Inf(1)
 	}
