@@ -575,8 +575,9 @@ func (hw *headWork) backwardHead(hd, wk int) {
 // sum in float64, added in order of keys from +0. It takes four rows at a
 // time, their sums side by side (four independent chains of additions
 // instead of one). With visible (sorted positions and skipsExact), a group
-// of rows' sums and dS cover only the span of keys its rows see, from the
-// first row's first to the last row's last, and its other dS are +0: a
+// of rows' sums cover only the span of keys its rows see, from the first
+// row's first to the last row's last, its dS that span rounded out to
+// whole vectors (kernel.ScaleShifted), and its other dS are +0: a
 // left-out term of a sum is +0·dP, dP finite, so ±0, which leaves the sum
 // (from +0, so never −0) as it is, and a left-out dS, ±0 (+0·(dP − s),
 // both finite), is as a term of dQ and dK an exact zero whose sign does not
@@ -598,11 +599,23 @@ func (hw *headWork) scoreGrads(probs, dp []float32, n, w, i0, lo int, visible bo
 				s[x] = rowDot(probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w+a:(i+x)*w+b])
 			}
 		}
+		if visible {
+			// Rounded out to whole vectors of kernel.ScaleShifted: a dS
+			// of a hidden key is ±0 either way.
+			n := min(w, (b-a+rowVector-1)/rowVector*rowVector)
+			b = min(w, a+n)
+			a = b - n
+		}
 		for x := range r {
 			yi, gi := probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w:(i+x+1)*w]
-			gv := gi[a:][:len(yi)]
-			for j, y := range yi {
-				gv[j] = float32(float64(y) * (float64(gv[j]) - s[x]))
+			if visible {
+				// No NaN here (see skipsExact): the kernel's bits.
+				kernel.ScaleShifted(gi[a:b], yi, s[x])
+			} else {
+				gv := gi[a:][:len(yi)]
+				for j, y := range yi {
+					gv[j] = float32(float64(y) * (float64(gv[j]) - s[x]))
+				}
 			}
 			clear(gi[:a])
 			clear(gi[b:])

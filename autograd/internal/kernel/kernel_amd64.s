@@ -16769,3 +16769,57 @@ loop:
 	MOVL         AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func scaleShiftedAVX512(grad *float32, y *float32, n int, s float64)
+// Requires: AVX, AVX512F, SSE2
+TEXT ·scaleShiftedAVX512(SB), NOSPLIT, $0-32
+	MOVQ         grad+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        s+24(FP), X0
+	VBROADCASTSD X0, Z0
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VCVTPS2PD (AX), Z1
+	VCVTPS2PD (CX), Z2
+	VSUBPD    Z0, Z1, Z1
+	VMULPD    Z1, Z2, Z1
+	VCVTPD2PS Z1, Y1
+	VMOVUPS   Y1, (AX)
+	ADDQ      $0x20, AX
+	ADDQ      $0x20, CX
+	SUBQ      $0x08, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func scaleShiftedAVX2(grad *float32, y *float32, n int, s float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·scaleShiftedAVX2(SB), NOSPLIT, $0-32
+	MOVQ         grad+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        s+24(FP), X0
+	VBROADCASTSD X0, Y0
+
+loop:
+	TESTQ      DX, DX
+	JZ         done
+	VCVTPS2PD  (AX), Y1
+	VCVTPS2PD  (CX), Y2
+	VSUBPD     Y0, Y1, Y1
+	VMULPD     Y1, Y2, Y1
+	VCVTPD2PSY Y1, X1
+	VMOVUPS    X1, (AX)
+	ADDQ       $0x10, AX
+	ADDQ       $0x10, CX
+	SUBQ       $0x04, DX
+	JMP        loop
+
+done:
+	VZEROUPPER
+	RET

@@ -57,6 +57,8 @@ func main() {
 	maxf32("AVX2", 4)
 	absMax("AVX512", 16)
 	absMax("AVX2", 8)
+	scaleShifted("AVX512", 8)
+	scaleShifted("AVX2", 4)
 	Generate()
 }
 
