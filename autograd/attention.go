@@ -416,11 +416,10 @@ func (hw *headWork) visibleSpan(row []float32, lo, i int) (a, b int) {
 }
 
 // hide sets to −Inf the scores in row, of the keys [lo, lo+len(row)), that
-// query i may not see: with sorted positions the keys before and after
-// those visible returns (each a run of the row, perhaps empty; unless tests
-// turn visibleOnly off), otherwise
-// every key whose position is later than the query's or a window or more
-// earlier.
+// query i may not see: with sorted positions (and visibleOnly) the keys
+// before and after those visible returns, each a run of the row (perhaps
+// empty); otherwise every key whose position is later than the query's or
+// a window or more earlier, found by comparing positions.
 func (hw *headWork) hide(row []float32, lo, i int) {
 	ninf := float32(math.Inf(-1))
 	if hw.sorted && visibleOnly {
