@@ -88,6 +88,12 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 // sizes to check that).
 var attentionBlock = 64
 
+// visibleOnly makes CausalAttention compute each row's exponentials and
+// sums over the keys its query sees (forwardRow, backwardRow, the sum of
+// dS) when the positions are sorted. It changes the work, never the bits:
+// tests turn it off to compare with every row computed over all its keys.
+var visibleOnly = true
+
 // headWork is the per-sequence work of CausalAttention's forward or backward
 // pass, shared out head by head among goroutines. A tape keeps one and
 // reuses it, so that sharing the work allocates nothing.
@@ -95,6 +101,9 @@ type headWork struct {
 	headParams
 	next, joined atomic.Int64
 	wg           sync.WaitGroup
+	// spans holds, for sorted positions, the keys [spans[2i], spans[2i+1])
+	// that query i of the sequence sees (see visible).
+	spans []int
 }
 
 // headParams describes the work of a headWork.
@@ -117,6 +126,20 @@ func (hw *headWork) setSequence(p []int) {
 	hw.p, hw.m = p, len(p)
 	hw.sorted = slices.IsSorted(p)
 	hw.bs = min(len(p), attentionBlock)
+	if !hw.sorted {
+		return
+	}
+	// Both ends only move forward from one query to the next.
+	hw.spans = slices.Grow(hw.spans[:0], 2*len(p))[:2*len(p)]
+	a, b := 0, 0
+	for i, pi := range p {
+		for hw.window > 0 && pi-p[a] >= hw.window {
+			a++
+		}
+		for b = max(b, i+1); b < len(p) && p[b] <= pi; b++ {
+		}
+		hw.spans[2*i], hw.spans[2*i+1] = a, b
+	}
 }
 
 // forwardSize is the float32 scratch one goroutine needs for a forward
@@ -275,10 +298,7 @@ func (hw *headWork) forwardHead(hd, wk int) {
 		probs, head := b[:n*w], b[bs*m:][:n*dh]
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
-			row := probs[(i-i0)*w : (i-i0+1)*w]
-			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
-			mx, sum := rowExpSum(row, ew[:w])
-			kernel.DivToFloat32(row, ew, sum)
+			mx, sum := hw.forwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i)
 			if hw.vals != nil {
 				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
 			}
@@ -297,6 +317,9 @@ func (hw *headWork) forwardHead(hd, wk int) {
 // sum as it is but turn a −0 (a sum that underflowed) into +0 unless the
 // sign bit of every vⱼ in its column is set.
 func chainZeroSigns(head, rest []float32, dh int) {
+	if len(rest) == 0 {
+		return
+	}
 	for i, x := range head {
 		if x != 0 || !math.Signbit(float64(x)) {
 			continue
@@ -310,13 +333,113 @@ func chainZeroSigns(head, rest []float32, dh int) {
 	}
 }
 
-// hide sets to −Inf the scores in row, of the keys at positions keys, that
-// the query at position pi may not see.
-func hide(row []float32, keys []int, pi, window int) {
-	for j, pj := range keys {
-		if pj > pi || (window > 0 && pi-pj >= window) {
-			row[j] = float32(math.Inf(-1))
+// visible returns the keys [a, b) that query i sees when the positions are
+// sorted: those at positions p[i]−window < p[j] ≤ p[i] (p[j] ≤ p[i] without
+// a window). Query i sees key i, so a ≤ i < b.
+func (hw *headWork) visible(i int) (a, b int) { return hw.spans[2*i], hw.spans[2*i+1] }
+
+// hiddenZero reports whether a row with softmax maximum mx and sum sum
+// gives its hidden keys the probability +0, as it does unless the sum is
+// NaN: a hidden score is −Inf, and mx is never NaN (kernel.Max leaves NaNs
+// out), so its exponential is Exp(−Inf − mx) = +0 unless mx = −Inf; then
+// every visible score is −Inf or NaN (query i sees at least key i), the
+// visible exponentials are NaN and so is the sum. Otherwise the visible
+// maximum's exponential is 1, the sum is at least 1, and +0/sum = +0.
+func hiddenZero(mx, sum float64) bool { return sum == sum && !math.IsInf(mx, -1) }
+
+// forwardRow turns row, query i's scores with the keys [lo, lo+len(row)),
+// into its probabilities, as the chain's Softmax does after MaskedFill, and
+// returns the row's maximum and sum of exponentials; e holds at least
+// len(row) values. With sorted positions it takes the exponentials, maximum
+// and sum of the span of keys visibleSpan returns only and sets the other
+// probabilities to +0: the same bits, since a hidden score (−Inf) is never
+// the maximum and its exponential, +0, leaves the in-order sum as it is
+// (which starts at +0 and so is never −0); a row whose hidden
+// probabilities are not +0 (hiddenZero) is computed over all its keys.
+func (hw *headWork) forwardRow(row []float32, e []float64, lo, i int) (mx, sum float64) {
+	if hw.sorted && visibleOnly {
+		a, b := hw.visibleSpan(row, lo, i)
+		mx, sum = rowExpSum(row[a:b], e[:b-a])
+		if hiddenZero(mx, sum) {
+			kernel.DivToFloat32(row[a:b], e, sum)
+			clear(row[:a])
+			clear(row[b:])
+			return mx, sum
 		}
+	}
+	hw.hide(row, lo, i)
+	mx, sum = rowExpSum(row, e[:len(row)])
+	kernel.DivToFloat32(row, e, sum)
+	return mx, sum
+}
+
+// backwardRow recomputes query i's probabilities from its scores in row
+// (keys [lo, lo+len(row))) and its maximum mx and sum, as forwardRow
+// computed them, with the same bits.
+func (hw *headWork) backwardRow(row []float32, e []float64, lo, i int, mx, sum float64) {
+	if hw.sorted && visibleOnly && hiddenZero(mx, sum) {
+		a, b := hw.visibleSpan(row, lo, i)
+		kernel.ExpShifted(e, row[a:b], mx)
+		kernel.DivToFloat32(row[a:b], e, sum)
+		clear(row[:a])
+		clear(row[b:])
+		return
+	}
+	hw.hide(row, lo, i)
+	kernel.ExpShifted(e, row, mx)
+	kernel.DivToFloat32(row, e, sum)
+}
+
+// rowVector is a multiple of the count of values the row kernels
+// kernel.ExpShifted, ExpShiftedSum and DivToFloat32 take at a time on every
+// path (8 float64 lanes on AVX-512, 4 on AVX2), so that a span of a
+// multiple of rowVector keys leaves no exponential to their scalar loops
+// (kernel.Max takes twice as many at a time, and leaves at most 8 values
+// to its loop of comparisons).
+const rowVector = 8
+
+// visibleSpan returns the span [a, b) of row, query i's scores with the
+// keys [lo, lo+len(row)) for sorted positions, that forwardRow and
+// backwardRow compute: the keys the query sees, widened to a multiple of
+// rowVector keys (or the whole row), the hidden keys it takes in set to
+// −Inf, the others left as they are.
+func (hw *headWork) visibleSpan(row []float32, lo, i int) (a, b int) {
+	va, vb := hw.visible(i)
+	va, vb = va-lo, vb-lo
+	n := min(len(row), (vb-va+rowVector-1)/rowVector*rowVector)
+	b = min(len(row), va+n)
+	a = b - n
+	ninf := float32(math.Inf(-1))
+	fill(row[a:va], ninf)
+	fill(row[vb:b], ninf)
+	return a, b
+}
+
+// hide sets to −Inf the scores in row, of the keys [lo, lo+len(row)), that
+// query i may not see: with sorted positions (and visibleOnly) the keys
+// before and after those visible returns, each a run of the row (perhaps
+// empty); otherwise every key whose position is later than the query's or
+// a window or more earlier, found by comparing positions.
+func (hw *headWork) hide(row []float32, lo, i int) {
+	ninf := float32(math.Inf(-1))
+	if hw.sorted && visibleOnly {
+		a, b := hw.visible(i)
+		fill(row[:a-lo], ninf)
+		fill(row[b-lo:], ninf)
+		return
+	}
+	pi, window := hw.p[i], hw.window
+	for j, pj := range hw.p[lo : lo+len(row)] {
+		if pj > pi || (window > 0 && pi-pj >= window) {
+			row[j] = ninf
+		}
+	}
+}
+
+// fill sets every element of x to v.
+func fill(x []float32, v float32) {
+	for j := range x {
+		x[j] = v
 	}
 }
 
@@ -324,13 +447,11 @@ func hide(row []float32, keys []int, pi, window int) {
 func finite(x []float32) bool { return largest(x) <= math.MaxFloat32 }
 
 // largest returns the largest |x_i|, or +Inf if any x_i is not finite.
-// It compares the bits of |x_i| as integers, which order non-negative
-// floats as their values do and put every NaN above +Inf.
+// It takes the largest of the bits of |x_i| as integers
+// (kernel.MaxAbsBits), which order non-negative floats as their values do
+// and put every NaN above +Inf.
 func largest(x []float32) float64 {
-	var mx uint32
-	for _, v := range x {
-		mx = max(mx, math.Float32bits(v)&0x7fffffff)
-	}
+	mx := kernel.MaxAbsBits(x)
 	if mx > 0x7f800000 {
 		return math.Inf(1)
 	}
@@ -418,11 +539,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		probs := rowP[:n*w]
 		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
-			row := probs[(i-i0)*w : (i-i0+1)*w]
-			hide(row, hw.p[lo:hi], hw.p[i], hw.window)
-			mx, sum := stats[2*i], stats[2*i+1]
-			kernel.ExpShifted(ew, row, mx)
-			kernel.DivToFloat32(row, ew, sum)
+			hw.backwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i, stats[2*i], stats[2*i+1])
 		}
 		if v.Grad != nil {
 			toPanels(pPanels, probs, m, bs, i0, i1, lo, hi)
@@ -432,16 +549,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		}
 		dp := rowS[:n*w]
 		kernel.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
-		for i := 0; i < n; i++ {
-			yi, gi := probs[i*w:(i+1)*w], dp[i*w:(i+1)*w]
-			var s float64
-			for j, x := range gi {
-				s += float64(float64(x) * float64(yi[j]))
-			}
-			for j := range gi {
-				gi[j] = float32(float64(yi[j]) * (float64(gi[j]) - s))
-			}
-		}
+		hw.scoreGrads(probs, dp, n, w, i0, lo, skip && visibleOnly)
 		if q.Grad != nil {
 			kernel.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
 		}
@@ -458,6 +566,89 @@ func (hw *headWork) backwardHead(hd, wk int) {
 	if k.Grad != nil {
 		hw.keyBlocks(k.Grad[r:r+m*dh], sPanels, qh, tmp, skip)
 	}
+}
+
+// scoreGrads turns dp, the n×w block of dP = dO·Vᵀ of the queries
+// [i0, i0+n) and the keys [lo, lo+w), into dS = P ⊙ (dP − rowsum(dP ⊙ P)),
+// P being probs, with the bits of the chain's Softmax backward: each row's
+// sum in float64, added in order of keys from +0. It takes four rows at a
+// time, their sums side by side (four independent chains of additions
+// instead of one). With visible (sorted positions and skipsExact), a group
+// of rows' sums cover only the span of keys its rows see, from the first
+// row's first to the last row's last, its dS that span rounded out to
+// whole vectors (kernel.ScaleShifted), and its other dS are +0: a
+// left-out term of a sum is +0·dP, dP finite, so ±0, which leaves the sum
+// (from +0, so never −0) as it is, and a left-out dS, ±0 (+0·(dP − s),
+// both finite), is as a term of dQ and dK an exact zero whose sign does not
+// matter either (see skipsExact).
+func (hw *headWork) scoreGrads(probs, dp []float32, n, w, i0, lo int, visible bool) {
+	var s [4]float64
+	for i := 0; i < n; i += 4 {
+		r := min(4, n-i)
+		a, b := 0, w
+		if visible {
+			a, _ = hw.visible(i0 + i)
+			_, b = hw.visible(i0 + i + r - 1)
+			a, b = a-lo, b-lo
+		}
+		if r == 4 {
+			s = rowDots4(probs[i*w:(i+4)*w], dp[i*w:(i+4)*w], w, a, b)
+		} else {
+			for x := range r {
+				s[x] = rowDot(probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w+a:(i+x)*w+b])
+			}
+		}
+		if visible {
+			// Rounded out to whole vectors of kernel.ScaleShifted: a dS
+			// of a hidden key is ±0 either way.
+			n := min(w, (b-a+rowVector-1)/rowVector*rowVector)
+			b = min(w, a+n)
+			a = b - n
+		}
+		for x := range r {
+			yi, gi := probs[(i+x)*w+a:(i+x)*w+b], dp[(i+x)*w:(i+x+1)*w]
+			if visible {
+				// No NaN here (see skipsExact): the kernel's bits.
+				kernel.ScaleShifted(gi[a:b], yi, s[x])
+			} else {
+				gv := gi[a:][:len(yi)]
+				for j, y := range yi {
+					gv[j] = float32(float64(y) * (float64(gv[j]) - s[x]))
+				}
+			}
+			clear(gi[:a])
+			clear(gi[b:])
+		}
+	}
+}
+
+// rowDot returns Σⱼ float64(g[j])·float64(y[j]), added in order of j from
+// +0 (each product exact in float64).
+func rowDot(y, g []float32) float64 {
+	g = g[:len(y)]
+	var s float64
+	for j, x := range y {
+		s += float64(float64(g[j]) * float64(x))
+	}
+	return s
+}
+
+// rowDots4 returns rowDot of the columns [a, b) of four rows of y and g,
+// the rows w apart: what four calls of rowDot return, their additions
+// interleaved.
+func rowDots4(y, g []float32, w, a, b int) (s [4]float64) {
+	y0 := y[a:b]
+	n := len(y0)
+	y1, y2, y3 := y[w+a:][:n], y[2*w+a:][:n], y[3*w+a:][:n]
+	g0, g1, g2, g3 := g[a:][:n], g[w+a:][:n], g[2*w+a:][:n], g[3*w+a:][:n]
+	var s0, s1, s2, s3 float64
+	for j, x := range y0 {
+		s0 += float64(float64(g0[j]) * float64(x))
+		s1 += float64(float64(g1[j]) * float64(y1[j]))
+		s2 += float64(float64(g2[j]) * float64(y2[j]))
+		s3 += float64(float64(g3[j]) * float64(y3[j]))
+	}
+	return [4]float64{s0, s1, s2, s3}
 }
 
 // toPanels copies rows [i0, i1) of a matrix, their columns [lo, hi) held

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -120,13 +121,14 @@ type attentionCase struct {
 // compareAttention runs CausalAttention, forward and backward, with blocks
 // of block queries, and again with one block for the whole sequence (every
 // query times every key: the kernel calls of the version before the blocks,
-// a row's scores over all m keys in m×m products) and, if chain, as
+// a row's scores over all m keys in m×m products), again so with every
+// row's exponentials and sums over all m keys (visibleOnly off) and, if chain, as
 // chainAttention, on c with normally distributed inputs (times scale) and
 // gradients already present in q, k and v. It reports the first element of
 // the output or a gradient whose bits differ, a NaN only matching a NaN.
 func compareAttention(t *testing.T, c attentionCase, scale float64, seed uint64, block int, chain bool) {
 	t.Helper()
-	defer func(b int) { attentionBlock = b }(attentionBlock)
+	defer func(b int, v bool) { attentionBlock, visibleOnly = b, v }(attentionBlock, visibleOnly)
 	total := 0
 	for _, p := range c.pos {
 		total += len(p)
@@ -145,8 +147,8 @@ func compareAttention(t *testing.T, c attentionCase, scale float64, seed uint64,
 	if c.spoil != nil {
 		c.spoil(qd, kd, vd, up)
 	}
-	run := func(f func(tp *Tape, q, k, v *Tensor, heads int, pos [][]int, window int) *Tensor, block int) [4][]float32 {
-		attentionBlock = block
+	run := func(f func(tp *Tape, q, k, v *Tensor, heads int, pos [][]int, window int) *Tensor, block int, visible bool) [4][]float32 {
+		attentionBlock, visibleOnly = block, visible
 		var in [3]*Tensor
 		for x, d := range [3][]float32{qd, kd, vd} {
 			in[x] = NewParam(c.heads*total, c.dh, append([]float32(nil), d...))
@@ -157,10 +159,13 @@ func compareAttention(t *testing.T, c attentionCase, scale float64, seed uint64,
 		tp.BackwardFrom(out, up)
 		return [4][]float32{out.Data, in[0].Grad, in[1].Grad, in[2].Grad}
 	}
-	got := run((*Tape).CausalAttention, block)
-	refs := map[string][4][]float32{"unblocked": run((*Tape).CausalAttention, math.MaxInt)}
+	got := run((*Tape).CausalAttention, block, true)
+	refs := map[string][4][]float32{
+		"unblocked": run((*Tape).CausalAttention, math.MaxInt, true),
+		"every key": run((*Tape).CausalAttention, math.MaxInt, false),
+	}
 	if chain {
-		refs["chain"] = run(chainAttention, block)
+		refs["chain"] = run(chainAttention, block, true)
 	}
 	for ref, want := range refs {
 		for x, name := range []string{"output", "dq", "dk", "dv"} {
@@ -266,6 +271,57 @@ func TestCausalAttentionBlocksEdges(t *testing.T) {
 	}
 }
 
+// TestCausalAttentionVisibleRows checks the rows that CausalAttention
+// computes over their visible keys only (forwardRow, backwardRow) against
+// every row over all its keys, where that is not exact and the row must
+// fall back to all its keys: a query whose visible scores are all −Inf
+// (maximum −Inf, so a hidden key's exponential is Exp(−Inf + Inf), NaN),
+// one whose visible scores include −Inf beside finite ones (its
+// probability +0, the row taken over its visible keys), and rows with NaN
+// or +Inf scores; each with and without a window, with blocks of 1, 8 and
+// 64 queries, with sorted positions with gaps and repeats.
+func TestCausalAttentionVisibleRows(t *testing.T) {
+	const heads, dh = 2, 4
+	seq := make([]int, 40)
+	for i := range seq {
+		seq[i] = i + i/3
+	}
+	seq[7], seq[20] = seq[6], seq[19]                                      // repeats
+	row := func(i int) int { return (heads*len(seq) - len(seq) + i) * dh } // head 1, row i
+	for _, c := range []struct {
+		name  string
+		spoil func(q, k, v, up []float32)
+	}{
+		{"every visible score −Inf", func(q, k, v, up []float32) {
+			for j := range dh {
+				q[row(9)+j] = 1e20
+				for i := 0; i <= 9; i++ {
+					k[row(i)+j] = -1e20
+				}
+			}
+		}},
+		{"one visible score −Inf", func(q, k, v, up []float32) {
+			for j := range dh {
+				q[row(12)+j], k[row(10)+j] = 1e20, -1e20
+			}
+		}},
+		{"a NaN score", func(q, k, v, up []float32) { k[row(4)+1] = float32(math.NaN()) }},
+		{"a +Inf score", func(q, k, v, up []float32) {
+			for j := range dh {
+				q[row(30)+j], k[row(29)+j] = 1e20, 1e20
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, window := range []int{0, 6} {
+				for _, block := range []int{1, 8, 64} {
+					compareAttention(t, attentionCase{heads: heads, dh: dh, window: window, pos: [][]int{seq}, spoil: c.spoil}, 1, 7, block, false)
+				}
+			}
+		})
+	}
+}
+
 // chainRotateHalf is RotateHalf written as the chain of operations it fuses.
 func chainRotateHalf(tp *Tape, x, cos, sin *Tensor, pos []int) *Tensor {
 	n, dh := len(pos), x.Cols
@@ -313,4 +369,34 @@ func TestRotateHalfIsTheChain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestVisibleSpans checks the keys [a, b) that setSequence finds query i
+// to see, for sorted positions with gaps and repeats, against the
+// definition: key j is visible when p[j] ≤ p[i] and, with a window,
+// p[i] − p[j] < window; the visible keys form [a, b), with a ≤ i < b.
+func TestVisibleSpans(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for trial := 0; trial < 2000; trial++ {
+		p := make([]int, 1+rng.IntN(30))
+		for i := range p {
+			p[i] = rng.IntN(40)
+		}
+		slices.Sort(p)
+		window := rng.IntN(6)
+		hw := &headWork{headParams: headParams{window: window}}
+		hw.setSequence(p)
+		for i := range p {
+			a, b := hw.visible(i)
+			if a > i || b <= i {
+				t.Fatalf("positions %v, window %d: query %d sees [%d, %d)", p, window, i, a, b)
+			}
+			for j := range p {
+				seen := p[j] <= p[i] && (window == 0 || p[i]-p[j] < window)
+				if seen != (a <= j && j < b) {
+					t.Fatalf("positions %v, window %d: query %d sees [%d, %d), key %d seen: %v", p, window, i, a, b, j, seen)
+				}
+			}
+		}
+	}
 }

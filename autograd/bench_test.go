@@ -32,27 +32,37 @@ func BenchmarkMLPStep(b *testing.B) {
 }
 
 // BenchmarkCausalAttention measures a forward and backward pass of
-// CausalAttention over one sequence of S positions, 8 heads of 64 values
-// (the large size of mod's BenchmarkModStep, S = 1024, and the routed
-// tokens of its layers at capacity 12.5%, S = 128), on a reused tape.
+// CausalAttention over B sequences of S positions each, h heads of dₕ
+// values: 8 heads of 64 at the large size of mod's BenchmarkModStep,
+// S = 1024, and the routed tokens of its layers at capacity 12.5%,
+// S = 128 (one sequence); and its small size, 4 heads of 16 over 4
+// sequences of 64 (each head a 64×64 block of scores), on a reused tape.
 func BenchmarkCausalAttention(b *testing.B) {
-	for _, s := range []int{128, 1024} {
-		b.Run(fmt.Sprintf("h8-dh64-S%d", s), func(b *testing.B) {
-			const h, dh = 8, 64
+	for _, c := range []struct{ h, dh, s, batch int }{{8, 64, 128, 1}, {8, 64, 1024, 1}, {4, 16, 64, 4}} {
+		name := fmt.Sprintf("h%d-dh%d-S%d", c.h, c.dh, c.s)
+		if c.batch > 1 {
+			name += fmt.Sprintf("-B%d", c.batch)
+		}
+		b.Run(name, func(b *testing.B) {
+			h, dh, s := c.h, c.dh, c.s
+			t := s * c.batch
 			rng := rand.New(rand.NewPCG(3, 4))
 			param := func() *Tensor {
-				w := make([]float32, h*s*dh)
+				w := make([]float32, h*t*dh)
 				for i := range w {
 					w[i] = float32(rng.NormFloat64())
 				}
-				return NewParam(h*s, dh, w)
+				return NewParam(h*t, dh, w)
 			}
 			q, k, v := param(), param(), param()
-			pos := [][]int{make([]int, s)}
-			for i := range pos[0] {
-				pos[0][i] = i
+			pos := make([][]int, c.batch)
+			for r := range pos {
+				pos[r] = make([]int, s)
+				for i := range pos[r] {
+					pos[r][i] = i
+				}
 			}
-			dy := make([]float32, s*h*dh)
+			dy := make([]float32, t*h*dh)
 			for i := range dy {
 				dy[i] = float32(rng.NormFloat64())
 			}

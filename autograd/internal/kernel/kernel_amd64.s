@@ -16715,3 +16715,111 @@ done:
 	MOVSS        X1, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func maxAbsBitsAVX512(x *float32, n int) uint32
+// Requires: AVX, AVX2, AVX512F
+TEXT ·maxAbsBitsAVX512(SB), NOSPLIT, $0-20
+	MOVQ       x+0(FP), AX
+	MOVQ       n+8(FP), CX
+	VPTERNLOGD $0xff, Z0, Z0, Z0
+	VPSRLD     $0x01, Z0, Z0
+	VPXORD     Z1, Z1, Z1
+
+loop:
+	VPANDD        (AX), Z0, Z2
+	VPMAXUD       Z2, Z1, Z1
+	ADDQ          $0x40, AX
+	SUBQ          $0x10, CX
+	JNZ           loop
+	VEXTRACTI64X4 $0x01, Z1, Y0
+	VPMAXUD       Y1, Y0, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPMAXUD       X0, X1, X1
+	VPSHUFD       $0x4e, X1, X0
+	VPMAXUD       X0, X1, X1
+	VPSHUFD       $0xb1, X1, X0
+	VPMAXUD       X0, X1, X1
+	VMOVD         X1, AX
+	MOVL          AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func maxAbsBitsAVX2(x *float32, n int) uint32
+// Requires: AVX, AVX2
+TEXT ·maxAbsBitsAVX2(SB), NOSPLIT, $0-20
+	MOVQ     x+0(FP), AX
+	MOVQ     n+8(FP), CX
+	VPCMPEQD Y0, Y0, Y0
+	VPSRLD   $0x01, Y0, Y0
+	VPXOR    Y1, Y1, Y1
+
+loop:
+	VPAND        (AX), Y0, Y2
+	VPMAXUD      Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, CX
+	JNZ          loop
+	VEXTRACTI128 $0x01, Y1, X0
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPMAXUD      X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleShiftedAVX512(grad *float32, y *float32, n int, s float64)
+// Requires: AVX, AVX512F, SSE2
+TEXT ·scaleShiftedAVX512(SB), NOSPLIT, $0-32
+	MOVQ         grad+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        s+24(FP), X0
+	VBROADCASTSD X0, Z0
+
+loop:
+	TESTQ     DX, DX
+	JZ        done
+	VCVTPS2PD (AX), Z1
+	VCVTPS2PD (CX), Z2
+	VSUBPD    Z0, Z1, Z1
+	VMULPD    Z1, Z2, Z1
+	VCVTPD2PS Z1, Y1
+	VMOVUPS   Y1, (AX)
+	ADDQ      $0x20, AX
+	ADDQ      $0x20, CX
+	SUBQ      $0x08, DX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func scaleShiftedAVX2(grad *float32, y *float32, n int, s float64)
+// Requires: AVX, AVX2, SSE2
+TEXT ·scaleShiftedAVX2(SB), NOSPLIT, $0-32
+	MOVQ         grad+0(FP), AX
+	MOVQ         y+8(FP), CX
+	MOVQ         n+16(FP), DX
+	MOVSD        s+24(FP), X0
+	VBROADCASTSD X0, Y0
+
+loop:
+	TESTQ      DX, DX
+	JZ         done
+	VCVTPS2PD  (AX), Y1
+	VCVTPS2PD  (CX), Y2
+	VSUBPD     Y0, Y1, Y1
+	VMULPD     Y1, Y2, Y1
+	VCVTPD2PSY Y1, X1
+	VMOVUPS    X1, (AX)
+	ADDQ       $0x10, AX
+	ADDQ       $0x10, CX
+	SUBQ       $0x04, DX
+	JMP        loop
+
+done:
+	VZEROUPPER
+	RET

@@ -5,7 +5,9 @@
 // GELUEval on every path), and the row kernels of softmax, attention and
 // cross-entropy (exp.go: the float64 exponential Exp, a row of them by
 // ExpShifted and ExpShiftedSum, a row's maximum by Max and its quotients by
-// DivToFloat32), whose SIMD paths give exactly the bits of the Go loops
+// DivToFloat32; scoregrad.go: a row of softmax's gradient by ScaleShifted;
+// absmax.go: the largest bits of |x| by MaxAbsBits, for attention's
+// exactness checks), whose SIMD paths give exactly the bits of the Go loops
 // they replace.
 //
 // Every matrix is row-major. Each kernel overwrites its destination; callers

@@ -375,3 +375,15 @@ func maxFloat32AVX512(x *float32, n int) float32
 
 // maxFloat32AVX2 returns the largest of x[j] for j < n, 8 at a time (n a multiple of 8): −Inf if all are NaN or −Inf; a zero maximum has either sign.
 func maxFloat32AVX2(x *float32, n int) float32
+
+// maxAbsBitsAVX512 returns the largest of math.Float32bits(x[j]) & 0x7fffffff for j < n, 16 at a time (n a multiple of 16, at least 16).
+func maxAbsBitsAVX512(x *float32, n int) uint32
+
+// maxAbsBitsAVX2 returns the largest of math.Float32bits(x[j]) & 0x7fffffff for j < n, 8 at a time (n a multiple of 8, at least 8).
+func maxAbsBitsAVX2(x *float32, n int) uint32
+
+// scaleShiftedAVX512 sets grad[j] = float32(float64(y[j]) * (float64(grad[j]) - s)) for j < n, 8 at a time (n a multiple of 8).
+func scaleShiftedAVX512(grad *float32, y *float32, n int, s float64)
+
+// scaleShiftedAVX2 sets grad[j] = float32(float64(y[j]) * (float64(grad[j]) - s)) for j < n, 4 at a time (n a multiple of 4).
+func scaleShiftedAVX2(grad *float32, y *float32, n int, s float64)

@@ -55,6 +55,10 @@ func main() {
 	div("AVX2", 4)
 	maxf32("AVX512", 8)
 	maxf32("AVX2", 4)
+	absMax("AVX512", 16)
+	absMax("AVX2", 8)
+	scaleShifted("AVX512", 8)
+	scaleShifted("AVX2", 4)
 	Generate()
 }
 
