@@ -224,18 +224,23 @@ func TestZerosIsReusedAndCleared(t *testing.T) {
 // TestGradientsOfAReusedTape checks the lazy zeroing of gradients on a tape
 // whose buffers hold the last pass's gradients: after a Reset, a tensor off
 // the path to the loss has a zero gradient after Backward, and a tensor
-// whose gradient is first added into through views (SliceRows and Reshape
-// of it, consumed after its direct consumers, so that the backward pass
-// reaches them first) gets the gradient a fresh tape gives.
+// whose gradient is first written by a product's backward step (directly,
+// without a work buffer) and then added into through views (SliceRows and
+// Reshape of it) and directly gets the gradient a fresh tape gives.
 func TestGradientsOfAReusedTape(t *testing.T) {
 	w := NewParam(4, 3, []float32{1, -2, 3, 0.5, 4, -1, 2, 2, -3, 1, 0.25, -0.5})
+	mat := New(3, 2, []float32{1, 2, -1, 0.5, 3, -2})
 	pass := func(tp *Tape) (grads [][]float32) {
 		w.ZeroGrad()
 		h := tp.Scale(w, 3)
 		off := tp.Scale(h, -1) // not on the path to the loss
 		direct := tp.SumAll(tp.Mul(h, h))
 		top := tp.Reshape(tp.SliceRows(h, 0, 2), 3, 2) // h's first two rows, reshaped
-		loss := tp.Add(tp.SumAll(tp.Mul(top, top)), direct)
+		viewed := tp.SumAll(tp.Mul(top, top))
+		// A product recorded last, so that its backward step is the first
+		// to reach h and writes h's gradient directly (backwardMatMul).
+		prod := tp.SumAll(tp.MatMul(h, mat))
+		loss := tp.Add(tp.Add(viewed, direct), prod)
 		tp.Backward(loss)
 		return [][]float32{
 			append([]float32(nil), w.Grad...),
@@ -243,14 +248,16 @@ func TestGradientsOfAReusedTape(t *testing.T) {
 			append([]float32(nil), off.Grad...),
 		}
 	}
-	// h = 3w, and the loss Σ_{rows 0-1} h² + Σ h² has ∂/∂h = 4h on the first
-	// two rows and 2h on the others, so ∂/∂w = 3·∂/∂h.
+	// h = 3w, and the loss Σ_{rows 0-1} h² + Σ h² + Σ h·mat has
+	// ∂/∂h_ij = 4h_ij on the first two rows and 2h_ij on the others, plus
+	// Σ_l mat_jl; ∂/∂w = 3·∂/∂h.
 	want := [][]float32{make([]float32, 12), make([]float32, 12), make([]float32, 12)}
 	for i, v := range w.Data {
 		dh := 2 * 3 * v
 		if i < 6 {
 			dh *= 2
 		}
+		dh += mat.Data[2*(i%3)] + mat.Data[2*(i%3)+1]
 		want[0][i], want[1][i] = 3*dh, dh
 	}
 	var fresh Tape

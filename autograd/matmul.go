@@ -54,31 +54,54 @@ func (tp *Tape) MatMulTN(a, b *Tensor) *Tensor {
 //	C = A·B:   dA = dC·Bᵀ (NT), dB = Aᵀ·dC (TN)
 //	C = A·Bᵀ:  dA = dC·B  (NN), dB = dCᵀ·A (TN)
 //	C = Aᵀ·B:  dA = B·dCᵀ (NT), dB = A·dC  (NN)
+//
+// A gradient no operation has added into yet (a tape tensor's own, stale
+// buffer) receives its product directly instead of through a work buffer
+// and an addition into zeros: the kernels start every sum from +0 and so
+// never give −0, which makes the product the bits of 0 + product
+// (TestProductsAreNeverNegativeZero in the kernel package).
 func (tp *Tape) backwardMatMul(nd *node) {
 	a, b, g := nd.a, nd.b, nd.out.Grad
 	c := nd.out
 	if a.Grad != nil {
-		tmp := tp.f32(a.Len())
+		dst, direct := tp.gradDestination(a)
 		switch nd.op {
 		case opMatMul:
-			kernel.MatMulNT(tmp, g, b.Data, a.Rows, c.Cols, a.Cols)
+			kernel.MatMulNT(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
 		case opMatMulNT:
-			kernel.MatMulNN(tmp, g, b.Data, a.Rows, c.Cols, a.Cols)
+			kernel.MatMulNN(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
 		case opMatMulTN:
-			kernel.MatMulNT(tmp, b.Data, g, a.Rows, b.Cols, a.Cols)
+			kernel.MatMulNT(dst, b.Data, g, a.Rows, b.Cols, a.Cols)
 		}
-		vek32.Add_Inplace(a.Grad, tmp)
+		if !direct {
+			vek32.Add_Inplace(a.Grad, dst)
+		}
 	}
 	if b.Grad != nil {
-		tmp := tp.f32(b.Len())
+		dst, direct := tp.gradDestination(b)
 		switch nd.op {
 		case opMatMul:
-			kernel.MatMulTN(tmp, a.Data, g, b.Rows, a.Rows, b.Cols)
+			kernel.MatMulTN(dst, a.Data, g, b.Rows, a.Rows, b.Cols)
 		case opMatMulNT:
-			kernel.MatMulTN(tmp, g, a.Data, b.Rows, a.Rows, b.Cols)
+			kernel.MatMulTN(dst, g, a.Data, b.Rows, a.Rows, b.Cols)
 		case opMatMulTN:
-			kernel.MatMulNN(tmp, a.Data, g, b.Rows, a.Cols, b.Cols)
+			kernel.MatMulNN(dst, a.Data, g, b.Rows, a.Cols, b.Cols)
 		}
-		vek32.Add_Inplace(b.Grad, tmp)
+		if !direct {
+			vek32.Add_Inplace(b.Grad, dst)
+		}
 	}
+}
+
+// gradDestination returns where a product that is t's gradient term goes:
+// t's own gradient, and direct, if it is stale (a tape tensor's own buffer,
+// not a view's, that nothing has added into yet), which it then no longer
+// is; or else a work buffer to be added into t's gradient, made fresh.
+func (tp *Tape) gradDestination(t *Tensor) (dst []float32, direct bool) {
+	if t.stale {
+		t.stale = false
+		return t.Grad, true
+	}
+	t.freshGrad()
+	return tp.f32(t.Len()), false
 }

@@ -172,7 +172,9 @@ func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
 		// pass allocated them.
 		nd.out.freshGrad()
 		for _, t := range [2]*Tensor{nd.a, nd.b} {
-			if t != nil && t.Grad != nil {
+			// The products' backward pass may write a stale gradient
+			// directly (backwardMatMul).
+			if t != nil && t.Grad != nil && !isMatMul(nd.op) {
 				t.freshGrad()
 			}
 		}
@@ -184,6 +186,9 @@ func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
 		tp.backward(nd)
 	}
 }
+
+// isMatMul reports whether op is one of the three matrix products.
+func isMatMul(op opcode) bool { return op == opMatMul || op == opMatMulNT || op == opMatMulTN }
 
 // f32 returns a tape-owned float32 work buffer of length n, contents undefined.
 func (tp *Tape) f32(n int) []float32 {

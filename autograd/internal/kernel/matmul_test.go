@@ -501,3 +501,36 @@ func TestScratchFitsEveryLaterProduct(t *testing.T) {
 		}
 	}
 }
+
+// TestProductsAreNeverNegativeZero checks on every path the property
+// autograd's backward pass relies on when it writes a product straight into
+// a gradient that is still zero: every element of a product is a sum started
+// from +0, and a round-to-nearest sum of terms is −0 only if it starts at
+// −0, so no element is −0, and the product has the bits of 0 + product.
+// Inputs are signed zeros, ±1 and ±1/2 (whose products cancel exactly), at
+// k = 1 and 2 (where a kernel that started from its first product would
+// give −0 for about a quarter of the elements), k above kc (a sum continued
+// over two runs) and ragged edges.
+func TestProductsAreNeverNegativeZero(t *testing.T) {
+	vals := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.5, -0.5}
+	rng := rand.New(rand.NewPCG(16, 17))
+	for _, pt := range paths {
+		for _, s := range []benchShape{{20, 1, 20}, {16, 2, 40}, {13, 7, 37}, {2, kc + 3, 5}, {30, 40, 50}} {
+			a, b, c := make([]float32, s.m*s.k), make([]float32, s.k*s.n), make([]float32, s.m*s.n)
+			for i := range a {
+				a[i] = vals[rng.IntN(len(vals))]
+			}
+			for i := range b {
+				b[i] = vals[rng.IntN(len(vals))]
+			}
+			for _, kn := range kernels {
+				onPath(pt, func() { kn.f(c, a, b, s.m, s.k, s.n) })
+				for i, v := range c {
+					if math.Float32bits(v) == 0x80000000 {
+						t.Fatalf("%s %s %v: element %d (row %d, column %d) is -0", pt.name, kn.name, s, i, i/s.n, i%s.n)
+					}
+				}
+			}
+		}
+	}
+}
