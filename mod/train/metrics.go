@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/modref/modref/mod"
 )
@@ -74,10 +75,13 @@ type Layer struct {
 	PredictorRecall   float64 `json:",omitempty"`
 }
 
-// layerMetrics summarises the layers of a model result.
-func layerMetrics(res *mod.ModelResult) []Layer {
-	ls := make([]Layer, len(res.Layers))
+// appendLayerMetrics appends the summaries of the layers of a model result
+// to ls.
+func appendLayerMetrics(ls []Layer, res *mod.ModelResult) []Layer {
+	from := len(ls)
+	ls = slices.Grow(ls, len(res.Layers))[:from+len(res.Layers)]
 	for l, lr := range res.Layers {
+		l += from
 		if lr == nil {
 			ls[l] = Layer{Fraction: 1}
 			continue

@@ -35,6 +35,15 @@ type Trainer struct {
 	flops   float64
 	wall    time.Duration
 	metrics Metrics
+
+	// ids, in and layers are reused from step to step, so that a step
+	// allocates nothing but the growth of its history: the batch's byte
+	// ids with its token and target rows (views of ids), and the layer
+	// summaries of every step so far (each Step's Layers is a full slice
+	// of it, which a later append never writes into).
+	ids    []int
+	in     mod.ModelInputs
+	layers []Layer
 }
 
 // New returns a trainer at step 0 for cfg on text, or an error naming what
@@ -142,8 +151,10 @@ func (t *Trainer) Step() (Step, error) {
 	t.step++
 	t.tokens += int64(t.cfg.Batch * t.cfg.SeqLen)
 	t.flops += float64(3 * float64(res.FLOPs.Total))
+	from := len(t.layers)
+	t.layers = appendLayerMetrics(t.layers, res)
 	s := Step{Step: t.step, Tokens: t.tokens, FLOPs: t.flops, WallSeconds: t.wall.Seconds(), LR: lr,
-		Loss: res.CE, Aux: res.Aux, GradNorm: norm, Layers: layerMetrics(res)}
+		Loss: res.CE, Aux: res.Aux, GradNorm: norm, Layers: t.layers[from:len(t.layers):len(t.layers)]}
 	t.metrics.Steps = append(t.metrics.Steps, s)
 	if t.Done() || (t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0) {
 		e, err := t.Evaluate()
@@ -159,13 +170,17 @@ func (t *Trainer) Step() (Step, error) {
 // uniformly random offsets, and the router noise and jitter the
 // configuration needs.
 func (t *Trainer) batch() mod.ModelInputs {
-	in := mod.ModelInputs{Tokens: make([][]int, t.cfg.Batch), Targets: make([][]int, t.cfg.Batch)}
+	w := t.cfg.SeqLen + 1
+	if t.ids == nil {
+		t.ids = make([]int, t.cfg.Batch*w)
+		t.in = mod.ModelInputs{Tokens: make([][]int, t.cfg.Batch), Targets: make([][]int, t.cfg.Batch)}
+	}
 	for b := range t.cfg.Batch {
 		off := t.rng.IntN(len(t.trainPart) - t.cfg.SeqLen)
-		in.Tokens[b], in.Targets[b] = window(t.trainPart[off : off+t.cfg.SeqLen+1])
+		t.in.Tokens[b], t.in.Targets[b] = window(t.ids[b*w:(b+1)*w], t.trainPart[off:off+w])
 	}
-	in.Noise, in.Jitter = noise(t.model, t.cfg.Batch*t.cfg.SeqLen, t.rng, true)
-	return in
+	t.in.Noise, t.in.Jitter = noise(t.model, t.cfg.Batch*t.cfg.SeqLen, t.rng, true)
+	return t.in
 }
 
 // noise returns the per-layer router noise (random routers) and jitter eps
@@ -202,8 +217,8 @@ func noise(m *mod.Model, n int, rng *rand.Rand, training bool) (noise, jitter []
 }
 
 // window splits SeqLen+1 bytes into tokens and next-token targets.
-func window(b []byte) (tokens, targets []int) {
-	ids := make([]int, len(b))
+func window(ids []int, b []byte) (tokens, targets []int) {
+	ids = ids[:len(b)]
 	for i, c := range b {
 		ids[i] = int(c)
 	}
@@ -233,7 +248,7 @@ func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
 			if n > 1 {
 				off = (e*t.cfg.Batch + b) * span / (n - 1)
 			}
-			in.Tokens[b], in.Targets[b] = window(t.evalPart[off : off+t.cfg.SeqLen+1])
+			in.Tokens[b], in.Targets[b] = window(make([]int, t.cfg.SeqLen+1), t.evalPart[off:off+t.cfg.SeqLen+1])
 		}
 		in.Noise, in.Jitter = noise(m, t.cfg.Batch*t.cfg.SeqLen, rng, false)
 		tp.Reset()
@@ -242,7 +257,7 @@ func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
 			return Eval{}, fmt.Errorf("train: evaluation after step %d: %w", t.step, err)
 		}
 		loss += res.CE
-		layers = append(layers, layerMetrics(res))
+		layers = append(layers, appendLayerMetrics(nil, res))
 	}
 	return Eval{Step: t.step, Tokens: t.tokens, FLOPs: t.flops, WallSeconds: t.wall.Seconds(),
 		Loss: loss / float64(t.cfg.EvalBatches), Layers: meanLayers(layers)}, nil

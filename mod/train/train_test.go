@@ -514,3 +514,48 @@ func TestVariants(t *testing.T) {
 		})
 	}
 }
+
+// TestStepAllocatesOnlyItsHistory checks that a training step reuses its
+// batch buffers and keeps its layer summaries in one growing history:
+// after warm-up, 100 steps allocate less than one object per step on
+// average (the history's doublings), and every step's Layers still holds,
+// after later steps, what the step returned.
+func TestStepAllocatesOnlyItsHistory(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cfg := tinyConfig(t, 1<<20)
+	cfg.EvalEvery = 0
+	tr, err := New(cfg, defaultText(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var returned [][]Layer
+	step := func() {
+		s, err := tr.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		returned = append(returned, append([]Layer(nil), s.Layers...))
+	}
+	step()
+	before := len(returned)
+	if a := testing.AllocsPerRun(100, func() {
+		if _, err := tr.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("a training step allocates %v objects on average after warm-up, want less than 1", a)
+	}
+	for range 20 {
+		step()
+	}
+	steps := tr.Metrics().Steps
+	for i, want := range returned {
+		k := i
+		if i >= before {
+			k = i + 101 // the AllocsPerRun steps (its warm-up run included) lie between
+		}
+		if diff := cmp.Diff(want, steps[k].Layers); diff != "" {
+			t.Fatalf("step %d's layers changed after later steps (-returned +history):\n%s", steps[k].Step, diff)
+		}
+	}
+}
