@@ -5,7 +5,6 @@ import (
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
-	"github.com/mmcloughlin/avo/reg"
 )
 
 // absMax emits maxAbsBits<isa>: the largest of the bits of |x[j]|
@@ -19,12 +18,7 @@ func absMax(isa string, lanes int) {
 	TEXT(name, NOSPLIT, "func(x *float32, n int) uint32")
 	Doc(fmt.Sprintf("%s returns the largest of math.Float32bits(x[j]) & 0x7fffffff for j < n, %d at a time (n a multiple of %d, at least %d).", name, lanes, lanes, lanes))
 	avx512 := lanes == 16
-	vec := func() reg.VecVirtual {
-		if avx512 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(avx512)
 	px := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
 	mask, acc, v := vec(), vec(), vec()

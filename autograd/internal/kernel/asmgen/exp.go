@@ -67,12 +67,7 @@ func exp(isa string, lanes int, sum bool) {
 		Doc(fmt.Sprintf("%s sets e[j] = Exp(float64(x[j]) - m) for j < n, %d at a time (n a multiple of %d), with Exp's constants from c (expTable).", name, lanes, lanes))
 	}
 	avx512 := lanes == 8
-	vec := func() reg.VecVirtual {
-		if avx512 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(avx512)
 	pe := Load(Param("e"), GP64())
 	px := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
@@ -250,12 +245,7 @@ func div(isa string, lanes int) {
 	TEXT(name, NOSPLIT, "func(dst *float32, e *float64, n int, d float64)")
 	Doc(fmt.Sprintf("%s sets dst[j] = float32(e[j] / d) for j < n, %d at a time (n a multiple of %d).", name, lanes, lanes))
 	avx512 := lanes == 8
-	vec := func() reg.VecVirtual {
-		if avx512 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(avx512)
 	pd := Load(Param("dst"), GP64())
 	pe := Load(Param("e"), GP64())
 	n := Load(Param("n"), GP64())
@@ -296,12 +286,7 @@ func maxf32(isa string, lanes int) {
 	TEXT(name, NOSPLIT, "func(x *float32, n int) float32")
 	Doc(fmt.Sprintf("%s returns the largest of x[j] for j < n, %d at a time (n a multiple of %d): −Inf if all are NaN or −Inf; a zero maximum has either sign.", name, 2*lanes, 2*lanes))
 	avx512 := lanes == 8
-	vec := func() reg.VecVirtual {
-		if avx512 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(avx512)
 	px := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
 	acc, v := vec(), vec()

@@ -51,12 +51,7 @@ func gelu() {
 
 // geluKernel emits geluForward<isa> or geluBackward<isa>.
 func geluKernel(isa string, lanes int, deriv bool) {
-	vec := func() reg.VecVirtual {
-		if lanes == 16 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(lanes == 16)
 	var name string
 	if deriv {
 		name = "geluBackward" + isa

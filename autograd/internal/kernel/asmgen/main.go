@@ -62,6 +62,15 @@ func main() {
 	Generate()
 }
 
+// vectors returns a maker of new virtual vector registers: ZMM registers
+// for AVX-512 code, YMM registers for AVX2 code.
+func vectors(avx512 bool) func() reg.VecVirtual {
+	if avx512 {
+		return func() reg.VecVirtual { return ZMM() }
+	}
+	return func() reg.VecVirtual { return YMM() }
+}
+
 // transpose emits transpose<r>AVX, which packs r rows of a matrix into
 // interleaved columns with AVX shuffles, eight columns at a time.
 func transpose(r int) {
@@ -203,12 +212,7 @@ func kernel(isa string, lay aLayout, mr, nv, lanes int) {
 		TEXT(name, NOSPLIT, "func(k int, a *float32, lda int, b, c *float32, ldc int, next *float32, load bool)")
 	}
 	Doc(fmt.Sprintf("%s sets the %d×%d block of c (rows ldc floats apart) to its value (load) or 0, plus the product of %s, with %s FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.", name, mr, w, what, isa))
-	vec := func() reg.VecVirtual {
-		if lanes == 16 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(lanes == 16)
 	k := Load(Param("k"), GP64())
 	pa := Load(Param("a"), GP64())
 	pb := Load(Param("b"), GP64())

@@ -19,12 +19,7 @@ func scaleShifted(isa string, lanes int) {
 	TEXT(name, NOSPLIT, "func(grad *float32, y *float32, n int, s float64)")
 	Doc(fmt.Sprintf("%s sets grad[j] = float32(float64(y[j]) * (float64(grad[j]) - s)) for j < n, %d at a time (n a multiple of %d).", name, lanes, lanes))
 	avx512 := lanes == 8
-	vec := func() reg.VecVirtual {
-		if avx512 {
-			return ZMM()
-		}
-		return YMM()
-	}
+	vec := vectors(avx512)
 	half := func() reg.VecVirtual {
 		if avx512 {
 			return YMM()
