@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/modref/modref/internal/readfile"
 )
 
 // embedded holds the files of golden/corpus as this package was built, so
@@ -188,7 +190,7 @@ func (c Corpus) Load(name string) (*Case, error) {
 }
 
 // readFile reads a corpus file of at most maxBytes: from memory for the
-// embedded corpus, and through openRegular (regular files only, never
+// embedded corpus, and through readfile.Read (regular files only, never
 // blocking on a FIFO) for one on disk.
 func (c Corpus) readFile(file string, maxBytes int64) ([]byte, error) {
 	if c.embedded {
@@ -198,7 +200,7 @@ func (c Corpus) readFile(file string, maxBytes int64) ([]byte, error) {
 		}
 		return raw, nil
 	}
-	return readRegular(c.path(file), maxBytes)
+	return readfile.Read(c.path(file), maxBytes)
 }
 
 // readNPZ reads the arrays of a corpus .npz as plan says: decoded from

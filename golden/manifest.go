@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+
+	"github.com/modref/modref/internal/readfile"
 )
 
 // Format and Version identify the corpus format (docs/golden-format.md).
@@ -90,7 +92,7 @@ var caseName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 // ReadManifest reads and validates a manifest. Errors name the file and the
 // field.
 func ReadManifest(path string) (*Manifest, error) {
-	raw, err := readRegular(path, maxManifestBytes)
+	raw, err := readfile.Read(path, maxManifestBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -8,10 +8,10 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/modref/modref/internal/readfile"
 )
 
 // The errors a reader names. Each message of ReadNPZ, ReadCandidate and Load
@@ -19,10 +19,10 @@ import (
 var (
 	// ErrNotRegular: the path is a directory, device, FIFO or socket
 	// (after symbolic links are followed).
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = readfile.ErrNotRegular
 	// ErrTooLarge: a file, an archive's member count or central directory,
 	// an .npy header, or an array is larger than the reader accepts.
-	ErrTooLarge = errors.New("too large")
+	ErrTooLarge = readfile.ErrTooLarge
 	// ErrBadCRC: a zip member's bytes do not match its CRC-32.
 	ErrBadCRC = errors.New("bad CRC-32")
 	// ErrDataLength: an array's data is not exactly as long as its .npy
@@ -73,68 +73,9 @@ type readPlan struct {
 	what string
 }
 
-// openRegular opens path for reading if it is, after links are followed, a
-// regular file of at most maxBytes. A FIFO is refused before it is opened
-// (opening one blocks), and the opened file is checked again.
-func openRegular(path string, maxBytes int64) (*os.File, int64, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading %s: %w", path, unwrapPath(err))
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("%s: %w (%s)", path, ErrNotRegular, fileKind(fi.Mode()))
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading %s: %w", path, unwrapPath(err))
-	}
-	fi, err = f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(fi.Mode()))
-	}
-	if err == nil && fi.Size() > maxBytes {
-		err = fmt.Errorf("%w: %d bytes, more than the %d accepted", ErrTooLarge, fi.Size(), maxBytes)
-	}
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
-	}
-	return f, fi.Size(), nil
-}
-
-// readRegular reads a regular file of at most maxBytes.
-func readRegular(path string, maxBytes int64) ([]byte, error) {
-	f, size, err := openRegular(path, maxBytes)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw := make([]byte, size)
-	if _, err := io.ReadFull(f, raw); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return raw, nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	}
-	return "mode " + m.String()
-}
-
 // readNPZFile reads the arrays of the .npz at path as plan says.
 func readNPZFile(path string, plan *readPlan) (map[string]*Array, error) {
-	f, size, err := openRegular(path, maxFileBytes)
+	f, size, err := readfile.Open(path, maxFileBytes)
 	if err != nil {
 		return nil, err
 	}
