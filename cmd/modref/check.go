@@ -35,7 +35,9 @@ implementation (mod/) against the corpus; an empty --candidate "" is a usage
 error. Candidates are read as untrusted input: regular files only, sizes
 bounded by the case, every CRC-32 and data length verified
 (docs/golden-format.md). The table (or JSON) is printed before the --junit
-report, which is written atomically and never over an input.
+report, which is written atomically, only over a regular file (a device
+such as /dev/null, a FIFO or a directory is refused before anything is
+judged) and never over an input.
 
 Exit status: 0 all pass, 1 a mismatch, 2 bad input (in any case) or usage.
 
@@ -52,8 +54,10 @@ flags:
 	if err != nil {
 		return err
 	}
-	if err := refuseEmpty(fs, "candidate"); err != nil {
-		return err
+	for _, name := range []string{"candidate", "junit"} {
+		if err := refuseEmpty(fs, name); err != nil {
+			return err
+		}
 	}
 	names := named
 	if len(names) == 0 {
@@ -175,15 +179,16 @@ func refuseEmpty(fs *flagSet, name string) error {
 	return err
 }
 
-// refuseOverwrite refuses an output path that is one of the inputs (the
-// same file, by path or through a link) or a directory.
+// refuseOverwrite refuses an output path that atomicfile.WriteFile would
+// not write (a device, FIFO or directory, or a missing directory), or that
+// is one of the inputs (the same file, by path or through a link).
 func refuseOverwrite(out string, inputs []string) error {
+	if err := atomicfile.Check(out); err != nil {
+		return fmt.Errorf("--junit: %w", err)
+	}
 	fo, err := os.Stat(out)
 	if err != nil {
 		return nil // a new file
-	}
-	if fo.IsDir() {
-		return fmt.Errorf("--junit %s is a directory", out)
 	}
 	for _, in := range inputs {
 		if in == "" {

@@ -443,26 +443,31 @@ func TestHostileJUnit(t *testing.T) {
 	expectRefused(t, []string{"check", "--dir", dir, "--candidate", cand, "--junit", cand, "layer-paper"}, []string{"refusing to overwrite"}, dir, candDir)
 	expectRefused(t, []string{"check", "--dir", dir, "--candidate", candDir, "--junit", cand, "layer-paper"}, []string{"refusing to overwrite"}, dir, candDir)
 	expectRefused(t, []string{"check", "--dir", dir, "--candidate", cand, "--junit", filepath.Join(dir, "layer-paper.json"), "layer-paper"}, []string{"refusing to overwrite"}, dir, candDir)
-	// An unwritable report path: the table is printed, the run fails.
-	code, out, errOut := runBin(t, "check", "--dir", dir, "--candidate", cand, "--junit", filepath.Join(cand, "report.xml"), "layer-paper")
-	if code != 2 || !strings.Contains(out, "1 passed, 0 failed") || !strings.Contains(errOut, "JUnit report") {
-		t.Errorf("unwritable report: exit %d, want 2 with the table\nstdout %s\nstderr %s", code, out, errOut)
-	}
-	// An existing report is replaced whole, with an ordinary mode and no
-	// temporary file left.
+	// A report path in no directory is refused before anything is judged.
+	expectRefused(t, []string{"check", "--dir", dir, "--candidate", cand, "--junit", filepath.Join(cand, "report.xml"), "layer-paper"}, []string{"--junit", "not a directory"}, dir, candDir)
+	// An existing report is replaced whole, keeping its mode, with no
+	// temporary file left; a new one has the ordinary mode.
 	repDir := t.TempDir()
 	report := writeFile(t, repDir, "report.xml", []byte("old"))
 	os.Chmod(report, 0o600)
-	cmd := exec.Command("sh", "-c", `umask 022; exec "$0" "$@"`, modrefBin, "check", "--dir", dir, "--candidate", cand, "--junit", report, "layer-paper")
-	cmd.Dir = t.TempDir()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	fresh := filepath.Join(repDir, "new.xml")
+	for _, out := range []string{report, fresh} {
+		cmd := exec.Command("sh", "-c", `umask 022; exec "$0" "$@"`, modrefBin, "check", "--dir", dir, "--candidate", cand, "--junit", out, "layer-paper")
+		cmd.Dir = t.TempDir()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
 	}
 	ents, _ := os.ReadDir(repDir)
-	fi, _ := os.Stat(report)
-	raw, _ := os.ReadFile(report)
-	if len(ents) != 1 || fi.Mode().Perm() != 0o644 || !bytes.Contains(raw, []byte("<testsuite")) {
-		t.Errorf("report directory holds %d entries, report mode %v, content %.40q; want 1, -rw-r--r--, a test suite", len(ents), fi.Mode(), raw)
+	if len(ents) != 2 {
+		t.Errorf("report directory holds %d entries, want report.xml and new.xml", len(ents))
+	}
+	for p, mode := range map[string]os.FileMode{report: 0o600, fresh: 0o644} {
+		fi, _ := os.Stat(p)
+		raw, _ := os.ReadFile(p)
+		if fi.Mode().Perm() != mode || !bytes.Contains(raw, []byte("<testsuite")) {
+			t.Errorf("%s: mode %v, content %.40q; want %v and a test suite", p, fi.Mode(), raw, mode)
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package atomicfile writes files and directories so that a reader sees
 // either the old contents or the new, never a mixture or a half-written
 // file: everything is written under a temporary name beside its target and
-// renamed into place. Temporary files are created with ordinary modes (0644
-// files, 0755 directories, less the umask), removed on every error, on
+// renamed into place. Only regular files are written over (a device, FIFO
+// or directory at the path is refused and left as it is), and what is
+// replaced keeps its mode; a new file is 0644 less the umask. Temporary
+// files and directories are removed on every error, on
 // SIGINT, SIGTERM and SIGHUP (see HandleSignals), and, when a SIGKILL left
 // one behind, by the next write to the same target.
 package atomicfile
@@ -12,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/modref/modref/internal/readfile"
 )
 
 // tmpTag marks the temporary names this package makes:
@@ -66,18 +71,79 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, os.ErrPermission)
 }
 
-// WriteFile writes data to path: to a new temporary file beside it (mode
-// 0644 less the umask), synced, then renamed over path. On any error path
-// is unchanged and the temporary file is gone.
+// ErrNotRegular is what WriteFile and Check say of a path that exists and
+// is not a regular file (a device, FIFO, socket or directory), or is a
+// symbolic link to nothing: modref writes only regular files.
+var ErrNotRegular = errors.New("not a regular file")
+
+// target returns the file WriteFile replaces for path, and the mode the new
+// file gets: path itself, new (0644 less the umask) or regular (its own
+// mode), or, for a symbolic link, the regular or new file it leads to, so
+// that the link stays a link.
+func target(path string) (string, os.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Dir(path)); err != nil {
+			return "", 0, fmt.Errorf("writing %s: its directory: %w", path, err)
+		}
+		return path, 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return "", 0, fmt.Errorf("%s is a symbolic link that leads to no file (%w), %w; modref writes only regular files", path, err, ErrNotRegular)
+		}
+		if fi, err = os.Stat(real); err != nil {
+			return "", 0, fmt.Errorf("writing %s: %w", path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", 0, fmt.Errorf("%s is a link to %s, which is %s, %w; modref writes only regular files and leaves it as it is", path, real, readfile.Kind(fi.Mode()), ErrNotRegular)
+		}
+		return real, fi.Mode().Perm(), nil
+	}
+	if !fi.Mode().IsRegular() {
+		return "", 0, fmt.Errorf("%s is %s, %w; modref writes only regular files and leaves it as it is", path, readfile.Kind(fi.Mode()), ErrNotRegular)
+	}
+	return path, fi.Mode().Perm(), nil
+}
+
+// Check returns the error WriteFile would give for path before a byte is
+// written: nil when path is a regular file, a link to one, or a new name in
+// an existing directory. Commands check their output paths with it before
+// they start long work.
+func Check(path string) error {
+	_, _, err := target(path)
+	return err
+}
+
+// WriteFile writes data to path: to a new temporary file beside it, synced,
+// then renamed over path. A path that exists must be a regular file (or a
+// link to one, which is written through, the link kept); the new file has
+// the mode of the file it replaces, or 0644 less the umask. Anything else
+// (a device such as /dev/null, a FIFO, a directory) is refused with
+// ErrNotRegular and left as it is. On any error path is unchanged and the
+// temporary file is gone.
 func WriteFile(path string, data []byte) error {
-	tmp := tempName(path)
+	real, mode, err := target(path)
+	if err != nil {
+		return err
+	}
+	tmp := tempName(real)
 	pending.Store(tmp, true)
 	defer pending.Delete(tmp)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	_, err = f.Write(data)
+	if mode != 0 {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -85,7 +151,7 @@ func WriteFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = os.Rename(tmp, real)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -95,8 +161,8 @@ func WriteFile(path string, data []byte) error {
 }
 
 // ReplaceDir replaces the directory dir, which must exist, by a new one
-// holding exactly what fill writes into the temporary directory it is
-// given (created beside dir, mode 0755 less the umask). On Linux the two
+// with the same mode, holding exactly what fill writes into the temporary
+// directory it is given (created beside dir). On Linux the two
 // are exchanged in one atomic rename; elsewhere dir is missing for the
 // moment between two renames. On any error dir is unchanged and the
 // temporary directory is gone.
@@ -111,10 +177,18 @@ func ReplaceDir(dir string, fill func(tmp string) error) error {
 		return fmt.Errorf("replacing %s: %w", dir, err)
 	}
 	dir = real
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("replacing %s: %w", dir, err)
+	}
 	tmp := tempName(dir)
 	pending.Store(tmp, true)
 	defer pending.Delete(tmp)
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fmt.Errorf("replacing %s: %w", dir, err)
+	}
+	if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
+		os.RemoveAll(tmp)
 		return fmt.Errorf("replacing %s: %w", dir, err)
 	}
 	if err := fill(tmp); err != nil {

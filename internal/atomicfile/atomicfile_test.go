@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,9 +41,20 @@ func TestWriteFile(t *testing.T) {
 	}
 	raw, _ := os.ReadFile(p)
 	fi, _ := os.Stat(p)
-	if string(raw) != "new" || fi.Mode().Perm()&^0o022 != 0o644&^0o022 || fi.Mode().Perm() == 0o600 {
-		t.Errorf("content %q mode %v, want \"new\" and 0644 less the umask", raw, fi.Mode())
+	if string(raw) != "new" || fi.Mode().Perm() != 0o600 {
+		t.Errorf("content %q mode %v, want \"new\" and the old file's 0600", raw, fi.Mode())
 	}
+	fresh := filepath.Join(dir, "s.xml")
+	if err := WriteFile(fresh, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ = os.Stat(fresh)
+	umask := syscall.Umask(0)
+	syscall.Umask(umask)
+	if fi.Mode().Perm() != 0o644&^os.FileMode(umask) {
+		t.Errorf("a new file has mode %v, want 0644 less the umask", fi.Mode())
+	}
+	os.Remove(fresh)
 	if names := entries(t, dir); len(names) != 1 {
 		t.Errorf("directory holds %v, want only r.xml", names)
 	}
@@ -57,12 +69,13 @@ func TestWriteFile(t *testing.T) {
 	}
 }
 
-// TestReplaceDir: the directory's contents are swapped whole; a failing
-// fill leaves the old contents and no temporary directory.
+// TestReplaceDir: the directory's contents are swapped whole and its mode
+// kept; a failing fill leaves the old contents and no temporary directory.
 func TestReplaceDir(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "c")
 	os.Mkdir(dir, 0o755)
+	os.Chmod(dir, 0o750)
 	os.WriteFile(filepath.Join(dir, "old"), nil, 0o644)
 	if err := ReplaceDir(dir, func(tmp string) error { return os.ErrInvalid }); err == nil {
 		t.Error("a failing fill reported success")
@@ -75,6 +88,9 @@ func TestReplaceDir(t *testing.T) {
 	}
 	if names := entries(t, dir); len(names) != 1 || names[0] != "new" {
 		t.Errorf("after ReplaceDir: %v, want [new]", names)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("after ReplaceDir the directory's mode is %v (%v), want the old 0750", fi.Mode(), err)
 	}
 	if names := entries(t, parent); len(names) != 1 {
 		t.Errorf("beside the directory: %v, want only c", names)
@@ -134,4 +150,56 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// TestWriteFileOnlyOverRegularFiles: a device, FIFO or directory at the
+// path, or a link to nothing, is refused with ErrNotRegular and left as it
+// is, by Check before anything is written and by WriteFile; a link to a
+// regular file is written through and stays a link; the replaced file's
+// mode is kept.
+func TestWriteFileOnlyOverRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "empty")
+	os.Mkdir(sub, 0o755)
+	dangling := filepath.Join(dir, "dangling")
+	os.Symlink(filepath.Join(dir, "nowhere", "x"), dangling)
+	devLink := filepath.Join(dir, "null")
+	os.Symlink("/dev/null", devLink)
+	for _, p := range []string{"/dev/null", fifo, sub, dangling, devLink} {
+		before, _ := os.Lstat(p)
+		if err := Check(p); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("Check(%s) = %v, want ErrNotRegular", p, err)
+		}
+		if err := WriteFile(p, []byte("x")); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("WriteFile(%s) = %v, want ErrNotRegular", p, err)
+		}
+		after, err := os.Lstat(p)
+		if err != nil || after.Mode() != before.Mode() || !os.SameFile(before, after) {
+			t.Errorf("%s changed: %v, %v", p, after, err)
+		}
+	}
+	if err := Check(filepath.Join(dir, "no-such-dir", "r.xml")); err == nil {
+		t.Error("Check of a path in a missing directory succeeded")
+	}
+
+	real := filepath.Join(dir, "real.xml")
+	os.WriteFile(real, []byte("old"), 0o600)
+	link := filepath.Join(dir, "link.xml")
+	os.Symlink(real, link)
+	if err := WriteFile(link, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(link)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v, %v", fi, err)
+	}
+	raw, _ := os.ReadFile(real)
+	fi, _ = os.Stat(real)
+	if string(raw) != "new" || fi.Mode().Perm() != 0o600 {
+		t.Errorf("through the link: %q mode %v, want \"new\" and 0600 kept", raw, fi.Mode())
+	}
 }
