@@ -116,26 +116,47 @@ func checkRange(a *Array, name string, lo, hi int64) error {
 // temporary file renamed into place. The manifest's array list must match
 // the arrays.
 func (c *Case) Write(dir string) error {
+	files, err := c.files()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// file is one file of a case: its name in a corpus directory and its bytes.
+type file struct {
+	name string
+	data []byte
+}
+
+// files returns the case's two files, NAME.npz then NAME.json, after
+// checking that the manifest's array list matches the arrays.
+func (c *Case) files() ([]file, error) {
 	m := c.Manifest
 	if err := m.validate(); err != nil {
-		return fmt.Errorf("case %s: %w", m.Name, err)
+		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
 	if len(m.Arrays) != len(c.Arrays) {
-		return fmt.Errorf("case %s: the manifest lists %d arrays, there are %d", m.Name, len(m.Arrays), len(c.Arrays))
+		return nil, fmt.Errorf("case %s: the manifest lists %d arrays, there are %d", m.Name, len(m.Arrays), len(c.Arrays))
 	}
 	for _, info := range m.Arrays {
 		a, ok := c.Arrays[info.Name]
 		if !ok || a.DType != info.DType || !slices.Equal(a.Shape, info.Shape) {
-			return errors.New("case " + m.Name + ": array " + info.Name + " does not match its manifest entry")
+			return nil, errors.New("case " + m.Name + ": array " + info.Name + " does not match its manifest entry")
 		}
 	}
 	raw, err := m.encode()
 	if err != nil {
-		return fmt.Errorf("case %s: %w", m.Name, err)
+		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
-	mpath, apath := Paths(dir, m.Name)
-	if err := WriteNPZ(apath, c.Arrays); err != nil {
-		return err
+	npz, err := encodeNPZ(c.Arrays)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
-	return atomicfile.WriteFile(mpath, raw)
+	return []file{{m.Name + ".npz", npz}, {m.Name + ".json", raw}}, nil
 }

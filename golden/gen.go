@@ -1,12 +1,7 @@
 package golden
 
 import (
-	"fmt"
-	"os"
 	"slices"
-	"strings"
-
-	"github.com/modref/modref/internal/atomicfile"
 
 	"github.com/modref/modref/spec"
 )
@@ -307,39 +302,6 @@ func Generate() ([]*Case, error) {
 			return nil, err
 		}
 		cases = append(cases, c)
-	}
-	return cases, nil
-}
-
-// WriteCorpus generates every case and replaces the directory dir, which
-// must exist and hold nothing but NAME.json and NAME.npz files, by one
-// holding exactly the generated cases: all files are written into a
-// temporary directory beside it (internal/atomicfile), which is then swapped
-// in, so that a failure or a kill leaves the old corpus whole.
-func WriteCorpus(dir string) ([]*Case, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("corpus directory %s: %w", dir, unwrapPath(err))
-	}
-	for _, e := range entries {
-		if n := e.Name(); !e.Type().IsRegular() || !(strings.HasSuffix(n, ".json") || strings.HasSuffix(n, ".npz")) {
-			return nil, fmt.Errorf("corpus directory %s holds %s, which gen would not write; it replaces the whole directory, so move it away first", dir, n)
-		}
-	}
-	cases, err := Generate()
-	if err != nil {
-		return nil, err
-	}
-	err = atomicfile.ReplaceDir(dir, func(tmp string) error {
-		for _, c := range cases {
-			if err := c.Write(tmp); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	return cases, nil
 }

@@ -60,6 +60,15 @@ func unwrapPath(err error) error {
 // directory and renames it into place (internal/atomicfile), so that an
 // existing file is never left half written.
 func WriteNPZ(path string, arrays map[string]*Array) error {
+	raw, err := encodeNPZ(arrays)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return atomicfile.WriteFile(path, raw)
+}
+
+// encodeNPZ returns the bytes of the .npz archive WriteNPZ writes.
+func encodeNPZ(arrays map[string]*Array) ([]byte, error) {
 	names := make([]string, 0, len(arrays))
 	for name := range arrays {
 		names = append(names, name)
@@ -70,16 +79,16 @@ func WriteNPZ(path string, arrays map[string]*Array) error {
 	for _, name := range names {
 		v, err := nested(arrays[name])
 		if err != nil {
-			return fmt.Errorf("writing %s: array %q: %w", path, name, err)
+			return nil, fmt.Errorf("array %q: %w", name, err)
 		}
 		if err := w.Write(name+".npy", v); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
+			return nil, err
 		}
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return nil, err
 	}
-	return atomicfile.WriteFile(path, buf.Bytes())
+	return buf.Bytes(), nil
 }
 
 // nested returns the array as a value npyio writes with its shape: a float64

@@ -175,6 +175,11 @@ a Python harness to read. Without --out, gen rewrites golden/corpus of the
 modref checkout it runs in, and refuses to run outside one; the corpus
 built into modref changes only when modref is built again.
 
+gen removes only files it wrote: it records them in DIR/.modref-gen, and
+refuses a directory holding anything else (nothing is written) unless
+--keep-others, which writes the cases beside the other files. DIR keeps
+its mode.
+
 flags:
 `)
 		fs.PrintDefaults()
@@ -189,18 +194,21 @@ flags:
 	}
 	fs.Func("out", "write the cases to directory `DIR`", set)
 	fs.Func("dir", "the same as --out `DIR`", set)
+	keep := fs.Bool("keep-others", false, "write the cases beside files in DIR that gen did not write, instead of refusing DIR")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	opt := golden.WriteOptions{KeepOthers: *keep}
 	if dir == "" {
 		var err error
 		if dir, err = checkoutCorpus(); err != nil {
 			return err
 		}
+		opt.Checkout = true
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--out %s: %w", dir, err)
 	}
-	cases, err := golden.WriteCorpus(dir)
+	cases, err := golden.WriteCorpus(dir, opt)
 	if err != nil {
 		return err
 	}

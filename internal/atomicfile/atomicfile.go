@@ -51,14 +51,23 @@ func removeStale(dir, base string) {
 	}
 	matches, _ := filepath.Glob(filepath.Join(dir, "."+base+tmpTag+"*"))
 	for _, m := range matches {
-		rest := strings.TrimPrefix(filepath.Base(m), "."+base+tmpTag)
-		pidText, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid == os.Getpid() || alive(pid) {
-			continue
+		if IsStale(filepath.Base(m)) {
+			os.RemoveAll(m)
 		}
-		os.RemoveAll(m)
 	}
+}
+
+// IsStale reports whether name (a base name) is a temporary file or
+// directory that this package made in a process that no longer runs (a
+// SIGKILL left it): the next write to its target removes it.
+func IsStale(name string) bool {
+	_, rest, ok := strings.Cut(name, tmpTag)
+	if !ok || !strings.HasPrefix(name, ".") {
+		return false
+	}
+	pidText, _, ok := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidText)
+	return ok && err == nil && pid != os.Getpid() && !alive(pid)
 }
 
 // alive reports whether a process with this id runs.
