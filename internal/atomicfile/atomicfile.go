@@ -147,6 +147,7 @@ func WriteFile(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	reached("file-created")
 	if mode != 0 {
 		err = f.Chmod(mode)
 	}
@@ -160,25 +161,39 @@ func WriteFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
+		reached("file-written")
 		err = os.Rename(tmp, real)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	reached("file-renamed")
 	return nil
 }
 
-// ReplaceDir replaces the directory dir, which must exist, by a new one
-// with the same mode, holding exactly what fill writes into the temporary
-// directory it is given (created beside dir). On Linux the two
-// are exchanged in one atomic rename; elsewhere dir is missing for the
-// moment between two renames. On any error dir is unchanged and the
-// temporary directory is gone.
+// ReplaceDir replaces the directory dir by a new one with the same mode,
+// holding exactly what fill writes into the temporary directory it is
+// given (created beside dir), or, when dir does not exist, creates it so
+// (mode 0755 less the umask). On Linux an existing dir and the new one are
+// exchanged in one atomic rename, so that dir is at every instant the old
+// directory or the new one; elsewhere dir is missing for the moment between
+// two renames. On any error dir is unchanged and the temporary directory
+// is gone.
 func ReplaceDir(dir string, fill func(tmp string) error) error {
 	// The directory itself is replaced, not a link to it, and "." has a
 	// parent to hold the temporary directory.
-	real, err := filepath.EvalSymlinks(dir)
+	fi, err := os.Stat(dir)
+	exists := err == nil
+	real := dir
+	switch {
+	case exists && !fi.IsDir():
+		return fmt.Errorf("replacing %s: %s, not a directory", dir, readfile.Kind(fi.Mode()))
+	case exists:
+		real, err = filepath.EvalSymlinks(dir)
+	case errors.Is(err, fs.ErrNotExist):
+		err = nil
+	}
 	if err == nil {
 		real, err = filepath.Abs(real)
 	}
@@ -186,33 +201,53 @@ func ReplaceDir(dir string, fill func(tmp string) error) error {
 		return fmt.Errorf("replacing %s: %w", dir, err)
 	}
 	dir = real
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("replacing %s: %w", dir, err)
-	}
 	tmp := tempName(dir)
 	pending.Store(tmp, true)
 	defer pending.Delete(tmp)
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("replacing %s: %w", dir, err)
 	}
-	if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("replacing %s: %w", dir, err)
+	if exists {
+		if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
+			os.RemoveAll(tmp)
+			return fmt.Errorf("replacing %s: %w", dir, err)
+		}
 	}
+	reached("dir-made")
 	if err := fill(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
-	if err := exchange(tmp, dir); err != nil {
+	reached("dir-filled")
+	if exists {
+		err = exchange(tmp, dir)
+	} else {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("replacing %s: %w", dir, err)
 	}
-	// tmp now holds the old contents.
+	reached("dir-swapped")
+	// tmp now holds the old contents, or nothing.
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("removing the old contents of %s (now %s): %w", dir, tmp, err)
 	}
+	reached("dir-done")
 	return nil
+}
+
+// crashPoint, when set, is called at each step of WriteFile and ReplaceDir
+// with the step's name. Only the modref_crashtest build sets it (crash.go),
+// to kill the process at a chosen step, so that tests can show what a
+// SIGKILL at every step of a save leaves.
+var crashPoint func(step string)
+
+// reached marks a step of WriteFile or ReplaceDir for crashPoint.
+func reached(step string) {
+	if crashPoint != nil {
+		crashPoint(step)
+	}
 }
 
 // HandleSignals makes SIGINT, SIGTERM and SIGHUP remove the temporary files

@@ -16,6 +16,8 @@ import (
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
 )
@@ -44,6 +46,20 @@ const (
 	evalFile      = "eval.jsonl"
 )
 
+// checkpointFiles are a checkpoint's files in the order Save writes them.
+var checkpointFiles = []string{paramsFile, optimizerFile, trainFile, evalFile, configFile}
+
+// Bounds on the files of a checkpoint (and the texts and configurations
+// train reads), checked before they are read (internal/readfile).
+const (
+	// MaxConfigBytes bounds a checkpoint's config.json and a training
+	// configuration file; a checkpoint's is about 2 KB.
+	MaxConfigBytes = 1 << 20
+	// maxMetricsBytes bounds train.jsonl and eval.jsonl: about 300 bytes a
+	// step for a 4-layer model.
+	maxMetricsBytes = 1 << 30
+)
+
 // Checkpoint is the content of a checkpoint's config.json.
 type Checkpoint struct {
 	Format  string
@@ -63,8 +79,11 @@ type Checkpoint struct {
 }
 
 // Save writes a checkpoint of the trainer to dir so that it is never half
-// written: the files go to dir+".new", which then replaces dir (an existing
-// dir is first renamed to dir+".old" and removed after the swap).
+// written and a crash at any instant leaves a complete checkpoint: the
+// files go to a new temporary directory beside dir, config.json last, which
+// then replaces dir (internal/atomicfile.ReplaceDir: on Linux one atomic
+// exchange). An existing dir that is not a modref checkpoint is refused and
+// left as it is.
 func (t *Trainer) Save(dir string) error {
 	rng, err := t.src.MarshalBinary()
 	if err != nil {
@@ -103,51 +122,26 @@ func (t *Trainer) Save(dir string) error {
 }
 
 // writeDir replaces dir by a directory holding files, never leaving dir
-// half written.
+// half written. The files are written in checkpointFiles' order, so that a
+// temporary directory with a config.json is complete.
 func writeDir(dir string, files map[string][]byte) error {
-	tmp, old := dir+".new", dir+".old"
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	for name, data := range files {
-		if err := writeSynced(filepath.Join(tmp, name), data); err != nil {
-			return fmt.Errorf("train: checkpoint: %w", err)
+	if _, err := os.Lstat(dir); err == nil {
+		if _, err := probeCheckpoint(dir); err != nil {
+			return fmt.Errorf("train: not replacing %s: %w", dir, err)
 		}
 	}
-	if _, err := os.Stat(dir); err == nil {
-		if err := os.RemoveAll(old); err != nil {
-			return fmt.Errorf("train: checkpoint: %w", err)
+	err := atomicfile.ReplaceDir(dir, func(tmp string) error {
+		for _, name := range checkpointFiles {
+			if err := atomicfile.WriteFile(filepath.Join(tmp, name), files[name]); err != nil {
+				return err
+			}
 		}
-		if err := os.Rename(dir, old); err != nil {
-			return fmt.Errorf("train: checkpoint: %w", err)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := os.RemoveAll(old); err != nil {
-		return fmt.Errorf("train: checkpoint: removing the previous one: %w", err)
 	}
 	return nil
-}
-
-// writeSynced writes data to a new file and flushes it to disk.
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if serr := f.Sync(); err == nil {
-		err = serr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // encodeNPZ returns an .npz archive of the parameters as float32 arrays of
@@ -171,16 +165,19 @@ func encodeNPZ(ps []mod.Param) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// readCheckpoint reads and checks dir's config.json.
-func readCheckpoint(dir string) (*Checkpoint, error) {
+// probeCheckpoint reads dir's config.json and checks that it is a modref
+// checkpoint of this version, returning its bytes.
+func probeCheckpoint(dir string) ([]byte, error) {
 	path := filepath.Join(dir, configFile)
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Stat(dir + ".old"); serr == nil {
-			return nil, fmt.Errorf("checkpoint %s is missing but %s.old exists: a save was interrupted; rename %s.old to %s", dir, dir, dir, dir)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+			return nil, fmt.Errorf("checkpoint %s is %s, not a checkpoint directory", dir, readfile.Kind(fi.Mode()))
+		} else if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w (not a checkpoint directory)", dir, errors.Unwrap(err))
 		}
-		return nil, fmt.Errorf("checkpoint %s: no %s (not a checkpoint directory)", dir, configFile)
+		return nil, fmt.Errorf("checkpoint %s: no %s (not a modref checkpoint directory)", dir, configFile)
 	}
+	raw, err := readfile.Read(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -194,6 +191,16 @@ func readCheckpoint(dir string) (*Checkpoint, error) {
 	if probe.Version != CheckpointVersion {
 		return nil, fmt.Errorf("checkpoint %s has version %d; this modref reads version %d", path, probe.Version, CheckpointVersion)
 	}
+	return raw, nil
+}
+
+// readCheckpoint reads and checks dir's config.json.
+func readCheckpoint(dir string) (*Checkpoint, error) {
+	raw, err := probeCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, configFile)
 	var ck Checkpoint
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -207,6 +214,13 @@ func readCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: Step = %d and AdamWSteps = %d, want equal and in [0, Steps = %d]", path, ck.Step, ck.AdamWSteps, ck.Config.Steps)
 	}
 	return &ck, nil
+}
+
+// IsCheckpoint reports whether dir holds a modref training checkpoint (its
+// config.json says so; the rest is checked when it is loaded).
+func IsCheckpoint(dir string) bool {
+	_, err := probeCheckpoint(dir)
+	return err == nil
 }
 
 // loadArrays fills ps from the .npz file at path, which must hold exactly
@@ -300,7 +314,7 @@ func Load(dir string, text Text) (*Trainer, error) {
 		{trainFile, func(b []byte) (err error) { t.metrics.Steps, err = ReadJSONL[Step](b); return err }},
 		{evalFile, func(b []byte) (err error) { t.metrics.Evals, err = ReadJSONL[Eval](b); return err }},
 	} {
-		b, err := os.ReadFile(filepath.Join(dir, f.name))
+		b, err := readfile.Read(filepath.Join(dir, f.name), maxMetricsBytes)
 		if err == nil {
 			err = f.read(b)
 		}

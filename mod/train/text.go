@@ -4,10 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/modref/modref/internal/readfile"
 )
 
 // Text is a training text. The tokenizer is byte-level: token i of the text
@@ -53,7 +54,7 @@ func DefaultText() (Text, error) {
 		return Text{}, fmt.Errorf("default text %s: finding GOROOT with `go env GOROOT`: %v; pass a text of your own", DefaultTextName, err)
 	}
 	path := filepath.Join(strings.TrimSpace(string(out)), "doc", "go_spec.html")
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, maxDefaultBytes)
 	if err != nil {
 		return Text{}, fmt.Errorf("default text %s: %w", DefaultTextName, err)
 	}
@@ -63,10 +64,18 @@ func DefaultText() (Text, error) {
 	return Text{Name: DefaultTextName, Bytes: b}, nil
 }
 
-// ReadText reads a text from a file; a missing, unreadable or empty file is
-// an error naming it.
+// MaxTextBytes bounds a training text: the whole text is held in memory,
+// and a gigabyte is thousands of times the default text.
+const MaxTextBytes = 1 << 30
+
+// maxDefaultBytes bounds the default text: Go 1.26's is 293,469 bytes.
+const maxDefaultBytes = 16 << 20
+
+// ReadText reads a text from a file; a missing, unreadable or empty file,
+// one that is not a regular file (a FIFO, /dev/zero) or one larger than
+// MaxTextBytes is an error naming it.
 func ReadText(path string) (Text, error) {
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, MaxTextBytes)
 	if err != nil {
 		return Text{}, fmt.Errorf("data file: %w", err)
 	}

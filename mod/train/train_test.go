@@ -148,10 +148,19 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := lt.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, extra := range []string{dir + ".new", dir + ".old"} {
-		if _, err := os.Stat(extra); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s is left behind after a save (stat: %v)", extra, err)
-		}
+	if ents, _ := os.ReadDir(filepath.Dir(dir)); len(ents) != 1 || ents[0].Name() != "ck" {
+		t.Errorf("beside the checkpoint after a save: %v, want only ck", ents)
+	}
+	// A directory that is not a modref checkpoint (another framework's) is
+	// not replaced.
+	other := filepath.Join(t.TempDir(), "checkpoint")
+	os.Mkdir(other, 0o755)
+	os.WriteFile(filepath.Join(other, "epoch=3.ckpt"), []byte("weights"), 0o644)
+	if err := lt.Save(other); err == nil || !strings.Contains(err.Error(), "not a modref checkpoint") {
+		t.Errorf("saving over another framework's checkpoint: %v, want a refusal", err)
+	}
+	if ents, _ := os.ReadDir(other); len(ents) != 1 || ents[0].Name() != "epoch=3.ckpt" {
+		t.Errorf("after the refused save the directory holds %v, want epoch=3.ckpt only", ents)
 	}
 }
 
