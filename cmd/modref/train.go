@@ -19,6 +19,7 @@ import (
 	"golang.org/x/term"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/mod/train"
 	"github.com/modref/modref/mod/train/plot"
 	"github.com/modref/modref/spec"
@@ -64,12 +65,17 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	for _, name := range []string{"out", "data", "config"} {
+		if err := refuseEmpty(fs, name); err != nil {
+			return err
+		}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *saveEvery < 0 {
 		return fmt.Errorf("--save-every = %d, want >= 0", *saveEvery)
 	}
-	ckDir := filepath.Join(*out, "checkpoint")
+	ckDir := filepath.Join(*out, checkpointName)
 
 	var tr *train.Trainer
 	if *resume {
@@ -92,13 +98,23 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		if tr.Done() {
 			return fmt.Errorf("the checkpoint in %s has taken all %d steps; nothing to resume", ckDir, ck.Config.Steps)
 		}
+		// Locked only now, so that a refused resume writes nothing, the
+		// checkpoint is checked again: another run may have saved since.
+		lock, err := lockRun(*out, true)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+		if _, again, err := train.LoadModel(ckDir); err != nil || again.Step != ck.Step {
+			return fmt.Errorf("the checkpoint in %s changed while it was read (another modref train saved it); run --resume again", ckDir)
+		}
 	} else {
-		if _, err := os.Stat(filepath.Join(ckDir, "config.json")); err == nil {
-			return fmt.Errorf("%s already holds a checkpoint; pass --resume to continue it, or choose another --out", *out)
+		if err := checkNewRun(*out); err != nil {
+			return err
 		}
 		cfg := def
 		if *configFile != "" {
-			raw, err := os.ReadFile(*configFile)
+			raw, err := readfile.Read(*configFile, train.MaxConfigBytes)
 			if err != nil {
 				return fmt.Errorf("--config: %w", err)
 			}
@@ -140,13 +156,26 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		if tr, err = train.New(cfg, text); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(*out, 0o755); err != nil {
+		// Locked, the directory is checked again: another run may have
+		// taken it since.
+		lock, err := lockRun(*out, false)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+		if err := checkNewRun(*out); err != nil {
 			return err
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A periodic save that fails stops the run at once: the checkpoint of
+	// the last good save is left whole (atomicfile.ReplaceDir removes the
+	// partial one), and training on would only lose more work.
+	ctx, cancel := context.WithCancel(sig)
+	defer cancel()
+	saved := tr.StepsDone()
 	cfg := tr.Config()
 	bar := newBar(stderr, *quiet, cfg.Steps, tr.StepsDone())
 	lastEval := len(tr.Metrics().Evals)
@@ -166,7 +195,11 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			bar.Set(s.Step)
 		}
 		if *saveEvery > 0 && s.Step%*saveEvery == 0 && s.Step < cfg.Steps && saveErr == nil {
-			saveErr = tr.Save(ckDir)
+			if saveErr = tr.Save(ckDir); saveErr != nil {
+				cancel()
+			} else {
+				saved = s.Step
+			}
 		}
 	})
 	if bar != nil {
@@ -174,14 +207,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr)
 	}
 	if saveErr != nil {
-		return saveErr
+		return failedSave(saveErr, tr.StepsDone(), saved, ckDir, *out)
 	}
 	interrupted := errors.Is(err, context.Canceled)
 	if err != nil && !interrupted {
 		return err
 	}
 	if err := tr.Save(ckDir); err != nil {
-		return err
+		return failedSave(err, tr.StepsDone(), saved, ckDir, *out)
 	}
 	if interrupted {
 		fmt.Fprintf(stderr, "modref train: interrupted after step %d of %d; checkpoint saved in %s; continue with: modref train --out %s --resume\n", tr.StepsDone(), cfg.Steps, ckDir, *out)
@@ -200,6 +233,15 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// failedSave is the error of a checkpoint save that failed after step: it
+// says that training stopped and where the last good checkpoint is.
+func failedSave(err error, step, saved int, ckDir, out string) error {
+	if saved == 0 {
+		return fmt.Errorf("%w\ntraining stopped at step %d; no checkpoint was saved before", err, step)
+	}
+	return fmt.Errorf("%w\ntraining stopped at step %d; the checkpoint of step %d in %s is intact: continue with modref train --out %s --resume", err, step, saved, ckDir, out)
 }
 
 // modelFromFlags builds the model configuration the flags describe.

@@ -12,7 +12,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/mod/train"
 )
 
@@ -262,30 +262,16 @@ func Write(w io.Writer, p *gplot.Plot, format string, width, height vg.Length) e
 }
 
 // Save renders p to path, as PNG or SVG by the path's extension, writing a
-// temporary file beside it and renaming it into place.
+// temporary file beside it and renaming it into place (internal/atomicfile:
+// only over a regular file).
 func Save(path string, p *gplot.Plot, width, height vg.Length) error {
 	format := strings.TrimPrefix(filepath.Ext(path), ".")
 	var buf bytes.Buffer
 	if err := Write(&buf, p, format, width, height); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("plot: %w", err)
-	}
-	_, err = tmp.Write(buf.Bytes())
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("plot: writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/internal/dirlock"
+	"github.com/modref/modref/mod/train"
+)
+
+// checkpointName is the checkpoint's directory in a run directory.
+const checkpointName = "checkpoint"
+
+// checkNewRun refuses a run directory that a new run (no --resume) would
+// write into and that already holds something: a new run needs a new or
+// empty directory, so that it never replaces a file it did not write. It
+// writes nothing. The lock file of an earlier run does not count.
+func checkNewRun(out string) error {
+	fi, err := os.Stat(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--out %s: %w", out, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("--out %s is not a directory", out)
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return fmt.Errorf("--out %s: %w", out, err)
+	}
+	var held []string
+	for _, e := range ents {
+		switch name := e.Name(); {
+		case name == dirlock.Name:
+		case name == checkpointName && train.IsCheckpoint(filepath.Join(out, name)):
+			return fmt.Errorf("%s already holds a checkpoint; pass --resume to continue it, or choose another --out", out)
+		case name == checkpointName:
+			return fmt.Errorf("%s is not a modref checkpoint (it holds no modref config.json), and modref train writes its checkpoint there; choose another --out", filepath.Join(out, name))
+		case strings.HasPrefix(name, "."+checkpointName+".") && atomicfile.IsStale(name):
+			return fmt.Errorf("%s holds %s, left by a checkpoint save that was cut off; if %s is missing, that is the checkpoint: rename it to %s and pass --resume, else remove it; or choose another --out", out, name, checkpointName, checkpointName)
+		case name == checkpointName+".old" || name == checkpointName+".new":
+			return fmt.Errorf("%s holds %s, left by an interrupted save of an earlier modref; rename it to %s and pass --resume, or choose another --out", out, name, checkpointName)
+		default:
+			held = append(held, name)
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("--out %s holds %s; a new run writes only into a new or empty directory (or continue a run with --resume)", out, listNames(held))
+	}
+	return nil
+}
+
+// lockRun takes the run directory's lock, creating the directory for a new
+// run, so that a second train on it is refused at once, naming this one.
+func lockRun(out string, resume bool) (*dirlock.Lock, error) {
+	if !resume {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return nil, fmt.Errorf("--out %s: %w", out, err)
+		}
+	} else if fi, err := os.Stat(out); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("--out %s holds no run to resume", out)
+	}
+	l, err := dirlock.Acquire(out, "modref train --out "+out)
+	if err != nil {
+		return nil, fmt.Errorf("--out %w", err)
+	}
+	return l, nil
+}
+
+// listNames lists up to five names for a message, then how many more.
+func listNames(names []string) string {
+	const show = 5
+	if len(names) <= show {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:show], ", "), len(names)-show)
+}

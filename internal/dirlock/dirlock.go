@@ -1,0 +1,72 @@
+// Package dirlock makes a directory the property of one process at a time:
+// modref train holds its run directory's lock for as long as it runs, so
+// that a second train on the same directory is refused at once, naming the
+// holder, instead of failing late or mixing two runs' checkpoints.
+//
+// On Unix the lock is flock(2) on a file in the directory: the kernel
+// releases it when the process ends, however it ends (SIGKILL included),
+// so a stale lock never needs clearing by hand. The file stays behind and
+// holds the last holder's description.
+package dirlock
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modref/modref/internal/readfile"
+)
+
+// Name is the lock file's name in a locked directory.
+const Name = ".modref.lock"
+
+// maxHolderBytes bounds the holder's description read from a lock file.
+const maxHolderBytes = 4096
+
+// ErrHeld is what Lock returns, wrapped with the holder's description, when
+// another process holds the directory.
+var ErrHeld = errors.New("held by another process")
+
+// Lock is a held directory lock.
+type Lock struct {
+	f *os.File
+}
+
+// Acquire takes dir's lock for this process, or fails at once with ErrHeld
+// naming the process that holds it. what describes the holder for a
+// second process's message, such as "modref train --out runs/a".
+func Acquire(dir, what string) (*Lock, error) {
+	path := filepath.Join(dir, Name)
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("lock %s is %s, not a regular file; remove it", path, readfile.Kind(fi.Mode()))
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		if errors.Is(err, ErrHeld) {
+			holder := "another process"
+			if raw, rerr := readfile.Read(path, maxHolderBytes); rerr == nil && len(raw) > 0 {
+				holder = strings.TrimSpace(string(raw))
+			}
+			return nil, fmt.Errorf("%s is in use by %s: %w", dir, holder, ErrHeld)
+		}
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	host, _ := os.Hostname()
+	desc := fmt.Sprintf("%s (pid %d on %s, since %s)\n", what, os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(desc), 0) // the description is a courtesy: the lock is the flock
+	}
+	return &Lock{f: f}, nil
+}
+
+// Release gives the lock up. The process's end releases it too.
+func (l *Lock) Release() error {
+	return l.f.Close()
+}
