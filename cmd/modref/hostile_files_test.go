@@ -360,3 +360,73 @@ func TestHostileTrainLock(t *testing.T) {
 		first.Wait()
 	}
 }
+
+// TestHostileTrainSpecialFiles: everything train and sample read goes
+// through internal/readfile: a FIFO or a device as --data or --config, a
+// 64 GiB sparse --data, a FIFO in place of a checkpoint's config.json or
+// train.jsonl, or a checkpoint whose saved text path is a FIFO is refused
+// at once, exit 2, naming the file; --data "" is a usage error.
+func TestHostileTrainSpecialFiles(t *testing.T) {
+	work := t.TempDir()
+	data := writeFile(t, work, "text.txt", []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)))
+	fifo := filepath.Join(work, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sparse := writeFile(t, t.TempDir(), "sparse.txt", nil) // not hashed by expectRefused
+	if err := os.Truncate(sparse, 64<<30); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(work, "good")
+	if code, out, errOut := runBin(t, append([]string{"train", "--out", good, "--data", data}, smallRun...)...); code != 0 {
+		t.Fatalf("train: exit %d\n%s%s", code, out, errOut)
+	}
+	// Checkpoints with a FIFO in place of a file, and one whose config
+	// names a FIFO as its text; each is resumed after its 12 steps are
+	// raised to 20.
+	broken := func(name string, edit func(ck string)) string {
+		dir := filepath.Join(work, name)
+		if err := os.CopyFS(dir, os.DirFS(good)); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(dir, "checkpoint", "config.json")
+		raw, _ := os.ReadFile(cfg)
+		os.WriteFile(cfg, []byte(strings.Replace(string(raw), `"Steps": 12`, `"Steps": 20`, 1)), 0o644)
+		edit(filepath.Join(dir, "checkpoint"))
+		return dir
+	}
+	fifoConfig := broken("fifo-config", func(ck string) {
+		os.Remove(filepath.Join(ck, "config.json"))
+		syscall.Mkfifo(filepath.Join(ck, "config.json"), 0o644)
+	})
+	fifoMetrics := broken("fifo-metrics", func(ck string) {
+		os.Remove(filepath.Join(ck, "train.jsonl"))
+		syscall.Mkfifo(filepath.Join(ck, "train.jsonl"), 0o644)
+	})
+	fifoText := broken("fifo-text", func(ck string) {
+		p := filepath.Join(ck, "config.json")
+		raw, _ := os.ReadFile(p)
+		os.WriteFile(p, []byte(strings.Replace(string(raw), fmt.Sprintf("%q", data), fmt.Sprintf("%q", fifo), 1)), 0o644)
+	})
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"train", "--out", filepath.Join(work, "a"), "--data", fifo}, []string{fifo, "a FIFO"}},
+		{[]string{"train", "--out", filepath.Join(work, "b"), "--data", "/dev/zero"}, []string{"/dev/zero", "a character device"}},
+		{[]string{"train", "--out", filepath.Join(work, "c"), "--data", sparse}, []string{sparse, "too large"}},
+		{[]string{"train", "--out", filepath.Join(work, "d"), "--data", data, "--config", fifo}, []string{"--config", "a FIFO"}},
+		{[]string{"train", "--out", filepath.Join(work, "e"), "--data", data, "--config", "/dev/zero"}, []string{"--config", "a character device"}},
+		{[]string{"train", "--out", fifoConfig, "--resume", "--data", data}, []string{"config.json", "a FIFO"}},
+		{[]string{"sample", "--checkpoint", fifoConfig}, []string{"config.json", "a FIFO"}},
+		{[]string{"train", "--out", fifoMetrics, "--resume", "--data", data}, []string{"train.jsonl", "a FIFO"}},
+		{[]string{"train", "--out", fifoText, "--resume"}, []string{fifo, "a FIFO"}},
+		{[]string{"train", "--out", filepath.Join(work, "f"), "--data", ""}, []string{"--data is empty"}},
+	} {
+		start := time.Now()
+		expectRefused(t, c.args, c.want, work)
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("modref %v took %v to refuse", c.args, d)
+		}
+	}
+}
