@@ -31,10 +31,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/internal/atomicfile"
@@ -70,8 +73,59 @@ command's flags.
 // errUsage marks errors that come from how the command was called.
 var errUsage = errors.New("usage")
 
-// run executes one command and returns the process exit status.
+// run executes one command and returns the process exit status. With
+// --json, an error that ends the command before it has printed anything
+// (bad usage, an unreadable corpus) is also printed on stdout as a JSON
+// object, so that a harness that parses stdout sees why (jsonError).
 func run(args []string, stdout, stderr io.Writer) int {
+	if !wantsJSON(args) {
+		return runCommand(args, stdout, stderr)
+	}
+	out := &countingWriter{w: stdout}
+	var msg bytes.Buffer
+	code := runCommand(args, out, io.MultiWriter(stderr, &msg))
+	if code == 2 && out.n == 0 {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(jsonError{Error: strings.TrimSpace(msg.String()), ExitStatus: code})
+	}
+	return code
+}
+
+// jsonError is what --json prints on stdout for an error that ends a
+// command before its results: the message printed on stderr, and the exit
+// status.
+type jsonError struct {
+	Error      string `json:"error"`
+	ExitStatus int    `json:"exit_status"`
+}
+
+// wantsJSON reports whether args ask for JSON output (--json or -json,
+// alone or =true), wherever the flag stands.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// runCommand executes one command and returns the process exit status.
+func runCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -96,7 +150,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runSample(args[1:], stdout, stderr)
 	case "help":
 		if len(args) == 2 && args[1] != "help" {
-			return run([]string{args[1], "-h"}, stdout, stderr) // modref help CMD
+			return runCommand([]string{args[1], "-h"}, stdout, stderr) // modref help CMD
 		}
 		fmt.Fprint(stdout, usage)
 		return 0
