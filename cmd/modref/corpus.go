@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -226,7 +228,10 @@ func checkoutCorpus() (string, error) {
 		return "", fmt.Errorf(refuse, "the current directory is unknown ("+err.Error()+")")
 	}
 	for {
-		raw, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		raw, err := readfile.Read(filepath.Join(dir, "go.mod"), maxGoModBytes)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf(refuse, "its go.mod cannot be read: "+err.Error())
+		}
 		if err == nil {
 			if !modrefModule.Match(raw) {
 				return "", fmt.Errorf(refuse, filepath.Join(dir, "go.mod")+" is not modref's")
@@ -244,6 +249,10 @@ func checkoutCorpus() (string, error) {
 		dir = parent
 	}
 }
+
+// maxGoModBytes bounds the go.mod gen reads to find the checkout; modref's
+// is under 2 KB.
+const maxGoModBytes = 1 << 20
 
 // modrefModule matches the module line of modref's go.mod.
 var modrefModule = regexp.MustCompile(`(?m)^module\s+github\.com/modref/modref\s*$`)
