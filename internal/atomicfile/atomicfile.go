@@ -177,8 +177,8 @@ func WriteFile(path string, data []byte) error {
 // given (created beside dir), or, when dir does not exist, creates it so
 // (mode 0755 less the umask). On Linux an existing dir and the new one are
 // exchanged in one atomic rename, so that dir is at every instant the old
-// directory or the new one; elsewhere dir is missing for the moment between
-// two renames. On any error dir is unchanged and the temporary directory
+// directory or the new one; elsewhere, and on Linux file systems without
+// the exchange (NFS), dir is missing for the moment between two renames. On any error dir is unchanged and the temporary directory
 // is gone.
 func ReplaceDir(dir string, fill func(tmp string) error) error {
 	// The directory itself is replaced, not a link to it, and "." has a
@@ -235,6 +235,20 @@ func ReplaceDir(dir string, fill func(tmp string) error) error {
 	}
 	reached("dir-done")
 	return nil
+}
+
+// exchangeByRenames swaps the directories a and b with two renames through
+// a third name: b is missing between them.
+func exchangeByRenames(a, b string) error {
+	mid := a + ".old"
+	if err := os.Rename(b, mid); err != nil {
+		return err
+	}
+	if err := os.Rename(a, b); err != nil {
+		os.Rename(mid, b)
+		return err
+	}
+	return os.Rename(mid, a)
 }
 
 // crashPoint, when set, is called at each step of WriteFile and ReplaceDir
