@@ -12,7 +12,9 @@ const module = "github.com/modref/modref"
 // allowed is the import rule of docs/design.md: for each package of the
 // module (path relative to the module), the module packages its non-test
 // code may import. spec ← ref; spec ← autograd ← nn ← mod; ref ← golden;
-// internal/atomicfile (atomic writes) ← golden, the CLI;
+// internal/readfile (bounded reads of regular files) ← internal/atomicfile
+// (atomic writes of regular files) ← golden, mod/train, mod/train/plot, the
+// CLI; internal/dirlock (the run directory's lock) ← the CLI;
 // internal/modcase, mod/train (golden for its .npz reader only), the CLI and
 // the fuzz targets on top. ref is the truth the fast path is
 // checked against and mod is the fast path: neither imports the other.
@@ -24,15 +26,17 @@ var allowed = map[string][]string{
 	"autograd/internal/kernel": {},
 	"nn":                       {"spec", "autograd"},
 	"mod":                      {"spec", "autograd", "nn"},
-	"golden":                   {"spec", "ref", "internal/atomicfile"},
-	"internal/atomicfile":      {},
+	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile"},
+	"internal/readfile":        {},
+	"internal/atomicfile":      {"internal/readfile"},
+	"internal/dirlock":         {"internal/readfile"},
 	"internal/fmacheck":        {},
 	"internal/deps":            {},
 	"internal/modcase":         {"spec", "autograd", "mod", "ref", "golden"},
-	"mod/train":                {"spec", "autograd", "nn", "mod", "golden"},
-	"mod/train/plot":           {"mod/train"},
+	"mod/train":                {"spec", "autograd", "nn", "mod", "golden", "internal/atomicfile", "internal/readfile"},
+	"mod/train/plot":           {"mod/train", "internal/atomicfile"},
 	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
-	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/atomicfile", "mod/train", "mod/train/plot"},
+	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "mod/train", "mod/train/plot"},
 	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase"},
 }
 
