@@ -1,0 +1,154 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/spec"
+)
+
+// TestConfigBounds checks that every training size beyond its bound, and a
+// configuration whose estimated memory exceeds MaxMemoryBytes, is refused
+// by Validate with the field, the value and the bound named, and that the
+// sizes at their bounds are not refused for their own sake.
+func TestConfigBounds(t *testing.T) {
+	good := tinyConfig(t, 6)
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wide := func(d, dff, layers int) func(*Config) {
+		return func(c *Config) {
+			c.Model.Layers = nil
+			for range layers {
+				b := spec.DefaultBlockConfig(d, 2, dff)
+				c.Model.Layers = append(c.Model.Layers, spec.ModelLayer{Config: spec.Config{Block: b}})
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"steps", func(c *Config) { c.Steps = MaxSteps + 1 }, "Steps = 1048577 exceeds the bound 1048576"},
+		{"batch", func(c *Config) { c.Batch = 1 << 40 }, "Batch = 1099511627776 exceeds the bound 4096"},
+		{"seq", func(c *Config) { c.SeqLen = MaxSeqLen + 1 }, "SeqLen = 65537 exceeds the bound 65536"},
+		{"eval batches", func(c *Config) { c.EvalBatches = 1e12 }, "EvalBatches = 1000000000000 exceeds the bound 4096"},
+		{"d", wide(1<<40, 4, 1), "D = 1099511627776 exceeds the bound 16384"},
+		{"d_ff", wide(32, 1<<40, 1), "DFF = 1099511627776 exceeds the bound 65536"},
+		{"layers", wide(32, 128, spec.MaxLayers+1), "layers = 1025 exceeds the bound 1024"},
+		{"learned positions", func(c *Config) {
+			for l := range c.Model.Layers {
+				c.Model.Layers[l].Config.Block.Positions = spec.PositionLearned
+			}
+			c.Model.MaxLen = 1 << 40
+		}, "MaxLen = 1099511627776 exceeds the bound 1048576"},
+		// Each size within its bound, together too much memory.
+		{"memory: d_ff", wide(1024, spec.MaxDFF, 8), "more than the bound of 4 GiB"},
+		{"memory: tokens", func(c *Config) { c.Batch, c.SeqLen = MaxBatch, 4096 }, "Batch = 4096 × SeqLen = 4096"},
+		{"memory: attention", func(c *Config) { c.Batch, c.SeqLen = 64, MaxSeqLen }, "more than the bound of 4 GiB"},
+	} {
+		cfg := good
+		cfg.Model.Layers = append([]spec.ModelLayer(nil), good.Model.Layers...)
+		c.mutate(&cfg)
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+	at := good
+	at.Steps, at.Warmup, at.EvalBatches = MaxSteps, 0, MaxEvalBatches
+	if err := at.Validate(); err != nil {
+		t.Errorf("Steps and EvalBatches at their bounds: %v", err)
+	}
+}
+
+// TestEstimatedBytesGrows checks that the estimate grows with every size it
+// is made of, so that none of them can grow past memory unseen.
+func TestEstimatedBytesGrows(t *testing.T) {
+	base := tinyConfig(t, 6)
+	est := base.EstimatedBytes()
+	grow := map[string]func(*Config){
+		"steps": func(c *Config) { c.Steps *= 2 },
+		"batch": func(c *Config) { c.Batch *= 2 },
+		"seq":   func(c *Config) { c.SeqLen *= 2 },
+		"d_ff": func(c *Config) {
+			for l := range c.Model.Layers {
+				c.Model.Layers[l].Config.Block.DFF *= 2
+			}
+		},
+		"layers": func(c *Config) { c.Model.Layers = append(c.Model.Layers, c.Model.Layers[1]) },
+	}
+	for name, f := range grow {
+		cfg := base
+		cfg.Model.Layers = append([]spec.ModelLayer(nil), base.Model.Layers...)
+		f(&cfg)
+		if got := cfg.EstimatedBytes(); !(got > est) {
+			t.Errorf("doubling %s: estimate %v, not above %v", name, got, est)
+		}
+	}
+}
+
+// TestCheckpointNonFinite checks that a NaN or an infinity in a
+// checkpoint's parameters or optimiser moments is refused on load, naming
+// the file, the array and the index.
+func TestCheckpointNonFinite(t *testing.T) {
+	text := defaultText(t)
+	tr, err := New(tinyConfig(t, 6), text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if err := tr.Save(ck); err != nil {
+		t.Fatal(err)
+	}
+	named := tr.Model().Params()
+	for i, c := range []struct {
+		file  string
+		value float64
+		want  string
+	}{
+		{paramsFile, math.NaN(), "array L0.Wq holds NaN at [1 2]"},
+		{paramsFile, math.Inf(-1), "array L0.Wq holds -Inf at [1 2]"},
+		{optimizerFile, math.Inf(1), "array v.L0.Wq holds +Inf at [1 2]"},
+	} {
+		var ps []mod.Param
+		for _, p := range named {
+			data := append([]float32(nil), p.T.Data...)
+			if p.Name == "L0.Wq" && c.file == paramsFile {
+				data[1*p.T.Cols+2] = float32(c.value)
+			}
+			if c.file == paramsFile {
+				ps = append(ps, mod.Param{Name: p.Name, T: autograd.New(p.T.Rows, p.T.Cols, data)})
+				continue
+			}
+			v := make([]float32, len(data))
+			if p.Name == "L0.Wq" {
+				v[1*p.T.Cols+2] = float32(c.value)
+			}
+			ps = append(ps,
+				mod.Param{Name: "m." + p.Name, T: autograd.New(p.T.Rows, p.T.Cols, nil)},
+				mod.Param{Name: "v." + p.Name, T: autograd.New(p.T.Rows, p.T.Cols, v)})
+		}
+		raw, err := encodeNPZ(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := filepath.Join(dir, fmt.Sprint("bad", i))
+		copyDir(t, ck, bad)
+		if err := os.WriteFile(filepath.Join(bad, c.file), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(bad, text)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.file) {
+			t.Errorf("%s with %v: error %v, want one naming the file and containing %q", c.file, c.value, err, c.want)
+		}
+	}
+}
