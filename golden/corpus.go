@@ -138,7 +138,9 @@ func (c Corpus) unknown(name string) error {
 // it. A corpus on disk may come from anywhere (--corpus), so its files are
 // read as untrusted: regular files only, within size bounds, the arrays
 // together at most maxCaseElements values, each allocated only after its
-// declared size is checked (docs/golden-format.md).
+// declared size is checked, the configuration's parameters exactly those
+// its param.* arrays hold and its recomputation within maxRecomputeWork
+// (docs/golden-format.md).
 func (c Corpus) Load(name string) (*Case, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
@@ -157,6 +159,9 @@ func (c Corpus) Load(name string) (*Case, error) {
 			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", c.path(mfile), ErrTooLarge, maxCaseElements)
 		}
 		plan.arrays[info.Name] = n
+	}
+	if err := m.checkConfigSizes(plan.arrays); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.path(mfile), err)
 	}
 	arrays, err := c.readNPZ(afile, plan)
 	if err != nil {

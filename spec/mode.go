@@ -63,10 +63,10 @@ func (c MoDEConfig) Validate() error {
 	if c.Experts < 1 {
 		return fmt.Errorf("mode: Experts = %d, want E >= 1", c.Experts)
 	}
-	if err := checkMax("mode", "Experts", c.Experts, MaxExperts); err != nil {
+	if err := checkMax("mode", "Experts", c.Experts, MaxExperts, "MaxExperts"); err != nil {
 		return err
 	}
-	if err := checkMax("mode", "NoOpExperts", c.NoOpExperts, MaxExperts); err != nil {
+	if err := checkMax("mode", "NoOpExperts", c.NoOpExperts, MaxExperts, "MaxExperts"); err != nil {
 		return err
 	}
 	if err := ratio("ExpertCapacity", c.ExpertCapacity); err != nil {

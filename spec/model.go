@@ -36,7 +36,7 @@ func (p Pattern) Routed(nLayers int) ([]bool, error) {
 	if nLayers < 1 {
 		return nil, fmt.Errorf("pattern: %d layers, want >= 1", nLayers)
 	}
-	if err := checkMax("pattern", "layers", nLayers, MaxLayers); err != nil {
+	if err := checkMax("pattern", "layers", nLayers, MaxLayers, "MaxLayers"); err != nil {
 		return nil, err
 	}
 	routed := make([]bool, nLayers)
@@ -135,19 +135,19 @@ func (c ModelConfig) Validate() error {
 	if c.Vocab < 2 {
 		return fmt.Errorf("model: Vocab = %d, want >= 2", c.Vocab)
 	}
-	if err := checkMax("model", "Vocab", c.Vocab, MaxVocab); err != nil {
+	if err := checkMax("model", "Vocab", c.Vocab, MaxVocab, "MaxVocab"); err != nil {
 		return err
 	}
 	if len(c.Layers) == 0 {
 		return fmt.Errorf("model: no layers, want >= 1")
 	}
-	if err := checkMax("model", "layers", len(c.Layers), MaxLayers); err != nil {
+	if err := checkMax("model", "layers", len(c.Layers), MaxLayers, "MaxLayers"); err != nil {
 		return err
 	}
 	if c.MaxLen < 0 {
 		return fmt.Errorf("model: MaxLen = %d, want >= 0", c.MaxLen)
 	}
-	if err := checkMax("model", "MaxLen", c.MaxLen, MaxPositions); err != nil {
+	if err := checkMax("model", "MaxLen", c.MaxLen, MaxPositions, "MaxPositions"); err != nil {
 		return err
 	}
 	if c.Layers[0].Config.Block.Positions == PositionLearned && c.MaxLen < 1 {

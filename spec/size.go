@@ -29,11 +29,11 @@ const (
 	MaxExperts = 1 << 8
 )
 
-// checkMax returns an error naming field, its value and its bound when
-// v > limit.
-func checkMax(what, field string, v, limit int) error {
+// checkMax returns an error naming field, its value and its bound (the
+// constant name) when v > limit.
+func checkMax(what, field string, v, limit int, name string) error {
 	if v > limit {
-		return fmt.Errorf("%s: %s = %d exceeds the bound %d (spec.Max*)", what, field, v, limit)
+		return fmt.Errorf("%s: %s = %d exceeds the bound %d (spec.%s)", what, field, v, limit, name)
 	}
 	return nil
 }
