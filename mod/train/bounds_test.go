@@ -1,12 +1,18 @@
 package train
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/mod"
@@ -151,4 +157,120 @@ func TestCheckpointNonFinite(t *testing.T) {
 			t.Errorf("%s with %v: error %v, want one naming the file and containing %q", c.file, c.value, err, c.want)
 		}
 	}
+}
+
+// TestInterruptedEvaluation cancels a run halfway through an evaluation
+// (after the first of its batches), at an intermediate evaluation and at
+// the last one, saves and resumes it, and expects the evaluation made again
+// whole and the metrics of a run that never stopped (wall-clock times
+// aside), and Done to be false until the last evaluation is made.
+func TestInterruptedEvaluation(t *testing.T) {
+	text := defaultText(t)
+	cfg := tinyConfig(t, 20)
+	cfg.EvalBatches = 3
+	_, met, err := Run(context.Background(), cfg, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int{10, 20} {
+		tr, err := New(cfg, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var calls []int
+		tr.SetEvalProgress(func(done, total int) {
+			calls = append(calls, done)
+			if total != 3 {
+				t.Errorf("evaluation progress total %d, want EvalBatches = 3", total)
+			}
+			if tr.StepsDone() == at && done == 1 {
+				cancel()
+			}
+		})
+		err = tr.Run(ctx, nil)
+		if !errors.Is(err, context.Canceled) || tr.StepsDone() != at || tr.Done() {
+			t.Fatalf("cancelled in the evaluation after step %d: error %v at step %d, Done %v; want context.Canceled at %d, not done", at, err, tr.StepsDone(), tr.Done(), at)
+		}
+		if n := len(tr.Metrics().Evals); n != at/10-1 {
+			t.Errorf("cancelled in the evaluation after step %d: %d evaluations recorded, want %d", at, n, at/10-1)
+		}
+		dir := filepath.Join(t.TempDir(), "ck")
+		if err := tr.Save(dir); err != nil {
+			t.Fatal(err)
+		}
+		rt, err := Load(dir, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt.Done() {
+			t.Errorf("resumed after step %d: Done before the evaluation is made", at)
+		}
+		if err := rt.Run(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(met, rt.Metrics(), noWall, noEvalWall); diff != "" {
+			t.Errorf("stopped in the evaluation after step %d: metrics differ (-uninterrupted +resumed):\n%s", at, diff)
+		}
+		// Every batch of the evaluations before, then the first of the
+		// stopped one and no other.
+		if want := slices.Repeat([]int{1, 2, 3}, at/10)[:3*(at/10)-2]; !slices.Equal(calls, want) {
+			t.Errorf("evaluation progress calls %v, want %v", calls, want)
+		}
+	}
+}
+
+// TestGenerateBoundsAndInterruption checks that a prompt or a sample beyond
+// MaxSampleBytes is refused with the sizes and the bound named, and that a
+// sample cancelled after 12 decoding steps returns the bytes made so far,
+// a prefix of the uninterrupted sample, with context.Canceled.
+func TestGenerateBoundsAndInterruption(t *testing.T) {
+	cm, err := CausalModel(mustModel(t), spec.CausalPredictor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sc   SampleConfig
+		want string
+	}{
+		{SampleConfig{Prompt: make([]byte, MaxSampleBytes+1), Tokens: 0}, "the prompt has 32769 bytes, more than the bound of 32768"},
+		{SampleConfig{Prompt: []byte("ab"), Tokens: 1e6}, "Tokens = 1000000 after a prompt of 2 bytes exceeds the bound of 32768"},
+		{SampleConfig{Prompt: []byte("ab"), Tokens: MaxSampleBytes - 1}, "Tokens = 32767 after a prompt of 2 bytes"},
+	} {
+		if _, err := Generate(cm, c.sc); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("prompt of %d bytes, %d tokens: error %v, want one containing %q", len(c.sc.Prompt), c.sc.Tokens, err, c.want)
+		}
+	}
+	sc := SampleConfig{Prompt: []byte("The "), Tokens: 40, Temperature: 1, Seed: 3}
+	whole, err := Generate(cm, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	last := 0
+	part, err := GenerateContext(ctx, cm, sc, func(done, total int) {
+		if total != len(sc.Prompt)+sc.Tokens-1 || done != last+1 {
+			t.Errorf("progress (%d, %d) after %d, want steps counted one by one out of %d", done, total, last, len(sc.Prompt)+sc.Tokens-1)
+		}
+		last = done
+		if done == 12 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) || part == nil {
+		t.Fatalf("cancelled sample: %v, want context.Canceled and the sample so far", err)
+	}
+	if len(part.Text) != 13 || !bytes.HasPrefix(whole.Text, part.Text) || len(part.Routed) != 12 {
+		t.Errorf("cancelled after 12 steps: %q with %d routing rows, want the first 13 bytes of %q and 12 rows", part.Text, len(part.Routed), whole.Text)
+	}
+}
+
+// mustModel is the model of tinyConfig, untrained, with fresh parameters.
+func mustModel(t *testing.T) *mod.Model {
+	t.Helper()
+	m, err := mod.NewModel(tinyConfig(t, 1).Model, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
