@@ -58,7 +58,7 @@ func TestConfigBounds(t *testing.T) {
 		// Each size within its bound, together too much memory.
 		{"memory: d_ff", wide(1024, spec.MaxDFF, 8), "more than the bound of 4 GiB"},
 		{"memory: tokens", func(c *Config) { c.Batch, c.SeqLen = MaxBatch, 4096 }, "Batch = 4096 × SeqLen = 4096"},
-		{"memory: attention", func(c *Config) { c.Batch, c.SeqLen = 64, MaxSeqLen }, "more than the bound of 4 GiB"},
+		{"memory: long sequences", func(c *Config) { c.Batch, c.SeqLen = 64, MaxSeqLen }, "more than the bound of 4 GiB"},
 	} {
 		cfg := good
 		cfg.Model.Layers = append([]spec.ModelLayer(nil), good.Model.Layers...)
