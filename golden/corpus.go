@@ -148,21 +148,11 @@ func (c Corpus) Load(name string) (*Case, error) {
 	}
 	mfile, afile := name+".json", name+".npz"
 	apath := c.path(afile)
-	plan := &readPlan{arrays: make(map[string]int), refuseOthers: true, what: mfile}
-	total := 0
-	for _, info := range m.Arrays {
-		n := 1
-		for _, d := range info.Shape {
-			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
-		}
-		if total += n; n > maxCaseElements || total > maxCaseElements {
-			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", c.path(mfile), ErrTooLarge, maxCaseElements)
-		}
-		plan.arrays[info.Name] = n
-	}
-	if err := m.checkConfigSizes(plan.arrays); err != nil {
+	counts, err := m.checkBounds()
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.path(mfile), err)
 	}
+	plan := &readPlan{arrays: counts, refuseOthers: true, what: mfile}
 	arrays, err := c.readNPZ(afile, plan)
 	if err != nil {
 		return nil, err

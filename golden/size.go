@@ -63,12 +63,34 @@ func paramCount(m *Manifest) int64 {
 	return m.Config.ModelConfig().ParamCount()
 }
 
+// checkBounds checks what a validated manifest asks a reader to allocate
+// and compute, before its arrays are read, and returns the number of
+// values of each array it lists: the arrays together hold at most
+// maxCaseElements values, the configuration's parameters are exactly those
+// its param.* arrays hold (so that a d_model or d_ff far above the arrays
+// is refused), and recomputing the case takes at most maxRecomputeWork.
+func (m *Manifest) checkBounds() (map[string]int, error) {
+	counts := make(map[string]int, len(m.Arrays))
+	total := 0
+	for _, info := range m.Arrays {
+		n := 1
+		for _, d := range info.Shape {
+			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
+		}
+		if total += n; n > maxCaseElements || total > maxCaseElements {
+			return nil, fmt.Errorf("%w: the arrays it lists hold more than %d values together", ErrTooLarge, maxCaseElements)
+		}
+		counts[info.Name] = n
+	}
+	if err := m.checkConfigSizes(counts); err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
 // checkConfigSizes checks a validated manifest's configuration against the
 // arrays it lists, whose element counts are counts (each already within
-// maxCaseElements), and against maxRecomputeWork: the parameter values the
-// configuration implies must be exactly those its param.* arrays hold, so
-// that a d_model or d_ff far above the arrays is refused before anything is
-// allocated for it.
+// maxCaseElements), and against maxRecomputeWork.
 func (m *Manifest) checkConfigSizes(counts map[string]int) error {
 	var listed int64
 	for name, n := range counts {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -103,9 +102,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("--config: %w", err)
 			}
-			dec := json.NewDecoder(strings.NewReader(string(raw)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&cfg); err != nil {
+			if err := train.DecodeConfig(raw, &cfg); err != nil {
 				return fmt.Errorf("--config %s: %w", *configFile, err)
 			}
 		}

@@ -1,7 +1,10 @@
 package train
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/modref/modref/mod"
@@ -215,6 +218,23 @@ func (c Config) Validate() error {
 		b := c.Model.Block()
 		return fmt.Errorf("the run would need about %.3g GiB, more than the bound of %d GiB (train.MaxMemoryBytes): %d parameters (d = %d, d_ff = %d, %d layers) and %d tokens per step (Batch = %d × SeqLen = %d), %d steps of history (docs/training.md, \"Bounds\")",
 			est/(1<<30), MaxMemoryBytes>>30, c.Model.ParamCount(), b.D, b.DFF, len(c.Model.Layers), c.Batch*c.SeqLen, c.Batch, c.SeqLen, c.Steps)
+	}
+	return nil
+}
+
+// DecodeConfig reads a Config in JSON (the form json.Marshal gives) over
+// *c: the fields raw holds replace c's, the others keep their values. A
+// field Config does not have, or anything after the JSON object, is an
+// error. It does not validate: Validate (which New calls) does, after the
+// caller's own changes.
+func DecodeConfig(raw []byte, c *Config) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("data after the JSON object at byte %d", dec.InputOffset())
 	}
 	return nil
 }
