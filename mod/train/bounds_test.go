@@ -274,3 +274,23 @@ func mustModel(t *testing.T) *mod.Model {
 	}
 	return m
 }
+
+// TestDecodeConfig checks the --config reader: fields given replace the
+// defaults, others keep them, and an unknown field or data after the
+// object is an error.
+func TestDecodeConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := DecodeConfig([]byte(`{"Steps": 3, "Warmup": 1}`+"\n"), &cfg); err != nil || cfg.Steps != 3 || cfg.Warmup != 1 || cfg.Batch != DefaultConfig().Batch {
+		t.Errorf("Steps and Warmup over the defaults: %v, Steps %d, Warmup %d, Batch %d", err, cfg.Steps, cfg.Warmup, cfg.Batch)
+	}
+	for _, c := range []struct{ raw, want string }{
+		{`{"Steps": 3} {"Steps": 4}`, "data after the JSON object"},
+		{`{"Steps": 3} x`, "data after the JSON object"},
+		{`{"Stepz": 3}`, `unknown field "Stepz"`},
+	} {
+		cfg := DefaultConfig()
+		if err := DecodeConfig([]byte(c.raw), &cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.raw, err, c.want)
+		}
+	}
+}
