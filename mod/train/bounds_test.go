@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -291,6 +292,48 @@ func TestDecodeConfig(t *testing.T) {
 		cfg := DefaultConfig()
 		if err := DecodeConfig([]byte(c.raw), &cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.raw, err, c.want)
+		}
+	}
+}
+
+// TestMaxConfigBytes checks that a configuration of spec.MaxLayers layers,
+// written as Save writes it, fits in MaxConfigBytes, and that the metrics
+// files of a checkpoint fit in MetricsBytes.
+func TestMaxConfigBytes(t *testing.T) {
+	cfg := tinyConfig(t, 6)
+	for len(cfg.Model.Layers) < spec.MaxLayers {
+		cfg.Model.Layers = append(cfg.Model.Layers, cfg.Model.Layers[0])
+	}
+	ck := Checkpoint{Format: CheckpointFormat, Version: CheckpointVersion, Config: cfg, RNG: make([]byte, 20)}
+	raw, err := json.MarshalIndent(ck, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) > MaxConfigBytes {
+		t.Errorf("a config.json of %d layers takes %d bytes, more than MaxConfigBytes = %d", spec.MaxLayers, len(raw), MaxConfigBytes)
+	}
+	t.Logf("config.json of %d layers: %d bytes", spec.MaxLayers, len(raw))
+	text := defaultText(t)
+	small := tinyConfig(t, 12)
+	small.EvalEvery = 1
+	tr, err := New(small, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := tr.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{trainFile, evalFile} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > small.MetricsBytes() {
+			t.Errorf("%s of %d steps takes %d bytes, more than MetricsBytes = %d", name, small.Steps, fi.Size(), small.MetricsBytes())
 		}
 	}
 }

@@ -120,6 +120,21 @@ const (
 	MaxMemoryBytes = 4 << 30
 )
 
+// MaxConfigBytes bounds the size of a file holding a Config: a `modref
+// train --config` file or a checkpoint's config.json (which Save writes
+// indented). 1 MiB: a configuration of spec.MaxLayers layers takes about
+// 0.7 MiB indented (TestMaxConfigBytes), the default one 3 KB.
+const MaxConfigBytes = 1 << 20
+
+// MetricsBytes bounds the size of the metrics files of a checkpoint of c
+// (train.jsonl and eval.jsonl): at most a step's and an evaluation's line,
+// each under bytesPerStep + bytesPerStepLayer·layers, per step. Validate
+// keeps it within the history term of EstimatedBytes, so within
+// MaxMemoryBytes.
+func (c Config) MetricsBytes() int64 {
+	return int64(c.Steps) * (bytesPerStep + bytesPerStepLayer*int64(len(c.Model.Layers)))
+}
+
 // The terms of EstimatedBytes, fitted above the peak resident memory of
 // modref train in seven runs (docs/training.md, "Bounds", gives them;
 // the Go collector lets the heap grow to about twice what is live, and the
