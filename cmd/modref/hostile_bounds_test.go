@@ -33,6 +33,28 @@ import (
 // each refusal below (2026-11-24).
 const refusedRSSBytes = 64 << 20
 
+// init makes this test binary, started with MODREF_LIMITED_EXEC set, cap
+// its address space at 2 GiB (as launchLimited does) and replace itself
+// with the command after "--": the command keeps the process, so a signal
+// sent to it reaches modref itself (interruptAfter).
+func init() {
+	if os.Getenv("MODREF_LIMITED_EXEC") == "" {
+		return
+	}
+	args := os.Args
+	for len(args) > 0 && args[0] != "--" {
+		args = args[1:]
+	}
+	lim := &syscall.Rlimit{Cur: 2 << 30, Max: 2 << 30}
+	if len(args) < 2 || syscall.Setrlimit(syscall.RLIMIT_AS, lim) != nil {
+		fmt.Fprintln(os.Stderr, "MODREF_LIMITED_EXEC: no command, or setrlimit failed")
+		os.Exit(3)
+	}
+	err := syscall.Exec(args[1], args[1:], os.Environ())
+	fmt.Fprintln(os.Stderr, "MODREF_LIMITED_EXEC:", err)
+	os.Exit(3)
+}
+
 // runLimited runs modref with args through the launcher of
 // TestHostileMemoryBound (address space capped at 2 GiB, peak RSS of the
 // command alone) in dir, within limit, and returns the exit status, the
@@ -275,13 +297,14 @@ func TestHostileSampleSizes(t *testing.T) {
 }
 
 // interruptAfter starts modref with args in a fresh working directory,
-// sends it SIGINT after wait, and returns its exit status and output; the
-// whole run has a time limit.
+// its address space capped at 2 GiB (init), sends it SIGINT after wait,
+// and returns its exit status and output; the whole run has a time limit.
 func interruptAfter(t *testing.T, wait time.Duration, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, modrefBin, args...)
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"--", modrefBin}, args...)...)
+	cmd.Env = append(os.Environ(), "MODREF_LIMITED_EXEC=1")
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -329,6 +352,7 @@ func TestHostileEvaluationInterrupted(t *testing.T) {
 	dir := t.TempDir()
 	data := textFile(t, dir)
 	run := filepath.Join(dir, "run")
+	before := tree(t, dir)
 	code, out, errOut := interruptAfter(t, 1500*time.Millisecond, "train", "--out", run, "--data", data, "--d", "16", "--heads", "2",
 		"--layers", "2", "--seq", "32", "--batch", "32", "--steps", "2", "--eval-every", "0", "--eval-batches", "4096", "--save-every", "0")
 	if code != 130 || !strings.Contains(errOut, "interrupted after step 2 of 2") {
@@ -346,6 +370,14 @@ func TestHostileEvaluationInterrupted(t *testing.T) {
 	if err != nil || bytes.Count(evals, []byte("\n")) != 1 || !bytes.HasPrefix(evals, []byte(`{"Step":2,`)) {
 		t.Errorf("eval.jsonl after resuming: %q (%v), want one evaluation, after step 2", evals, err)
 	}
+	// Nothing outside the run directory changed.
+	after := tree(t, dir)
+	for p := range after {
+		if strings.HasPrefix(p, run) {
+			delete(after, p)
+		}
+	}
+	sameTree(t, before, after)
 }
 
 // TestTrainMemoryEstimate runs a mid-sized training (d = 256, 2 layers, 4
