@@ -8,10 +8,10 @@ import "fmt"
 // a matrix larger than memory or a loop longer than a life; each use then
 // bounds the memory and time the sizes imply together (docs/training.md,
 // docs/golden-format.md). They are far above the sizes modref runs (d = 64
-// in training, d = 8 in the corpus) and above the large models of the paper
-// (d = 4096 at most), so that no real configuration meets them, and small
-// enough that every product of sizes the code forms (layers·d·d_ff,
-// vocab·d, ...) fits an int64.
+// in training, d = 8 in the corpus) and above the widths of GPT-3 175B
+// (d = 12288, d_ff = 49152, 96 layers; Brown et al., 2020), so that no real
+// configuration meets them, and small enough that every product of sizes
+// the code forms (layers·d·d_ff, vocab·d, ...) fits an int64.
 const (
 	// MaxD bounds the model width d: 2^14.
 	MaxD = 1 << 14
