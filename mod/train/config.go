@@ -105,9 +105,9 @@ func DefaultConfig() Config {
 // model's sizes have spec's bounds (spec.MaxD, spec.MaxDFF,
 // spec.MaxLayers, spec.MaxPositions).
 const (
-	// MaxSteps bounds Steps: 2^20 (the default run takes 256), whose
-	// history (the metrics of every step, kept in memory and written to
-	// train.jsonl) is then a few hundred megabytes.
+	// MaxSteps bounds Steps: 2^20 (the default run takes 256); the history
+	// they imply (the metrics of every step, kept in memory and written to
+	// train.jsonl) is counted in EstimatedBytes.
 	MaxSteps = 1 << 20
 	// MaxBatch bounds Batch: 2^12 sequences per step.
 	MaxBatch = 1 << 12
@@ -116,14 +116,14 @@ const (
 	// MaxEvalBatches bounds EvalBatches: 2^12 batches per evaluation.
 	MaxEvalBatches = 1 << 12
 	// MaxMemoryBytes bounds EstimatedBytes: 4 GiB, the memory of a small
-	// machine (and twice that of the largest run docs/results.md makes).
+	// machine.
 	MaxMemoryBytes = 4 << 30
 )
 
 // MaxConfigBytes bounds the size of a file holding a Config: a `modref
 // train --config` file or a checkpoint's config.json (which Save writes
 // indented). 1 MiB: a configuration of spec.MaxLayers layers takes about
-// 0.7 MiB indented (TestMaxConfigBytes), the default one 3 KB.
+// 0.7 MiB indented (TestMaxConfigBytes), the default one under 4 KB.
 const MaxConfigBytes = 1 << 20
 
 // MetricsBytes bounds the size of the metrics files of a checkpoint of c
@@ -136,7 +136,7 @@ func (c Config) MetricsBytes() int64 {
 }
 
 // The terms of EstimatedBytes, fitted above the peak resident memory of
-// modref train in seven runs (docs/training.md, "Bounds", gives them;
+// modref train in eight runs (docs/training.md, "Bounds", gives them;
 // the Go collector lets the heap grow to about twice what is live, and the
 // figures include that): bytes per parameter (value, gradient and AdamW's
 // two moments, float32, and the copies a checkpoint save encodes); float32
