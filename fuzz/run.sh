@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of ./fuzz and ./golden (the .npz reader and the
-# judge, issue 16) for a short fixed time on top of its committed seed
-# corpus (<package>/testdata/fuzz/<Name>/), one after the other, and
+# Runs every fuzz target of ./fuzz, ./golden (the .npz reader, the judge and
+# the manifest's sizes, issues 16 and 22) and ./mod/train (the readers of a
+# training config and of a checkpoint's config.json, issue 22) for a short
+# fixed time on top of its committed seed corpus
+# (<package>/testdata/fuzz/<Name>/), one after the other, and
 # fails if any target fails. Prints each target's last progress line
 # (execs and execs/sec). .ci/run calls it; FUZZTIME overrides the time per
 # target (default 5s), e.g. FUZZTIME=1h bash fuzz/run.sh on a bigger machine;
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-5s}
 failed=()
-for pkg in ${FUZZPACKAGES:-./fuzz ./golden}; do
+for pkg in ${FUZZPACKAGES:-./fuzz ./golden ./mod/train}; do
 available=$(go test "$pkg" -list '^Fuzz' | grep '^Fuzz' || true)
 targets=$available
 if [ -n "${FUZZTARGETS:-}" ]; then

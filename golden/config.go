@@ -25,8 +25,10 @@ type CaseConfig struct {
 }
 
 // validate checks what a reader relies on before it looks at any array: the
-// sizes, the valid lengths, and that a layer case has a layer, a mode case
-// a MoDE layer and a model case layers. The routing choices themselves are ref's to validate.
+// sizes, the valid lengths, that a layer case has a layer, a mode case a
+// MoDE layer and a model case layers, and that the configuration is valid
+// (package spec's rules and size bounds; the checks that depend on the
+// sequence length are ref's).
 func (c CaseConfig) validate(kind string) error {
 	if c.Batch < 1 || c.SeqLen < 1 {
 		return fmt.Errorf("batch = %d, seq_len = %d: want both >= 1", c.Batch, c.SeqLen)
@@ -54,7 +56,15 @@ func (c CaseConfig) validate(kind string) error {
 	case c.Vocab < 2:
 		return fmt.Errorf("vocab = %d, want >= 2", c.Vocab)
 	}
-	return nil
+	// The configuration's own rules, its size bounds among them (spec.MaxD,
+	// spec.MaxDFF, ...), before any size of it is used.
+	switch kind {
+	case KindLayer:
+		return c.Layer.Validate()
+	case KindMoDE:
+		return c.MoDE.Validate()
+	}
+	return c.ModelConfig().Validate()
 }
 
 // ModelConfig returns the model configuration of a model or decode case.

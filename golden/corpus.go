@@ -138,7 +138,9 @@ func (c Corpus) unknown(name string) error {
 // it. A corpus on disk may come from anywhere (--corpus), so its files are
 // read as untrusted: regular files only, within size bounds, the arrays
 // together at most maxCaseElements values, each allocated only after its
-// declared size is checked (docs/golden-format.md).
+// declared size is checked, the configuration's parameters exactly those
+// its param.* arrays hold and its recomputation within maxRecomputeWork
+// (docs/golden-format.md).
 func (c Corpus) Load(name string) (*Case, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
@@ -146,18 +148,11 @@ func (c Corpus) Load(name string) (*Case, error) {
 	}
 	mfile, afile := name+".json", name+".npz"
 	apath := c.path(afile)
-	plan := &readPlan{arrays: make(map[string]int), refuseOthers: true, what: mfile}
-	total := 0
-	for _, info := range m.Arrays {
-		n := 1
-		for _, d := range info.Shape {
-			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^22+1
-		}
-		if total += n; n > maxCaseElements || total > maxCaseElements {
-			return nil, fmt.Errorf("%s: %w: the arrays it lists hold more than %d values together", c.path(mfile), ErrTooLarge, maxCaseElements)
-		}
-		plan.arrays[info.Name] = n
+	counts, err := m.checkBounds()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.path(mfile), err)
 	}
+	plan := &readPlan{arrays: counts, refuseOthers: true, what: mfile}
 	arrays, err := c.readNPZ(afile, plan)
 	if err != nil {
 		return nil, err

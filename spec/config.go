@@ -138,6 +138,8 @@ func (c BlockConfig) Validate() error {
 	switch {
 	case c.D < 1:
 		return fmt.Errorf("block: D = %d, want >= 1", c.D)
+	case c.D > MaxD:
+		return checkMax("block", "D", c.D, MaxD, "MaxD")
 	case c.Heads < 1:
 		return fmt.Errorf("block: Heads = %d, want >= 1", c.Heads)
 	case c.D%c.Heads != 0:
@@ -146,6 +148,8 @@ func (c BlockConfig) Validate() error {
 		return fmt.Errorf("block: head width D/Heads = %d is odd; rotary embeddings pair coordinates and need it even", c.D/c.Heads)
 	case c.DFF < 1:
 		return fmt.Errorf("block: DFF = %d, want >= 1", c.DFF)
+	case c.DFF > MaxDFF:
+		return checkMax("block", "DFF", c.DFF, MaxDFF, "MaxDFF")
 	case c.Norm != NormRMS && c.Norm != NormLayer:
 		return fmt.Errorf("block: Norm = %q, want %q or %q", c.Norm, NormRMS, NormLayer)
 	case !(c.NormEps > 0) || math.IsInf(c.NormEps, 0):
@@ -261,6 +265,9 @@ func (c Config) Validate() error {
 	}
 	if c.PredictorHidden < 0 {
 		return fmt.Errorf("config: PredictorHidden = %d, want >= 0 (0 means d/2)", c.PredictorHidden)
+	}
+	if err := checkMax("config", "PredictorHidden", c.PredictorHidden, MaxDFF, "MaxDFF"); err != nil {
+		return err
 	}
 	switch c.Causal {
 	case CausalOff:

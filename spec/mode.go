@@ -63,6 +63,12 @@ func (c MoDEConfig) Validate() error {
 	if c.Experts < 1 {
 		return fmt.Errorf("mode: Experts = %d, want E >= 1", c.Experts)
 	}
+	if err := checkMax("mode", "Experts", c.Experts, MaxExperts, "MaxExperts"); err != nil {
+		return err
+	}
+	if err := checkMax("mode", "NoOpExperts", c.NoOpExperts, MaxExperts, "MaxExperts"); err != nil {
+		return err
+	}
 	if err := ratio("ExpertCapacity", c.ExpertCapacity); err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ func (p Pattern) Routed(nLayers int) ([]bool, error) {
 	if nLayers < 1 {
 		return nil, fmt.Errorf("pattern: %d layers, want >= 1", nLayers)
 	}
+	if err := checkMax("pattern", "layers", nLayers, MaxLayers, "MaxLayers"); err != nil {
+		return nil, err
+	}
 	routed := make([]bool, nLayers)
 	switch p.Kind {
 	case PatternAll:
@@ -132,8 +135,20 @@ func (c ModelConfig) Validate() error {
 	if c.Vocab < 2 {
 		return fmt.Errorf("model: Vocab = %d, want >= 2", c.Vocab)
 	}
+	if err := checkMax("model", "Vocab", c.Vocab, MaxVocab, "MaxVocab"); err != nil {
+		return err
+	}
 	if len(c.Layers) == 0 {
 		return fmt.Errorf("model: no layers, want >= 1")
+	}
+	if err := checkMax("model", "layers", len(c.Layers), MaxLayers, "MaxLayers"); err != nil {
+		return err
+	}
+	if c.MaxLen < 0 {
+		return fmt.Errorf("model: MaxLen = %d, want >= 0", c.MaxLen)
+	}
+	if err := checkMax("model", "MaxLen", c.MaxLen, MaxPositions, "MaxPositions"); err != nil {
+		return err
 	}
 	if c.Layers[0].Config.Block.Positions == PositionLearned && c.MaxLen < 1 {
 		return fmt.Errorf("model: MaxLen = %d with learned position embeddings, want the longest sequence length (>= 1)", c.MaxLen)

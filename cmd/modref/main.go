@@ -27,7 +27,8 @@
 // command prints its usage.
 //
 // Exit status: 0 on success, 1 when check finds a mismatch, 2 on bad usage
-// or input, 130 when train is interrupted (after saving its checkpoint).
+// or input, 130 when train or sample is interrupted (after saving train's
+// checkpoint, or printing the text sampled so far).
 package main
 
 import (
@@ -44,10 +45,11 @@ import (
 )
 
 func main() {
-	// train handles SIGINT and SIGTERM itself: it saves a checkpoint and
-	// exits 130. The other commands remove the temporary files they are
-	// writing and exit.
-	if len(os.Args) < 2 || os.Args[1] != "train" {
+	// train and sample handle SIGINT and SIGTERM themselves: train saves a
+	// checkpoint, sample prints the text made so far, and both exit 130.
+	// The other commands remove the temporary files they are writing and
+	// exit.
+	if len(os.Args) < 2 || (os.Args[1] != "train" && os.Args[1] != "sample") {
 		atomicfile.HandleSignals()
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/mod/train"
@@ -31,6 +35,9 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "modref sample: --checkpoint DIR is required")
 		return errUsage
 	}
+	if n := len(*prompt); *tokens > train.MaxSampleBytes-n || n > train.MaxSampleBytes {
+		return fmt.Errorf("--tokens = %d after a --prompt of %d bytes exceeds the bound of %d bytes together (train.MaxSampleBytes)", *tokens, n, train.MaxSampleBytes)
+	}
 	ck := *dir
 	if _, err := os.Stat(filepath.Join(ck, "checkpoint", "config.json")); err == nil {
 		ck = filepath.Join(ck, "checkpoint")
@@ -52,7 +59,27 @@ func runSample(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sc := train.SampleConfig{Prompt: []byte(*prompt), Tokens: *tokens, Temperature: *temperature, TopK: *topK, Seed: *seed}
-	s, err := train.Generate(cm, sc)
+	// Ctrl-C (or SIGTERM) stops the decoding; the text made so far is
+	// printed. Once it is printed, they end modref as usual.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fed := len(sc.Prompt) + max(sc.Tokens-1, 0)
+	bar := newBar(stderr, false, fed, 0, "bytes")
+	s, err := train.GenerateContext(ctx, cm, sc, func(done, _ int) {
+		if bar != nil {
+			bar.Set(done)
+		}
+	})
+	if bar != nil {
+		bar.Exit()
+		fmt.Fprintln(stderr)
+	}
+	stop()
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stdout, "%s\n", s.Text)
+		fmt.Fprintf(stderr, "modref sample: interrupted after %d of %d decoding steps; the text above is the prompt and the %d bytes generated so far\n", len(s.Routed), fed, len(s.Text)-len(sc.Prompt))
+		return errInterrupted
+	}
 	if err != nil {
 		return err
 	}

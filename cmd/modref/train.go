@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,7 +24,8 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// errInterrupted marks a run stopped by Ctrl-C after saving its checkpoint.
+// errInterrupted marks a command stopped by Ctrl-C (or SIGTERM) after
+// keeping what it made: train's checkpoint, sample's text so far.
 var errInterrupted = errors.New("interrupted")
 
 // resumeFlags are the flags that may accompany --resume; every other one
@@ -118,9 +118,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("--config: %w", err)
 			}
-			dec := json.NewDecoder(strings.NewReader(string(raw)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&cfg); err != nil {
+			if err := train.DecodeConfig(raw, &cfg); err != nil {
 				return fmt.Errorf("--config %s: %w", *configFile, err)
 			}
 		}
@@ -148,6 +146,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 		if *configFile == "" && set["steps"] && !set["warmup"] {
 			cfg.Warmup = cfg.Steps / 8
+		}
+		// The sizes and the memory they imply, before the text is read.
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 		text, err := readTextFor(*data, "")
 		if err != nil {
@@ -177,7 +179,12 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	saved := tr.StepsDone()
 	cfg := tr.Config()
-	bar := newBar(stderr, *quiet, cfg.Steps, tr.StepsDone())
+	bar := newBar(stderr, *quiet, cfg.Steps, tr.StepsDone(), "steps")
+	if bar != nil && cfg.EvalBatches > 1 {
+		tr.SetEvalProgress(func(done, total int) {
+			bar.Describe(fmt.Sprintf("evaluating: held-out batch %d/%d", done, total))
+		})
+	}
 	lastEval := len(tr.Metrics().Evals)
 	var saveErr error
 	err := tr.Run(ctx, func(s train.Step) {
@@ -283,16 +290,16 @@ func readTextFor(data, saved string) (train.Text, error) {
 	return train.DefaultText()
 }
 
-// newBar returns a progress bar on stderr when it is a terminal and quiet
-// is off, nil otherwise.
-func newBar(stderr io.Writer, quiet bool, steps, done int) *progressbar.ProgressBar {
+// newBar returns a progress bar of total units on stderr, done of them
+// done, when stderr is a terminal and quiet is off, nil otherwise.
+func newBar(stderr io.Writer, quiet bool, total, done int, unit string) *progressbar.ProgressBar {
 	f, ok := stderr.(*os.File)
 	if quiet || !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	bar := progressbar.NewOptions(steps,
+	bar := progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetItsString("steps"),
+		progressbar.OptionSetItsString(unit),
 		progressbar.OptionShowCount(),
 		progressbar.OptionShowIts(),
 		progressbar.OptionSetPredictTime(true),

@@ -128,7 +128,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"capacity", append([]string{"train", "--out", filepath.Join(dir, "new3"), "--data", data, "--capacity", "2"}, tinyTrain[:4]...), "Ratio = 2"},
 		{"heads", []string{"train", "--out", filepath.Join(dir, "new4"), "--data", data, "--d", "16", "--heads", "3"}, "Heads = 3"},
 		{"routing", []string{"train", "--out", filepath.Join(dir, "new5"), "--data", data, "--routing", "some"}, `--routing = "some"`},
-		{"text too short", []string{"train", "--out", filepath.Join(dir, "new6"), "--data", data, "--seq", "4000"}, "needs at least 4001 bytes"},
+		{"text too short", []string{"train", "--out", filepath.Join(dir, "new6"), "--data", data, "--seq", "4000", "--batch", "1", "--layers", "2"}, "needs at least 4001 bytes"},
 		{"config and model flags", []string{"train", "--out", filepath.Join(dir, "new7"), "--data", data, "--config", cfgFile, "--d", "32"}, "cannot be combined with --config"},
 		{"missing config", []string{"train", "--out", filepath.Join(dir, "new8"), "--data", data, "--config", filepath.Join(dir, "nope.json")}, "nope.json"},
 		{"foreign config", []string{"train", "--out", filepath.Join(dir, "new9"), "--data", data, "--config", empty}, "--config"},

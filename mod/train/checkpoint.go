@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -224,7 +225,8 @@ func IsCheckpoint(dir string) bool {
 }
 
 // loadArrays fills ps from the .npz file at path, which must hold exactly
-// one float32 array of each parameter's shape.
+// one float32 array of each parameter's shape, every value finite: a NaN or
+// an infinity is refused, naming the array and its [row col].
 func loadArrays(path string, ps []mod.Param) error {
 	arrays, err := golden.ReadNPZ(path)
 	if err != nil {
@@ -241,6 +243,9 @@ func loadArrays(path string, ps []mod.Param) error {
 			return fmt.Errorf("checkpoint %s: array %s has shape %v, want [%d %d]", path, p.Name, a.Shape, p.T.Rows, p.T.Cols)
 		}
 		for i, x := range a.F {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("checkpoint %s: array %s holds %v at [%d %d]; a checkpoint's parameters and moments are finite", path, p.Name, x, i/p.T.Cols, i%p.T.Cols)
+			}
 			p.T.Data[i] = float32(x)
 		}
 		delete(arrays, p.Name)

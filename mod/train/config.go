@@ -1,7 +1,10 @@
 package train
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/modref/modref/mod"
@@ -96,21 +99,106 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate returns an error naming the first field of c that cannot work.
+// Bounds of a training configuration (docs/training.md, "Bounds"):
+// Validate refuses a size above its bound, and a configuration whose
+// EstimatedBytes exceed MaxMemoryBytes, before anything is allocated. The
+// model's sizes have spec's bounds (spec.MaxD, spec.MaxDFF,
+// spec.MaxLayers, spec.MaxPositions).
+const (
+	// MaxSteps bounds Steps: 2^20 (the default run takes 256); the history
+	// they imply (the metrics of every step, kept in memory and written to
+	// train.jsonl) is counted in EstimatedBytes.
+	MaxSteps = 1 << 20
+	// MaxBatch bounds Batch: 2^12 sequences per step.
+	MaxBatch = 1 << 12
+	// MaxSeqLen bounds SeqLen: 2^16 bytes per sequence.
+	MaxSeqLen = 1 << 16
+	// MaxEvalBatches bounds EvalBatches: 2^12 batches per evaluation.
+	MaxEvalBatches = 1 << 12
+	// MaxMemoryBytes bounds EstimatedBytes: 4 GiB, the memory of a small
+	// machine.
+	MaxMemoryBytes = 4 << 30
+)
+
+// MaxConfigBytes bounds the size of a file holding a Config: a `modref
+// train --config` file or a checkpoint's config.json (which Save writes
+// indented). 1 MiB: a configuration of spec.MaxLayers layers takes about
+// 0.7 MiB indented (TestMaxConfigBytes), the default one under 4 KB.
+const MaxConfigBytes = 1 << 20
+
+// MetricsBytes bounds the size of the metrics files of a checkpoint of c
+// (train.jsonl and eval.jsonl): at most a step's and an evaluation's line,
+// each under bytesPerStep + bytesPerStepLayer·layers, per step. Validate
+// keeps it within the history term of EstimatedBytes, so within
+// MaxMemoryBytes.
+func (c Config) MetricsBytes() int64 {
+	return int64(c.Steps) * (bytesPerStep + bytesPerStepLayer*int64(len(c.Model.Layers)))
+}
+
+// The terms of EstimatedBytes, fitted above the peak resident memory of
+// modref train in eight runs (docs/training.md, "Bounds", gives them;
+// the Go collector lets the heap grow to about twice what is live, and the
+// figures include that): bytes per parameter (value, gradient and AdamW's
+// two moments, float32, and the copies a checkpoint save encodes); float32
+// values kept per token of a step by each layer per unit of d, of d_ff and
+// of heads (the attention keeps O(T·h) numbers, not its T×T scores:
+// autograd.CausalAttention) and per layer, and by the LM head per
+// vocabulary entry; the bytes of history per step and per step and layer
+// (in memory and as JSON); and the program itself.
+const (
+	bytesPerParam     = 96
+	perTokenD         = 64
+	perTokenDFF       = 16
+	perTokenHead      = 64
+	perTokenLayer     = 256
+	perTokenVocab     = 16
+	bytesPerStep      = 512
+	bytesPerStepLayer = 512
+	programBytes      = 64 << 20
+	float32Bytes      = 4
+)
+
+// EstimatedBytes is the memory a run of c is expected to need at its peak,
+// from its sizes alone (docs/training.md, "Bounds"): every term in
+// float64, so that no product of sizes overflows. Measured runs stay below
+// it (TestTrainMemoryEstimate in cmd/modref checks one).
+func (c Config) EstimatedBytes() float64 {
+	b := c.Model.Block()
+	d, dff, heads := float64(b.D), float64(b.DFF), float64(b.Heads)
+	layers := float64(len(c.Model.Layers))
+	tokens := float64(c.Batch) * float64(c.SeqLen)
+	params := float64(c.Model.ParamCount())
+	perLayer := float64(perTokenD*d) + float64(perTokenDFF*dff) + float64(perTokenHead*heads) + perTokenLayer
+	activations := float32Bytes * tokens * (float64(layers*perLayer) + float64(perTokenVocab*float64(c.Model.Vocab)))
+	history := float64(c.Steps) * (bytesPerStep + float64(bytesPerStepLayer*layers))
+	return programBytes + float64(bytesPerParam*params) + activations + history
+}
+
+// Validate returns an error naming the first field of c that cannot work,
+// or the bound it exceeds.
 func (c Config) Validate() error {
 	if err := c.Model.Validate(); err != nil {
 		return fmt.Errorf("Model: %w", err)
 	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	over := func(field string, v, bound int) error {
+		return fmt.Errorf("%s = %d exceeds the bound %d (train.Max%s)", field, v, bound, field)
+	}
 	switch {
 	case c.Model.Vocab != Vocab:
 		return fmt.Errorf("Model.Vocab = %d, want %d (the tokenizer is byte-level)", c.Model.Vocab, Vocab)
 	case c.Steps < 1:
 		return fmt.Errorf("Steps = %d, want >= 1", c.Steps)
+	case c.Steps > MaxSteps:
+		return over("Steps", c.Steps, MaxSteps)
 	case c.Batch < 1:
 		return fmt.Errorf("Batch = %d, want >= 1", c.Batch)
+	case c.Batch > MaxBatch:
+		return over("Batch", c.Batch, MaxBatch)
 	case c.SeqLen < 1:
 		return fmt.Errorf("SeqLen = %d, want >= 1", c.SeqLen)
+	case c.SeqLen > MaxSeqLen:
+		return over("SeqLen", c.SeqLen, MaxSeqLen)
 	case c.Model.Block().Positions == spec.PositionLearned && c.SeqLen > c.Model.MaxLen:
 		return fmt.Errorf("SeqLen = %d exceeds Model.MaxLen = %d learned positions", c.SeqLen, c.Model.MaxLen)
 	case !(c.LR > 0) || !finite(c.LR):
@@ -125,6 +213,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("EvalEvery = %d, want >= 0 (0 evaluates after the last step only)", c.EvalEvery)
 	case c.EvalBatches < 1:
 		return fmt.Errorf("EvalBatches = %d, want >= 1", c.EvalBatches)
+	case c.EvalBatches > MaxEvalBatches:
+		return over("EvalBatches", c.EvalBatches, MaxEvalBatches)
 	case !(c.HoldOut > 0 && c.HoldOut <= 0.5):
 		return fmt.Errorf("HoldOut = %v, want a fraction in (0, 0.5]", c.HoldOut)
 	}
@@ -138,6 +228,28 @@ func (c Config) Validate() error {
 		if _, err := mod.Capacity(ml.Config.Capacity, c.SeqLen, c.SeqLen); err != nil {
 			return fmt.Errorf("Model layer %d at SeqLen = %d: %w", l, c.SeqLen, err)
 		}
+	}
+	if est := c.EstimatedBytes(); est > MaxMemoryBytes {
+		b := c.Model.Block()
+		return fmt.Errorf("the run would need about %.3g GiB, more than the bound of %d GiB (train.MaxMemoryBytes): %d parameters (d = %d, d_ff = %d, %d layers) and %d tokens per step (Batch = %d × SeqLen = %d), %d steps of history (docs/training.md, \"Bounds\")",
+			est/(1<<30), MaxMemoryBytes>>30, c.Model.ParamCount(), b.D, b.DFF, len(c.Model.Layers), c.Batch*c.SeqLen, c.Batch, c.SeqLen, c.Steps)
+	}
+	return nil
+}
+
+// DecodeConfig reads a Config in JSON (the form json.Marshal gives) over
+// *c: the fields raw holds replace c's, the others keep their values. A
+// field Config does not have, or anything after the JSON object, is an
+// error. It does not validate: Validate (which New calls) does, after the
+// caller's own changes.
+func DecodeConfig(raw []byte, c *Config) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("data after the JSON object at byte %d", dec.InputOffset())
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ type Trainer struct {
 	ids    []int
 	in     mod.ModelInputs
 	layers []Layer
+
+	// evalProgress, when set, is called after each batch of an evaluation.
+	evalProgress func(done, total int)
 }
 
 // New returns a trainer at step 0 for cfg on text, or an error naming what
@@ -85,23 +88,49 @@ func (t *Trainer) Text() TextInfo { return t.text }
 // StepsDone returns the number of steps taken.
 func (t *Trainer) StepsDone() int { return t.step }
 
-// Done reports whether every step of the configuration has been taken.
-func (t *Trainer) Done() bool { return t.step >= t.cfg.Steps }
+// Done reports whether every step of the configuration has been taken,
+// with its evaluations.
+func (t *Trainer) Done() bool { return t.step >= t.cfg.Steps && !t.evalDue() }
+
+// evalDue reports whether the evaluation after the last step taken is due
+// and not yet made: after every EvalEvery steps and after the last, an
+// evaluation that an interruption (Run's context) stopped is made by the
+// next Run.
+func (t *Trainer) evalDue() bool {
+	if t.step == 0 || !(t.step >= t.cfg.Steps || (t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0)) {
+		return false
+	}
+	evs := t.metrics.Evals
+	return len(evs) == 0 || evs[len(evs)-1].Step != t.step
+}
+
+// SetEvalProgress makes the trainer call progress after each batch of an
+// evaluation, with the batches done and their total (EvalBatches); nil
+// stops it.
+func (t *Trainer) SetEvalProgress(progress func(done, total int)) { t.evalProgress = progress }
 
 // Metrics returns the measurements so far (shared, not copied).
 func (t *Trainer) Metrics() *Metrics { return &t.metrics }
 
 // Run takes the remaining steps, evaluating every EvalEvery steps and after
 // the last, and calls progress (if not nil) after each step. It returns
-// ctx.Err() when ctx is cancelled, between two steps, with the trainer in a
-// state that Save can write and a later Run can continue from; and an error
-// when the loss is not finite.
+// ctx.Err() when ctx is cancelled, between two steps or between two
+// batches of an evaluation, with the trainer in a state that Save can write
+// and a later Run can continue from (an evaluation stopped halfway is made
+// again whole, with the same result); and an error when the loss is not
+// finite.
 func (t *Trainer) Run(ctx context.Context, progress func(Step)) error {
 	for !t.Done() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s, err := t.Step()
+		if t.evalDue() {
+			if err := t.evaluateDue(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		s, err := t.takeStep(ctx)
 		if err != nil {
 			return err
 		}
@@ -127,9 +156,18 @@ func Run(ctx context.Context, cfg Config, text Text) (*mod.Model, *Metrics, erro
 
 // Step takes one optimiser step (and the evaluation due after it) and
 // returns its measurements.
-func (t *Trainer) Step() (Step, error) {
-	if t.Done() {
+func (t *Trainer) Step() (Step, error) { return t.takeStep(context.Background()) }
+
+// takeStep is Step with an evaluation that stops, with ctx.Err(), when ctx is
+// cancelled; the step itself is taken whole.
+func (t *Trainer) takeStep(ctx context.Context) (Step, error) {
+	if t.step >= t.cfg.Steps {
 		return Step{}, fmt.Errorf("train: all %d steps are taken", t.cfg.Steps)
+	}
+	if t.evalDue() { // stopped by an earlier interruption
+		if err := t.evaluateDue(ctx); err != nil {
+			return Step{}, err
+		}
 	}
 	start := time.Now()
 	lr := t.cfg.lrAt(t.step)
@@ -156,14 +194,22 @@ func (t *Trainer) Step() (Step, error) {
 	s := Step{Step: t.step, Tokens: t.tokens, FLOPs: t.flops, WallSeconds: t.wall.Seconds(), LR: lr,
 		Loss: res.CE, Aux: res.Aux, GradNorm: norm, Layers: t.layers[from:len(t.layers):len(t.layers)]}
 	t.metrics.Steps = append(t.metrics.Steps, s)
-	if t.Done() || (t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0) {
-		e, err := t.Evaluate()
-		if err != nil {
+	if t.evalDue() {
+		if err := t.evaluateDue(ctx); err != nil {
 			return s, err
 		}
-		t.metrics.Evals = append(t.metrics.Evals, e)
 	}
 	return s, nil
+}
+
+// evaluateDue makes the evaluation due after the last step and records it.
+func (t *Trainer) evaluateDue(ctx context.Context) error {
+	e, err := t.evaluate(ctx, t.model, t.evalProgress)
+	if err != nil {
+		return err
+	}
+	t.metrics.Evals = append(t.metrics.Evals, e)
+	return nil
 }
 
 // batch draws Batch windows of SeqLen+1 bytes from the training part at
@@ -235,6 +281,12 @@ func (t *Trainer) Evaluate() (Eval, error) { return t.EvaluateModel(t.model) }
 // EvaluateModel is Evaluate for another model of the same configuration,
 // such as CausalModel(t.Model(), ...), which routes causally.
 func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
+	return t.evaluate(context.Background(), m, nil)
+}
+
+// evaluate is EvaluateModel, stopped with ctx.Err() between two batches
+// when ctx is cancelled, calling progress (if not nil) after each batch.
+func (t *Trainer) evaluate(ctx context.Context, m *mod.Model, progress func(done, total int)) (Eval, error) {
 	n := t.cfg.Batch * t.cfg.EvalBatches
 	span := len(t.evalPart) - t.cfg.SeqLen - 1
 	rng := rand.New(rand.NewPCG(t.cfg.Seed, 2))
@@ -242,6 +294,9 @@ func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
 	var layers [][]Layer
 	var tp autograd.Tape
 	for e := range t.cfg.EvalBatches {
+		if err := ctx.Err(); err != nil {
+			return Eval{}, err
+		}
 		in := mod.ModelInputs{Tokens: make([][]int, t.cfg.Batch), Targets: make([][]int, t.cfg.Batch)}
 		for b := range t.cfg.Batch {
 			off := 0
@@ -258,6 +313,9 @@ func (t *Trainer) EvaluateModel(m *mod.Model) (Eval, error) {
 		}
 		loss += res.CE
 		layers = append(layers, appendLayerMetrics(nil, res))
+		if progress != nil {
+			progress(e+1, t.cfg.EvalBatches)
+		}
 	}
 	return Eval{Step: t.step, Tokens: t.tokens, FLOPs: t.flops, WallSeconds: t.wall.Seconds(),
 		Loss: loss / float64(t.cfg.EvalBatches), Layers: meanLayers(layers)}, nil

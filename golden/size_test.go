@@ -1,0 +1,120 @@
+package golden
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// editManifest copies case name of the committed corpus into a new
+// directory with its manifest changed by edit (on its JSON form, so that
+// fields the Go types would refuse can be written), and its .npz replaced
+// by bytes that are no archive: a refusal that names the manifest shows
+// that the arrays were never read.
+func editManifest(t *testing.T, name string, edit func(m map[string]any)) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("corpus", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".npz"), []byte("not read"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// setShapes sets dimension k of every listed array but the parameters
+// whose dimension k is from to to.
+func setShapes(m map[string]any, k int, from, to float64) {
+	for _, a := range m["arrays"].([]any) {
+		shape := a.(map[string]any)["shape"].([]any)
+		name := a.(map[string]any)["name"].(string)
+		if !strings.HasPrefix(name, "param.") && len(shape) > k && shape[k].(float64) == from {
+			shape[k] = to
+		}
+	}
+}
+
+// TestManifestSizeBounds checks that a manifest whose configuration is far
+// larger than the arrays it lists, beyond spec's size bounds, or whose
+// recomputation would exceed maxRecomputeWork is refused by Load before
+// its arrays are read, with the field or the sizes named; and that every
+// committed case is within the bounds.
+func TestManifestSizeBounds(t *testing.T) {
+	layer := func(m map[string]any) map[string]any { return m["config"].(map[string]any)["layer"].(map[string]any) }
+	for _, c := range []struct {
+		name, kase string
+		edit       func(map[string]any)
+		want       []string
+		is         error
+	}{
+		{"huge d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 26 }, []string{"DFF = 67108864 exceeds the bound 65536"}, nil},
+		{"wide d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 16 },
+			[]string{"the configuration has 1048856 parameter values, its param.* arrays hold 536"}, ErrManifestArrays},
+		{"huge d_model", "layer-paper", func(m map[string]any) { layer(m)["d_model"] = 1 << 40 }, []string{"D = 1099511627776 exceeds the bound 16384"}, nil},
+		{"model d_model", "model-every-other", func(m map[string]any) {
+			for _, l := range m["config"].(map[string]any)["layers"].([]any) {
+				l.(map[string]any)["layer"].(map[string]any)["d_model"] = 1024
+				l.(map[string]any)["layer"].(map[string]any)["heads"] = 2
+			}
+		}, []string{"parameter values, its param.* arrays hold"}, ErrManifestArrays},
+		{"huge vocab", "model-every-other", func(m map[string]any) { m["config"].(map[string]any)["vocab"] = 1 << 30 }, []string{"Vocab = 1073741824 exceeds the bound 1048576"}, nil},
+		{"many experts", "layer-mode-staged", func(m map[string]any) { m["config"].(map[string]any)["mode"].(map[string]any)["experts"] = 1 << 20 }, []string{"Experts = 1048576 exceeds the bound 256"}, nil},
+		// Arrays within maxCaseElements (2·2048·8 values each) whose
+		// sequence length makes the finite differences quadratic.
+		{"long sequence", "layer-paper", func(m map[string]any) {
+			m["config"].(map[string]any)["seq_len"] = 2048
+			setShapes(m, 1, 8, 2048)
+		}, []string{"recomputing the case would take about", "more than the 2147483648 accepted", "seq_len 2048"}, ErrTooLarge},
+	} {
+		dir := editManifest(t, c.kase, c.edit)
+		_, err := Load(dir, c.kase)
+		if err == nil {
+			t.Errorf("%s: loaded", c.name)
+			continue
+		}
+		for _, w := range append(c.want, c.kase+".json") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %v, want one containing %q", c.name, err, w)
+			}
+		}
+		if c.is != nil && !errors.Is(err, c.is) {
+			t.Errorf("%s: error %v is not %v", c.name, err, c.is)
+		}
+	}
+	// The committed cases, and the work the slowest needs (which the
+	// bound's comment quotes).
+	names, err := List("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	most, slowest := 0.0, ""
+	for _, name := range names {
+		c, err := Load("corpus", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := recomputeWork(c.Manifest); w > most {
+			most, slowest = w, name
+		}
+	}
+	if slowest != "layer-capacity-floor" || most < 1.7e9 || most > 1.9e9 {
+		t.Errorf("the slowest committed case is %s at %.3g multiply-adds; maxRecomputeWork's comment says layer-capacity-floor at 1.8e9", slowest, most)
+	}
+}
