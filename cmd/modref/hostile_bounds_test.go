@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/mod/train"
 	"github.com/modref/modref/spec"
 )
@@ -208,28 +210,37 @@ func TestHostileCheckpointSizes(t *testing.T) {
 		expectBounded(t, []string{"train", "--out", bad, "--resume", "--data", data}, []string{"config.json", c.want}, filepath.Dir(bad), dir)
 		expectBounded(t, []string{"sample", "--checkpoint", bad, "--compare-dense=false"}, []string{"config.json", c.want}, filepath.Dir(bad), dir)
 	}
-	// A NaN parameter and an infinite moment, written by a checkpoint save.
-	text, err := train.ReadText(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A NaN and an infinite parameter.
+	// Save refuses non-finite values, so they are written into a copy of
+	// the checkpoint's params.npz.
 	for _, c := range []struct {
-		name string
-		set  func(tr *train.Trainer)
-		want string
+		name, array string
+		at          int
+		v           float64
+		want        string
 	}{
-		{"nan-param", func(tr *train.Trainer) { tr.Model().Params()[3].T.Data[5] = float32(math.NaN()) }, "params.npz: array L0.Wk holds NaN at [0 5]"},
-		{"inf-param", func(tr *train.Trainer) { tr.Model().Params()[0].T.Data[17] = float32(math.Inf(1)) }, "params.npz: array Embed holds +Inf at [1 1]"},
+		{"nan-param", "L0.Wk", 5, math.NaN(), "params.npz: array L0.Wk holds NaN at [0 5]"},
+		{"inf-param", "Embed", 17, math.Inf(1), "params.npz: array Embed holds +Inf at [1 1]"},
 	} {
-		tr, err := train.Load(ck, text)
+		bad := filepath.Join(t.TempDir(), c.name)
+		if err := os.CopyFS(filepath.Join(bad, "checkpoint"), os.DirFS(ck)); err != nil {
+			t.Fatal(err)
+		}
+		params := filepath.Join(bad, "checkpoint", "params.npz")
+		arrays, err := golden.ReadNPZ(params)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.set(tr)
-		bad := filepath.Join(t.TempDir(), c.name)
-		if err := tr.Save(filepath.Join(bad, "checkpoint")); err != nil {
-			t.Fatal(err)
+		arrays[c.array].F[c.at] = c.v
+		var ms []member
+		for name, a := range arrays {
+			data := make([]byte, 4*len(a.F))
+			for i, x := range a.F {
+				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(x)))
+			}
+			ms = append(ms, member{name: name + ".npy", data: npyBytes("<f4", a.Shape, data)})
 		}
+		writeFile(t, filepath.Dir(params), "params.npz", craft(t, ms))
 		expectBounded(t, []string{"sample", "--checkpoint", bad, "--compare-dense=false"}, []string{c.want}, bad, dir)
 		expectBounded(t, []string{"train", "--out", bad, "--resume", "--data", data}, []string{c.want}, bad, dir)
 	}

@@ -50,17 +50,6 @@ const (
 // checkpointFiles are a checkpoint's files in the order Save writes them.
 var checkpointFiles = []string{paramsFile, optimizerFile, trainFile, evalFile, configFile}
 
-// Bounds on the files of a checkpoint (and the texts and configurations
-// train reads), checked before they are read (internal/readfile).
-const (
-	// MaxConfigBytes bounds a checkpoint's config.json and a training
-	// configuration file; a checkpoint's is about 2 KB.
-	MaxConfigBytes = 1 << 20
-	// maxMetricsBytes bounds train.jsonl and eval.jsonl: about 300 bytes a
-	// step for a 4-layer model.
-	maxMetricsBytes = 1 << 30
-)
-
 // Checkpoint is the content of a checkpoint's config.json.
 type Checkpoint struct {
 	Format  string
@@ -146,11 +135,17 @@ func writeDir(dir string, files map[string][]byte) error {
 }
 
 // encodeNPZ returns an .npz archive of the parameters as float32 arrays of
-// shape rows×cols, in the given order.
+// shape rows×cols, in the given order, refusing a NaN or an infinity (which
+// loadArrays would refuse).
 func encodeNPZ(ps []mod.Param) ([]byte, error) {
 	var buf bytes.Buffer
 	w := npz.NewWriter(&buf)
 	for _, p := range ps {
+		for i, x := range p.T.Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("array %s holds %v at [%d %d]: training diverged, and a checkpoint holds finite values only, so it is not saved", p.Name, x, i/p.T.Cols, i%p.T.Cols)
+			}
+		}
 		// npyio writes a Go array of arrays with its shape.
 		v := reflect.New(reflect.ArrayOf(p.T.Rows, reflect.ArrayOf(p.T.Cols, reflect.TypeFor[float32]()))).Elem()
 		for r := range p.T.Rows {
@@ -319,7 +314,7 @@ func Load(dir string, text Text) (*Trainer, error) {
 		{trainFile, func(b []byte) (err error) { t.metrics.Steps, err = ReadJSONL[Step](b); return err }},
 		{evalFile, func(b []byte) (err error) { t.metrics.Evals, err = ReadJSONL[Eval](b); return err }},
 	} {
-		b, err := readfile.Read(filepath.Join(dir, f.name), maxMetricsBytes)
+		b, err := readfile.Read(filepath.Join(dir, f.name), ck.Config.MetricsBytes())
 		if err == nil {
 			err = f.read(b)
 		}

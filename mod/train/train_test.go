@@ -1,8 +1,10 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -566,5 +568,29 @@ func TestStepAllocatesOnlyItsHistory(t *testing.T) {
 		if diff := cmp.Diff(want, steps[k].Layers); diff != "" {
 			t.Fatalf("step %d's layers changed after later steps (-returned +history):\n%s", steps[k].Step, diff)
 		}
+	}
+}
+
+// TestSaveRefusesNonFinite: a trainer whose parameters diverged to a NaN is
+// not saved (Load would refuse the checkpoint), and the checkpoint already
+// saved stays as it was.
+func TestSaveRefusesNonFinite(t *testing.T) {
+	tr, err := New(tinyConfig(t, 8), defaultText(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := tr.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "params.npz"))
+	p := tr.Model().Params()[1]
+	p.T.Data[3] = float32(math.NaN())
+	err = tr.Save(dir)
+	if want := fmt.Sprintf("array %s holds NaN at [0 3]", p.Name); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("saving a NaN parameter: %v, want an error saying %q", err, want)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "params.npz")); !bytes.Equal(before, after) {
+		t.Error("the refused save changed the checkpoint")
 	}
 }
