@@ -21,8 +21,8 @@
 // with causal routing.
 //
 // The corpus is built into the command (package golden embeds it), so modref
-// runs from any directory once installed with
-// go install github.com/modref/modref/cmd/modref@latest; --corpus DIR (or
+// runs from any directory once installed with go install ./cmd/modref from
+// a clone (the module path is not published yet; README.md); --corpus DIR (or
 // -dir DIR) reads a corpus of one's own instead. -h or --help after any
 // command prints its usage.
 //
