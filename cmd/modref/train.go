@@ -35,6 +35,7 @@ var resumeFlags = []string{"out", "resume", "data", "save-every", "quiet"}
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	def := train.DefaultConfig()
 	fs := newFlagSet("train", stdout, stderr)
+	fs.describe("train [--out DIR] [--data FILE] [--resume] [flags]", "Trains a byte-level MoD language model on a text and writes a run directory:\nthe checkpoint, its metrics, and the pictures in a build with -tags pictures\n(docs/training.md).")
 	out := fs.String("out", "modref-run", "run directory: checkpoint/ and the pictures")
 	data := fs.String("data", "", "training text (default: "+train.DefaultTextName+")")
 	resume := fs.Bool("resume", false, "continue the checkpoint in --out (bit-identically)")
