@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/internal/benchcpu"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/spec"
 )
@@ -16,8 +17,8 @@ import (
 // issue 4 (vocabulary 256, d_ff = 4d, RMSNorm, GELU, RoPE), each dense, MoD
 // on every other layer at capacity 12.5%, and MoD on every layer at 12.5%
 // (linear router, raw weighting, gather compute). It reports the forward
-// FLOPs ratio to the dense model as flops/dense. The large size runs only
-// without -short.
+// FLOPs ratio to the dense model as flops/dense, and the process's CPU time
+// per step as cpu-ns/op. The large size runs only without -short.
 func BenchmarkModStep(b *testing.B) {
 	sizes := []struct {
 		name                         string
@@ -77,9 +78,11 @@ func BenchmarkModStep(b *testing.B) {
 				step()
 				b.ReportAllocs()
 				b.ResetTimer()
+				stop := benchcpu.Start(b)
 				for b.Loop() {
 					step()
 				}
+				stop()
 				b.ReportMetric(ratio, "flops/dense")
 			})
 		}
