@@ -249,13 +249,13 @@ def markdown(rows, opts):
         out.append("%d thread%s (GOMAXPROCS=%d; torch.set_num_threads(%d), OMP_WAIT_POLICY=PASSIVE; ATEN_CPU_CAPABILITY=%s; %s):\n" % (
             threads, "s" if threads > 1 else "", threads, threads, opts["aten"] or "unset",
             "pinned to %d core%s" % (threads, "s" if threads > 1 else "") if opts["pin"] else "not pinned"))
-        out.append("| size | variant | FLOPs / dense | modref ms (CPU ms) | modref time / dense | torch ms (CPU ms), %s | modref / torch wall, min / median / max | modref / torch CPU, min / median / max | torch ms (CPU ms), %s | modref / torch wall | modref / torch CPU | allocs/op | peak RSS MB, modref / torch |"
+        out.append("| size | variant | FLOPs / dense | modref ms (CPU ms) | modref CPU time / dense | torch ms (CPU ms), %s | modref / torch wall, min / median / max | modref / torch CPU, min / median / max | torch ms (CPU ms), %s | modref / torch wall | modref / torch CPU | allocs/op | peak RSS MB, modref / torch |"
                    % tuple("OpenBLAS %s (%s)" % (c, cores[c]) if c != cores[c] else "OpenBLAS " + c for c, _ in CORETYPES))
         out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-        dense = {r["size"]: r["go_ms"] for r in rs if r["variant"] == "dense"}
+        dense = {r["size"]: r["go_cpu_ms"] for r in rs if r["variant"] == "dense"}
         for r in rs:
             tr = [r["torch"][c] for c, _ in CORETYPES]
-            rel = "%.3f" % (r["go_ms"] / dense[r["size"]]) if r["size"] in dense else "-"
+            rel = "%.3f" % (r["go_cpu_ms"] / dense[r["size"]]) if r["size"] in dense else "-"
             out.append("| %s | %s | %.3f | %.1f (%.1f) | %s | %.1f (%.1f) | %s | %s | %.1f (%.1f) | %s | %s | %d | %.0f / %.0f |" % (
                 r["size"], r["variant"], r["flops"], r["go_ms"], r["go_cpu_ms"], rel,
                 tr[0]["ms"], tr[0]["cpu_ms"], spread(tr[0]["ratios"]), spread(tr[0]["cpu_ratios"]),

@@ -18,7 +18,6 @@ bench/paired.py runs it pair by pair with modref's Go benchmark.
 
 import ctypes
 import math
-import os
 import sys
 import time
 
@@ -131,6 +130,16 @@ VARIANTS = (("dense", lambda l: False), ("mod-every-other-12.5", lambda l: l % 2
             ("mod-all-12.5", lambda l: True))
 
 
+def cpu_capability():
+    """The instruction set ATen's own kernels run ("AVX2", "AVX512", ...):
+    on a CPU with AVX-512, PyTorch 1.13 picks AVX2 unless
+    ATEN_CPU_CAPABILITY=avx512."""
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def openblas_core():
     """The kernel set of the OpenBLAS loaded into this process, or "none"."""
     with open("/proc/self/maps") as f:
@@ -160,8 +169,8 @@ def main(argv):
             return 2
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    print("torch %s, %d threads, OpenBLAS core %s, ATEN_CPU_CAPABILITY=%s" % (
-        torch.__version__, torch.get_num_threads(), openblas_core(), os.environ.get("ATEN_CPU_CAPABILITY", "(unset)")))
+    print("torch %s, %d threads, OpenBLAS core %s, ATen CPU capability %s" % (
+        torch.__version__, torch.get_num_threads(), openblas_core(), cpu_capability()))
     for name in names:
         d, heads, S, B, L = SIZES[name]
         tokens = torch.randint(0, VOCAB, (B, S))

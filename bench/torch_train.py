@@ -22,14 +22,13 @@ core (taskset) with ATEN_CPU_CAPABILITY=avx512 where the CPU has AVX-512.
 """
 
 import math
-import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from torch_lm import Block, rms_norm, rope
+from torch_lm import Block, cpu_capability, rms_norm, rope
 
 VOCAB, D, HEADS, LAYERS, S, B, CAP = 256, 64, 4, 4, 64, 8, 0.125
 
@@ -160,8 +159,7 @@ def main(argv):
             return 2
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    print("torch %s, %d threads, ATEN_CPU_CAPABILITY=%s" % (
-        torch.__version__, torch.get_num_threads(), os.environ.get("ATEN_CPU_CAPABILITY", "(unset)")))
+    print("torch %s, %d threads, ATen CPU capability %s" % (torch.__version__, torch.get_num_threads(), cpu_capability()))
     tokens = torch.randint(0, VOCAB, (B, S))
     targets = torch.randint(0, VOCAB, (B, S))
     for name, mod in (("dense", False), ("mod-every-other-12.5", True)):
