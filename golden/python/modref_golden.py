@@ -32,6 +32,7 @@ The patterns are those of `modref list PATTERN...` (globs or whole names;
 none: every case). judge does the same without pytest.
 """
 
+import atexit
 import difflib
 import json
 import os
@@ -278,14 +279,17 @@ def corpus_files(modref="modref", corpus=None):
     """The directory holding the case files that candidates are computed from:
     corpus when given, else the corpus of the checkout beside this file when
     there is one, else the cases `modref gen --out` writes into a temporary
-    directory (once per modref command and process)."""
+    directory (once per modref command and process, removed when the process
+    exits)."""
     if corpus:
         return corpus
     if os.path.isfile(os.path.join(DEFAULT_DIR, "layer-paper.json")):
         return os.path.normpath(DEFAULT_DIR)
     key = modref if isinstance(modref, str) else tuple(modref)
     if key not in _generated:
-        d = os.path.join(tempfile.mkdtemp(prefix="modref-cases-"), "cases")
+        top = tempfile.mkdtemp(prefix="modref-cases-")
+        atexit.register(shutil.rmtree, top, True)
+        d = os.path.join(top, "cases")
         code, _, err = _modref(modref, ["gen", "--out", d])
         if code != 0:
             raise ModrefError("modref gen --out %s: exit %d: %s" % (d, code, err.strip()))
