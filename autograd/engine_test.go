@@ -123,6 +123,33 @@ func TestTapeReuse(t *testing.T) {
 	}
 }
 
+// TestAlternatingPassesReuseBuffers checks that passes whose operations
+// differ, so that a tensor the tape handed out as a view in one pass is a
+// result in the next (a decoder whose routed layers skip some tokens),
+// allocate nothing once the tape has seen each, and compute the same values.
+func TestAlternatingPassesReuseBuffers(t *testing.T) {
+	a := New(4, 8, nil)
+	for i := range a.Data {
+		a.Data[i] = float32(i)
+	}
+	var tp Tape
+	viewFirst := func() *Tensor { tp.Reset(); return tp.Scale(tp.SliceRows(a, 1, 3), 2) }
+	resultFirst := func() *Tensor { tp.Reset(); return tp.SliceRows(tp.Scale(a, 2), 1, 3) }
+	for range 2 {
+		for name, pass := range map[string]func() *Tensor{"view first": viewFirst, "result first": resultFirst} {
+			got := pass()
+			for i, v := range got.Data {
+				if want := 2 * a.Data[8+i]; v != want {
+					t.Fatalf("%s: element %d is %v, want %v", name, i, v, want)
+				}
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { viewFirst(); resultFirst() }); n != 0 {
+		t.Errorf("alternating passes allocate %v times, want 0", n)
+	}
+}
+
 // TestTokenIndependence checks that a token's output does not depend on the
 // other tokens in its batch: each row of a batched forward equals, bit for
 // bit, the same token run alone.

@@ -63,12 +63,10 @@ func (tp *Tape) Len() int { return len(tp.nodes) }
 // (docs/performance.md).
 func (tp *Tape) alloc(rows, cols int, grad bool) *Tensor {
 	t := tp.slot()
-	if t.view {
-		t.Data, t.view = nil, false
-	}
 	n := rows * cols
 	t.Rows, t.Cols = rows, cols
-	t.Data = grow(t.Data, n)
+	t.dbuf = grow(t.dbuf, n)
+	t.Data, t.view = t.dbuf, false
 	t.Grad, t.base, t.stale = nil, nil, false
 	if grad {
 		t.gbuf = grow(t.gbuf, n)

@@ -15,9 +15,12 @@ type Tensor struct {
 	// view is set on tape-owned tensors whose Data (and Grad) belong to
 	// another tensor, so that the tape never writes into them on reuse.
 	view bool
-	// gbuf keeps a tape-owned tensor's gradient buffer across passes in
-	// which the tensor needs no gradient.
-	gbuf []float32
+	// dbuf keeps a tape-owned tensor's data buffer across passes in which
+	// the tensor is a view, and gbuf its gradient buffer across passes in
+	// which it needs no gradient: a tape whose operations differ from pass
+	// to pass (a decoder whose routed layers skip some tokens) then reuses
+	// its buffers instead of allocating them again.
+	dbuf, gbuf []float32
 	// base is the tensor whose gradient buffer a view's Grad is part of.
 	base *Tensor
 	// stale is set on a tape-owned tensor whose Grad has not been zeroed

@@ -6,8 +6,9 @@ The PyTorch side of docs/performance.md's language-model table: the model
 modref's mod/ benchmarks, written the way a PyTorch user would (float32,
 batched top-k, gather and scatter_add, RoPE at the original positions,
 causal attention among the selected tokens), so that the two are timed on the
-same machine and thread count. Per size it prints the median wall time of a
-forward and backward pass of the loss (after 2 warm-up steps) for the dense
+same machine and thread count. Per size it prints the median wall time and
+the median CPU time (of the process, every thread) of a forward and backward
+pass of the loss (after 2 warm-up steps) for the dense
 model, MoD on every other layer at capacity 12.5%, and MoD on all layers at
 12.5% (or only the
 variants named by --variants: dense, mod-every-other-12.5, mod-all-12.5).
@@ -111,20 +112,32 @@ class LM(torch.nn.Module):
 
 
 def time_step(model, tokens, targets, steps):
-    times = []
+    """The median wall time and the median CPU time (the process's, every
+    thread: time.process_time) of a forward and backward pass."""
+    times, cpu = [], []
     for i in range(steps + 2):
         model.zero_grad(set_to_none=False)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         model(tokens, targets).backward()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if i >= 2:  # warm-up
             times.append(dt)
-    times.sort()
-    return times[len(times) // 2]
+            cpu.append(dc)
+    return sorted(times)[len(times) // 2], sorted(cpu)[len(cpu) // 2]
 
 
 VARIANTS = (("dense", lambda l: False), ("mod-every-other-12.5", lambda l: l % 2 == 0),
             ("mod-all-12.5", lambda l: True))
+
+
+def cpu_capability():
+    """The instruction set ATen's own kernels run ("AVX2", "AVX512", ...):
+    on a CPU with AVX-512, PyTorch 1.13 picks AVX2 unless
+    ATEN_CPU_CAPABILITY=avx512."""
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 def openblas_core():
@@ -156,7 +169,8 @@ def main(argv):
             return 2
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    print("torch %s, %d threads, OpenBLAS core %s" % (torch.__version__, torch.get_num_threads(), openblas_core()))
+    print("torch %s, %d threads, OpenBLAS core %s, ATen CPU capability %s" % (
+        torch.__version__, torch.get_num_threads(), openblas_core(), cpu_capability()))
     for name in names:
         d, heads, S, B, L = SIZES[name]
         tokens = torch.randint(0, VOCAB, (B, S))
@@ -165,8 +179,8 @@ def main(argv):
             if variant not in variants:
                 continue
             model = LM(d, heads, L, routed)
-            t = time_step(model, tokens, targets, steps)
-            print("%-7s %-22s %10.2f ms/step" % (name, variant, 1e3 * t))
+            t, c = time_step(model, tokens, targets, steps)
+            print("%-7s %-22s %10.2f ms/step %10.2f cpu-ms/step" % (name, variant, 1e3 * t, 1e3 * c))
             sys.stdout.flush()
     return 0
 

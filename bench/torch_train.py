@@ -16,7 +16,9 @@ Decoding: 128 greedy steps with a key-value cache per layer; the MoD model route
 each token by its predictor (q > 0) and caches only the routed tokens of a routed
 layer. As in the Go benchmark, the predictor's output bias is set to -10 (every
 routed layer skips every token) or +10 (routes every token). Prints the median
-over --steps repetitions after 2 warm-up runs.
+wall time and the median CPU time (of the process, every thread) over --steps
+repetitions after 2 warm-up runs; docs/performance.md runs it pinned to one
+core (taskset) with ATEN_CPU_CAPABILITY=avx512 where the CPU has AVX-512.
 """
 
 import math
@@ -26,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from torch_lm import Block, rms_norm, rope
+from torch_lm import Block, cpu_capability, rms_norm, rope
 
 VOCAB, D, HEADS, LAYERS, S, B, CAP = 256, 64, 4, 4, 64, 8, 0.125
 
@@ -132,14 +134,16 @@ def optimizer(model):
 
 
 def median_time(fn, reps):
-    times = []
+    """The median wall time and the median CPU time (the process's, every
+    thread: time.process_time) of fn after 2 warm-up runs."""
+    times, cpu = [], []
     for i in range(reps + 2):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         if i >= 2:
             times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+            cpu.append(time.process_time() - c0)
+    return sorted(times)[len(times) // 2], sorted(cpu)[len(cpu) // 2]
 
 
 def main(argv):
@@ -155,7 +159,7 @@ def main(argv):
             return 2
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    print("torch %s, %d threads" % (torch.__version__, torch.get_num_threads()))
+    print("torch %s, %d threads, ATen CPU capability %s" % (torch.__version__, torch.get_num_threads(), cpu_capability()))
     tokens = torch.randint(0, VOCAB, (B, S))
     targets = torch.randint(0, VOCAB, (B, S))
     for name, mod in (("dense", False), ("mod-every-other-12.5", True)):
@@ -168,8 +172,9 @@ def main(argv):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-        t = median_time(step, reps)
-        print("train step  %-26s %8.2f ms/step %9.0f tokens/s" % (name, 1e3 * t, B * S / t))
+        t, c = median_time(step, reps)
+        print("train step  %-26s %8.2f ms/step %9.0f tokens/s %8.2f cpu-ms/step %9.0f tokens/cpu-s" % (
+            name, 1e3 * t, B * S / t, 1e3 * c, B * S / c))
         sys.stdout.flush()
     for name, mod, bias in (("dense", False, 0.0), ("mod-every-other-skip-all", True, -10.0),
                             ("mod-every-other-route-all", True, 10.0)):
@@ -177,8 +182,9 @@ def main(argv):
         for layer in model.layers:
             if layer.routed:
                 torch.nn.init.constant_(layer.pred.w2.bias, bias)
-        t = median_time(lambda: model.decode(97, 128), reps)
-        print("decode 128  %-26s %8.2f ms      %9.0f tokens/s" % (name, 1e3 * t, 128 / t))
+        t, c = median_time(lambda: model.decode(97, 128), reps)
+        print("decode 128  %-26s %8.2f ms      %9.0f tokens/s %8.2f cpu-ms      %9.0f tokens/cpu-s" % (
+            name, 1e3 * t, 128 / t, 1e3 * c, 128 / c))
         sys.stdout.flush()
     return 0
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -92,6 +93,39 @@ func (c Corpus) List() ([]string, error) {
 		return nil, fmt.Errorf("%s holds no cases (NAME.json with NAME.npz)", c)
 	}
 	return names, nil
+}
+
+// Select returns the cases of the corpus whose names match any of the
+// patterns (path.Match globs: "layer-*", "decode-?adding", or a whole
+// name), sorted; no patterns select every case. A pattern that matches no
+// case is an error: a malformed one names its syntax error, an unmatched
+// one is an ErrUnknownCase error listing the names nearest to it. This is
+// the selection of modref list PATTERN..., which the Python helper's pytest
+// cases use (golden/python).
+func (c Corpus) Select(patterns ...string) ([]string, error) {
+	names, err := c.List()
+	if err != nil || len(patterns) == 0 {
+		return names, err
+	}
+	var out []string
+	for _, pat := range patterns {
+		matched := false
+		for _, name := range names {
+			ok, err := path.Match(pat, name)
+			if err != nil {
+				return nil, fmt.Errorf("pattern %q: %w", pat, err)
+			}
+			if ok {
+				matched = true
+				out = append(out, name)
+			}
+		}
+		if !matched {
+			return nil, c.unknown(pat)
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
 }
 
 // Manifest reads and validates case name's manifest. A name the corpus

@@ -143,3 +143,32 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestSelect checks the case selection of modref list PATTERN...: globs and
+// whole names, each case once and sorted, every pattern matching something.
+func TestSelect(t *testing.T) {
+	c := Embedded()
+	all, err := c.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Select(); err != nil || !slices.Equal(got, all) {
+		t.Errorf("no patterns: %d cases, %v; want all %d", len(got), err, len(all))
+	}
+	var decode []string
+	for _, n := range all {
+		if strings.HasPrefix(n, "decode-") {
+			decode = append(decode, n)
+		}
+	}
+	want := slices.Sorted(slices.Values(append([]string{"layer-paper"}, decode...)))
+	if got, err := c.Select("layer-paper", "decode-*", "decode-padding"); err != nil || !slices.Equal(got, want) {
+		t.Errorf("layer-paper decode-* decode-padding: %q, %v; want %q", got, err, want)
+	}
+	if _, err := c.Select("layer-*", "layer-papr"); !errors.Is(err, ErrUnknownCase) || !strings.Contains(err.Error(), "did you mean layer-paper") {
+		t.Errorf("a pattern matching nothing: %v, want ErrUnknownCase naming layer-paper", err)
+	}
+	if _, err := c.Select("layer-["); err == nil || !strings.Contains(err.Error(), `pattern "layer-["`) {
+		t.Errorf("a malformed pattern: %v, want its syntax error", err)
+	}
+}

@@ -129,3 +129,49 @@ func TestDecoderRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderMemoryIsBounded checks that, with an attention window that
+// bounds every cache, a decoding step of a model whose routed layers route
+// some tokens and skip others allocates only its StepResult (the result,
+// its three per-layer slices and the logits) once the caches are full,
+// though consecutive steps record different operations on the tape.
+func TestDecoderMemoryIsBounded(t *testing.T) {
+	routing := spec.DefaultConfig(spec.DefaultBlockConfig(16, 2, 32), 0.5)
+	routing.Causal, routing.Block.Window = spec.CausalRouter, 4
+	cfg, err := spec.NewModelConfig(32, 0, 4, routing, spec.Pattern{Kind: spec.PatternAll}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mod.NewModel(cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := mod.NewDecoder(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, routed, skipped := 0, 0, 0
+	step := func() {
+		st, err := dec.Step((pos * 7) % cfg.Vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos++
+		for _, r := range st.Routed {
+			if r {
+				routed++
+			} else {
+				skipped++
+			}
+		}
+	}
+	for range 64 {
+		step()
+	}
+	if n := testing.AllocsPerRun(64, step); n != 5 {
+		t.Errorf("a decoding step with full caches allocates %v times, want 5 (its StepResult)", n)
+	}
+	if routed == 0 || skipped == 0 {
+		t.Errorf("the layers routed %d and skipped %d tokens; the test needs both", routed, skipped)
+	}
+}

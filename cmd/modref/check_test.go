@@ -156,6 +156,16 @@ func TestListAndExplain(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "layer-paper") || !strings.Contains(out, "decode-router") {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
+	// Patterns select cases (golden's TestSelect covers the selection), with
+	// flags before or after them; one matching nothing is bad input.
+	code, out, _ = runCmd("list", "decode-p*", "-dir", corpus, "layer-paper")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 4 ||
+		!strings.HasPrefix(lines[1], "decode-padding ") || !strings.HasPrefix(lines[2], "decode-predictor ") || !strings.HasPrefix(lines[3], "layer-paper ") {
+		t.Errorf("list decode-p* layer-paper: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := runCmd("list", "layer-papr"); code != 2 || !strings.Contains(errOut, "did you mean layer-paper") {
+		t.Errorf("list layer-papr: exit %d, stderr %q; want 2 naming layer-paper", code, errOut)
+	}
 	code, out, _ = runCmd("explain", "-dir", corpus, "layer-dense-ste")
 	for _, w := range []string{"ste_m_plus_1", "docs/spec.md §7", "rotate-half", "w = g + sg(m·g − g)"} {
 		if code != 0 || !strings.Contains(out, w) {

@@ -21,19 +21,22 @@ import (
 func runList(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("list", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: modref list [--corpus DIR]
+		fmt.Fprint(fs.Output(), `usage: modref list [--corpus DIR] [PATTERN...]
 
-Lists the golden corpus's cases: name, kind and what each tests.
+Lists the golden corpus's cases: name, kind and what each tests. Patterns
+(globs such as 'layer-*', or whole names) select the cases whose names match
+any of them; a pattern matching no case is an error.
 
 flags:
 `)
 		fs.PrintDefaults()
 	}
 	corpus := corpusFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	patterns, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	names, err := corpus().List()
+	names, err := corpus().Select(patterns...)
 	if err != nil {
 		return err
 	}

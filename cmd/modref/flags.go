@@ -32,6 +32,15 @@ func newFlagSet(name string, stdout, stderr io.Writer) *flagSet {
 	return fs
 }
 
+// describe sets the usage message of a command: its synopsis (the words
+// after "modref"), what it does, and its flags.
+func (fs *flagSet) describe(synopsis, what string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: modref %s\n\n%s\n\nflags:\n", synopsis, what)
+		fs.PrintDefaults()
+	}
+}
+
 // parse parses args, returning errHelp for -h or --help and errUsage for a
 // flag error (the flag package has then named it on stderr).
 func (fs *flagSet) parse(args []string) error {

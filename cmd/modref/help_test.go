@@ -9,7 +9,7 @@ import (
 // exit 0, for the tool and every command, and that modref help CMD does
 // the same.
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"", "check", "diagnose", "list", "explain", "gen", "mlp"} {
+	for _, cmd := range []string{"", "check", "diagnose", "list", "explain", "gen", "mlp", "train", "sample"} {
 		for _, h := range []string{"-h", "-help", "--help"} {
 			args := []string{h}
 			want := "usage: modref <command>"
@@ -20,6 +20,10 @@ func TestHelp(t *testing.T) {
 			code, out, errOut := runCmd(args...)
 			if code != 0 || !strings.HasPrefix(out, want) || errOut != "" {
 				t.Errorf("%q: exit %d, stdout starts %q, stderr %q; want 0, %q, nothing", args, code, first(out), errOut, want)
+			}
+			// Every command says what it does between its synopsis and its flags.
+			if _, rest, _ := strings.Cut(out, "\n\n"); cmd != "" && (rest == "" || strings.HasPrefix(rest, "flags:")) {
+				t.Errorf("%q: no description after the synopsis:\n%s", args, out)
 			}
 		}
 		if cmd == "" {

@@ -17,12 +17,12 @@
 // explain describe the cases; gen regenerates the corpus from ref; mlp trains
 // a tiny perceptron with the autograd engine and prints its loss; train
 // trains a byte-level MoD language model on a text and writes a run
-// directory (checkpoint, metrics, pictures); sample generates text from it
-// with causal routing.
+// directory (checkpoint, metrics, and pictures in a build with
+// -tags pictures); sample generates text from it with causal routing.
 //
 // The corpus is built into the command (package golden embeds it), so modref
-// runs from any directory once installed with
-// go install github.com/modref/modref/cmd/modref@latest; --corpus DIR (or
+// runs from any directory once installed with go install ./cmd/modref from
+// a clone (the module path is not published yet; README.md); --corpus DIR (or
 // -dir DIR) reads a corpus of one's own instead. -h or --help after any
 // command prints its usage.
 //

@@ -20,6 +20,7 @@ import (
 // layer processed and the decoding speed beside the model's dense twin.
 func runSample(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sample", stdout, stderr)
+	fs.describe("sample --checkpoint DIR [--prompt TEXT] [flags]", "Generates text from a checkpoint of modref train with causal routing, and\nreports the fraction of bytes each layer processed and the decoding speed\nbeside the model's dense twin (docs/training.md).")
 	dir := fs.String("checkpoint", "", "run directory of modref train, or its checkpoint/ directory (required)")
 	prompt := fs.String("prompt", "The ", "text to continue (not empty)")
 	tokens := fs.Int("tokens", 200, "bytes to generate")

@@ -16,11 +16,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/mod/train"
-	"github.com/modref/modref/mod/train/plot"
 	"github.com/modref/modref/spec"
 )
 
@@ -38,6 +36,7 @@ var resumeFlags = []string{"out", "resume", "data", "save-every", "quiet"}
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	def := train.DefaultConfig()
 	fs := newFlagSet("train", stdout, stderr)
+	fs.describe("train [--out DIR] [--data FILE] [--resume] [flags]", "Trains a byte-level MoD language model on a text and writes a run directory:\nthe checkpoint, its metrics, and the pictures in a build with -tags pictures\n(docs/training.md).")
 	out := fs.String("out", "modref-run", "run directory: checkpoint/ and the pictures")
 	data := fs.String("data", "", "training text (default: "+train.DefaultTextName+")")
 	resume := fs.Bool("resume", false, "continue the checkpoint in --out (bit-identically)")
@@ -239,6 +238,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  layer %d: routed %.1f %% of held-out bytes; predictor accuracy %.1f %%, recall of top-k %.1f %%\n", l, 100*ly.Fraction, 100*ly.PredictorAccuracy, 100*ly.PredictorRecall)
 		}
 	}
+	if !picturesBuilt {
+		fmt.Fprintln(stdout, "  pictures: not drawn; this modref was built without the plotting code (build it with -tags pictures to draw them)")
+	}
 	return nil
 }
 
@@ -310,67 +312,4 @@ func newBar(stderr io.Writer, quiet bool, total, done int, unit string) *progres
 	)
 	bar.Set(done)
 	return bar
-}
-
-// drawRun writes the run's pictures, PNG and SVG: the held-out loss
-// against training FLOPs and wall-clock time, and, for a model with routed
-// layers, the routing of 64 held-out bytes (from the first line start) and
-// the histogram of the router weights of 16 windows of SeqLen held-out
-// bytes.
-func drawRun(out string, tr *train.Trainer) error {
-	runs := []plot.Run{{Name: filepath.Base(out), Metrics: tr.Metrics()}}
-	lf, err := plot.Loss("held-out loss against training compute", runs, plot.FLOPs)
-	if err != nil {
-		return err
-	}
-	lt, err := plot.Loss("held-out loss against training time", runs, plot.Seconds)
-	if err != nil {
-		return err
-	}
-	for _, ext := range []string{"png", "svg"} {
-		if err := plot.Save(filepath.Join(out, "loss-flops."+ext), lf, 16*vg.Centimeter, 10*vg.Centimeter); err != nil {
-			return err
-		}
-		if err := plot.Save(filepath.Join(out, "loss-time."+ext), lt, 16*vg.Centimeter, 10*vg.Centimeter); err != nil {
-			return err
-		}
-	}
-	routed := false
-	for _, ml := range tr.Config().Model.Layers {
-		routed = routed || ml.Routed
-	}
-	if !routed {
-		return nil
-	}
-	held := tr.HeldOut()
-	start := 0
-	if i := strings.IndexByte(string(held), '\n'); i >= 0 && i+1 < len(held) {
-		start = i + 1
-	}
-	n := min(64, tr.Config().SeqLen, len(held)-start)
-	r, err := train.Inspect(tr.Model(), held[start:start+n])
-	if err != nil {
-		return err
-	}
-	rp, err := plot.Routing(fmt.Sprintf("bytes each layer processed (top-k, capacity as trained), step %d", tr.StepsDone()), r)
-	if err != nil {
-		return err
-	}
-	wr, err := train.InspectWindows(tr.Model(), tr.HeldOut(), tr.Config().SeqLen, 16)
-	if err != nil {
-		return err
-	}
-	hp, err := plot.RouterWeights(fmt.Sprintf("router weights of %d held-out bytes, step %d", len(wr.Text), tr.StepsDone()), wr, 40)
-	if err != nil {
-		return err
-	}
-	for _, ext := range []string{"png", "svg"} {
-		if err := plot.Save(filepath.Join(out, "routing."+ext), rp, vg.Length(n)*0.45*vg.Centimeter+6*vg.Centimeter, 7*vg.Centimeter); err != nil {
-			return err
-		}
-		if err := plot.Save(filepath.Join(out, "router-weights."+ext), hp, 16*vg.Centimeter, 10*vg.Centimeter); err != nil {
-			return err
-		}
-	}
-	return nil
 }

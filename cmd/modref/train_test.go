@@ -59,10 +59,23 @@ func TestTrainAndSample(t *testing.T) {
 		t.Fatalf("train: exit %d, stderr %q", code, errOut.String())
 	}
 	for _, name := range []string{"checkpoint/config.json", "checkpoint/params.npz", "checkpoint/optimizer.npz",
-		"checkpoint/train.jsonl", "checkpoint/eval.jsonl", "loss-flops.png", "loss-time.svg", "routing.png", "router-weights.svg"} {
+		"checkpoint/train.jsonl", "checkpoint/eval.jsonl"} {
 		if fi, err := os.Stat(filepath.Join(run1, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("run directory: %s is missing or empty (%v)", name, err)
 		}
+	}
+	// The pictures only in a build with -tags pictures (.ci/run tests both).
+	for _, name := range []string{"loss-flops.png", "loss-time.svg", "routing.png", "router-weights.svg"} {
+		fi, err := os.Stat(filepath.Join(run1, name))
+		switch {
+		case picturesBuilt && (err != nil || fi.Size() == 0):
+			t.Errorf("run directory: %s is missing or empty (%v)", name, err)
+		case !picturesBuilt && err == nil:
+			t.Errorf("run directory: %s drawn by a build without pictures", name)
+		}
+	}
+	if note := "pictures: not drawn"; strings.Contains(out.String(), note) == picturesBuilt {
+		t.Errorf("train printed %q; a build with pictures %v must say %q only when it draws none", out.String(), picturesBuilt, note)
 	}
 	if !strings.Contains(out.String(), "trained 6 steps") {
 		t.Errorf("train printed %q, want a summary of 6 steps", out.String())

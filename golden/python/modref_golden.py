@@ -16,13 +16,29 @@ complete PyTorch example.
 write_candidate refuses, before writing anything, an array the case does not
 judge, a missing one, a wrong shape, a dtype other than float32/float64
 (int32/int64 for integer arrays such as `selected`), and NaN or Inf, with one
-error that names the array and what was expected.
+error that names the array and what was expected. It creates the folder it
+writes into.
+
+In a pytest suite, pytest_cases makes one test per case, judged by the
+`modref` command; a failing test shows `modref check`'s table and
+`modref diagnose`'s verdict:
+
+    # test_mod.py
+    import modref_golden as mg
+    from mymod import compute_case   # compute_case(case) -> {"out": ..., "grad.input.x": ..., ...}
+    test_modref = mg.pytest_cases(compute_case, "layer-*", "decode-*")
+
+The patterns are those of `modref list PATTERN...` (globs or whole names;
+none: every case). judge does the same without pytest.
 """
 
+import atexit
 import difflib
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 import zipfile
 
@@ -220,6 +236,7 @@ def write_candidate(case, path, values, allow_missing=False):
     fails; an existing file is replaced only by a complete new one."""
     arrays = check_candidate(case, values, allow_missing)
     d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".candidate-", suffix=".npz", dir=d)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -228,3 +245,107 @@ def write_candidate(case, path, values, allow_missing=False):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+class ModrefError(Exception):
+    """The modref command could not run, or refused its input (exit status 2)."""
+
+
+def _modref(modref, args):
+    """Runs the modref command (a path or name, or an argument list such as
+    ["go", "run", "./cmd/modref"]) with args; returns (exit status, stdout, stderr)."""
+    argv = [modref] if isinstance(modref, str) else list(modref)
+    if not argv or (isinstance(modref, str) and shutil.which(modref) is None and not os.path.isfile(modref)):
+        raise ModrefError("the modref command %r is not on PATH; install it (go install ./cmd/modref "
+                          "from a clone of modref) or pass modref=PATH" % (modref,))
+    p = subprocess.run(argv + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def list_cases(*patterns, modref="modref", corpus=None):
+    """The names of the cases `modref list [--corpus DIR] PATTERN...` selects
+    (globs such as "layer-*", or whole names; none: every case), sorted.
+    A pattern matching no case raises ModrefError naming the nearest cases."""
+    code, out, err = _modref(modref, ["list"] + (["--corpus", corpus] if corpus else []) + list(patterns))
+    if code != 0:
+        raise ModrefError("modref list %s: exit %d: %s" % (" ".join(patterns), code, err.strip()))
+    return [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
+
+
+_generated = {}
+
+
+def corpus_files(modref="modref", corpus=None):
+    """The directory holding the case files that candidates are computed from:
+    corpus when given, else the corpus of the checkout beside this file when
+    there is one, else the cases `modref gen --out` writes into a temporary
+    directory (once per modref command and process, removed when the process
+    exits)."""
+    if corpus:
+        return corpus
+    if os.path.isfile(os.path.join(DEFAULT_DIR, "layer-paper.json")):
+        return os.path.normpath(DEFAULT_DIR)
+    key = modref if isinstance(modref, str) else tuple(modref)
+    if key not in _generated:
+        top = tempfile.mkdtemp(prefix="modref-cases-")
+        atexit.register(shutil.rmtree, top, True)
+        d = os.path.join(top, "cases")
+        code, _, err = _modref(modref, ["gen", "--out", d])
+        if code != 0:
+            raise ModrefError("modref gen --out %s: exit %d: %s" % (d, code, err.strip()))
+        _generated[key] = d
+    return _generated[key]
+
+
+def judge(name, candidate_path, modref="modref", corpus=None):
+    """Judges the candidate file of case name with `modref check`; returns
+    (passed, report). On a mismatch the report is check's table followed by
+    `modref diagnose`'s table and verdict; a candidate modref refuses as bad
+    input (exit 2) raises ModrefError with its message."""
+    flags = ["--corpus", corpus] if corpus else []
+    code, out, err = _modref(modref, ["check"] + flags + ["--candidate", candidate_path, name])
+    if code == 0:
+        return True, out
+    if code != 1:
+        raise ModrefError("modref check %s: exit %d: %s" % (name, code, (err or out).strip()))
+    dcode, dout, derr = _modref(modref, ["diagnose"] + flags + ["--candidate", candidate_path, name])
+    if dcode not in (0, 1):
+        dout = "modref diagnose: exit %d: %s" % (dcode, (derr or dout).strip())
+    return False, "modref check:\n%s\nmodref diagnose:\n%s" % (out.rstrip(), dout.rstrip())
+
+
+def run_case(compute, name, out_dir, modref="modref", corpus=None, allow_missing=False):
+    """Loads case name, computes its candidate with compute(case) (a dict as
+    write_candidate takes), writes it to out_dir/NAME.npz and judges it:
+    returns judge's (passed, report)."""
+    files = corpus_files(modref, corpus)
+    case = load_case(files, name)
+    path = os.path.join(out_dir, name + ".npz")
+    write_candidate(case, path, compute(case), allow_missing)
+    return judge(name, path, modref, files)
+
+
+def pytest_cases(compute, *patterns, modref="modref", corpus=None, allow_missing=False, out_dir=None):
+    """A pytest test function with one test per case that `modref list
+    PATTERN...` selects (none: every case), named by the case: each loads
+    the case, computes the candidate with compute(case), writes it (into
+    pytest's tmp_path, or out_dir/NAME.npz to keep it) and judges it with
+    `modref check`. A failure shows check's table and diagnose's verdict.
+    Bind it to a name starting with test_ in a test module:
+
+        test_modref = modref_golden.pytest_cases(compute_case, "layer-*")
+
+    The cases are listed when pytest collects the module, so a pattern that
+    matches nothing, or a missing modref, is a collection error."""
+    import pytest  # only here: the rest of this file needs NumPy alone
+
+    files = corpus_files(modref, corpus)
+    names = list_cases(*patterns, modref=modref, corpus=files)
+
+    @pytest.mark.parametrize("case_name", names)
+    def test_case(case_name, tmp_path):
+        passed, report = run_case(compute, case_name, out_dir or str(tmp_path), modref, files, allow_missing)
+        if not passed:
+            pytest.fail("case %s does not match modref\n\n%s" % (case_name, report), pytrace=False)
+
+    return test_case

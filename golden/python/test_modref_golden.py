@@ -240,6 +240,101 @@ class TestWriteCandidate(unittest.TestCase):
             self.assertEqual(z["loss"].shape, ())
 
 
+class TestCreatesItsFolder(unittest.TestCase):
+    def test_missing_folders_are_made(self):
+        d = tempfile.mkdtemp()
+        try:
+            case = mg.load_case(write_case(d))
+            out = os.path.join(d, "new", "deeper", "cand.npz")
+            mg.write_candidate(case, out, expected_candidate(case))
+            with np.load(out) as z:
+                self.assertEqual(sorted(z.files), sorted(case.outputs))
+        finally:
+            shutil.rmtree(d)
+
+
+# A stand-in for the modref command: it records its arguments and answers as
+# FAKE_CHECK (the exit status of check) says; list prints a table.
+FAKE_MODREF = """#!%s
+import os, sys
+with open(os.environ["FAKE_LOG"], "a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\\n")
+cmd = sys.argv[1]
+if cmd == "list":
+    if "nothing-*" in sys.argv:
+        sys.stderr.write('modref list: no such case "nothing-*"\\n'); sys.exit(2)
+    print("case         kind   what it tests")
+    print("layer-paper  layer  The paper's routed layer (Eq. 1)")
+    print("tiny         layer  A small one")
+elif cmd == "check":
+    code = int(os.environ["FAKE_CHECK"])
+    print("TABLE OF CHECK" if code != 2 else "")
+    sys.stderr.write("BAD INPUT\\n" if code == 2 else "")
+    sys.exit(code)
+elif cmd == "diagnose":
+    print("verdict: the candidate matches residual_twice"); sys.exit(1)
+"""
+
+
+class TestJudgeWithModref(unittest.TestCase):
+    """list_cases, judge and run_case against a stand-in modref (CI runs the
+    real one under pytest: golden/torch/pytest_corpus.py)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.modref = os.path.join(self.dir, "modref")
+        with open(self.modref, "w") as fh:
+            fh.write(FAKE_MODREF % sys.executable)
+        os.chmod(self.modref, 0o755)
+        self.log = os.path.join(self.dir, "log")
+        os.environ["FAKE_LOG"] = self.log
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+        os.environ.pop("FAKE_LOG", None)
+        os.environ.pop("FAKE_CHECK", None)
+
+    def calls(self):
+        with open(self.log) as fh:
+            return fh.read().splitlines()
+
+    def test_list_cases_passes_patterns_and_reads_names(self):
+        self.assertEqual(mg.list_cases("layer-*", "tiny", modref=self.modref, corpus="C"), ["layer-paper", "tiny"])
+        self.assertEqual(self.calls(), ["list --corpus C layer-* tiny"])
+        with self.assertRaises(mg.ModrefError) as cm:
+            mg.list_cases("nothing-*", modref=self.modref)
+        self.assertIn('no such case "nothing-*"', str(cm.exception))
+
+    def test_missing_modref_says_how_to_install(self):
+        with self.assertRaises(mg.ModrefError) as cm:
+            mg.list_cases(modref=os.path.join(self.dir, "absent"))
+        self.assertIn("go install ./cmd/modref", str(cm.exception))
+
+    def test_judge_pass_mismatch_and_bad_input(self):
+        os.environ["FAKE_CHECK"] = "0"
+        self.assertEqual(mg.judge("tiny", "c.npz", self.modref, "C"), (True, "TABLE OF CHECK\n"))
+        self.assertEqual(self.calls(), ["check --corpus C --candidate c.npz tiny"])
+        os.environ["FAKE_CHECK"] = "1"
+        passed, report = mg.judge("tiny", "c.npz", self.modref)
+        self.assertFalse(passed)
+        self.assertIn("TABLE OF CHECK", report)
+        self.assertIn("verdict: the candidate matches residual_twice", report)
+        self.assertEqual(self.calls()[-1], "diagnose --candidate c.npz tiny")
+        os.environ["FAKE_CHECK"] = "2"
+        with self.assertRaises(mg.ModrefError) as cm:
+            mg.judge("tiny", "c.npz", self.modref)
+        self.assertIn("BAD INPUT", str(cm.exception))
+
+    def test_run_case_writes_into_a_new_folder_and_judges_it(self):
+        write_case(self.dir)
+        os.environ["FAKE_CHECK"] = "0"
+        out = os.path.join(self.dir, "cands")
+        passed, _ = mg.run_case(expected_candidate, "tiny", out, self.modref, self.dir)
+        self.assertTrue(passed)
+        self.assertTrue(os.path.isfile(os.path.join(out, "tiny.npz")))
+        self.assertEqual(self.calls(), ["check --corpus %s --candidate %s tiny" % (self.dir, os.path.join(out, "tiny.npz"))])
+
+
 class TestWorkflowDoc(unittest.TestCase):
     def test_the_doc_shows_the_example_verbatim(self):
         with open(os.path.join(HERE, "example_layer.py")) as fh:

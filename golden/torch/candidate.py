@@ -25,6 +25,26 @@ import mod_torch as M  # noqa: E402
 import modref_golden as G  # noqa: E402  (check_corpus puts golden/python on the path)
 
 
+def candidate(case, dtype="float64", deviation=None):
+    """The candidate arrays of mod_torch on case (a modref_golden.Case), in dtype
+    ("float32" or "float64"), with the deviations deviation names (joined by +)
+    planted: what write_candidate takes."""
+    M.DTYPE = torch.float32 if dtype == "float32" else torch.float64
+    torch.set_default_dtype(M.DTYPE)
+    M.DEVIATION = deviation
+    values, grads, _ = C.run_case(case.manifest, case.arrays)
+    cand = {}
+    for key in case.outputs:
+        v = grads.get(key) if key.startswith("grad.") else values.get(key)
+        if v is None:
+            continue  # write_candidate names what is missing
+        a = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+        if a.dtype.kind == "f":
+            a = a.astype(np.float32 if dtype == "float32" else np.float64)
+        cand[key] = a
+    return cand
+
+
 def main(argv):
     args, dtype, deviation = [], "float64", None
     it = iter(argv)
@@ -39,28 +59,11 @@ def main(argv):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     case_json, out = args
-    M.DTYPE = torch.float32 if dtype == "float32" else torch.float64
-    torch.set_default_dtype(M.DTYPE)
-    M.DEVIATION = deviation
     try:
-        man, arrays = C.load_case(case_json)
-        values, grads, _ = C.run_case(man, arrays)
-    except C.BadInput as e:
-        print("candidate: %s: %s" % (case_json, e), file=sys.stderr)
-        return 2
-    case = G.Case(man, arrays)
-    cand = {}
-    for key in case.outputs:
-        v = grads.get(key) if key.startswith("grad.") else values.get(key)
-        if v is None:
-            continue  # write_candidate names what is missing
-        a = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
-        if a.dtype.kind == "f":
-            a = a.astype(np.float32 if dtype == "float32" else np.float64)
-        cand[key] = a
-    try:
+        case = G.Case(*C.load_case(case_json))
+        cand = candidate(case, dtype, deviation)
         G.write_candidate(case, out, cand)
-    except G.CandidateError as e:
+    except (C.BadInput, G.CandidateError) as e:
         print("candidate: %s: %s" % (case_json, e), file=sys.stderr)
         return 2
     return 0

@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"internal/atomicfile":      {"internal/readfile"},
 	"internal/dirlock":         {"internal/readfile"},
 	"internal/fmacheck":        {},
+	"internal/benchcpu":        {},
 	"internal/deps":            {},
 	"internal/modcase":         {"spec", "autograd", "mod", "ref", "golden"},
 	"mod/train":                {"spec", "autograd", "nn", "mod", "golden", "internal/atomicfile", "internal/readfile"},
@@ -42,11 +43,13 @@ var allowed = map[string][]string{
 
 // allowedInTests extends allowed for a package's tests (in-package and
 // external): tests may use the oracle and the adapters, but ref's tests, like
-// ref, stay clear of the implementations under test.
+// ref, stay clear of the implementations under test. Every package's tests
+// may also use internal/fmacheck and internal/benchcpu (a benchmark's CPU
+// time).
 var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
-	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/fmacheck"},
+	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/fmacheck", "internal/benchcpu"},
 }
 
 // TestImportRule checks every package of the module against allowed, and
@@ -74,7 +77,7 @@ func TestImportRule(t *testing.T) {
 		check(t, pkg, "", strings.Fields(fields[1]), rule)
 		testRule, ok := allowedInTests[pkg]
 		if !ok {
-			testRule = append(slices.Clone(rule), "internal/fmacheck")
+			testRule = append(slices.Clone(rule), "internal/fmacheck", "internal/benchcpu")
 		}
 		check(t, pkg, " (tests)", strings.Fields(fields[2]), testRule)
 		if pkg == "spec" {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/viterin/vek/vek32"
+
+	"github.com/modref/modref/internal/benchcpu"
 )
 
 // randMat returns r·c values uniform in [-1, 1) from a fixed seed.
@@ -41,11 +43,11 @@ func benchMatMul(b *testing.B, s benchShape, f func(c, x, y []float32)) {
 	c := make([]float32, s.m*s.n)
 	f(c, x, y)
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := benchcpu.Process()
 	for b.Loop() {
 		f(c, x, y)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := benchcpu.Process() - cpu0
 	flop := 2 * float64(s.m) * float64(s.k) * float64(s.n) * float64(b.N)
 	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	if cpu > 0 {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/modref/modref/internal/benchcpu"
 )
 
 // expCase is one call of ExpShifted: the values x and the shift m.
@@ -244,13 +246,13 @@ func BenchmarkExpShifted(b *testing.B) {
 	} {
 		for _, pt := range paths {
 			b.Run(in.name+"/"+pt.name, func(b *testing.B) {
-				cpu0 := cpuTime()
+				cpu0 := benchcpu.Process()
 				onPath(pt, func() {
 					for b.Loop() {
 						in.f()
 					}
 				})
-				cpu := cpuTime() - cpu0
+				cpu := benchcpu.Process() - cpu0
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/exp")
 				if cpu > 0 {
 					b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/exp")

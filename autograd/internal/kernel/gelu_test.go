@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/modref/modref/internal/benchcpu"
 )
 
 // geluSpecials lists the inputs where a SIMD kernel is most likely to part
@@ -210,7 +212,7 @@ func BenchmarkGELU(b *testing.B) {
 			b.Run(pt.name+"/"+dir, func(b *testing.B) {
 				onPath(pt, func() {
 					b.ReportAllocs()
-					cpu0 := cpuTime()
+					cpu0 := benchcpu.Process()
 					for b.Loop() {
 						if dir == "forward" {
 							GELUForward(y, x)
@@ -219,7 +221,7 @@ func BenchmarkGELU(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
-					if cpu := cpuTime() - cpu0; cpu > 0 {
+					if cpu := benchcpu.Process() - cpu0; cpu > 0 {
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/n, "cpu-ns/elem")
 					}
 				})

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/viterin/vek/vek32"
+
+	"github.com/modref/modref/internal/benchcpu"
 )
 
 var perCore = flag.Bool("percore", false, "run TestPerCore, a per-core efficiency comparison of the paths with vek")
@@ -24,7 +26,7 @@ func TestPerCore(t *testing.T) {
 	if !*perCore {
 		t.Skip("needs -percore")
 	}
-	if cpuTime() == 0 {
+	if benchcpu.Process() == 0 {
 		t.Skip("requires process CPU time, which cannot be read on this OS")
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
@@ -49,9 +51,9 @@ func TestPerCore(t *testing.T) {
 		best := make([]time.Duration, len(vs))
 		for range max(5, int(3e9/flop)) {
 			for i, v := range vs {
-				t0 := cpuTime()
+				t0 := benchcpu.Process()
 				v.f()
-				if d := cpuTime() - t0; best[i] == 0 || d < best[i] {
+				if d := benchcpu.Process() - t0; best[i] == 0 || d < best[i] {
 					best[i] = d
 				}
 			}

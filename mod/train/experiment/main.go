@@ -81,6 +81,26 @@ type Result struct {
 	DenseBestTokensPerSec, MoDBestTokensPerSec float64
 	// Sample is the MoD model's greedy continuation of the prompt.
 	Sample string
+	// DenseEvals, MoDEvals and ShallowEvals are the held-out losses along
+	// each run: what a shortened run is checked against (main_test.go).
+	DenseEvals, MoDEvals, ShallowEvals []EvalPoint
+}
+
+// EvalPoint is one evaluation of a run: the held-out loss after Step
+// steps and FLOPs training FLOPs.
+type EvalPoint struct {
+	Step  int
+	FLOPs float64
+	Loss  float64
+}
+
+// evalPoints returns the evaluations of a run's metrics.
+func evalPoints(m *train.Metrics) []EvalPoint {
+	out := make([]EvalPoint, len(m.Evals))
+	for i, e := range m.Evals {
+		out[i] = EvalPoint{e.Step, e.FLOPs, e.Loss}
+	}
+	return out
 }
 
 // Results is the content of results.json.
@@ -115,32 +135,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base := train.DefaultConfig()
-	base.EvalEvery = *steps / 10
-	dense, mcfg := base, base
-	if dense.Model, err = train.ModelConfig(64, 4, 4, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
-		return err
-	}
-	ratio, err := flopsRatio(mcfg, dense)
+	dense, mcfg, shallow, ratio, shallowRatio, err := configs(*steps)
 	if err != nil {
 		return err
 	}
-	shallow := dense
-	if shallow.Model, err = train.ModelConfig(64, 4, 2, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
-		return err
-	}
-	shallowRatio, err := flopsRatio(shallow, dense)
-	if err != nil {
-		return err
-	}
-	shallow.Steps = int(math.Round(float64(*steps) / shallowRatio))
-	shallow.Warmup = shallow.Steps / 10
-	shallow.EvalEvery = int(math.Round(float64(dense.EvalEvery) / shallowRatio))
-	dense.Steps = *steps
-	dense.Warmup = *steps / 10
-	mcfg.Steps = int(math.Round(float64(*steps) / ratio))
-	mcfg.Warmup = mcfg.Steps / 10
-	mcfg.EvalEvery = int(math.Round(float64(dense.EvalEvery) / ratio))
 	res := Results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Text: text.Info(), Config: mcfg, MoDRatio: ratio, ShallowRatio: shallowRatio}
 	fmt.Fprintf(stderr, "forward FLOPs per step against dense: MoD %.4f, 2-layer dense %.4f; steps per seed: dense %d, MoD %d, 2-layer dense %d\n",
@@ -208,6 +206,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
+		r.DenseEvals, r.MoDEvals, r.ShallowEvals = evalPoints(dm), evalPoints(mm), evalPoints(sm)
 		res.Seeds = append(res.Seeds, r)
 		runs = append(runs, plot.Run{Name: fmt.Sprintf("dense seed %d", s), Group: "dense", Metrics: dm},
 			plot.Run{Name: fmt.Sprintf("MoD seed %d", s), Group: "MoD 12.5 %, layers 1 and 3", Metrics: mm},
@@ -224,6 +223,42 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	summary(stdout, res)
 	return nil
+}
+
+// configs returns the runs of one seed (Seed unset): the dense model for
+// steps steps, and the MoD model and the 2-layer dense control for as many
+// steps as the same training FLOPs buy (ratio and shallowRatio are their
+// forward FLOPs per step over the dense model's), each evaluated every
+// tenth of the dense run's FLOPs.
+func configs(steps int) (dense, mcfg, shallow train.Config, ratio, shallowRatio float64, err error) {
+	fail := func(err error) (train.Config, train.Config, train.Config, float64, float64, error) {
+		return dense, mcfg, shallow, 0, 0, err
+	}
+	base := train.DefaultConfig()
+	base.EvalEvery = steps / 10
+	dense, mcfg = base, base
+	if dense.Model, err = train.ModelConfig(64, 4, 4, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
+		return fail(err)
+	}
+	if ratio, err = flopsRatio(mcfg, dense); err != nil {
+		return fail(err)
+	}
+	shallow = dense
+	if shallow.Model, err = train.ModelConfig(64, 4, 2, train.MoDRouting(0.125), spec.Pattern{Kind: spec.PatternList}); err != nil {
+		return fail(err)
+	}
+	if shallowRatio, err = flopsRatio(shallow, dense); err != nil {
+		return fail(err)
+	}
+	shallow.Steps = int(math.Round(float64(steps) / shallowRatio))
+	shallow.Warmup = shallow.Steps / 10
+	shallow.EvalEvery = int(math.Round(float64(dense.EvalEvery) / shallowRatio))
+	dense.Steps = steps
+	dense.Warmup = steps / 10
+	mcfg.Steps = int(math.Round(float64(steps) / ratio))
+	mcfg.Warmup = mcfg.Steps / 10
+	mcfg.EvalEvery = int(math.Round(float64(dense.EvalEvery) / ratio))
+	return dense, mcfg, shallow, ratio, shallowRatio, nil
 }
 
 // flopsRatio returns the forward FLOPs of a step of a over a step of b,

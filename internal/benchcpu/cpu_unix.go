@@ -1,14 +1,15 @@
 //go:build unix
 
-package kernel
+package benchcpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime returns the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
+// Process returns the CPU time the process has used (getrusage(2)), or 0
+// if it cannot be read.
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
