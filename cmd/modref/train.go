@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -37,7 +36,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	def := train.DefaultConfig()
 	fs := newFlagSet("train", stdout, stderr)
 	fs.describe("train [--out DIR] [--data FILE] [--resume] [flags]", "Trains a byte-level MoD language model on a text and writes a run directory:\nthe checkpoint, its metrics, and the pictures in a build with -tags pictures\n(docs/training.md).")
-	out := fs.String("out", "modref-run", "run directory: checkpoint/ and the pictures")
+	out := fs.String("out", "modref-run", "run directory, new or empty unless --resume: checkpoint/ (and the pictures in a -tags pictures build)")
 	data := fs.String("data", "", "training text (default: "+train.DefaultTextName+")")
 	resume := fs.Bool("resume", false, "continue the checkpoint in --out (bit-identically)")
 	saveEvery := fs.Int("save-every", 100, "steps between checkpoints (0: only at the end and on Ctrl-C)")
