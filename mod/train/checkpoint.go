@@ -94,6 +94,13 @@ func (t *Trainer) Save(dir string) error {
 			mod.Param{Name: "m." + p.Name, T: autograd.New(p.T.Rows, p.T.Cols, st.M[k])},
 			mod.Param{Name: "v." + p.Name, T: autograd.New(p.T.Rows, p.T.Cols, st.V[k])})
 	}
+	// A NaN or an infinity, which Load would refuse, is not saved: the
+	// run diverged, and the last good checkpoint is worth more.
+	for _, ps := range [][]mod.Param{named, moments} {
+		if err := finite(ps); err != nil {
+			return fmt.Errorf("train: checkpoint: %w", err)
+		}
+	}
 	if files[paramsFile], err = encodeNPZ(named); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
@@ -134,18 +141,24 @@ func writeDir(dir string, files map[string][]byte) error {
 	return nil
 }
 
+// finite returns an error naming the first NaN or infinity of ps.
+func finite(ps []mod.Param) error {
+	for _, p := range ps {
+		for i, x := range p.T.Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("array %s holds %v at [%d %d]: training diverged, and a checkpoint holds finite values only, so it is not saved", p.Name, x, i/p.T.Cols, i%p.T.Cols)
+			}
+		}
+	}
+	return nil
+}
+
 // encodeNPZ returns an .npz archive of the parameters as float32 arrays of
-// shape rows×cols, in the given order, refusing a NaN or an infinity (which
-// loadArrays would refuse).
+// shape rows×cols, in the given order.
 func encodeNPZ(ps []mod.Param) ([]byte, error) {
 	var buf bytes.Buffer
 	w := npz.NewWriter(&buf)
 	for _, p := range ps {
-		for i, x := range p.T.Data {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("array %s holds %v at [%d %d]: training diverged, and a checkpoint holds finite values only, so it is not saved", p.Name, x, i/p.T.Cols, i%p.T.Cols)
-			}
-		}
 		// npyio writes a Go array of arrays with its shape.
 		v := reflect.New(reflect.ArrayOf(p.T.Rows, reflect.ArrayOf(p.T.Cols, reflect.TypeFor[float32]()))).Elem()
 		for r := range p.T.Rows {
