@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -74,7 +75,9 @@ type capacityRule int
 const (
 	// capacityExact is docs/spec.md §3.
 	capacityExact capacityRule = iota
-	// capacityOffByOne selects k − 1 tokens (at least 0).
+	// capacityOffByOne selects the tokens whose router weight is strictly
+	// greater than the k-th largest, {i : r_i > r_(k)}, as the ports write
+	// it: k − 1 tokens, fewer when others tie with the k-th.
 	capacityOffByOne
 	// capacityPlainFloor is int(c·V_b): neither float-robust nor clamped
 	// to 1.
@@ -333,6 +336,12 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		if err != nil {
 			return err
 		}
+		if d.capacity == capacityOffByOne {
+			if k, err = ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid); err != nil {
+				return err
+			}
+			k = aboveKth(res.RouterWeights, k, in.Valid)
+		}
 		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
 			return err
@@ -368,7 +377,32 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	return nil
 }
 
-// rowCapacities is each row's k under the deviation's capacity rule.
+// aboveKth is, for each row, how many valid router weights are strictly
+// greater than the row's k[b]-th largest: the selection {i : r_i > r_(k)}
+// is the top that many, so ref.SelectTopK makes it. Without a tie at the
+// k-th weight it is k − 1; every weight tied with the k-th is dropped with
+// it.
+func aboveKth(r [][]float64, k []int, valid []int) []int {
+	n := make([]int, len(r))
+	for b, row := range r {
+		v := row[:validLen(valid, b, len(row))]
+		if k[b] < 1 || k[b] > len(v) {
+			continue
+		}
+		sorted := slices.Clone(v)
+		slices.SortFunc(sorted, func(a, b float64) int { return cmp.Compare(b, a) })
+		for _, x := range v {
+			if x > sorted[k[b]-1] {
+				n[b]++
+			}
+		}
+	}
+	return n
+}
+
+// rowCapacities is each row's k under the deviation's capacity rule (for
+// capacityOffByOne, k − 1: the count without ties, which aboveKth
+// corrects).
 func (d *layerDeviation) rowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
 	k, err := ref.RowCapacities(c, rows, s, valid)
 	if err != nil {
@@ -811,6 +845,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			if err != nil {
 				return err
 			}
+			off = off && noTieAtKth(c)
 			switch {
 			case same:
 				d.capacity = capacityExact
@@ -839,6 +874,29 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 		first[key] = i
 	}
 	return nil
+}
+
+// noTieAtKth reports whether c is a layer case in each of whose rows the
+// k-th largest router weight is tied with no other, so that the strict
+// rule of capacity_off_by_one selects exactly the top k − 1. (In a model
+// case a deviation changes the router weights of the layers after the
+// first, so nothing is known before they are computed.)
+func noTieAtKth(c *Case) bool {
+	cfg := c.Manifest.Config
+	r, ok := c.Arrays["expected.router_logits"]
+	if c.Manifest.Kind != KindLayer || cfg.Layer == nil || !ok || len(r.Shape) != 2 {
+		return false
+	}
+	k, err := ref.RowCapacities(cfg.Layer.Capacity, cfg.Batch, cfg.SeqLen, cfg.ValidLengths)
+	if err != nil {
+		return false
+	}
+	for b, n := range aboveKth(field(r), k, cfg.ValidLengths) {
+		if n != max(k[b]-1, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // weighted reports whether some layer's output weight g is not 1.

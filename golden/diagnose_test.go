@@ -769,6 +769,43 @@ func TestCapacityOffByOneCausal(t *testing.T) {
 	}
 }
 
+// TestCapacityOffByOneDropsTies: the strict rule {i : r_i > r_(k)} keeps
+// k − 1 tokens without a tie at the k-th weight and drops every token tied
+// with it; on model-all-layers, whose repeated token ties router weights
+// exactly, some row of layer 0 keeps fewer than k − 1.
+func TestCapacityOffByOneDropsTies(t *testing.T) {
+	r := [][]float64{{3, 1, 2, 2, 0}, {3, 1, 2, 2, 0}, {5, 4, 3, 2, 1}, {0, 0, 0, 0, 0}}
+	got := aboveKth(r, []int{3, 2, 3, 1}, []int{5, 5, 5, 5})
+	if want := []int{1, 1, 2, 0}; !slices.Equal(got, want) {
+		t.Errorf("aboveKth = %v, want %v", got, want)
+	}
+	if got := aboveKth([][]float64{{1, 2, 9}}, []int{1}, []int{2}); got[0] != 0 {
+		t.Errorf("a padded weight counted: %v", got)
+	}
+	c := loadCase(t, "model-all-layers")
+	sel := find(t, emulated(t, c), "capacity_off_by_one").arrays["expected.L0.selected"]
+	k, err := ref.RowCapacities(c.Manifest.Config.Layers[0].Config.Capacity, c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, c.Manifest.Config.ValidLengths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := false
+	for b := range sel.Shape[0] {
+		n := 0
+		for _, p := range sel.I[b*sel.Shape[1] : (b+1)*sel.Shape[1]] {
+			if p >= 0 {
+				n++
+			}
+		}
+		if n > k[b]-1 {
+			t.Errorf("row %d keeps %d tokens, more than k − 1 = %d", b, n, k[b]-1)
+		}
+		short = short || n < k[b]-1
+	}
+	if !short {
+		t.Error("no row of model-all-layers' layer 0 drops a tie: the case does not exercise the strict rule")
+	}
+}
+
 // TestDiagnoseNamesCombinations plants two deviations at once through the
 // Go emulations and requires Diagnose to name exactly that combination,
 // and no single deviation: the seed blog's RoPE at gathered indices with its

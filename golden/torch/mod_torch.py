@@ -357,10 +357,14 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         n = int(valid[b])
         k = capacity(cfg["capacity"], n)
-        if deviates("capacity_off_by_one"):
-            k = max(k - 1, 0)
         if deviates("capacity_floor_zero"):
             k = plain_capacity(cfg["capacity"], n)
+        if deviates("capacity_off_by_one") and k > 0:
+            # as astramind-ai/Mixture-of-depths writes it: r > the k-th largest r,
+            # which drops the k-th token and every token tied with it
+            rv = r[b, :n].detach()
+            kth = float(torch.sort(rv, descending=True).values[k - 1])
+            k = len([i for i in range(n) if float(rv[i]) > kth])
         topk.append(topk_select(r[b, :n].detach(), k, row=b))
         gaps.append(boundary_gap(r[b, :n].detach(), k))
 
