@@ -66,6 +66,10 @@ type RowMismatch struct {
 	Gap     float64 `json:"gap"`
 	Tie     bool    `json:"tie"`
 	NearTie bool    `json:"near_tie"`
+	// Order says the candidate selected the same positions as the oracle
+	// but listed them in another order (selected is in ascending position
+	// order, docs/spec.md §4): the indices were not sorted.
+	Order bool `json:"order"`
 }
 
 // CaseResult is the verdict on one case.
@@ -316,6 +320,10 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 			}
 		}
 		if m.OnlyCandidate == nil && m.OnlyOracle == nil {
+			if strings.HasSuffix(name, "selected") && !sameRow(got, want, b) {
+				m.Order = true
+				out = append(out, m)
+			}
 			continue
 		}
 		sort.Ints(m.OnlyCandidate)
@@ -331,6 +339,16 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 		out = append(out, m)
 	}
 	return out
+}
+
+// sameRow reports whether row b of two lists of positions (padded with
+// −1, perhaps to other widths) lists the same positions in the same order.
+func sameRow(a, b *Array, row int) bool {
+	listed := func(x *Array) []int64 {
+		w := size(x.Shape[1:])
+		return slices.DeleteFunc(slices.Clone(x.I[row*w:(row+1)*w]), func(p int64) bool { return p < 0 })
+	}
+	return slices.Equal(listed(a), listed(b))
 }
 
 // decisions returns the set of routed positions of row b. A list of

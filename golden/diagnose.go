@@ -66,7 +66,8 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 	if _, err := Compare(c, cand, false); err != nil {
 		return nil, err
 	}
-	ems, err := emulate(c, progress)
+	w := writtenByLayer(c, cand)
+	ems, err := emulate(c, w, progress)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -74,7 +75,7 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 	if err != nil {
 		return nil, err
 	}
-	combos, err := diagnoseCombinations(c, cand, out, progress)
+	combos, err := diagnoseCombinations(c, cand, w, out, progress)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -96,7 +97,7 @@ const maxCombined = 3
 // combination that can be emulated is judged as a single deviation is. Its
 // result's Name joins the deviations' names with "+", in the order of
 // Deviations.
-func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
+func diagnoseCombinations(c *Case, cand map[string]*Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
 	if oracle.Match || c.Manifest.Kind == KindDecode {
 		return nil, nil
@@ -118,7 +119,7 @@ func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationRes
 			sets = append(sets, inDeviationOrder(helps[i].Name, helps[j].Name))
 		}
 	}
-	out, err := judgeCombinations(c, cand, sets, progress)
+	out, err := judgeCombinations(c, cand, w, sets, progress)
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
@@ -146,7 +147,7 @@ func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationRes
 	for _, r := range others[:min(len(others), maxCombined+1)] {
 		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
 	}
-	triples, err := judgeCombinations(c, cand, sets, progress)
+	triples, err := judgeCombinations(c, cand, w, sets, progress)
 	return append(out, triples...), err
 }
 
@@ -160,9 +161,9 @@ func inDeviationOrder(names ...string) []string {
 }
 
 // judgeCombinations emulates each set of deviations at once where they can
-// be combined and judges the candidate against it; sets that cannot be
-// combined give no result.
-func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progress func(done, total int)) ([]DeviationResult, error) {
+// be combined (with what the candidate wrote, w) and judges the candidate
+// against it; sets that cannot be combined give no result.
+func judgeCombinations(c *Case, cand map[string]*Array, w map[string]written, sets [][]string, progress func(done, total int)) ([]DeviationResult, error) {
 	var devs []layerDeviation
 	var ems []emulation
 	for _, set := range sets {
@@ -170,6 +171,7 @@ func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progres
 		if !ok {
 			continue
 		}
+		d.written = w
 		devs = append(devs, d)
 		ems = append(ems, emulation{name: d.name})
 	}
@@ -220,7 +222,7 @@ func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) 
 	if strings.Contains(name, "+") {
 		return combinedCandidate(c, name)
 	}
-	ems, err := emulate(c, nil)
+	ems, err := emulate(c, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -280,17 +282,18 @@ type emulation struct {
 // notEmulated is an emulation that could not be made, and why.
 func notEmulated(name, reason string) emulation { return emulation{name: name, reason: reason} }
 
-// emulate recomputes the case under every deviation, by kind, reporting
-// progress as emulateEach does.
-func emulate(c *Case, progress func(done, total int)) ([]emulation, error) {
+// emulate recomputes the case under every deviation, by kind, with what
+// the candidate wrote (w, nil for none), reporting progress as emulateEach
+// does.
+func emulate(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, err
 	}
 	switch c.Manifest.Kind {
 	case KindLayer:
-		return emulateLayerCase(c, progress)
+		return emulateLayerCase(c, w, progress)
 	case KindModel:
-		return emulateModelCase(c, progress)
+		return emulateModelCase(c, w, progress)
 	case KindDecode:
 		return emulateDecodeCase(c)
 	case KindMoDE:

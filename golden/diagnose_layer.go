@@ -64,6 +64,10 @@ type layerDeviation struct {
 	// position order.
 	firstK bool
 	feed   predictorFeed
+	// written is what the candidate wrote of each routed layer, by the
+	// prefix of its expected arrays: the orders unsorted_indices and
+	// gather_first_k take from it. nil without a candidate.
+	written map[string]written
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
@@ -116,6 +120,12 @@ type layerState struct {
 	order [][]int
 	// rotated caches rotatedBlock's results for indexOrderOutput.
 	rotated rotationCache
+	// written is what the candidate wrote of this layer.
+	written written
+	// selectedOrder, when set, is each row's selected positions in the
+	// order the deviant layer writes them: the order it ran them in, read
+	// from the candidate (unsorted_indices).
+	selectedOrder [][]int
 }
 
 // rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
@@ -363,9 +373,21 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	st.g0 = res.Weights
 	if d.scoreOrder {
 		st.order = scoreOrder(res.RouterWeights, st.fz.Selection)
+		if o, ok := st.written.unsortedOrder(st.fz.Selection); ok {
+			for b := range o {
+				if o[b] != nil {
+					st.order[b] = o[b]
+				}
+			}
+			st.selectedOrder = st.order
+		}
 	}
 	if d.firstK {
-		st.order = firstKOrder(scoreOrder(res.RouterWeights, st.fz.Selection))
+		returned, ok := st.written.returnedOrder(st.fz.Selection, res.Multipliers)
+		if !ok {
+			returned = scoreOrder(res.RouterWeights, st.fz.Selection)
+		}
+		st.order = firstKOrder(returned)
 	}
 	if d.feed == feedOutput {
 		st.fz.PredictorInput = make([]*mat.Dense, len(res.Out))
@@ -787,8 +809,9 @@ func layerSpecOf(c *Case) layerSpec {
 		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
 }
 
-// emulateLayerCase recomputes a layer case under each deviation.
-func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, error) {
+// emulateLayerCase recomputes a layer case under each deviation, with what
+// the candidate wrote (w).
+func emulateLayerCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	if c.Manifest.Config.Layer == nil {
 		return nil, fmt.Errorf("layer case without a layer configuration")
 	}
@@ -810,6 +833,7 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
+		ld.written = w
 		devs[i] = ld
 	}
 	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
@@ -1002,12 +1026,12 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 	if err != nil {
 		return nil, err
 	}
-	var st layerState
+	st := layerState{written: d.writtenFor("expected.")}
 	l, err := d.run(s.cfg, dr.p, dr.in, &st)
 	if err != nil {
 		return nil, err
 	}
-	selected, err := selectedLike(c, "expected.selected", l.res.Selection)
+	selected, err := selectedLike(c, "expected.selected", st.writtenSelection(l.res.Selection))
 	if err != nil {
 		return nil, err
 	}

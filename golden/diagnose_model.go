@@ -82,7 +82,7 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, error) {
+func emulateModelCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -106,6 +106,7 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
+		ld.written = w
 		devs[i] = ld
 	}
 	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
@@ -151,6 +152,9 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	st := make([]layerState, len(s.cfg.Layers))
+	for l := range st {
+		st[l].written = d.writtenFor(layerPrefix(l))
+	}
 	mr, err := d.runModel(s.cfg, p, in, st)
 	if err != nil {
 		return nil, err
@@ -164,8 +168,8 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 		if lr == nil {
 			continue
 		}
-		pre := fmt.Sprintf("expected.L%d.", l)
-		sel, err := selectedLike(c, pre+"selected", lr.res.Selection)
+		pre := layerPrefix(l)
+		sel, err := selectedLike(c, pre+"selected", st[l].writtenSelection(lr.res.Selection))
 		if err != nil {
 			return nil, err
 		}

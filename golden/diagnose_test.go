@@ -23,7 +23,7 @@ func emulated(t *testing.T, c *Case) []emulation {
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
 	}
-	ems, err := emulate(c, nil)
+	ems, err := emulate(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -887,7 +887,7 @@ func TestSharedEmulations(t *testing.T) {
 	if !res.Pass {
 		t.Errorf("capacity_floor_zero computed on layer-paper differs from the case")
 	}
-	ems, err := emulate(c, nil) // not the shared cache: its arrays may come from another load of the case
+	ems, err := emulate(c, nil, nil) // not the shared cache: its arrays may come from another load of the case
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,26 @@ def deviates(name):
     return DEVIATION is not None and name in DEVIATION.split("+")
 
 
+# How a planted deviation is written, as ports write it (candidate.py --form):
+# "torch_topk": the top-k indices come in the order torch.topk(..., sorted=False)
+# returns them on this machine, not by descending weight (unsorted_indices runs the
+# block in that order; gather_first_k argsorts them); "write_order": unsorted_indices
+# writes `selected` in the order the block ran, not sorted.
+PORT_FORMS = ("torch_topk", "write_order")
+FORMS = ()
+
+
+def topk_order(rv, idx):
+    """The selected positions idx of a row (valid router weights rv) in the order
+    top-k returns them: by descending weight, ties to the lower position, or as
+    torch.topk(sorted=False) returns them under the form torch_topk."""
+    if "torch_topk" in FORMS:
+        got = torch.topk(rv, len(idx), sorted=False).indices.tolist()
+        if sorted(got) == sorted(idx):
+            return got
+    return sorted(idx, key=lambda i: (-float(rv[i]), i))
+
+
 # --------------------------------------------------------------------------
 # Capacity (docs/spec.md §3)
 
@@ -408,6 +428,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
 
     rows = []
     mult_rows = {}   # gather_first_k: the factors it applies, at the positions it writes
+    written = {}     # unsorted_indices written as run: each row's selected positions in that order
     for b in range(B):
         n = int(valid[b])
         xb = x[b]
@@ -431,9 +452,11 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                 if idx:
                     it = torch.tensor(idx, dtype=torch.long)
                     mask_pos = None
-                    if deviates("unsorted_indices"):   # score order, mask by that order
-                        it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                    if deviates("unsorted_indices"):   # top-k's order, mask by that order
+                        it = torch.tensor(topk_order(r[b, :n].detach(), idx), dtype=torch.long)
                         mask_pos = torch.arange(len(idx))
+                        if "write_order" in FORMS:
+                            written[b] = it.tolist()
                     if deviates("window_gathered_indices"):   # window counted in gathered indices
                         mask_pos = torch.arange(len(idx))
                     rope_pos = it
@@ -442,7 +465,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                         mask_pos = it if mask_pos is None else mask_pos
                     gw = g[b, it]
                     if deviates("gather_first_k") and causal == "off":   # argsort(top-k indices) gathered as positions
-                        score = sorted(idx, key=lambda i: -float(r[b, i]))   # top-k's order
+                        score = topk_order(r[b, :n].detach(), idx)   # top-k's order
                         it = torch.tensor(sorted(range(len(idx)), key=lambda j: score[j]), dtype=torch.long)
                         rope_pos = torch.arange(len(idx)) if deviates("rope_gathered_indices") else it
                         mask_pos = torch.arange(len(idx))
@@ -526,7 +549,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     res = {
         "out": out,
         "router_logits": r,
-        "selected": selected_array(sel),
+        "selected": selected_array([written.get(b, s) for b, s in enumerate(sel)]),
         "weights": w_out,
         "multipliers": multipliers,
         "targets": t,

@@ -1,0 +1,159 @@
+package golden
+
+import (
+	"slices"
+	"testing"
+)
+
+// writtenCandidate is the candidate an implementation with deviation name
+// writes for the case when it shows w of its layer (a layer case).
+func writtenCandidate(t *testing.T, c *Case, name string, w written) map[string]*Array {
+	t.Helper()
+	d, ok := findLayerDeviation(name)
+	if !ok {
+		t.Fatalf("no deviation %s", name)
+	}
+	d.written = map[string]written{"expected.": w}
+	arrays, err := layerArrays(c, layerSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays})
+}
+
+// matched lists the names of the results that match.
+func matched(rs []DeviationResult) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Match {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// selectedRows is a B×k array of positions as rows, −1 dropped.
+func selectedRows(a *Array) [][]int {
+	rows := make([][]int, a.Shape[0])
+	for b := range rows {
+		rows[b] = []int{}
+		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
+			if p >= 0 {
+				rows[b] = append(rows[b], int(p))
+			}
+		}
+	}
+	return rows
+}
+
+// TestUnsortedIndicesAsWritten: a port that runs each row's selected
+// tokens in its own order (here descending position, which no top-k
+// returns) and writes selected in that order is named unsorted_indices:
+// the emulation runs the order the candidate wrote. The score-order
+// emulation, all diagnose had before, does not explain that candidate.
+func TestUnsortedIndicesAsWritten(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	order := selectedRows(c.Arrays["expected.selected"])
+	for _, row := range order {
+		slices.Reverse(row)
+	}
+	cand := writtenCandidate(t, c, "unsorted_indices", written{selected: order})
+	if got := selectedRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
+		t.Fatalf("the emulation wrote selected %v, want the order it ran %v", got, order)
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"unsorted_indices"}) {
+		t.Errorf("matched %v, want unsorted_indices", got)
+	}
+	written := cand["selected"]
+	cand["selected"] = c.Arrays["expected.selected"]
+	rs, err = Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); slices.Contains(got, "unsorted_indices") {
+		t.Errorf("with selected written sorted (score order emulated), matched %v", got)
+	}
+	// check: the oracle's values with selected in the written order.
+	res, err := Compare(c, perfectWith(c, "selected", written), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result(t, res, "selected")
+	if r.Status != StatusFail || len(r.Routing) != len(order) {
+		t.Fatalf("selected in another order: %+v", r)
+	}
+	for _, m := range r.Routing {
+		if !m.Order || m.OnlyCandidate != nil || m.OnlyOracle != nil {
+			t.Errorf("row %d: %+v, want the same positions in another order", m.Row, m)
+		}
+	}
+}
+
+// perfectWith is the case's own values with one array replaced.
+func perfectWith(c *Case, name string, a *Array) map[string]*Array {
+	cand := perfect(c)
+	cand[name] = a
+	return cand
+}
+
+// TestGatherFirstKOrderFromMultipliers: a port whose top-k returns its
+// indices in ascending position order (not descending weight, the default
+// emulated) gathers positions 0..k−1 in order; diagnose reads that order
+// from the multipliers it wrote and names gather_first_k. The default
+// order, descending weight, does not explain that candidate.
+func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	sel := selectedRows(c.Arrays["expected.selected"])
+	mult := field(c.Arrays["expected.multipliers"])
+	s := c.Manifest.Config.SeqLen
+	m := make([][]float64, len(sel))
+	for b, row := range sel {
+		m[b] = make([]float64, s)
+		for t, p := range row {
+			m[b][t] = mult[b][p] // the t-th returned index's weight at t
+		}
+	}
+	var tol Tolerance
+	for _, info := range c.Manifest.Arrays {
+		if info.Name == "expected.multipliers" {
+			tol = *info.Tolerance
+		}
+	}
+	cand := writtenCandidate(t, c, "gather_first_k", written{multipliers: m, tol: tol})
+	for b := range m {
+		if got := cand["multipliers"].F[b*s : (b+1)*s]; !slices.Equal(got, m[b]) {
+			t.Fatalf("row %d: the emulation wrote multipliers %v, want %v", b, got, m[b])
+		}
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"gather_first_k"}) {
+		t.Errorf("matched %v, want gather_first_k", got)
+	}
+	def, err := DeviantCandidate(c, "gather_first_k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Compare(&Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
+		t.Errorf("the descending-weight emulation explains the candidate too (err %v): the test shows nothing", err)
+	}
+}
+
+// expectedOf is a candidate's arrays as a case's expected arrays, with the
+// case's inputs and parameters.
+func expectedOf(c *Case, cand map[string]*Array) map[string]*Array {
+	arrays := make(map[string]*Array, len(c.Arrays))
+	for name, a := range c.Arrays {
+		arrays[name] = a
+		if b, ok := cand[CandidateName(name)]; ok && name != CandidateName(name) {
+			arrays[name] = b
+		}
+	}
+	return arrays
+}
