@@ -40,6 +40,9 @@ type DeviationResult struct {
 	// Worst is the array furthest outside its tolerance (or, when all match,
 	// closest to leaving it), judged against the deviant values.
 	Worst ArrayResult `json:"worst"`
+	// Absent lists the arrays the candidate left out, judged by no result
+	// (CaseResult.Absent).
+	Absent []string `json:"absent,omitempty"`
 	// distance sums, over the arrays outside tolerance, the logarithm of
 	// their excess (docs/golden-format.md): how far the candidate is from
 	// these values, the combination search's measure.
@@ -63,9 +66,29 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // cases take a moment and report none); when combinations are searched, a
 // second series of calls, again from done 0, counts their recomputations.
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
-	if _, err := Compare(c, cand, false); err != nil {
+	return DiagnoseWithOptions(c, cand, DiagnoseOptions{Progress: progress})
+}
+
+// DiagnoseOptions are the options of DiagnoseWithOptions.
+type DiagnoseOptions struct {
+	// AllowMissing judges a candidate that leaves out arrays the case
+	// requires on the arrays it has: the others are listed in each
+	// result's Absent, judged neither way, instead of being bad input.
+	AllowMissing bool
+	// Progress is DiagnoseProgress's progress; nil for none.
+	Progress func(done, total int)
+}
+
+// DiagnoseWithOptions is Diagnose with options.
+func DiagnoseWithOptions(c *Case, cand map[string]*Array, o DiagnoseOptions) ([]DeviationResult, error) {
+	rule := refuseMissing
+	if o.AllowMissing {
+		rule = skipMissing
+	}
+	if _, err := compare(c, cand, rule); err != nil {
 		return nil, err
 	}
+	progress := o.Progress
 	w := writtenByLayer(c, cand)
 	ems, err := emulate(c, w, progress)
 	if err != nil {
@@ -195,9 +218,10 @@ func judgeCombinations(c *Case, cand map[string]*Array, w map[string]written, se
 	return out, nil
 }
 
-// diagnoseWith is Diagnose with the emulations already made.
+// diagnoseWith is Diagnose with the emulations already made, on a
+// candidate already checked: an array it leaves out is not judged.
 func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]DeviationResult, error) {
-	oracle, err := Compare(c, cand, false)
+	oracle, err := compare(c, cand, skipMissing)
 	if err != nil {
 		return nil, err
 	}
@@ -337,14 +361,21 @@ func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, erro
 	if err != nil {
 		return r, err
 	}
-	// The deviant values themselves, judged as a candidate against the case,
-	// tell whether the case can see the deviation at all.
-	vs, err := Compare(c, candidateOf(dc), false)
+	// The deviant values themselves, judged as a candidate against the case
+	// on the arrays the candidate has, tell whether the case can see the
+	// deviation at all through this candidate.
+	dv := candidateOf(dc)
+	for name := range dv {
+		if _, ok := cand[name]; !ok {
+			delete(dv, name)
+		}
+	}
+	vs, err := compare(c, dv, skipMissing)
 	if err != nil {
 		return r, fmt.Errorf("emulating %s: %w", em.name, err)
 	}
 	r.Distinct = !vs.Pass
-	res, err := Compare(dc, cand, false)
+	res, err := compare(dc, cand, skipMissing)
 	if err != nil {
 		return r, err
 	}
@@ -353,7 +384,7 @@ func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, erro
 
 // summarize fills the match counts and the worst array from a comparison.
 func summarize(r DeviationResult, res *CaseResult) DeviationResult {
-	r.Match, r.Total = res.Pass, len(res.Arrays)
+	r.Match, r.Total, r.Absent = res.Pass, len(res.Arrays), res.Absent
 	worst := -1.0
 	for _, a := range res.Arrays {
 		if a.Status == StatusPass {

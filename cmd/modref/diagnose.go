@@ -31,10 +31,15 @@ none does, it combines the deviations that each bring the candidate closer
 two at once, then the closest pair with a third, and names a combination
 that matches, joined with "+"; otherwise it lists the arrays furthest from
 the oracle.
---candidate may also be a directory holding CASE.npz. Nothing is written.
+--candidate may also be a directory holding CASE.npz. Arrays a port need
+not compute (a layer's weights and multipliers, its targets where no loss
+reads them) may be left out and are not judged; with --allow-missing any
+other array may be too, and the candidate is judged on the arrays it has.
+Nothing is written.
 
-Exit status: 0 the candidate matches the oracle, 1 it does not (whether or
-not a deviation is named), 2 bad input or usage.
+Exit status: 0 the candidate matches the oracle (and has every array the
+case requires), 1 it does not (whether or not a deviation is named), 2 bad
+input or usage.
 
 flags:
 `)
@@ -42,6 +47,7 @@ flags:
 	}
 	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
+	allowMissing := fs.Bool("allow-missing", false, "judge a candidate that lacks arrays the case requires on the arrays it has, listing the others")
 	names, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -70,16 +76,17 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.DiagnoseProgress(c, cand, phasedProgress(stderr, name))
+	results, err := golden.DiagnoseWithOptions(c, cand, golden.DiagnoseOptions{AllowMissing: *allowMissing, Progress: phasedProgress(stderr, name)})
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	oracle, err := golden.Compare(c, cand, false)
+	oracle, err := golden.Compare(c, cand, *allowMissing)
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	printDiagnosis(stdout, name, path, results, oracle)
-	if results[0].Match {
+	missing := requiredMissing(c, results[0].Absent)
+	printDiagnosis(stdout, name, path, results, oracle, missing)
+	if results[0].Match && len(missing) == 0 {
 		return nil
 	}
 	return errMismatch
@@ -109,6 +116,19 @@ func phases(single, combos func(done, total int)) func(done, total int) {
 		}
 		single(done, total)
 	}
+}
+
+// requiredMissing lists the absent arrays the case requires: those a port
+// may not leave out (golden.Optional), which only --allow-missing lets be
+// absent.
+func requiredMissing(c *golden.Case, absent []string) []string {
+	var out []string
+	for _, n := range absent {
+		if !golden.Optional(c, "expected."+n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // deviationLabel is a deviation's name with its variant.
@@ -145,9 +165,12 @@ const worstArrays = 3
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
 // worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult) {
+func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult, missing []string) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
+	if len(self.Absent) > 0 {
+		fmt.Fprintf(w, "not judged, left out by the candidate: %s\n", strings.Join(self.Absent, ", "))
+	}
 	if self.Match {
 		fmt.Fprintf(w, "oracle: matches (%d/%d arrays within tolerance)\n\n", self.Matching, self.Total)
 	} else {
@@ -181,6 +204,8 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	tw.Flush()
 	fmt.Fprintln(w)
 	switch {
+	case self.Match && len(missing) > 0:
+		fmt.Fprintf(w, "verdict: the candidate matches the oracle on the arrays it has, but lacks %d the case requires (%s): not a pass\n", len(missing), strings.Join(missing, ", "))
 	case self.Match && len(indistinct) > 0:
 		fmt.Fprintf(w, "verdict: the candidate matches the oracle (on this case it cannot be told from %s)\n", strings.Join(indistinct, ", "))
 	case self.Match:
@@ -218,7 +243,7 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 func furthest(res *golden.CaseResult, n int) []golden.ArrayResult {
 	var out []golden.ArrayResult
 	for _, a := range res.Arrays {
-		if a.Status != golden.StatusPass {
+		if a.Status == golden.StatusFail {
 			out = append(out, a)
 		}
 	}

@@ -219,6 +219,20 @@ class TestWriteCandidate(unittest.TestCase):
         with self.assertRaises(mg.CandidateError):
             mg.write_candidate(bce, self.out, vals)
 
+    def test_optional_arrays(self):
+        # As modref check: a layer's weights and multipliers may be left out, and
+        # its targets where no loss reads them (layer-paper: no auxiliary loss).
+        case = mg.load_case("layer-paper")
+        vals = expected_candidate(case)
+        for k in ("weights", "multipliers", "targets"):
+            del vals[k]
+        mg.write_candidate(case, self.out, vals)
+        bce = mg.load_case("layer-router-bce")
+        vals = expected_candidate(bce)
+        del vals["targets"]
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(bce, self.out, vals)
+
     def test_works_without_torch(self):
         script = ("import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
                   "sys.path.insert(0, %r)\n"
