@@ -29,6 +29,7 @@ var Deviations = []Deviation{
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
 	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
 	{"mode_ungated_experts", "MoDE experts' outputs summed without their gates: m = Σ MLP_e(u) over the experts that chose the token, instead of Σ G_e·MLP_e(u), so the expert router gets no gradient from the output"},
+	{"shared_router", "one router shared by every routed layer of a model: each routed layer's router weights are computed with the same parameters (the first routed layer's), whose gradient sums over the layers"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

@@ -63,7 +63,10 @@ type layerDeviation struct {
 	// token is weighted by the weight of the t-th selected token in
 	// position order.
 	firstK bool
-	feed   predictorFeed
+	// sharedRouter computes every routed layer's router weights with the
+	// first routed layer's router parameters (a model's deviation).
+	sharedRouter bool
+	feed         predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and
 	// gather_first_k take from it. nil without a candidate.
@@ -122,6 +125,9 @@ type layerState struct {
 	rotated rotationCache
 	// written is what the candidate wrote of this layer.
 	written written
+	// sharedParams is the layer's parameters with the first routed
+	// layer's router (sharedRouter), made once.
+	sharedParams *ref.LayerParams
 	// selectedOrder, when set, is each row's selected positions in the
 	// order the deviant layer writes them: the order it ran them in, read
 	// from the candidate (unsorted_indices).
@@ -198,7 +204,15 @@ func layerDeviations() []layerDeviation {
 		{name: "gather_first_k", skip: skipFirstK, firstK: true},
 		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
 		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
+		{name: "shared_router", skip: skipSharedRouter, sharedRouter: true},
 	}
+}
+
+func skipSharedRouter(cfg spec.Config) string {
+	if cfg.Router != spec.RouterLinear && cfg.Router != spec.RouterLinearBias {
+		return fmt.Sprintf("router %q has no parameters to share", cfg.Router)
+	}
+	return ""
 }
 
 func skipWeightMLPOnly(cfg spec.Config) string {
@@ -766,6 +780,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.noCausalMask = c.noCausalMask || d.noCausalMask
 		c.weightMLPOnly = c.weightMLPOnly || d.weightMLPOnly
 		c.firstK = c.firstK || d.firstK
+		c.sharedRouter = c.sharedRouter || d.sharedRouter
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -790,6 +805,9 @@ func combineNames(names []string) (layerDeviation, bool) {
 	}
 	return c, true
 }
+
+// sharedInLayerCase is why shared_router is not emulated for a layer case.
+const sharedInLayerCase = "a layer case has one routed layer (model cases with two or more test it)"
 
 // findLayerDeviation returns the emulation of a deviation name.
 func findLayerDeviation(name string) (layerDeviation, bool) {
@@ -828,6 +846,8 @@ func emulateLayerCase(c *Case, w map[string]written, progress func(done, total i
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no experts (mode cases test it)"))
 		case !ok:
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no incremental decoding (decode cases test it)"))
+		case ld.sharedRouter:
+			ems = append(ems, notEmulated(dev.Name, sharedInLayerCase))
 		case ld.skip != nil && ld.skip(s.cfg) != "":
 			ems = append(ems, notEmulated(dev.Name, ld.skip(s.cfg)))
 		default:
@@ -885,11 +905,11 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			// A model case reports no targets, and no layer's loss reads them.
 			d.targetsFirstRow = false
 		}
-		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil {
+		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil && !d.sharedRouter {
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.sharedRouter, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
@@ -992,7 +1012,10 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 	case KindLayer:
 		s := layerSpecOf(c)
 		for i, d := range devs {
-			if d.skip != nil {
+			switch {
+			case d.sharedRouter:
+				ems[i].reason = sharedInLayerCase
+			case d.skip != nil:
 				ems[i].reason = d.skip(s.cfg)
 			}
 		}

@@ -2,6 +2,7 @@ package golden
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -156,4 +157,52 @@ func expectedOf(c *Case, cand map[string]*Array) map[string]*Array {
 		}
 	}
 	return arrays
+}
+
+// TestSharedRouter: with one router for every routed layer, the later
+// routed layers' own router parameters are unused (gradient 0) and the
+// first's gradient sums over the layers; diagnose names the deviation on a
+// model case and says why a layer case or a model with one routed layer
+// cannot show it.
+func TestSharedRouter(t *testing.T) {
+	c := loadCase(t, "model-every-other")
+	cand, err := DeviantCandidate(c, "shared_router", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range cand["grad.param.L2.Router"].F {
+		if v != 0 {
+			t.Fatalf("grad.param.L2.Router = %v, want 0: the layer's own router is unused", cand["grad.param.L2.Router"].F)
+		}
+	}
+	if slices.Equal(cand["grad.param.L0.Router"].F, c.Arrays["grad.param.L0.Router"].F) {
+		t.Error("the shared router's gradient is layer 0's alone")
+	}
+	if !slices.Equal(cand["L0.router_logits"].F, c.Arrays["expected.L0.router_logits"].F) {
+		t.Error("layer 0, whose router is its own, routes differently")
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"shared_router"}) {
+		t.Errorf("matched %v, want shared_router", got)
+	}
+	for name, want := range map[string]string{"layer-paper": "a layer case has one routed layer", "model-predictor": "the model has one routed layer"} {
+		if em := findAny(t, emulated(t, loadCase(t, name)), "shared_router"); !strings.HasPrefix(em.reason, want) {
+			t.Errorf("%s: shared_router reason %q, want %q", name, em.reason, want)
+		}
+	}
+}
+
+// findAny returns the emulation of a deviation, emulated or not.
+func findAny(t *testing.T, ems []emulation, name string) emulation {
+	t.Helper()
+	for _, em := range ems {
+		if em.name == name {
+			return em
+		}
+	}
+	t.Fatalf("no emulation of %s", name)
+	return emulation{}
 }

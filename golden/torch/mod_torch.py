@@ -63,7 +63,7 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
-              "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts")
+              "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router")
 DEVIATION = None
 
 
@@ -618,9 +618,15 @@ def model_forward(tokens, valid, P, cfg_model, noises=None, jitters=None):
     h = embed(tokens, P, cfg_model, valid)
     per_layer = {}
     aux_total = torch.zeros((), dtype=DTYPE)
+    shared = None   # shared_router: the first routed layer's router, used by every routed layer
     for l, spec in enumerate(cfg_model["layers"]):
         Pl = layer_params(P, l)
         lc = spec["layer"]
+        if spec.get("routed", False) and deviates("shared_router"):
+            if shared is None:
+                shared = {k: Pl[k] for k in ("Router", "RouterBias") if k in Pl}
+            else:
+                Pl.update(shared)
         if spec.get("routed", False):
             res = routed_layer(h, valid, Pl, lc, noises.get(l), jitters.get(l))
             per_layer[l] = res
