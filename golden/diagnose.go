@@ -105,73 +105,101 @@ func DiagnoseWithOptions(c *Case, cand map[string]*Array, o DiagnoseOptions) ([]
 	return append(out, combos...), nil
 }
 
-// maxCombined is how many of the deviations that bring the candidate closer
-// the combination search pairs: the pairs of the best maxCombined, then, if
-// no pair matches, the closest pair with each of the maxCombined+1 closest
-// other deviations. Each combination is one more deviant recomputation.
-const maxCombined = 3
+// combineBeam is how many combinations of each size the combination search
+// grows by one more deviation, and maxDeviations the most deviations it
+// combines. Each combination is one more deviant recomputation: growing
+// combineBeam sets by each of the n deviations the case tells apart costs
+// up to combineBeam·n recomputations per size.
+const (
+	combineBeam   = 3
+	maxDeviations = 4
+)
 
 // diagnoseCombinations is the search for several deviations at once
 // (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
-// the oracle nor a single deviation explains the candidate, the deviations
-// that each move it closer (the arrays outside tolerance fewer or nearer:
-// a smaller sum of the logarithms of their excess) are combined in pairs,
-// the closest first, and the closest pair then with a third; each
-// combination that can be emulated is judged as a single deviation is. Its
-// result's Name joins the deviations' names with "+", in the order of
-// Deviations.
+// the oracle nor a single deviation explains the candidate, the
+// combineBeam deviations that bring it closest (the arrays outside
+// tolerance fewer or nearer: a smaller sum of the logarithms of their
+// excess), among those that bring it closer at all, are each combined with
+// every other deviation the case tells apart; the combineBeam closest
+// combinations that are closer than the set they grew from are grown by
+// one more, up to maxDeviations. A deviation is thus ranked with the
+// others already applied: one that changes the selection makes every
+// other deviation alone look as far as the oracle (an integer array
+// differs), and one whose effect alone is small (a predictor's
+// stop-gradient) may bring the candidate no closer by itself. The search
+// stops at the first size with a combination that matches, and returns
+// those, after the closest combinations of the smaller sizes; a
+// combination's result's Name joins the deviations' names with "+", in the
+// order of Deviations.
 func diagnoseCombinations(c *Case, cand map[string]*Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == KindDecode {
+	if oracle.Match || c.Manifest.Kind == KindDecode || c.Manifest.Kind == KindMoDE {
 		return nil, nil
 	}
-	var helps []DeviationResult
+	var pool, beam []DeviationResult
 	for _, r := range single[1:] {
 		if r.Match && r.Distinct {
 			return nil, nil
 		}
-		if r.Emulated && r.Distinct && r.distance < oracle.distance {
-			helps = append(helps, r)
+		if r.Emulated && r.Distinct && r.Variant == "" {
+			pool = append(pool, r)
+			if r.distance < oracle.distance {
+				beam = append(beam, r)
+			}
 		}
 	}
-	slices.SortStableFunc(helps, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
-	helps = helps[:min(len(helps), maxCombined)]
-	var sets [][]string
-	for i := range helps {
-		for j := i + 1; j < len(helps); j++ {
-			sets = append(sets, inDeviationOrder(helps[i].Name, helps[j].Name))
+	beam = closest(beam, combineBeam)
+	var out []DeviationResult
+	seen := map[string]bool{}
+	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {
+		var sets [][]string
+		parent := map[string]float64{} // the closest set each grew from
+		for _, b := range beam {
+			names := strings.Split(b.Name, "+")
+			for _, r := range pool {
+				if slices.Contains(names, r.Name) {
+					continue
+				}
+				set := inDeviationOrder(append(slices.Clone(names), r.Name)...)
+				key := strings.Join(set, "+")
+				if d, ok := parent[key]; !ok || b.distance < d {
+					parent[key] = b.distance
+				}
+				if !seen[key] {
+					seen[key] = true
+					sets = append(sets, set)
+				}
+			}
 		}
-	}
-	out, err := judgeCombinations(c, cand, w, sets, progress)
-	if err != nil || len(out) == 0 {
-		return out, err
-	}
-	best := out[0]
-	for _, r := range out {
-		if r.Match {
-			return out, nil
+		judged, err := judgeCombinations(c, cand, w, sets, progress)
+		if err != nil {
+			return nil, err
 		}
-		if r.distance < best.distance {
-			best = r
+		var matches, closer []DeviationResult
+		for _, r := range judged {
+			switch {
+			case r.Match:
+				matches = append(matches, r)
+			case r.distance < parent[r.Name]:
+				closer = append(closer, r)
+			}
 		}
-	}
-	// Triples: the closest pair with each of the maxCombined+1 closest other
-	// deviations the case tells apart (one that alone changes little, such
-	// as a predictor's stop-gradient, may not bring the candidate closer by
-	// itself).
-	var others []DeviationResult
-	for _, r := range single[1:] {
-		if r.Emulated && r.Distinct && r.Variant == "" && !slices.Contains(strings.Split(best.Name, "+"), r.Name) {
-			others = append(others, r)
+		if len(matches) > 0 {
+			return append(out, matches...), nil
 		}
+		beam = closest(closer, combineBeam)
+		out = append(out, beam...)
 	}
-	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
-	sets = nil
-	for _, r := range others[:min(len(others), maxCombined+1)] {
-		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
-	}
-	triples, err := judgeCombinations(c, cand, w, sets, progress)
-	return append(out, triples...), err
+	return out, nil
+}
+
+// closest returns the n results of rs nearest the candidate (smallest
+// distance; ties in their order).
+func closest(rs []DeviationResult, n int) []DeviationResult {
+	rs = slices.Clone(rs)
+	slices.SortStableFunc(rs, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
+	return rs[:min(len(rs), n)]
 }
 
 // inDeviationOrder sorts deviation names in the order of Deviations.

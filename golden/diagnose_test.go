@@ -806,17 +806,25 @@ func TestCapacityOffByOneDropsTies(t *testing.T) {
 	}
 }
 
-// TestDiagnoseNamesCombinations plants two deviations at once through the
-// Go emulations and requires Diagnose to name exactly that combination,
-// and no single deviation: the seed blog's RoPE at gathered indices with its
-// first-row targets, a returned residual with unsorted indices, and a
-// triple whose predictor deviation alone brings the candidate no closer.
+// TestDiagnoseNamesCombinations plants several deviations at once through
+// the Go emulations and requires Diagnose to name exactly that
+// combination, and no single deviation: the seed blog's RoPE at gathered
+// indices with its first-row targets, a returned residual with unsorted
+// indices, a triple whose predictor deviation alone brings the candidate
+// no closer, a triple with a selection change, and four at once.
 func TestDiagnoseNamesCombinations(t *testing.T) {
 	for _, tc := range []struct{ name, combo string }{
 		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
 		{"layer-paper", "residual_twice+unsorted_indices"},
 		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
 		{"layer-paper", "residual_twice+rope_gathered_indices+weight_mlp_only"},
+		// astramind-ai/Mixture-of-depths without an attention mask: the
+		// selection changes, and every other deviation alone looks as
+		// far as the oracle.
+		{"layer-paper", "residual_scaled+capacity_off_by_one+no_causal_mask"},
+		// sramshetty/mixture-of-depths' routed block before its fix of
+		// 2024-06-06.
+		{"layer-integer-capacity", "residual_twice+rope_gathered_indices+weight_mlp_only+gather_first_k"},
 	} {
 		c := loadCase(t, tc.name)
 		cand, err := DeviantCandidate(c, tc.combo, "")

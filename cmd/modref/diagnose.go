@@ -27,10 +27,10 @@ Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
 the routing frozen), and names the deviation the candidate matches. When
-none does, it combines the deviations that each bring the candidate closer
-two at once, then the closest pair with a third, and names a combination
-that matches, joined with "+"; otherwise it lists the arrays furthest from
-the oracle.
+none does, it combines the deviations closest to the candidate with every
+other one, then the closest pairs with a third, and the closest triples
+with a fourth, and names a combination that matches, joined with "+";
+otherwise it lists the arrays furthest from the oracle.
 --candidate may also be a directory holding CASE.npz. Arrays a port need
 not compute (a layer's weights and multipliers, its targets where no loss
 reads them) may be left out and are not judged; with --allow-missing any
