@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,7 @@ import (
 func runDiagnose(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("diagnose", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE
+		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] [--json] [--allow-missing] --candidate FILE.npz CASE
 
 Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
@@ -30,7 +31,11 @@ the routing frozen), and names the deviation the candidate matches. When
 none does, it combines the deviations closest to the candidate with every
 other one, then the closest pairs with a third, and the closest triples
 with a fourth, and names a combination that matches, joined with "+";
-otherwise it lists the arrays furthest from the oracle.
+otherwise it lists the arrays furthest from the oracle and says where the
+candidate first departs from it, stage by stage in the order the layers
+compute (router weights, selection, weights, output, auxiliary losses,
+loss, then the gradients in backward order), and how. --json prints all
+of it, the stage as a field.
 --candidate may also be a directory holding CASE.npz. Arrays a port need
 not compute (a layer's weights and multipliers, its targets where no loss
 reads them) may be left out and are not judged; with --allow-missing any
@@ -48,6 +53,7 @@ flags:
 	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
 	allowMissing := fs.Bool("allow-missing", false, "judge a candidate that lacks arrays the case requires on the arrays it has, listing the others")
+	asJSON := fs.Bool("json", false, "print the diagnosis as JSON: every result, the deviations named, and where the candidate first departs from the oracle")
 	names, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -56,7 +62,7 @@ flags:
 		return err
 	}
 	if len(names) != 1 || *candidate == "" {
-		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE")
+		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] [--json] [--allow-missing] --candidate FILE.npz CASE")
 		return errUsage
 	}
 	name := names[0]
@@ -85,7 +91,14 @@ flags:
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
 	missing := requiredMissing(c, results[0].Absent)
-	printDiagnosis(stdout, name, path, results, oracle, missing)
+	departure := golden.Depart(c, cand, oracle)
+	if *asJSON {
+		if err := printDiagnosisJSON(stdout, name, path, results, missing, departure); err != nil {
+			return err
+		}
+	} else {
+		printDiagnosis(stdout, name, path, results, oracle, missing, departure)
+	}
 	if results[0].Match && len(missing) == 0 {
 		return nil
 	}
@@ -165,7 +178,7 @@ const worstArrays = 3
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
 // worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult, missing []string) {
+func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult, missing []string, departure *golden.Departure) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	if len(self.Absent) > 0 {
@@ -236,6 +249,65 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
 		}
 	}
+	if len(matched) == 0 && departure != nil {
+		printDeparture(w, departure)
+	}
+}
+
+// shownLater is how many of the arrays outside tolerance after the first
+// departure the text lists by name.
+const shownLater = 6
+
+// printDeparture says where the candidate first departs from the oracle.
+func printDeparture(w io.Writer, d *golden.Departure) {
+	at := d.Stage
+	if d.Layer >= 0 {
+		at = fmt.Sprintf("layer %d, %s", d.Layer, d.Stage)
+	}
+	fmt.Fprintf(w, "where it first departs, in the order the layers compute: %s (%s): %s\n", at, d.Array, d.How)
+	if len(d.Right) > 0 {
+		fmt.Fprintf(w, "  right before it: %s\n", strings.Join(d.Right, ", "))
+	}
+	switch later := d.Later; {
+	case len(later) == 0:
+		fmt.Fprintln(w, "  every array after it is within tolerance")
+	case len(later) > shownLater:
+		fmt.Fprintf(w, "  also outside tolerance after it: %s and %d more\n", strings.Join(later[:shownLater], ", "), len(later)-shownLater)
+	default:
+		fmt.Fprintf(w, "  also outside tolerance after it: %s\n", strings.Join(later, ", "))
+	}
+}
+
+// diagnosisJSON is what diagnose --json prints.
+type diagnosisJSON struct {
+	Case      string `json:"case"`
+	Candidate string `json:"candidate"`
+	// Pass is true when the candidate matches the oracle and has every
+	// array the case requires (exit status 0).
+	Pass bool `json:"pass"`
+	// Named lists the deviations (or combinations) the candidate matches
+	// that the case tells from the oracle.
+	Named []string `json:"named"`
+	// Missing lists the required arrays left out (--allow-missing).
+	Missing []string `json:"missing"`
+	// Stage is where the candidate first departs from the oracle; null
+	// when it does not.
+	Stage   *golden.Departure        `json:"stage"`
+	Results []golden.DeviationResult `json:"results"`
+}
+
+// printDiagnosisJSON writes the diagnosis as JSON.
+func printDiagnosisJSON(w io.Writer, name, path string, results []golden.DeviationResult, missing []string, d *golden.Departure) error {
+	out := diagnosisJSON{Case: name, Candidate: path, Pass: results[0].Match && len(missing) == 0,
+		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results}
+	for _, r := range results[1:] {
+		if r.Match && r.Distinct {
+			out.Named = append(out.Named, deviationLabel(r))
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 // furthest returns up to n arrays of a comparison that failed, the furthest

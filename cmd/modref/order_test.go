@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -50,5 +51,40 @@ func TestDiagnoseAllowMissing(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "not judged, left out by the candidate: grad.param.Wq") ||
 		!strings.Contains(out, "verdict: the candidate matches the oracle on the arrays it has, but lacks 1 the case requires (grad.param.Wq): not a pass") {
 		t.Errorf("--allow-missing: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestDiagnoseSaysWhereItDeparts: for a bug no deviation names, of this
+// test's making (the router's gradient lost, as a detached weight loses
+// it, and the output wrong at the first selected token of each row),
+// diagnose says where the candidate first departs, in text and in --json.
+func TestDiagnoseSaysWhereItDeparts(t *testing.T) {
+	path := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+		g := *m["grad.param.Router"]
+		g.F = make([]float64, len(g.F))
+		m["grad.param.Router"] = &g
+	})
+	code, out, errOut := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+	want := "where it first departs, in the order the layers compute: gradients (grad.param.Router): zero everywhere, where the oracle's is not"
+	if code != 1 || !strings.Contains(out, "no known deviation explains it") || !strings.Contains(out, want) ||
+		!strings.Contains(out, "every array after it is within tolerance") {
+		t.Errorf("router gradient lost: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCmd("diagnose", "-dir", corpus, "--json", "--candidate", path, "layer-paper")
+	var got struct {
+		Pass  bool     `json:"pass"`
+		Named []string `json:"named"`
+		Stage struct {
+			Stage, Array, How string
+			Layer             int
+		} `json:"stage"`
+		Results []struct{ Name string } `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 1 {
+		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	if got.Pass || len(got.Named) != 0 || got.Stage.Stage != "gradients" || got.Stage.Array != "grad.param.Router" || got.Stage.Layer != -1 ||
+		len(got.Results) == 0 || got.Results[0].Name != golden.OracleName {
+		t.Errorf("--json: %+v", got)
 	}
 }
