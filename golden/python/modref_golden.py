@@ -243,3 +243,42 @@ def write_candidate(case, path, values, allow_missing=False):
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _interleaved_order(d, heads):
+    """The column order that takes a rotate-half weight to an interleaved one: in
+    each head of width dh, column 2j comes from j and column 2j+1 from j + dh/2."""
+    if heads < 1 or d % heads or (d // heads) % 2:
+        raise ValueError("%d columns in %d heads: each head needs an even width" % (d, heads))
+    dh = d // heads
+    half = dh // 2
+    order = []
+    for h in range(heads):
+        for j in range(half):
+            order += [h * dh + j, h * dh + half + j]
+    return np.array(order)
+
+
+def to_interleaved_rope(w, heads):
+    """A case's Wq or Wk (d x d, rotate-half RoPE) for an implementation whose RoPE
+    pairs coordinates 2j and 2j+1 of each head (GPT-J, Meta's Llama checkpoints).
+
+    The case pairs coordinate j of a head with j + d_h/2 (docs/spec.md §5); both
+    conventions turn the j-th pair by pos * base**(-2j/d_h). Loading Wq and Wk
+    through this function (and Wv, Wo as they are) gives every query and key the
+    case's values in the interleaved layout, so the attention scores, and every
+    array the case judges, are the same. Map the gradients of Wq and Wk back with
+    from_interleaved_rope before writing them.
+    """
+    w = _as_array(w)
+    return w[..., _interleaved_order(w.shape[-1], heads)]
+
+
+def from_interleaved_rope(g, heads):
+    """The inverse of to_interleaved_rope: an interleaved implementation's Wq or Wk
+    (or their gradients, grad.param.Wq and grad.param.Wk) in the case's
+    rotate-half layout."""
+    g = _as_array(g)
+    out = np.empty_like(g)
+    out[..., _interleaved_order(g.shape[-1], heads)] = g
+    return out
