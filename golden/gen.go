@@ -144,7 +144,11 @@ func layerSpecs() []layerSpec {
 	ties := ls("layer-ties", "The tie rule: in each row the first token left out has exactly the router weight of the last token selected; the lower position wins.",
 		[]string{"capacity_off_by_one"}, paper(0.5))
 	ties.ties = true
-	return append(specs, padding, floor, short, ties)
+	threshold := ls("layer-causal-threshold", "Causal routing at its threshold: in each row one token's input is 0, so its router weight is exactly 0, and it is not routed (routed iff r > 0, docs/spec.md §9); router_bce trains the router.",
+		[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
+		with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 }))
+	threshold.threshold = true
+	return append(specs, padding, floor, short, ties, threshold)
 }
 
 // modelSpecs is the catalogue of model and decode cases.

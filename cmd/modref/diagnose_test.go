@@ -146,7 +146,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"--candidate", nan, "layer-paper"}, []string{`"out"`, "NaN", "[0 0 3]"}},
 		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
 		{[]string{"--candidate", good, "no-such-case"}, []string{`no such case "no-such-case"`}},
-		{[]string{"--candidate", good, "layer-causal"}, []string{"did you mean layer-causal-predictor, layer-causal-router?"}},
+		{[]string{"--candidate", good, "layer-causal"}, []string{"did you mean layer-causal-predictor, layer-causal-router, layer-causal-threshold?"}},
 		{[]string{"--candidate", good}, []string{"usage: modref diagnose"}},
 		{[]string{"layer-paper"}, []string{"usage: modref diagnose"}},
 		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"usage: modref diagnose"}},

@@ -325,8 +325,12 @@ def predictor_logits(x, P):
 
 
 def bce_with_logits(z, t):
-    """Stable elementwise BCEWithLogits: max(z,0) - z t + log(1 + exp(-|z|))."""
-    return torch.clamp(z, min=0) - z * t + torch.log1p(torch.exp(-torch.abs(z)))
+    """Stable elementwise BCEWithLogits, max(z,0) - z t + log(1 + exp(-|z|)), with
+    derivative sigmoid(z) - t everywhere. Written out, the formula's autograd
+    derivative at z = 0 exactly is 1 - t or -t (the kinks of max and |z| taken
+    one-sided) instead of 1/2 - t; torch's own function has the right one, and a
+    router weight of exactly 0 (layer-causal-threshold) shows the difference."""
+    return torch.nn.functional.binary_cross_entropy_with_logits(z, t, reduction="none")
 
 
 def weights_of(r, m, valid_mask, kind):
