@@ -135,6 +135,11 @@ func layerSpecs() []layerSpec {
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
 	padding.seqLen, padding.valid = 10, []int{10, 6}
+	paddedLB := ls("layer-padding-load-balance", "Right padding under every loss: rows of 10 and 6 valid tokens, sigmoid weighting, router_bce (weight 0.1) and load balancing (weight 0.01); padded positions count in neither loss (F_s and P_s are 0 there, means over all B rows).",
+		append([]string{"targets_first_row"}, gatherCatches...), with(paper(0.5), func(c *spec.Config) {
+			c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1, 0.01
+		}))
+	paddedLB.seqLen, paddedLB.valid = 10, []int{10, 6}
 	floor := ls("layer-capacity-floor", "The float-robust capacity floor: c = 0.29 of S = 100 must give k = 29, though 0.29·100 = 28.999999999999996 in float64.",
 		[]string{"capacity_off_by_one", "capacity_floor_zero", "residual_twice"}, paper(0.29))
 	floor.seqLen = 100
@@ -148,7 +153,7 @@ func layerSpecs() []layerSpec {
 		[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 		with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 }))
 	threshold.threshold = true
-	return append(specs, padding, floor, short, ties, threshold)
+	return append(specs, padding, paddedLB, floor, short, ties, threshold)
 }
 
 // modelSpecs is the catalogue of model and decode cases.
