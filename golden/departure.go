@@ -432,15 +432,9 @@ func describeSelection(c *Case, got *Array, a ArrayResult) string {
 
 // selectedSets is a B×k array of positions as sorted rows, −1 dropped.
 func selectedSets(a *Array) [][]int {
-	rows := make([][]int, a.Shape[0])
-	for b := range rows {
-		rows[b] = []int{}
-		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
-			if p >= 0 {
-				rows[b] = append(rows[b], int(p))
-			}
-		}
-		slices.Sort(rows[b])
+	rows := positionRows(a)
+	for _, row := range rows {
+		slices.Sort(row)
 	}
 	return rows
 }

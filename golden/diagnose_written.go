@@ -47,15 +47,7 @@ func writtenByLayer(c *Case, cand map[string]*Array) map[string]written {
 		case strings.HasSuffix(info.Name, "selected") && a.IsInt():
 			prefix := strings.TrimSuffix(info.Name, "selected")
 			w := out[prefix]
-			w.selected = make([][]int, a.Shape[0])
-			for b := range w.selected {
-				w.selected[b] = []int{}
-				for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
-					if p >= 0 {
-						w.selected[b] = append(w.selected[b], int(p))
-					}
-				}
-			}
+			w.selected = positionRows(a)
 			out[prefix] = w
 		case strings.HasSuffix(info.Name, "multipliers") && !a.IsInt() && a.Shape[1] == c.Manifest.Config.SeqLen:
 			prefix := strings.TrimSuffix(info.Name, "multipliers")
@@ -65,6 +57,21 @@ func writtenByLayer(c *Case, cand map[string]*Array) map[string]written {
 		}
 	}
 	return out
+}
+
+// positionRows is a B×k array of positions as rows in the order written,
+// −1 dropped.
+func positionRows(a *Array) [][]int {
+	rows := make([][]int, a.Shape[0])
+	for b := range rows {
+		rows[b] = []int{}
+		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
+			if p >= 0 {
+				rows[b] = append(rows[b], int(p))
+			}
+		}
+	}
+	return rows
 }
 
 // unsortedOrder is the order in which unsorted_indices runs each row's

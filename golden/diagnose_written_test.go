@@ -33,20 +33,6 @@ func matched(rs []DeviationResult) []string {
 	return out
 }
 
-// selectedRows is a B×k array of positions as rows, −1 dropped.
-func selectedRows(a *Array) [][]int {
-	rows := make([][]int, a.Shape[0])
-	for b := range rows {
-		rows[b] = []int{}
-		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
-			if p >= 0 {
-				rows[b] = append(rows[b], int(p))
-			}
-		}
-	}
-	return rows
-}
-
 // TestUnsortedIndicesAsWritten: a port that runs each row's selected
 // tokens in its own order (here descending position, which no top-k
 // returns) and writes selected in that order is named unsorted_indices:
@@ -54,12 +40,12 @@ func selectedRows(a *Array) [][]int {
 // emulation, all diagnose had before, does not explain that candidate.
 func TestUnsortedIndicesAsWritten(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	order := selectedRows(c.Arrays["expected.selected"])
+	order := positionRows(c.Arrays["expected.selected"])
 	for _, row := range order {
 		slices.Reverse(row)
 	}
 	cand := writtenCandidate(t, c, "unsorted_indices", written{selected: order})
-	if got := selectedRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
+	if got := positionRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
 		t.Fatalf("the emulation wrote selected %v, want the order it ran %v", got, order)
 	}
 	rs, err := Diagnose(c, cand)
@@ -108,7 +94,7 @@ func perfectWith(c *Case, name string, a *Array) map[string]*Array {
 // order, descending weight, does not explain that candidate.
 func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	sel := selectedRows(c.Arrays["expected.selected"])
+	sel := positionRows(c.Arrays["expected.selected"])
 	mult := field(c.Arrays["expected.multipliers"])
 	s := c.Manifest.Config.SeqLen
 	m := make([][]float64, len(sel))
