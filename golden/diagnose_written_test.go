@@ -174,6 +174,31 @@ func TestSharedRouter(t *testing.T) {
 	if got := matched(rs); !slices.Equal(got, []string{"shared_router"}) {
 		t.Errorf("matched %v, want shared_router", got)
 	}
+	// Every case that claims it (golden/torch/audit_catches.py checks the
+	// claims with PyTorch) tells it from the oracle here too.
+	names, err := List("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, name := range names {
+		c := loadCase(t, name)
+		if !slices.Contains(c.Manifest.Catches, "shared_router") {
+			continue
+		}
+		claims++
+		d, _ := findLayerDeviation("shared_router")
+		ems := []emulation{{name: d.name}}
+		if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := judge(c, perfect(c), ems[0]); err != nil || !r.Distinct || r.Match {
+			t.Errorf("%s claims shared_router: distinct %v, the case's values match it %v (%v)", name, r.Distinct, r.Match, err)
+		}
+	}
+	if claims < 10 {
+		t.Errorf("%d cases claim shared_router", claims)
+	}
 	for name, want := range map[string]string{"layer-paper": "a layer case has one routed layer", "model-predictor": "the model has one routed layer"} {
 		if em := findAny(t, emulated(t, loadCase(t, name)), "shared_router"); !strings.HasPrefix(em.reason, want) {
 			t.Errorf("%s: shared_router reason %q, want %q", name, em.reason, want)
