@@ -201,6 +201,8 @@ func describeDeparture(c *Case, cand map[string]*Array, a ArrayResult) string {
 	var parts []string
 	if p := pattern(g.F, want.F, func(k int) bool { return judged(c, want.Shape, k) }, tol); p != "" {
 		parts = append(parts, p)
+	} else if zeroWhereWrong(g.F, want.F, wrong) {
+		parts = append(parts, "0 at every element where it is wrong, where the oracle's is not: nothing reaches them")
 	}
 	if w := wherePattern(c, a.Name, want.Shape, wrong); w != "" {
 		parts = append(parts, w)
@@ -290,6 +292,21 @@ func pattern(got, want []float64, use func(k int) bool, tol Tolerance) string {
 	return ""
 }
 
+// zeroWhereWrong reports whether the candidate's value is 0 at every
+// element that is wrong (and some is).
+func zeroWhereWrong(got, want []float64, wrong func(k int) bool) bool {
+	n := 0
+	for k := range want {
+		if wrong(k) {
+			if got[k] != 0 {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
 // wherePattern says where an array of a layer or model case is wrong: for
 // a B×S… array, which rows, and whether the wrong tokens are the
 // selected ones, the others, or some of each; for other arrays, how many
@@ -364,11 +381,16 @@ func wherePattern(c *Case, name string, shape []int, wrong func(k int) bool) str
 	return s
 }
 
-// positions lists token positions, or says "every position" when they are
-// all n of a row.
+// positions lists token positions, says "every position" when they are
+// all n of a row, and names a run from some position to the row's end (a
+// stage right up to a position and wrong from it on, as a cache or mask
+// that goes wrong at one token makes it).
 func positions(pos []int, n int) string {
-	if len(pos) == n {
+	switch {
+	case len(pos) == n:
 		return "every position"
+	case len(pos) > 1 && pos[len(pos)-1] == n-1 && pos[len(pos)-1]-pos[0] == len(pos)-1:
+		return fmt.Sprintf("every position from %d on (right before it)", pos[0])
 	}
 	return fmt.Sprint(pos)
 }

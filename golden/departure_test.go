@@ -133,3 +133,39 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 		t.Errorf("unselected tokens changed: %+v", dep)
 	}
 }
+
+// TestDepartureRunsAndZeros: an output right up to a position of each row
+// and wrong from it on is read as such, and a gradient that is 0 at the
+// tokens where it is wrong (bugs of this test's making: out wrong from
+// position 5 on; grad.input.x lost at the unselected tokens).
+func TestDepartureRunsAndZeros(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cfg := c.Manifest.Config
+	d := cfg.Layer.Block.D
+	out := *c.Arrays["expected.out"]
+	out.F = slices.Clone(out.F)
+	for b := range cfg.Batch {
+		for i := 5; i < cfg.SeqLen; i++ {
+			out.F[(b*cfg.SeqLen+i)*d] += 1
+		}
+	}
+	dep := departureOf(t, c, perfectWith(c, "out", &out))
+	if dep == nil || !strings.Contains(dep.How, "row 0 at every position from 5 on (right before it), row 1 at every position from 5 on") {
+		t.Errorf("out wrong from position 5 on: %+v", dep)
+	}
+	gx := *c.Arrays["grad.input.x"]
+	gx.F = slices.Clone(gx.F)
+	mask := selectedMask(c, "grad.input.x")
+	for b := range cfg.Batch {
+		for i := range cfg.SeqLen {
+			if !mask[b][i] {
+				clear(gx.F[(b*cfg.SeqLen+i)*d : (b*cfg.SeqLen+i+1)*d])
+			}
+		}
+	}
+	dep = departureOf(t, c, perfectWith(c, "grad.input.x", &gx))
+	if dep == nil || dep.Array != "grad.input.x" || !strings.Contains(dep.How, "0 at every element where it is wrong") ||
+		!strings.Contains(dep.How, "only at tokens outside the selection") {
+		t.Errorf("grad.input.x lost outside the selection: %+v", dep)
+	}
+}
