@@ -106,6 +106,14 @@ func layerSpecs() []layerSpec {
 		ls("layer-predictor", "Auxiliary predictor (Linear d→d/2, SiLU, Linear d/2→1) on sg(x), BCE against the targets, weight 0.1.",
 			append([]string{"predictor_no_stopgrad", "predictor_block_output", "targets_first_row"}, gatherCatches...),
 			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxPredictor, 0.1 })),
+		ls("layer-softmax-losses", "Both auxiliary losses under softmax weighting: router_bce (weight 0.1) and load balancing (weight 0.01), g the softmax of r over each row's selected tokens.",
+			append([]string{"targets_first_row"}, gatherCatches...), with(paper(0.5), func(c *spec.Config) {
+				c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = spec.WeightSoftmax, spec.AuxRouterBCE, 0.1, 0.01
+			})),
+		// With g = 1, g·(x + f) = x + g·f: residual_scaled changes nothing here.
+		ls("layer-none-predictor", "The auxiliary predictor (weight 0.1) under no weighting, g = 1: only the predictor's loss trains anything routing-related.",
+			[]string{"residual_twice", "unsorted_indices", "capacity_off_by_one", "predictor_no_stopgrad", "predictor_block_output", "targets_first_row", "rope_gathered_indices"},
+			with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight = spec.WeightNone, spec.AuxPredictor, 0.1 })),
 		ls("layer-load-balance", "Load-balancing loss S·Σ_s F_s P_s with weight 0.01, sigmoid weighting.",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.LoadBalanceWeight, c.Weighting = 0.01, spec.WeightSigmoid })),
 		ls("layer-layernorm-swiglu", "LayerNorm instead of RMSNorm and a SwiGLU MLP.",
