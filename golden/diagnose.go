@@ -63,8 +63,9 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // DiagnoseProgress is Diagnose, calling progress(done, total), when it is
 // not nil, with done 0 when the total deviant recomputations of a layer or
 // model case start and each time one finishes, one call at a time (decode
-// cases take a moment and report none); when combinations are searched, a
-// second series of calls, again from done 0, counts their recomputations.
+// cases take a moment and report none); when combinations are searched,
+// one more series of calls for each size of combination, again from done
+// 0, counts their recomputations.
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
 	return DiagnoseWithOptions(c, cand, DiagnoseOptions{Progress: progress})
 }

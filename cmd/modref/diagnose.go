@@ -116,7 +116,8 @@ func phasedProgress(stderr io.Writer, name string) func(done, total int) {
 }
 
 // phases passes golden.DiagnoseProgress's first series of calls to single
-// and the second, which starts again from done 0, to combos.
+// and the later ones (one per size of combination), each starting again
+// from done 0, to combos.
 func phases(single, combos func(done, total int)) func(done, total int) {
 	phase := 0
 	return func(done, total int) {
