@@ -134,16 +134,16 @@ func compareOrder(a, b stageOrder) int {
 // comparison with the case (Compare's result); nil when every array passes.
 func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
 	n := len(c.Manifest.Config.Layers)
-	type judged struct {
+	type placed struct {
 		a ArrayResult
 		o stageOrder
 		i int
 	}
-	var all []judged
+	var all []placed
 	for i, a := range res.Arrays {
-		all = append(all, judged{a, orderOf(a.Name, n), i})
+		all = append(all, placed{a, orderOf(a.Name, n), i})
 	}
-	slices.SortStableFunc(all, func(x, y judged) int {
+	slices.SortStableFunc(all, func(x, y placed) int {
 		if r := compareOrder(x.o, y.o); r != 0 {
 			return r
 		}
