@@ -363,7 +363,7 @@ func wherePattern(c *Case, name string, shape []int, wrong func(k int) bool) str
 			rows = append(rows, fmt.Sprintf("row %d at %s", b, positions(pos, validLen(cfg.ValidLengths, b, cfg.SeqLen))))
 		}
 	}
-	s := "wrong " + strings.Join(rows, ", ")
+	s := "wrong in " + strings.Join(rows, ", ")
 	if len(rows) == 0 {
 		return ""
 	}
