@@ -131,7 +131,8 @@ func compareOrder(a, b stageOrder) int {
 }
 
 // Depart reads where the candidate first departs from the case, given its
-// comparison with the case (Compare's result); nil when every array passes.
+// comparison with the case (Compare's result; arrays missing from it are
+// passed over); nil when every array it has passes.
 func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
 	n := len(c.Manifest.Config.Layers)
 	type placed struct {
@@ -141,7 +142,9 @@ func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
 	}
 	var all []placed
 	for i, a := range res.Arrays {
-		all = append(all, placed{a, orderOf(a.Name, n), i})
+		if a.Status != StatusMissing { // a missing array is no departure: it says nothing
+			all = append(all, placed{a, orderOf(a.Name, n), i})
+		}
 	}
 	slices.SortStableFunc(all, func(x, y placed) int {
 		if r := compareOrder(x.o, y.o); r != 0 {
@@ -181,7 +184,7 @@ func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
 func describeDeparture(c *Case, cand map[string]*Array, a ArrayResult) string {
 	want := c.Arrays[expectedName(a.Name)]
 	got := cand[a.Name]
-	if a.Status == StatusMissing || want == nil || got == nil {
+	if want == nil || got == nil {
 		return "missing from the candidate"
 	}
 	if strings.HasSuffix(a.Name, "selected") && got.IsInt() && len(got.Shape) == 2 {

@@ -52,6 +52,17 @@ func TestDiagnoseAllowMissing(t *testing.T) {
 		!strings.Contains(out, "verdict: the candidate matches the oracle on the arrays it has, but lacks 1 the case requires (grad.param.Wq): not a pass") {
 		t.Errorf("--allow-missing: exit %d\n%s%s", code, out, errOut)
 	}
+	// A missing array is no departure: the wrong one is.
+	wrong := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+		delete(m, "out")
+		g := *m["grad.param.Wq"]
+		g.F = make([]float64, len(g.F))
+		m["grad.param.Wq"] = &g
+	})
+	code, out, errOut = runCmd("diagnose", "-dir", corpus, "--allow-missing", "--candidate", wrong, "layer-paper")
+	if code != 1 || !strings.Contains(out, "where it first departs, in the order the layers compute: gradients (grad.param.Wq)") {
+		t.Errorf("--allow-missing, out missing, grad.param.Wq wrong: exit %d\n%s%s", code, out, errOut)
+	}
 }
 
 // TestDiagnoseSaysWhereItDeparts: for a bug no deviation names, of this
