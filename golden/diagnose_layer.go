@@ -63,6 +63,10 @@ type layerDeviation struct {
 	// token is weighted by the weight of the t-th selected token in
 	// position order.
 	firstK bool
+	// torchTopK takes, for firstK, top-k's indices in the order
+	// torch.topk(sorted=False) returns them on CPU where the candidate does
+	// not show the order (torchTopKVariant).
+	torchTopK bool
 	// sharedRouter computes every routed layer's router weights with the
 	// first routed layer's router parameters (a model's deviation).
 	sharedRouter bool
@@ -400,6 +404,9 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		returned, ok := st.written.returnedOrder(st.fz.Selection, res.Multipliers)
 		if !ok {
 			returned = scoreOrder(res.RouterWeights, st.fz.Selection)
+			if d.torchTopK {
+				returned = torchTopKOrder(res.RouterWeights, st.fz.Selection, in.Valid, returned)
+			}
 		}
 		st.order = firstKOrder(returned)
 	}
@@ -806,6 +813,21 @@ func combineNames(names []string) (layerDeviation, bool) {
 	return c, true
 }
 
+// withTorchTopK adds, after gather_first_k where it is emulated, its
+// variant with top-k's order as torch.topk(sorted=False) returns it on CPU
+// (torchTopKVariant), for a candidate whose multipliers do not show the
+// order (a model's, or one that leaves them out): where they show it, both
+// take it from them.
+func withTorchTopK(ems []emulation, devs []layerDeviation) ([]emulation, []layerDeviation) {
+	i := slices.IndexFunc(ems, func(em emulation) bool { return em.name == "gather_first_k" && em.reason == "" })
+	if i < 0 {
+		return ems, devs
+	}
+	d := devs[i]
+	d.torchTopK = true
+	return slices.Insert(ems, i+1, emulation{name: ems[i].name, variant: torchTopKVariant}), slices.Insert(devs, i+1, d)
+}
+
 // sharedInLayerCase is why shared_router is not emulated for a layer case.
 const sharedInLayerCase = "a layer case has one routed layer (model cases with two or more test it)"
 
@@ -855,6 +877,9 @@ func emulateLayerCase(c *Case, w map[string]written, progress func(done, total i
 		}
 		ld.written = w
 		devs[i] = ld
+	}
+	if !w["expected."].showsOrder(c) {
+		ems, devs = withTorchTopK(ems, devs)
 	}
 	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 		return nil, err
@@ -909,7 +934,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.sharedRouter, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it

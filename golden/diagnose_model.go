@@ -125,6 +125,7 @@ func emulateModelCase(c *Case, w map[string]written, progress func(done, total i
 		ld.written = w
 		devs[i] = ld
 	}
+	ems, devs = withTorchTopK(ems, devs)
 	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 		return nil, err
 	}

@@ -129,6 +129,19 @@ func (w written) returnedOrder(sel ref.Selection, g [][]float64) (order [][]int,
 	return order, true
 }
 
+// showsOrder reports whether the candidate's multipliers of a layer case
+// show the order its top-k returned the case's selection in
+// (returnedOrder).
+func (w written) showsOrder(c *Case) bool {
+	sel, g := c.Arrays["expected.selected"], c.Arrays["expected.multipliers"]
+	if w.multipliers == nil || sel == nil || g == nil || len(g.Shape) != 2 {
+		return false
+	}
+	rows := positionRows(sel)
+	_, ok := w.returnedOrder(ref.Selection{S: c.Manifest.Config.SeqLen, Rows: rows}, field(g))
+	return ok
+}
+
 // writtenFor is the candidate's written arrays of the routed layer whose
 // expected arrays start with prefix.
 func (d *layerDeviation) writtenFor(prefix string) written {

@@ -1,6 +1,10 @@
 package golden
 
 import (
+	"cmp"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -216,4 +220,86 @@ func findAny(t *testing.T, ems []emulation, name string) emulation {
 	}
 	t.Fatalf("no emulation of %s", name)
 	return emulation{}
+}
+
+// TestTorchCPUTopK: torchCPUTopK returns the indices in the order torch's
+// CPU topk(sorted=False) returned them for rows of golden/testdata (made by
+// golden/torch/topk_vectors.py with torch itself; a third with ties).
+func TestTorchCPUTopK(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "torch-topk-cpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs struct {
+		Torch string
+		Rows  []struct {
+			R     []float64
+			K     int
+			Order []int
+		}
+	}
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		t.Fatal(err)
+	}
+	unsorted := 0
+	for i, v := range vs.Rows {
+		got, ok := torchCPUTopK(v.R, v.K)
+		if !ok || !slices.Equal(got, v.Order) {
+			t.Errorf("row %d (n %d, k %d): %v, torch %s returned %v", i, len(v.R), v.K, got, vs.Torch, v.Order)
+		}
+		if !slices.IsSortedFunc(v.Order, func(a, b int) int { return cmp.Compare(v.R[b], v.R[a]) }) {
+			unsorted++
+		}
+	}
+	if len(vs.Rows) < 100 || unsorted < len(vs.Rows)/4 {
+		t.Errorf("%d rows, %d not in descending order: the rows show little", len(vs.Rows), unsorted)
+	}
+	if _, ok := torchCPUTopK(make([]float64, 128), 1); ok {
+		t.Error("k·64 ≤ n, where torch takes a partial sort, is claimed")
+	}
+}
+
+// TestGatherFirstKTorchOrder: a port whose top-k is torch.topk(sorted=False)
+// on CPU and that writes no multipliers is named by gather_first_k's
+// variant with that order, not by the default (descending weight); with
+// its multipliers, gather_first_k reads the order from them and the
+// variant is not offered.
+func TestGatherFirstKTorchOrder(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand, err := DeviantCandidate(c, "gather_first_k", torchTopKVariant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := DeviantCandidate(c, "gather_first_k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(cand["out"].F, def["out"].F) {
+		t.Fatal("torch's order is descending weight on layer-paper: the test shows nothing")
+	}
+	rs, err := Diagnose(c, without(cand, "multipliers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, r := range rs {
+		if r.Match {
+			named = append(named, label(r))
+		}
+	}
+	if want := []string{"gather_first_k (" + torchTopKVariant + ")"}; !slices.Equal(named, want) {
+		t.Errorf("without multipliers: matched %v, want %v", named, want)
+	}
+	rs, err = Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Variant == torchTopKVariant {
+			t.Errorf("the variant is offered though the multipliers show the order")
+		}
+		if r.Match != (r.Name == "gather_first_k") {
+			t.Errorf("with multipliers: %s match %v", label(r), r.Match)
+		}
+	}
 }
