@@ -66,6 +66,10 @@ type RowMismatch struct {
 	Gap     float64 `json:"gap"`
 	Tie     bool    `json:"tie"`
 	NearTie bool    `json:"near_tie"`
+	// Order says the candidate selected the same positions as the oracle
+	// but listed them in another order (selected is in ascending position
+	// order, docs/spec.md §4): the indices were not sorted.
+	Order bool `json:"order"`
 }
 
 // CaseResult is the verdict on one case.
@@ -76,6 +80,10 @@ type CaseResult struct {
 	Candidate string        `json:"candidate"`
 	Pass      bool          `json:"pass"`
 	Arrays    []ArrayResult `json:"arrays"`
+	// Absent lists the arrays the candidate left out that were not judged:
+	// those a port need not compute (Optional), and, when a diagnosis is
+	// asked to allow it, any other; never guessed, they count neither way.
+	Absent []string `json:"absent,omitempty"`
 	// Error is set, and Pass false, when the candidate could not be judged
 	// (bad input: an unreadable file, a wrong shape or dtype, a NaN): it
 	// names what and where. Compare never sets it; callers that judge many
@@ -99,6 +107,29 @@ func CandidateName(expected string) string { return strings.TrimPrefix(expected,
 // zeros; a selected array of another width is judged as a routing
 // mismatch.
 func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, error) {
+	rule := refuseMissing
+	if allowMissing {
+		rule = reportMissing
+	}
+	return compare(c, cand, rule)
+}
+
+// missingRule is what compare does with a required array the candidate
+// left out.
+type missingRule int
+
+const (
+	// refuseMissing makes it bad input.
+	refuseMissing missingRule = iota
+	// reportMissing judges it missing, a failure.
+	reportMissing
+	// skipMissing lists it in Absent, not judged.
+	skipMissing
+)
+
+// compare is Compare with a rule for missing arrays: an optional one is
+// always listed in Absent.
+func compare(c *Case, cand map[string]*Array, rule missingRule) (*CaseResult, error) {
 	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
 	for _, info := range c.Manifest.Arrays {
 		if info.Role != RoleExpected {
@@ -111,8 +142,12 @@ func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, e
 			// judged as zeros.
 			got, ok = &Array{Shape: info.Shape, F: make([]float64, size(info.Shape)), DType: "<f8"}, true
 		}
+		if !ok && (rule == skipMissing || Optional(c, info.Name)) {
+			res.Absent = append(res.Absent, name)
+			continue
+		}
 		if !ok {
-			if !allowMissing {
+			if rule == refuseMissing {
 				kind := "float32 or float64"
 				if info.DType == "<i8" {
 					kind = "int32 or int64"
@@ -174,6 +209,26 @@ func ZeroByConfiguration(c *Case, expected string) bool {
 	}
 	l := c.layerConfig(strings.TrimSuffix(expected, "aux.total"))
 	return l != nil && (l.Aux == spec.AuxNone || l.AuxWeight == 0) && l.LoadBalanceWeight == 0
+}
+
+// Optional reports whether a candidate may leave an expected array out, to
+// have it listed as absent and not judged (docs/golden-format.md,
+// "Candidates"): values that ports do not compute unless they need them. A
+// layer's weights and multipliers, which its output and gradients judge
+// already (most ports never hold g·m apart), and its targets where no loss
+// reads them: no auxiliary loss, or one of weight 0.
+func Optional(c *Case, expected string) bool {
+	l := c.layerConfig("expected.")
+	if c.Manifest.Kind != KindLayer || l == nil {
+		return false
+	}
+	switch expected {
+	case "expected.weights", "expected.multipliers":
+		return true
+	case "expected.targets":
+		return l.Aux == spec.AuxNone || l.AuxWeight == 0
+	}
+	return false
 }
 
 // zeroOne reports whether an integer array holds only 0 and 1.
@@ -316,6 +371,10 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 			}
 		}
 		if m.OnlyCandidate == nil && m.OnlyOracle == nil {
+			if strings.HasSuffix(name, "selected") && !sameRow(got, want, b) {
+				m.Order = true
+				out = append(out, m)
+			}
 			continue
 		}
 		sort.Ints(m.OnlyCandidate)
@@ -331,6 +390,16 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 		out = append(out, m)
 	}
 	return out
+}
+
+// sameRow reports whether row b of two lists of positions (padded with
+// −1, perhaps to other widths) lists the same positions in the same order.
+func sameRow(a, b *Array, row int) bool {
+	listed := func(x *Array) []int64 {
+		w := size(x.Shape[1:])
+		return slices.DeleteFunc(slices.Clone(x.I[row*w:(row+1)*w]), func(p int64) bool { return p < 0 })
+	}
+	return slices.Equal(listed(a), listed(b))
 }
 
 // decisions returns the set of routed positions of row b. A list of

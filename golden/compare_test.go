@@ -237,7 +237,7 @@ func TestCompareZeroByConfiguration(t *testing.T) {
 		optional    bool
 	}{
 		{"layer-paper", "aux.total", true},
-		{"layer-paper", "targets", false},
+		{"layer-router-bce", "targets", false}, // layer-paper's may be left out (Optional), not judged as 0
 		{"layer-router-bce", "aux.total", false},
 		{"layer-load-balance", "aux.total", false},
 		{"model-every-other", "L0.aux.total", true},
@@ -294,5 +294,45 @@ func TestCompareTieRule(t *testing.T) {
 	}
 	if m := res.Routing[0]; !m.Tie || m.NearTie || m.Gap != 0 {
 		t.Errorf("tie broken the wrong way: %+v, want Tie and not NearTie", m)
+	}
+}
+
+// TestCompareCausalThreshold: layer-causal-threshold has, in each row, a
+// router weight of exactly 0, not routed (routed iff r > 0); a candidate
+// that routes it broke the rule at its threshold, which no float32
+// round-off excuses.
+func TestCompareCausalThreshold(t *testing.T) {
+	c := loadCase(t, "layer-causal-threshold")
+	r, sel := c.Arrays["expected.router_logits"], c.Arrays["expected.selected"]
+	s, k := r.Shape[1], sel.Shape[1]
+	zero := -1
+	for i, v := range r.F[:s] {
+		if v == 0 {
+			zero = i
+		}
+	}
+	if zero < 0 || slices.Contains(sel.I[:k], int64(zero)) || !c.Manifest.Routing.Ties {
+		t.Fatalf("row 0 of layer-causal-threshold: router weight 0 at %d, selected %v, ties %v", zero, sel.I[:k], c.Manifest.Routing.Ties)
+	}
+	// Row 0 routes the zero weight too, one column wider, padded with −1.
+	routed := &Array{Shape: []int{sel.Shape[0], k + 1}, DType: "<i8"}
+	for b := range sel.Shape[0] {
+		row := slices.DeleteFunc(slices.Clone(sel.I[b*k:(b+1)*k]), func(p int64) bool { return p < 0 })
+		if b == 0 {
+			row = append(row, int64(zero))
+			slices.Sort(row)
+		}
+		for len(row) < k+1 {
+			row = append(row, -1)
+		}
+		routed.I = append(routed.I, row...)
+	}
+	res := mustCompare(t, c, perfectWith(c, "selected", routed))
+	a := result(t, res, "selected")
+	if a.Status != StatusFail || len(a.Routing) != 1 {
+		t.Fatalf("the zero weight routed: %+v", a)
+	}
+	if m := a.Routing[0]; !m.Causal || !m.Tie || m.NearTie || !slices.Equal(m.OnlyCandidate, []int{zero}) {
+		t.Errorf("the zero weight routed: %+v, want a causal tie at %d", m, zero)
 	}
 }

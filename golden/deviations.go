@@ -19,7 +19,7 @@ var Deviations = []Deviation{
 	{"ste_m_plus_1", "straight-through weight w = g·m + (g − sg(g)), whose derivative is m + 1 instead of 1"},
 	{"predictor_no_stopgrad", "predictor fed x without stop-gradient: its loss sends gradient into the trunk"},
 	{"predictor_block_output", "predictor fed the block output instead of the layer input"},
-	{"capacity_off_by_one", "capacity off by one: a strict '>' against the k-th router weight selects k − 1 tokens"},
+	{"capacity_off_by_one", "capacity off by one: a strict '>' against the k-th router weight, {i : r_i > r_(k)}, selects k − 1 tokens, fewer when weights tie with the k-th (each tied one is dropped)"},
 	{"decode_mismatch", "incremental decoding differs from the full causal forward (misaligned cache, skipped tokens cached, or routing off at inference)"},
 	{"window_gathered_indices", "sliding attention window counted in indices of the gathered subset instead of original positions: a selected token attends to the last w selected tokens, however far back"},
 	{"rope_gathered_indices", "RoPE applied at the gathered indices 0..k−1 instead of the tokens' original positions (the block called on the gathered tensor with the first k rotary angles)"},
@@ -29,6 +29,7 @@ var Deviations = []Deviation{
 	{"capacity_floor_zero", "capacity k = int(c·V): a plain floor, neither float-robust nor clamped to 1, so a short row gets k = 0 (and 0.29·100 gives 28)"},
 	{"no_causal_mask", "no causal mask in the gathered block: each selected token attends to every selected token of its row, later ones included"},
 	{"mode_ungated_experts", "MoDE experts' outputs summed without their gates: m = Σ MLP_e(u) over the experts that chose the token, instead of Σ G_e·MLP_e(u), so the expert router gets no gradient from the output"},
+	{"shared_router", "one router shared by every routed layer of a model: each routed layer's router weights are computed with the same parameters (the first routed layer's), whose gradient sums over the layers"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

@@ -40,6 +40,9 @@ type DeviationResult struct {
 	// Worst is the array furthest outside its tolerance (or, when all match,
 	// closest to leaving it), judged against the deviant values.
 	Worst ArrayResult `json:"worst"`
+	// Absent lists the arrays the candidate left out, judged by no result
+	// (CaseResult.Absent).
+	Absent []string `json:"absent,omitempty"`
 	// distance sums, over the arrays outside tolerance, the logarithm of
 	// their excess (docs/golden-format.md): how far the candidate is from
 	// these values, the combination search's measure.
@@ -60,13 +63,35 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // DiagnoseProgress is Diagnose, calling progress(done, total), when it is
 // not nil, with done 0 when the total deviant recomputations of a layer or
 // model case start and each time one finishes, one call at a time (decode
-// cases take a moment and report none); when combinations are searched, a
-// second series of calls, again from done 0, counts their recomputations.
+// cases take a moment and report none); when combinations are searched,
+// one more series of calls for each size of combination, again from done
+// 0, counts their recomputations.
 func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
-	if _, err := Compare(c, cand, false); err != nil {
+	return DiagnoseWithOptions(c, cand, DiagnoseOptions{Progress: progress})
+}
+
+// DiagnoseOptions are the options of DiagnoseWithOptions.
+type DiagnoseOptions struct {
+	// AllowMissing judges a candidate that leaves out arrays the case
+	// requires on the arrays it has: the others are listed in each
+	// result's Absent, judged neither way, instead of being bad input.
+	AllowMissing bool
+	// Progress is DiagnoseProgress's progress; nil for none.
+	Progress func(done, total int)
+}
+
+// DiagnoseWithOptions is Diagnose with options.
+func DiagnoseWithOptions(c *Case, cand map[string]*Array, o DiagnoseOptions) ([]DeviationResult, error) {
+	rule := refuseMissing
+	if o.AllowMissing {
+		rule = skipMissing
+	}
+	if _, err := compare(c, cand, rule); err != nil {
 		return nil, err
 	}
-	ems, err := emulate(c, progress)
+	progress := o.Progress
+	w := writtenByLayer(c, cand)
+	ems, err := emulate(c, w, progress)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -74,80 +99,108 @@ func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total
 	if err != nil {
 		return nil, err
 	}
-	combos, err := diagnoseCombinations(c, cand, out, progress)
+	combos, err := diagnoseCombinations(c, cand, w, out, progress)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	return append(out, combos...), nil
 }
 
-// maxCombined is how many of the deviations that bring the candidate closer
-// the combination search pairs: the pairs of the best maxCombined, then, if
-// no pair matches, the closest pair with each of the maxCombined+1 closest
-// other deviations. Each combination is one more deviant recomputation.
-const maxCombined = 3
+// combineBeam is how many combinations of each size the combination search
+// grows by one more deviation, and maxDeviations the most deviations it
+// combines. Each combination is one more deviant recomputation: growing
+// combineBeam sets by each of the n deviations the case tells apart costs
+// up to combineBeam·n recomputations per size.
+const (
+	combineBeam   = 3
+	maxDeviations = 4
+)
 
 // diagnoseCombinations is the search for several deviations at once
 // (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
-// the oracle nor a single deviation explains the candidate, the deviations
-// that each move it closer (the arrays outside tolerance fewer or nearer:
-// a smaller sum of the logarithms of their excess) are combined in pairs,
-// the closest first, and the closest pair then with a third; each
-// combination that can be emulated is judged as a single deviation is. Its
-// result's Name joins the deviations' names with "+", in the order of
-// Deviations.
-func diagnoseCombinations(c *Case, cand map[string]*Array, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
+// the oracle nor a single deviation explains the candidate, the
+// combineBeam deviations that bring it closest (the arrays outside
+// tolerance fewer or nearer: a smaller sum of the logarithms of their
+// excess), among those that bring it closer at all, are each combined with
+// every other deviation the case tells apart; the combineBeam closest
+// combinations that are closer than the set they grew from are grown by
+// one more, up to maxDeviations. A deviation is thus ranked with the
+// others already applied: one that changes the selection makes every
+// other deviation alone look as far as the oracle (an integer array
+// differs), and one whose effect alone is small (a predictor's
+// stop-gradient) may bring the candidate no closer by itself. The search
+// stops at the first size with a combination that matches, and returns
+// those, after the closest combinations of the smaller sizes; a
+// combination's result's Name joins the deviations' names with "+", in the
+// order of Deviations.
+func diagnoseCombinations(c *Case, cand map[string]*Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == KindDecode {
+	if oracle.Match || c.Manifest.Kind == KindDecode || c.Manifest.Kind == KindMoDE {
 		return nil, nil
 	}
-	var helps []DeviationResult
+	var pool, beam []DeviationResult
 	for _, r := range single[1:] {
 		if r.Match && r.Distinct {
 			return nil, nil
 		}
-		if r.Emulated && r.Distinct && r.distance < oracle.distance {
-			helps = append(helps, r)
+		if r.Emulated && r.Distinct && r.Variant == "" {
+			pool = append(pool, r)
+			if r.distance < oracle.distance {
+				beam = append(beam, r)
+			}
 		}
 	}
-	slices.SortStableFunc(helps, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
-	helps = helps[:min(len(helps), maxCombined)]
-	var sets [][]string
-	for i := range helps {
-		for j := i + 1; j < len(helps); j++ {
-			sets = append(sets, inDeviationOrder(helps[i].Name, helps[j].Name))
+	beam = closest(beam, combineBeam)
+	var out []DeviationResult
+	seen := map[string]bool{}
+	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {
+		var sets [][]string
+		parent := map[string]float64{} // the closest set each grew from
+		for _, b := range beam {
+			names := strings.Split(b.Name, "+")
+			for _, r := range pool {
+				if slices.Contains(names, r.Name) {
+					continue
+				}
+				set := inDeviationOrder(append(slices.Clone(names), r.Name)...)
+				key := strings.Join(set, "+")
+				if d, ok := parent[key]; !ok || b.distance < d {
+					parent[key] = b.distance
+				}
+				if !seen[key] {
+					seen[key] = true
+					sets = append(sets, set)
+				}
+			}
 		}
-	}
-	out, err := judgeCombinations(c, cand, sets, progress)
-	if err != nil || len(out) == 0 {
-		return out, err
-	}
-	best := out[0]
-	for _, r := range out {
-		if r.Match {
-			return out, nil
+		judged, err := judgeCombinations(c, cand, w, sets, progress)
+		if err != nil {
+			return nil, err
 		}
-		if r.distance < best.distance {
-			best = r
+		var matches, closer []DeviationResult
+		for _, r := range judged {
+			switch {
+			case r.Match:
+				matches = append(matches, r)
+			case r.distance < parent[r.Name]:
+				closer = append(closer, r)
+			}
 		}
-	}
-	// Triples: the closest pair with each of the maxCombined+1 closest other
-	// deviations the case tells apart (one that alone changes little, such
-	// as a predictor's stop-gradient, may not bring the candidate closer by
-	// itself).
-	var others []DeviationResult
-	for _, r := range single[1:] {
-		if r.Emulated && r.Distinct && r.Variant == "" && !slices.Contains(strings.Split(best.Name, "+"), r.Name) {
-			others = append(others, r)
+		if len(matches) > 0 {
+			return append(out, matches...), nil
 		}
+		beam = closest(closer, combineBeam)
+		out = append(out, beam...)
 	}
-	slices.SortStableFunc(others, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
-	sets = nil
-	for _, r := range others[:min(len(others), maxCombined+1)] {
-		sets = append(sets, inDeviationOrder(append(strings.Split(best.Name, "+"), r.Name)...))
-	}
-	triples, err := judgeCombinations(c, cand, sets, progress)
-	return append(out, triples...), err
+	return out, nil
+}
+
+// closest returns the n results of rs nearest the candidate (smallest
+// distance; ties in their order).
+func closest(rs []DeviationResult, n int) []DeviationResult {
+	rs = slices.Clone(rs)
+	slices.SortStableFunc(rs, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
+	return rs[:min(len(rs), n)]
 }
 
 // inDeviationOrder sorts deviation names in the order of Deviations.
@@ -160,9 +213,9 @@ func inDeviationOrder(names ...string) []string {
 }
 
 // judgeCombinations emulates each set of deviations at once where they can
-// be combined and judges the candidate against it; sets that cannot be
-// combined give no result.
-func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progress func(done, total int)) ([]DeviationResult, error) {
+// be combined (with what the candidate wrote, w) and judges the candidate
+// against it; sets that cannot be combined give no result.
+func judgeCombinations(c *Case, cand map[string]*Array, w map[string]written, sets [][]string, progress func(done, total int)) ([]DeviationResult, error) {
 	var devs []layerDeviation
 	var ems []emulation
 	for _, set := range sets {
@@ -170,6 +223,7 @@ func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progres
 		if !ok {
 			continue
 		}
+		d.written = w
 		devs = append(devs, d)
 		ems = append(ems, emulation{name: d.name})
 	}
@@ -193,9 +247,10 @@ func judgeCombinations(c *Case, cand map[string]*Array, sets [][]string, progres
 	return out, nil
 }
 
-// diagnoseWith is Diagnose with the emulations already made.
+// diagnoseWith is Diagnose with the emulations already made, on a
+// candidate already checked: an array it leaves out is not judged.
 func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]DeviationResult, error) {
-	oracle, err := Compare(c, cand, false)
+	oracle, err := compare(c, cand, skipMissing)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +275,7 @@ func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) 
 	if strings.Contains(name, "+") {
 		return combinedCandidate(c, name)
 	}
-	ems, err := emulate(c, nil)
+	ems, err := emulate(c, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -280,17 +335,18 @@ type emulation struct {
 // notEmulated is an emulation that could not be made, and why.
 func notEmulated(name, reason string) emulation { return emulation{name: name, reason: reason} }
 
-// emulate recomputes the case under every deviation, by kind, reporting
-// progress as emulateEach does.
-func emulate(c *Case, progress func(done, total int)) ([]emulation, error) {
+// emulate recomputes the case under every deviation, by kind, with what
+// the candidate wrote (w, nil for none), reporting progress as emulateEach
+// does.
+func emulate(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, err
 	}
 	switch c.Manifest.Kind {
 	case KindLayer:
-		return emulateLayerCase(c, progress)
+		return emulateLayerCase(c, w, progress)
 	case KindModel:
-		return emulateModelCase(c, progress)
+		return emulateModelCase(c, w, progress)
 	case KindDecode:
 		return emulateDecodeCase(c)
 	case KindMoDE:
@@ -334,14 +390,21 @@ func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, erro
 	if err != nil {
 		return r, err
 	}
-	// The deviant values themselves, judged as a candidate against the case,
-	// tell whether the case can see the deviation at all.
-	vs, err := Compare(c, candidateOf(dc), false)
+	// The deviant values themselves, judged as a candidate against the case
+	// on the arrays the candidate has, tell whether the case can see the
+	// deviation at all through this candidate.
+	dv := candidateOf(dc)
+	for name := range dv {
+		if _, ok := cand[name]; !ok {
+			delete(dv, name)
+		}
+	}
+	vs, err := compare(c, dv, skipMissing)
 	if err != nil {
 		return r, fmt.Errorf("emulating %s: %w", em.name, err)
 	}
 	r.Distinct = !vs.Pass
-	res, err := Compare(dc, cand, false)
+	res, err := compare(dc, cand, skipMissing)
 	if err != nil {
 		return r, err
 	}
@@ -350,7 +413,7 @@ func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, erro
 
 // summarize fills the match counts and the worst array from a comparison.
 func summarize(r DeviationResult, res *CaseResult) DeviationResult {
-	r.Match, r.Total = res.Pass, len(res.Arrays)
+	r.Match, r.Total, r.Absent = res.Pass, len(res.Arrays), res.Absent
 	worst := -1.0
 	for _, a := range res.Arrays {
 		if a.Status == StatusPass {

@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -62,7 +63,18 @@ type layerDeviation struct {
 	// token is weighted by the weight of the t-th selected token in
 	// position order.
 	firstK bool
-	feed   predictorFeed
+	// torchTopK takes, for firstK, top-k's indices in the order
+	// torch.topk(sorted=False) returns them on CPU where the candidate does
+	// not show the order (torchTopKVariant).
+	torchTopK bool
+	// sharedRouter computes every routed layer's router weights with the
+	// first routed layer's router parameters (a model's deviation).
+	sharedRouter bool
+	feed         predictorFeed
+	// written is what the candidate wrote of each routed layer, by the
+	// prefix of its expected arrays: the orders unsorted_indices and
+	// gather_first_k take from it. nil without a candidate.
+	written map[string]written
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
@@ -74,7 +86,9 @@ type capacityRule int
 const (
 	// capacityExact is docs/spec.md §3.
 	capacityExact capacityRule = iota
-	// capacityOffByOne selects k − 1 tokens (at least 0).
+	// capacityOffByOne selects the tokens whose router weight is strictly
+	// greater than the k-th largest, {i : r_i > r_(k)}, as the ports write
+	// it: k − 1 tokens, fewer when others tie with the k-th.
 	capacityOffByOne
 	// capacityPlainFloor is int(c·V_b): neither float-robust nor clamped
 	// to 1.
@@ -113,6 +127,15 @@ type layerState struct {
 	order [][]int
 	// rotated caches rotatedBlock's results for indexOrderOutput.
 	rotated rotationCache
+	// written is what the candidate wrote of this layer.
+	written written
+	// sharedParams is the layer's parameters with the first routed
+	// layer's router (sharedRouter), made once.
+	sharedParams *ref.LayerParams
+	// selectedOrder, when set, is each row's selected positions in the
+	// order the deviant layer writes them: the order it ran them in, read
+	// from the candidate (unsorted_indices).
+	selectedOrder [][]int
 }
 
 // rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
@@ -185,7 +208,15 @@ func layerDeviations() []layerDeviation {
 		{name: "gather_first_k", skip: skipFirstK, firstK: true},
 		{name: "capacity_floor_zero", skip: skipUnlessFloor, capacity: capacityPlainFloor},
 		{name: "no_causal_mask", skip: skipNoCausalMask, noCausalMask: true},
+		{name: "shared_router", skip: skipSharedRouter, sharedRouter: true},
 	}
+}
+
+func skipSharedRouter(cfg spec.Config) string {
+	if cfg.Router != spec.RouterLinear && cfg.Router != spec.RouterLinearBias {
+		return fmt.Sprintf("router %q has no parameters to share", cfg.Router)
+	}
+	return ""
 }
 
 func skipWeightMLPOnly(cfg spec.Config) string {
@@ -333,6 +364,12 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		if err != nil {
 			return err
 		}
+		if d.capacity == capacityOffByOne {
+			if k, err = ref.RowCapacities(cfg.Capacity, len(in.X), s, in.Valid); err != nil {
+				return err
+			}
+			k = aboveKth(res.RouterWeights, k, in.Valid)
+		}
 		short, err := ref.SelectTopK(res.RouterWeights, k, in.Valid)
 		if err != nil {
 			return err
@@ -354,9 +391,24 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	st.g0 = res.Weights
 	if d.scoreOrder {
 		st.order = scoreOrder(res.RouterWeights, st.fz.Selection)
+		if o, ok := st.written.unsortedOrder(st.fz.Selection); ok {
+			for b := range o {
+				if o[b] != nil {
+					st.order[b] = o[b]
+				}
+			}
+			st.selectedOrder = st.order
+		}
 	}
 	if d.firstK {
-		st.order = firstKOrder(scoreOrder(res.RouterWeights, st.fz.Selection))
+		returned, ok := st.written.returnedOrder(st.fz.Selection, res.Multipliers)
+		if !ok {
+			returned = scoreOrder(res.RouterWeights, st.fz.Selection)
+			if d.torchTopK {
+				returned = torchTopKOrder(res.RouterWeights, st.fz.Selection, in.Valid, returned)
+			}
+		}
+		st.order = firstKOrder(returned)
 	}
 	if d.feed == feedOutput {
 		st.fz.PredictorInput = make([]*mat.Dense, len(res.Out))
@@ -368,7 +420,32 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	return nil
 }
 
-// rowCapacities is each row's k under the deviation's capacity rule.
+// aboveKth is, for each row, how many valid router weights are strictly
+// greater than the row's k[b]-th largest: the selection {i : r_i > r_(k)}
+// is the top that many, so ref.SelectTopK makes it. Without a tie at the
+// k-th weight it is k − 1; every weight tied with the k-th is dropped with
+// it.
+func aboveKth(r [][]float64, k []int, valid []int) []int {
+	n := make([]int, len(r))
+	for b, row := range r {
+		v := row[:validLen(valid, b, len(row))]
+		if k[b] < 1 || k[b] > len(v) {
+			continue
+		}
+		sorted := slices.Clone(v)
+		slices.SortFunc(sorted, func(a, b float64) int { return cmp.Compare(b, a) })
+		for _, x := range v {
+			if x > sorted[k[b]-1] {
+				n[b]++
+			}
+		}
+	}
+	return n
+}
+
+// rowCapacities is each row's k under the deviation's capacity rule (for
+// capacityOffByOne, k − 1: the count without ties, which aboveKth
+// corrects).
 func (d *layerDeviation) rowCapacities(c spec.Capacity, rows, s int, valid []int) ([]int, error) {
 	k, err := ref.RowCapacities(c, rows, s, valid)
 	if err != nil {
@@ -710,6 +787,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.noCausalMask = c.noCausalMask || d.noCausalMask
 		c.weightMLPOnly = c.weightMLPOnly || d.weightMLPOnly
 		c.firstK = c.firstK || d.firstK
+		c.sharedRouter = c.sharedRouter || d.sharedRouter
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -735,6 +813,24 @@ func combineNames(names []string) (layerDeviation, bool) {
 	return c, true
 }
 
+// withTorchTopK adds, after gather_first_k where it is emulated, its
+// variant with top-k's order as torch.topk(sorted=False) returns it on CPU
+// (torchTopKVariant), for a candidate whose multipliers do not show the
+// order (a model's, or one that leaves them out): where they show it, both
+// take it from them.
+func withTorchTopK(ems []emulation, devs []layerDeviation) ([]emulation, []layerDeviation) {
+	i := slices.IndexFunc(ems, func(em emulation) bool { return em.name == "gather_first_k" && em.reason == "" })
+	if i < 0 {
+		return ems, devs
+	}
+	d := devs[i]
+	d.torchTopK = true
+	return slices.Insert(ems, i+1, emulation{name: ems[i].name, variant: torchTopKVariant}), slices.Insert(devs, i+1, d)
+}
+
+// sharedInLayerCase is why shared_router is not emulated for a layer case.
+const sharedInLayerCase = "a layer case has one routed layer (model cases with two or more test it)"
+
 // findLayerDeviation returns the emulation of a deviation name.
 func findLayerDeviation(name string) (layerDeviation, bool) {
 	for _, d := range layerDeviations() {
@@ -753,8 +849,9 @@ func layerSpecOf(c *Case) layerSpec {
 		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
 }
 
-// emulateLayerCase recomputes a layer case under each deviation.
-func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, error) {
+// emulateLayerCase recomputes a layer case under each deviation, with what
+// the candidate wrote (w).
+func emulateLayerCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	if c.Manifest.Config.Layer == nil {
 		return nil, fmt.Errorf("layer case without a layer configuration")
 	}
@@ -771,12 +868,18 @@ func emulateLayerCase(c *Case, progress func(done, total int)) ([]emulation, err
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no experts (mode cases test it)"))
 		case !ok:
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no incremental decoding (decode cases test it)"))
+		case ld.sharedRouter:
+			ems = append(ems, notEmulated(dev.Name, sharedInLayerCase))
 		case ld.skip != nil && ld.skip(s.cfg) != "":
 			ems = append(ems, notEmulated(dev.Name, ld.skip(s.cfg)))
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
+		ld.written = w
 		devs[i] = ld
+	}
+	if !w["expected."].showsOrder(c) {
+		ems, devs = withTorchTopK(ems, devs)
 	}
 	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 		return nil, err
@@ -811,6 +914,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			if err != nil {
 				return err
 			}
+			off = off && noTieAtKth(c)
 			switch {
 			case same:
 				d.capacity = capacityExact
@@ -826,11 +930,11 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			// A model case reports no targets, and no layer's loss reads them.
 			d.targetsFirstRow = false
 		}
-		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil {
+		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil && !d.sharedRouter {
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
@@ -839,6 +943,29 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 		first[key] = i
 	}
 	return nil
+}
+
+// noTieAtKth reports whether c is a layer case in each of whose rows the
+// k-th largest router weight is tied with no other, so that the strict
+// rule of capacity_off_by_one selects exactly the top k − 1. (In a model
+// case a deviation changes the router weights of the layers after the
+// first, so nothing is known before they are computed.)
+func noTieAtKth(c *Case) bool {
+	cfg := c.Manifest.Config
+	r, ok := c.Arrays["expected.router_logits"]
+	if c.Manifest.Kind != KindLayer || cfg.Layer == nil || !ok || len(r.Shape) != 2 {
+		return false
+	}
+	k, err := ref.RowCapacities(cfg.Layer.Capacity, cfg.Batch, cfg.SeqLen, cfg.ValidLengths)
+	if err != nil {
+		return false
+	}
+	for b, n := range aboveKth(field(r), k, cfg.ValidLengths) {
+		if n != max(k[b]-1, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // weighted reports whether some layer's output weight g is not 1.
@@ -910,7 +1037,10 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 	case KindLayer:
 		s := layerSpecOf(c)
 		for i, d := range devs {
-			if d.skip != nil {
+			switch {
+			case d.sharedRouter:
+				ems[i].reason = sharedInLayerCase
+			case d.skip != nil:
 				ems[i].reason = d.skip(s.cfg)
 			}
 		}
@@ -944,12 +1074,12 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 	if err != nil {
 		return nil, err
 	}
-	var st layerState
+	st := layerState{written: d.writtenFor("expected.")}
 	l, err := d.run(s.cfg, dr.p, dr.in, &st)
 	if err != nil {
 		return nil, err
 	}
-	selected, err := selectedLike(c, "expected.selected", l.res.Selection)
+	selected, err := selectedLike(c, "expected.selected", st.writtenSelection(l.res.Selection))
 	if err != nil {
 		return nil, err
 	}

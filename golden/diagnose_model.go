@@ -34,6 +34,7 @@ type modelRun struct {
 func (d *layerDeviation) runModel(cfg spec.ModelConfig, p *ref.ModelParams, in ref.ModelInputs, st []layerState) (*modelRun, error) {
 	blk := cfg.Block()
 	mr := &modelRun{layers: make([]*layerRun, len(cfg.Layers))}
+	var shared *ref.LayerParams // the first routed layer's, under sharedRouter
 	x := ref.Embed(p, in.Tokens, in.Valid)
 	aux := 0.0
 	for l, ml := range cfg.Layers {
@@ -45,7 +46,22 @@ func (d *layerDeviation) runModel(cfg spec.ModelConfig, p *ref.ModelParams, in r
 			continue
 		}
 		li := ref.LayerInputs{X: x, Valid: in.Valid, Noise: layerInput(in.Noise, l), Jitter: layerInput(in.Jitter, l)}
-		lr, err := d.run(ml.Config, p.Layers[l], li, &st[l])
+		lp := p.Layers[l]
+		if d.sharedRouter {
+			if shared == nil {
+				shared = lp
+			} else {
+				if st[l].sharedParams == nil {
+					// The same backing arrays: a perturbation of the
+					// first layer's router moves every layer's.
+					own := *lp
+					own.Router, own.RouterBias = shared.Router, shared.RouterBias
+					st[l].sharedParams = &own
+				}
+				lp = st[l].sharedParams
+			}
+		}
+		lr, err := d.run(ml.Config, lp, li, &st[l])
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
@@ -82,7 +98,7 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, error) {
+func emulateModelCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -106,8 +122,10 @@ func emulateModelCase(c *Case, progress func(done, total int)) ([]emulation, err
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
+		ld.written = w
 		devs[i] = ld
 	}
+	ems, devs = withTorchTopK(ems, devs)
 	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 		return nil, err
 	}
@@ -130,6 +148,17 @@ func routedConfigs(cfg spec.ModelConfig) []spec.Config {
 // skipModel says why a deviation cannot be emulated for some routed layer of
 // the model, or returns "".
 func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
+	if d.sharedRouter {
+		routed := routedConfigs(cfg)
+		if len(routed) < 2 {
+			return "the model has one routed layer: there is no router to share"
+		}
+		for _, c := range routed[1:] {
+			if c.Router != routed[0].Router {
+				return fmt.Sprintf("the routed layers' routers differ (%q, %q): one cannot stand for the other", routed[0].Router, c.Router)
+			}
+		}
+	}
 	for l, ml := range cfg.Layers {
 		if !ml.Routed || d.skip == nil {
 			continue
@@ -151,6 +180,9 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 		return nil, err
 	}
 	st := make([]layerState, len(s.cfg.Layers))
+	for l := range st {
+		st[l].written = d.writtenFor(layerPrefix(l))
+	}
 	mr, err := d.runModel(s.cfg, p, in, st)
 	if err != nil {
 		return nil, err
@@ -164,8 +196,8 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 		if lr == nil {
 			continue
 		}
-		pre := fmt.Sprintf("expected.L%d.", l)
-		sel, err := selectedLike(c, pre+"selected", lr.res.Selection)
+		pre := layerPrefix(l)
+		sel, err := selectedLike(c, pre+"selected", st[l].writtenSelection(lr.res.Selection))
 		if err != nil {
 			return nil, err
 		}

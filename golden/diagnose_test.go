@@ -23,7 +23,7 @@ func emulated(t *testing.T, c *Case) []emulation {
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
 	}
-	ems, err := emulate(c, nil)
+	ems, err := emulate(c, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,17 +769,62 @@ func TestCapacityOffByOneCausal(t *testing.T) {
 	}
 }
 
-// TestDiagnoseNamesCombinations plants two deviations at once through the
-// Go emulations and requires Diagnose to name exactly that combination,
-// and no single deviation: the seed blog's RoPE at gathered indices with its
-// first-row targets, a returned residual with unsorted indices, and a
-// triple whose predictor deviation alone brings the candidate no closer.
+// TestCapacityOffByOneDropsTies: the strict rule {i : r_i > r_(k)} keeps
+// k − 1 tokens without a tie at the k-th weight and drops every token tied
+// with it; on model-all-layers, whose repeated token ties router weights
+// exactly, some row of layer 0 keeps fewer than k − 1.
+func TestCapacityOffByOneDropsTies(t *testing.T) {
+	r := [][]float64{{3, 1, 2, 2, 0}, {3, 1, 2, 2, 0}, {5, 4, 3, 2, 1}, {0, 0, 0, 0, 0}}
+	got := aboveKth(r, []int{3, 2, 3, 1}, []int{5, 5, 5, 5})
+	if want := []int{1, 1, 2, 0}; !slices.Equal(got, want) {
+		t.Errorf("aboveKth = %v, want %v", got, want)
+	}
+	if got := aboveKth([][]float64{{1, 2, 9}}, []int{1}, []int{2}); got[0] != 0 {
+		t.Errorf("a padded weight counted: %v", got)
+	}
+	c := loadCase(t, "model-all-layers")
+	sel := find(t, emulated(t, c), "capacity_off_by_one").arrays["expected.L0.selected"]
+	k, err := ref.RowCapacities(c.Manifest.Config.Layers[0].Config.Capacity, c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, c.Manifest.Config.ValidLengths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := false
+	for b := range sel.Shape[0] {
+		n := 0
+		for _, p := range sel.I[b*sel.Shape[1] : (b+1)*sel.Shape[1]] {
+			if p >= 0 {
+				n++
+			}
+		}
+		if n > k[b]-1 {
+			t.Errorf("row %d keeps %d tokens, more than k − 1 = %d", b, n, k[b]-1)
+		}
+		short = short || n < k[b]-1
+	}
+	if !short {
+		t.Error("no row of model-all-layers' layer 0 drops a tie: the case does not exercise the strict rule")
+	}
+}
+
+// TestDiagnoseNamesCombinations plants several deviations at once through
+// the Go emulations and requires Diagnose to name exactly that
+// combination, and no single deviation: the seed blog's RoPE at gathered
+// indices with its first-row targets, a returned residual with unsorted
+// indices, a triple whose predictor deviation alone brings the candidate
+// no closer, a triple with a selection change, and four at once.
 func TestDiagnoseNamesCombinations(t *testing.T) {
 	for _, tc := range []struct{ name, combo string }{
 		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
 		{"layer-paper", "residual_twice+unsorted_indices"},
 		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
 		{"layer-paper", "residual_twice+rope_gathered_indices+weight_mlp_only"},
+		// astramind-ai/Mixture-of-depths without an attention mask: the
+		// selection changes, and every other deviation alone looks as
+		// far as the oracle.
+		{"layer-paper", "residual_scaled+capacity_off_by_one+no_causal_mask"},
+		// sramshetty/mixture-of-depths' routed block before its fix of
+		// 2024-06-06.
+		{"layer-integer-capacity", "residual_twice+rope_gathered_indices+weight_mlp_only+gather_first_k"},
 	} {
 		c := loadCase(t, tc.name)
 		cand, err := DeviantCandidate(c, tc.combo, "")
@@ -850,7 +895,7 @@ func TestSharedEmulations(t *testing.T) {
 	if !res.Pass {
 		t.Errorf("capacity_floor_zero computed on layer-paper differs from the case")
 	}
-	ems, err := emulate(c, nil) // not the shared cache: its arrays may come from another load of the case
+	ems, err := emulate(c, nil, nil) // not the shared cache: its arrays may come from another load of the case
 	if err != nil {
 		t.Fatal(err)
 	}

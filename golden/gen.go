@@ -101,6 +101,14 @@ func layerSpecs() []layerSpec {
 		ls("layer-predictor", "Auxiliary predictor (Linear d→d/2, SiLU, Linear d/2→1) on sg(x), BCE against the targets, weight 0.1.",
 			append([]string{"predictor_no_stopgrad", "predictor_block_output", "targets_first_row"}, gatherCatches...),
 			with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxPredictor, 0.1 })),
+		ls("layer-softmax-losses", "Both auxiliary losses under softmax weighting: router_bce (weight 0.1) and load balancing (weight 0.01), g the softmax of r over each row's selected tokens.",
+			append([]string{"targets_first_row"}, gatherCatches...), with(paper(0.5), func(c *spec.Config) {
+				c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = spec.WeightSoftmax, spec.AuxRouterBCE, 0.1, 0.01
+			})),
+		// With g = 1, g·(x + f) = x + g·f: residual_scaled changes nothing here.
+		ls("layer-none-predictor", "The auxiliary predictor (weight 0.1) under no weighting, g = 1: only the predictor's loss trains anything routing-related.",
+			[]string{"residual_twice", "unsorted_indices", "capacity_off_by_one", "predictor_no_stopgrad", "predictor_block_output", "targets_first_row", "rope_gathered_indices"},
+			with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight = spec.WeightNone, spec.AuxPredictor, 0.1 })),
 		ls("layer-load-balance", "Load-balancing loss S·Σ_s F_s P_s with weight 0.01, sigmoid weighting.",
 			gatherCatches, with(paper(0.5), func(c *spec.Config) { c.LoadBalanceWeight, c.Weighting = 0.01, spec.WeightSigmoid })),
 		ls("layer-layernorm-swiglu", "LayerNorm instead of RMSNorm and a SwiGLU MLP.",
@@ -130,6 +138,11 @@ func layerSpecs() []layerSpec {
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
 	padding.seqLen, padding.valid = 10, []int{10, 6}
+	paddedLB := ls("layer-padding-load-balance", "Right padding under every loss: rows of 10 and 6 valid tokens, sigmoid weighting, router_bce (weight 0.1) and load balancing (weight 0.01); padded positions count in neither loss (F_s and P_s are 0 there, means over all B rows).",
+		append([]string{"targets_first_row"}, gatherCatches...), with(paper(0.5), func(c *spec.Config) {
+			c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1, 0.01
+		}))
+	paddedLB.seqLen, paddedLB.valid = 10, []int{10, 6}
 	floor := ls("layer-capacity-floor", "The float-robust capacity floor: c = 0.29 of S = 100 must give k = 29, though 0.29·100 = 28.999999999999996 in float64.",
 		[]string{"capacity_off_by_one", "capacity_floor_zero", "residual_twice"}, paper(0.29))
 	floor.seqLen = 100
@@ -139,7 +152,11 @@ func layerSpecs() []layerSpec {
 	ties := ls("layer-ties", "The tie rule: in each row the first token left out has exactly the router weight of the last token selected; the lower position wins.",
 		[]string{"capacity_off_by_one"}, paper(0.5))
 	ties.ties = true
-	return append(specs, padding, floor, short, ties)
+	threshold := ls("layer-causal-threshold", "Causal routing at its threshold: in each row one token's input is 0, so its router weight is exactly 0, and it is not routed (routed iff r > 0, docs/spec.md §9); router_bce trains the router.",
+		[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
+		with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 }))
+	threshold.threshold = true
+	return append(specs, padding, paddedLB, floor, short, ties, threshold)
 }
 
 // modelSpecs is the catalogue of model and decode cases.

@@ -2,6 +2,7 @@ package golden
 
 import (
 	"fmt"
+	"math"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -20,6 +21,11 @@ type layerSpec struct {
 	// ties makes the case test the tie rule: in every row the first token
 	// left out gets exactly the router weight of the last token selected.
 	ties bool
+	// threshold makes a causal case test its rule at the threshold: in
+	// every row the token whose router weight is nearest 0 gets input 0, so
+	// that a linear router without bias gives it exactly 0, and it is not
+	// routed (docs/spec.md §9: routed iff r > 0).
+	threshold bool
 }
 
 // layerDraw holds one draw of a layer case's parameters and inputs.
@@ -85,6 +91,42 @@ func makeTies(s layerSpec, dr layerDraw) error {
 	return nil
 }
 
+// makeThreshold sets, in every row, the input of the valid token whose
+// router weight is nearest 0 to 0, so that its router weight, x·w, is
+// exactly 0.
+func makeThreshold(s layerSpec, dr layerDraw) error {
+	if s.cfg.Causal != spec.CausalRouter || s.cfg.Router != spec.RouterLinear {
+		return fmt.Errorf("a threshold case needs causal routing by a linear router without bias")
+	}
+	res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+	if err != nil {
+		return err
+	}
+	for b, row := range res.RouterWeights {
+		near := 0
+		for i := range validLen(s.valid, b, s.seqLen) {
+			if math.Abs(row[i]) < math.Abs(row[near]) {
+				near = i
+			}
+		}
+		dr.in.X[b].SetRow(near, make([]float64, s.cfg.Block.D))
+	}
+	return nil
+}
+
+// clearOfThreshold reports whether every valid router weight is exactly 0
+// or at least minCaseGap from it.
+func clearOfThreshold(r [][]float64, valid []int) bool {
+	for b, row := range r {
+		for _, v := range row[:validLen(valid, b, len(row))] {
+			if v != 0 && math.Abs(v) < minCaseGap {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // genLayer generates a layer case, redrawing until every routing decision is
 // at least minCaseGap from a tie (unless the case tests ties).
 func genLayer(s layerSpec) (*Case, error) {
@@ -99,12 +141,17 @@ func genLayer(s layerSpec) (*Case, error) {
 				return nil, errorf(s.name, err)
 			}
 		}
+		if s.threshold {
+			if err := makeThreshold(s, dr); err != nil {
+				return nil, errorf(s.name, err)
+			}
+		}
 		res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
 		if err != nil {
 			return nil, errorf(s.name, err)
 		}
 		gaps := layerGaps(s.cfg, res, s.valid)
-		if !s.ties && minGap(gaps) < minCaseGap {
+		if s.threshold && !clearOfThreshold(res.RouterWeights, s.valid) || !s.ties && !s.threshold && minGap(gaps) < minCaseGap {
 			continue
 		}
 		c, err := layerCase(s, seed, dr, res, gaps)
@@ -134,7 +181,7 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 		Description: s.description, Catches: withComputedCatches(s.catches, []spec.Config{s.cfg}),
 		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &cfg},
 		Loss:    "sum(upstream.out * out) + aux.total",
-		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties},
+		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties || s.threshold},
 		Provenance: Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
 			Reference: "ref.LayerForward; gradients: ref.FDGradient of ref.LayerForwardFrozen",

@@ -110,6 +110,10 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 	kind, loss, reference := KindModel, "ce + sum over routed layers of L<l>.aux.total",
 		"ref.ModelForward; gradients: ref.FDGradient of ref.ModelForwardFrozen"
 	catches := withComputedCatches(s.catches, routedConfigs(s.cfg))
+	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.cfg, shared) == "" && !slices.Contains(catches, shared.name) {
+		// Two or more routed layers, each with a router of its own.
+		catches = append(catches, shared.name)
+	}
 	if s.decode {
 		kind, loss, reference = KindDecode, "none (inference only)", "ref.ModelForward in causal-routing mode and ref.Decoder"
 		catches = s.catches // a decode case tests the decoding, not the forward

@@ -75,7 +75,8 @@ type Routing struct {
 	// r_(k) − r_(k+1) between the last selected and the first unselected
 	// router weight; absent for causal routing.
 	Gaps [][]float64 `json:"gaps,omitempty"`
-	// Ties is set on cases that exist to test the tie rule.
+	// Ties is set on cases that exist to test the tie rule, or causal
+	// routing exactly at its threshold (a router weight of 0).
 	Ties bool `json:"ties,omitempty"`
 }
 

@@ -243,6 +243,10 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
 					r.Case, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
+					if m.Order {
+						fmt.Fprintf(tw, "    row %d: %s\n", m.Row, describeFlip(m))
+						continue
+					}
 					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
 						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))
 				}
@@ -261,6 +265,9 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string) {
 // rule, a different number of tokens, or a flip and how far it is from a
 // tie.
 func describeFlip(m golden.RowMismatch) string {
+	if m.Order {
+		return "same positions, wrong order: selected lists a row's positions in ascending order (docs/spec.md §4); a block run in the candidate's order has its causal mask follow it (unsorted_indices)"
+	}
 	if m.Tie {
 		if m.Causal {
 			return "a score of exactly 0: the rule decides (routed only when > 0, docs/spec.md §9), and the candidate broke it"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,20 +22,29 @@ import (
 func runDiagnose(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("diagnose", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE
+		fmt.Fprint(fs.Output(), `usage: modref diagnose [--corpus DIR] [--json] [--allow-missing] --candidate FILE.npz CASE
 
 Judges a candidate against the case and against the case recomputed under
 each deviation of docs/spec.md §11 that can be emulated for it (the
 deviation's forward values, and its gradients by finite differences with
 the routing frozen), and names the deviation the candidate matches. When
-none does, it combines the deviations that each bring the candidate closer
-two at once, then the closest pair with a third, and names a combination
-that matches, joined with "+"; otherwise it lists the arrays furthest from
-the oracle.
---candidate may also be a directory holding CASE.npz. Nothing is written.
+none does, it combines the deviations closest to the candidate with every
+other one, then the closest pairs with a third, and the closest triples
+with a fourth, and names a combination that matches, joined with "+";
+otherwise it lists the arrays furthest from the oracle and says where the
+candidate first departs from it, stage by stage in the order the layers
+compute (router weights, selection, weights, output, auxiliary losses,
+loss, then the gradients in backward order), and how. --json prints all
+of it, the stage as a field.
+--candidate may also be a directory holding CASE.npz. Arrays a port need
+not compute (a layer's weights and multipliers, its targets where no loss
+reads them) may be left out and are not judged; with --allow-missing any
+other array may be too, and the candidate is judged on the arrays it has.
+Nothing is written.
 
-Exit status: 0 the candidate matches the oracle, 1 it does not (whether or
-not a deviation is named), 2 bad input or usage.
+Exit status: 0 the candidate matches the oracle (and has every array the
+case requires), 1 it does not (whether or not a deviation is named), 2 bad
+input or usage.
 
 flags:
 `)
@@ -42,6 +52,8 @@ flags:
 	}
 	corpus := corpusFlag(fs)
 	candidate := fs.String("candidate", "", "candidate .npz `FILE` (or a directory holding CASE.npz)")
+	allowMissing := fs.Bool("allow-missing", false, "judge a candidate that lacks arrays the case requires on the arrays it has, listing the others")
+	asJSON := fs.Bool("json", false, "print the diagnosis as JSON: every result, the deviations named, and where the candidate first departs from the oracle")
 	names, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -50,7 +62,7 @@ flags:
 		return err
 	}
 	if len(names) != 1 || *candidate == "" {
-		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] --candidate FILE.npz CASE")
+		fmt.Fprintln(stderr, "usage: modref diagnose [--corpus DIR] [--json] [--allow-missing] --candidate FILE.npz CASE")
 		return errUsage
 	}
 	name := names[0]
@@ -70,16 +82,24 @@ flags:
 	if err != nil {
 		return err
 	}
-	results, err := golden.DiagnoseProgress(c, cand, phasedProgress(stderr, name))
+	results, err := golden.DiagnoseWithOptions(c, cand, golden.DiagnoseOptions{AllowMissing: *allowMissing, Progress: phasedProgress(stderr, name)})
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	oracle, err := golden.Compare(c, cand, false)
+	oracle, err := golden.Compare(c, cand, *allowMissing)
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	printDiagnosis(stdout, name, path, results, oracle)
-	if results[0].Match {
+	missing := requiredMissing(c, results[0].Absent)
+	departure := golden.Depart(c, cand, oracle)
+	if *asJSON {
+		if err := printDiagnosisJSON(stdout, name, path, results, missing, departure); err != nil {
+			return err
+		}
+	} else {
+		printDiagnosis(stdout, name, path, results, oracle, missing, departure)
+	}
+	if results[0].Match && len(missing) == 0 {
 		return nil
 	}
 	return errMismatch
@@ -96,7 +116,8 @@ func phasedProgress(stderr io.Writer, name string) func(done, total int) {
 }
 
 // phases passes golden.DiagnoseProgress's first series of calls to single
-// and the second, which starts again from done 0, to combos.
+// and the later ones (one per size of combination), each starting again
+// from done 0, to combos.
 func phases(single, combos func(done, total int)) func(done, total int) {
 	phase := 0
 	return func(done, total int) {
@@ -109,6 +130,19 @@ func phases(single, combos func(done, total int)) func(done, total int) {
 		}
 		single(done, total)
 	}
+}
+
+// requiredMissing lists the absent arrays the case requires: those a port
+// may not leave out (golden.Optional), which only --allow-missing lets be
+// absent.
+func requiredMissing(c *golden.Case, absent []string) []string {
+	var out []string
+	for _, n := range absent {
+		if !golden.Optional(c, "expected."+n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // deviationLabel is a deviation's name with its variant.
@@ -145,9 +179,12 @@ const worstArrays = 3
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
 // worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult) {
+func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult, missing []string, departure *golden.Departure) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
+	if len(self.Absent) > 0 {
+		fmt.Fprintf(w, "not judged, left out by the candidate: %s\n", strings.Join(self.Absent, ", "))
+	}
 	if self.Match {
 		fmt.Fprintf(w, "oracle: matches (%d/%d arrays within tolerance)\n\n", self.Matching, self.Total)
 	} else {
@@ -181,6 +218,8 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 	tw.Flush()
 	fmt.Fprintln(w)
 	switch {
+	case self.Match && len(missing) > 0:
+		fmt.Fprintf(w, "verdict: the candidate matches the oracle on the arrays it has, but lacks %d the case requires (%s): not a pass\n", len(missing), strings.Join(missing, ", "))
 	case self.Match && len(indistinct) > 0:
 		fmt.Fprintf(w, "verdict: the candidate matches the oracle (on this case it cannot be told from %s)\n", strings.Join(indistinct, ", "))
 	case self.Match:
@@ -211,6 +250,65 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
 		}
 	}
+	if len(matched) == 0 && departure != nil {
+		printDeparture(w, departure)
+	}
+}
+
+// shownLater is how many of the arrays outside tolerance after the first
+// departure the text lists by name.
+const shownLater = 6
+
+// printDeparture says where the candidate first departs from the oracle.
+func printDeparture(w io.Writer, d *golden.Departure) {
+	at := d.Stage
+	if d.Layer >= 0 {
+		at = fmt.Sprintf("layer %d, %s", d.Layer, d.Stage)
+	}
+	fmt.Fprintf(w, "where it first departs, in the order the layers compute: %s (%s): %s\n", at, d.Array, d.How)
+	if len(d.Right) > 0 {
+		fmt.Fprintf(w, "  right before it: %s\n", strings.Join(d.Right, ", "))
+	}
+	switch later := d.Later; {
+	case len(later) == 0:
+		fmt.Fprintln(w, "  every array after it is within tolerance")
+	case len(later) > shownLater:
+		fmt.Fprintf(w, "  also outside tolerance after it: %s and %d more\n", strings.Join(later[:shownLater], ", "), len(later)-shownLater)
+	default:
+		fmt.Fprintf(w, "  also outside tolerance after it: %s\n", strings.Join(later, ", "))
+	}
+}
+
+// diagnosisJSON is what diagnose --json prints.
+type diagnosisJSON struct {
+	Case      string `json:"case"`
+	Candidate string `json:"candidate"`
+	// Pass is true when the candidate matches the oracle and has every
+	// array the case requires (exit status 0).
+	Pass bool `json:"pass"`
+	// Named lists the deviations (or combinations) the candidate matches
+	// that the case tells from the oracle.
+	Named []string `json:"named"`
+	// Missing lists the required arrays left out (--allow-missing).
+	Missing []string `json:"missing"`
+	// Stage is where the candidate first departs from the oracle; null
+	// when it does not.
+	Stage   *golden.Departure        `json:"stage"`
+	Results []golden.DeviationResult `json:"results"`
+}
+
+// printDiagnosisJSON writes the diagnosis as JSON.
+func printDiagnosisJSON(w io.Writer, name, path string, results []golden.DeviationResult, missing []string, d *golden.Departure) error {
+	out := diagnosisJSON{Case: name, Candidate: path, Pass: results[0].Match && len(missing) == 0,
+		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results}
+	for _, r := range results[1:] {
+		if r.Match && r.Distinct {
+			out.Named = append(out.Named, deviationLabel(r))
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 // furthest returns up to n arrays of a comparison that failed, the furthest
@@ -218,7 +316,7 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 func furthest(res *golden.CaseResult, n int) []golden.ArrayResult {
 	var out []golden.ArrayResult
 	for _, a := range res.Arrays {
-		if a.Status != golden.StatusPass {
+		if a.Status == golden.StatusFail {
 			out = append(out, a)
 		}
 	}

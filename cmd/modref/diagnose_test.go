@@ -146,7 +146,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"--candidate", nan, "layer-paper"}, []string{`"out"`, "NaN", "[0 0 3]"}},
 		{[]string{"--candidate", missing, "layer-paper"}, []string{`"router_logits" is missing`}},
 		{[]string{"--candidate", good, "no-such-case"}, []string{`no such case "no-such-case"`}},
-		{[]string{"--candidate", good, "layer-causal"}, []string{"did you mean layer-causal-predictor, layer-causal-router?"}},
+		{[]string{"--candidate", good, "layer-causal"}, []string{"did you mean layer-causal-predictor, layer-causal-router, layer-causal-threshold?"}},
 		{[]string{"--candidate", good}, []string{"usage: modref diagnose"}},
 		{[]string{"layer-paper"}, []string{"usage: modref diagnose"}},
 		{[]string{"--candidate", good, "layer-paper", "layer-none"}, []string{"usage: modref diagnose"}},
@@ -222,7 +222,7 @@ func TestDiagnoseIndistinguishable(t *testing.T) {
 		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
 	}
 	var b strings.Builder
-	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &golden.CaseResult{})
+	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &golden.CaseResult{}, nil, nil)
 	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())

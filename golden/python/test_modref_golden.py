@@ -219,6 +219,20 @@ class TestWriteCandidate(unittest.TestCase):
         with self.assertRaises(mg.CandidateError):
             mg.write_candidate(bce, self.out, vals)
 
+    def test_optional_arrays(self):
+        # As modref check: a layer's weights and multipliers may be left out, and
+        # its targets where no loss reads them (layer-paper: no auxiliary loss).
+        case = mg.load_case("layer-paper")
+        vals = expected_candidate(case)
+        for k in ("weights", "multipliers", "targets"):
+            del vals[k]
+        mg.write_candidate(case, self.out, vals)
+        bce = mg.load_case("layer-router-bce")
+        vals = expected_candidate(bce)
+        del vals["targets"]
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(bce, self.out, vals)
+
     def test_works_without_torch(self):
         script = ("import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails
                   "sys.path.insert(0, %r)\n"
@@ -333,6 +347,58 @@ class TestJudgeWithModref(unittest.TestCase):
         self.assertTrue(passed)
         self.assertTrue(os.path.isfile(os.path.join(out, "tiny.npz")))
         self.assertEqual(self.calls(), ["check --corpus %s --candidate %s tiny" % (self.dir, os.path.join(out, "tiny.npz"))])
+
+
+def rope(x, pos, base, interleaved):
+    """RoPE of x (n x heads x dh) at positions pos: rotate-half (j with j + dh/2)
+    or interleaved (2j with 2j+1), the j-th pair turning by pos * base**(-2j/dh)."""
+    dh = x.shape[-1]
+    ang = pos[:, None] * base ** (-2.0 * np.arange(dh // 2) / dh)
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :dh // 2], x[..., dh // 2:])
+    ra, rb = a * cos - b * sin, b * cos + a * sin
+    out = np.empty_like(x)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = ra, rb
+    else:
+        out[..., :dh // 2], out[..., dh // 2:] = ra, rb
+    return out
+
+
+class TestInterleavedRoPE(unittest.TestCase):
+    def test_the_scores_of_the_case(self):
+        # layer-paper's Wq and Wk, loaded through to_interleaved_rope into an
+        # implementation with interleaved RoPE, give the case's attention scores.
+        case = mg.load_case("layer-paper")
+        blk = case.config["layer"]
+        heads, base = int(blk["heads"]), float(blk.get("rope_base", 10000))
+        x = case.inputs["x"][0]
+        n, d = x.shape
+        pos = np.arange(n, dtype=np.float64)
+
+        def scores(wq, wk, interleaved):
+            q = rope((x @ wq).reshape(n, heads, -1), pos, base, interleaved)
+            k = rope((x @ wk).reshape(n, heads, -1), pos, base, interleaved)
+            return np.einsum("ihd,jhd->hij", q, k)
+
+        want = scores(case.params["Wq"], case.params["Wk"], False)
+        got = scores(mg.to_interleaved_rope(case.params["Wq"], heads), mg.to_interleaved_rope(case.params["Wk"], heads), True)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        wrong = scores(case.params["Wq"], case.params["Wk"], True)
+        self.assertGreater(np.abs(wrong - want).max(), 1e-3, "the case's weights as they are must not give the scores")
+
+    def test_gradients_map_back(self):
+        # W' = to(W) reindexes columns, so for L = sum(A * W') the gradient in the
+        # case's layout is from(A); and from undoes to.
+        rng = np.random.default_rng(1)
+        w, a = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+        np.testing.assert_array_equal(mg.from_interleaved_rope(mg.to_interleaved_rope(w, 2), 2), w)
+        e = np.zeros((8, 8))
+        e[3, 5] = 1.0
+        loss = lambda w: float((a * mg.to_interleaved_rope(w, 2)).sum())  # noqa: E731
+        self.assertAlmostEqual(loss(w + e) - loss(w), mg.from_interleaved_rope(a, 2)[3, 5], places=12)
+        with self.assertRaises(ValueError):
+            mg.to_interleaved_rope(np.zeros((4, 6)), 2)   # heads of width 3
 
 
 class TestWorkflowDoc(unittest.TestCase):

@@ -1,7 +1,7 @@
 """Write a candidate for `modref check` from the PyTorch MoD implementation.
 
 Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
-           [--dtype float32|float64] [--deviate NAME[+NAME...]]
+           [--dtype float32|float64] [--deviate NAME[+NAME...]] [--form FORM[,FORM...]]
 
 This is what a PyTorch user's CI does with modref: load a golden case's
 inputs and parameters, run their own MoD layer or model on them, compute the
@@ -10,7 +10,11 @@ of docs/golden-format.md (the expected.* names without the prefix, and the
 grad.* names) with golden/python/modref_golden.py. Here the "user's
 implementation" is mod_torch; --dtype float32 runs it in float32, as a
 production implementation would, and --deviate NAME plants one (or, joined by +, several) of the
-deviations of docs/spec.md §11, to see `modref diagnose` name it. Exit status: 0 on success, 2 on bad input or usage.
+deviations of docs/spec.md §11, to see `modref diagnose` name it; --form says how
+the planted deviation is written where ports write it in several ways
+(mod_torch.PORT_FORMS: torch_topk takes top-k's indices in the order
+torch.topk(sorted=False) returns them, write_order writes `selected` in the
+order the block ran). Exit status: 0 on success, 2 on bad input or usage.
 """
 
 import os
@@ -25,13 +29,14 @@ import mod_torch as M  # noqa: E402
 import modref_golden as G  # noqa: E402  (check_corpus puts golden/python on the path)
 
 
-def candidate(case, dtype="float64", deviation=None):
+def candidate(case, dtype="float64", deviation=None, forms=()):
     """The candidate arrays of mod_torch on case (a modref_golden.Case), in dtype
     ("float32" or "float64"), with the deviations deviation names (joined by +)
-    planted: what write_candidate takes."""
+    planted in the port forms forms names: what write_candidate takes."""
     M.DTYPE = torch.float32 if dtype == "float32" else torch.float64
     torch.set_default_dtype(M.DTYPE)
     M.DEVIATION = deviation
+    M.FORMS = forms
     values, grads, _ = C.run_case(case.manifest, case.arrays)
     cand = {}
     for key in case.outputs:
@@ -46,22 +51,24 @@ def candidate(case, dtype="float64", deviation=None):
 
 
 def main(argv):
-    args, dtype, deviation = [], "float64", None
+    args, dtype, deviation, forms = [], "float64", None, ()
     it = iter(argv)
     for a in it:
         if a == "--dtype":
             dtype = next(it, "")
         elif a == "--deviate":
             deviation = next(it, "")
+        elif a == "--form":
+            forms = tuple(next(it, "").split(","))
         else:
             args.append(a)
-    if len(args) != 2 or dtype not in ("float32", "float64") or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)):
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+    if len(args) != 2 or dtype not in ("float32", "float64") or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)) or not set(forms) <= set(M.PORT_FORMS):
+        print("\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
         return 2
     case_json, out = args
     try:
         case = G.Case(*C.load_case(case_json))
-        cand = candidate(case, dtype, deviation)
+        cand = candidate(case, dtype, deviation, forms)
         G.write_candidate(case, out, cand)
     except (C.BadInput, G.CandidateError) as e:
         print("candidate: %s: %s" % (case_json, e), file=sys.stderr)

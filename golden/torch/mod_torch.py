@@ -63,13 +63,33 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "ste_m_plus_1", "predictor_no_stopgrad", "predictor_block_output",
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
-              "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts")
+              "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router")
 DEVIATION = None
 
 
 def deviates(name):
     """Whether deviation name is planted; DEVIATION may join several with '+'."""
     return DEVIATION is not None and name in DEVIATION.split("+")
+
+
+# How a planted deviation is written, as ports write it (candidate.py --form):
+# "torch_topk": the top-k indices come in the order torch.topk(..., sorted=False)
+# returns them on this machine, not by descending weight (unsorted_indices runs the
+# block in that order; gather_first_k argsorts them); "write_order": unsorted_indices
+# writes `selected` in the order the block ran, not sorted.
+PORT_FORMS = ("torch_topk", "write_order")
+FORMS = ()
+
+
+def topk_order(rv, idx):
+    """The selected positions idx of a row (valid router weights rv) in the order
+    top-k returns them: by descending weight, ties to the lower position, or as
+    torch.topk(sorted=False) returns them under the form torch_topk."""
+    if "torch_topk" in FORMS:
+        got = torch.topk(rv, len(idx), sorted=False).indices.tolist()
+        if sorted(got) == sorted(idx):
+            return got
+    return sorted(idx, key=lambda i: (-float(rv[i]), i))
 
 
 # --------------------------------------------------------------------------
@@ -305,8 +325,12 @@ def predictor_logits(x, P):
 
 
 def bce_with_logits(z, t):
-    """Stable elementwise BCEWithLogits: max(z,0) - z t + log(1 + exp(-|z|))."""
-    return torch.clamp(z, min=0) - z * t + torch.log1p(torch.exp(-torch.abs(z)))
+    """Stable elementwise BCEWithLogits, max(z,0) - z t + log(1 + exp(-|z|)), with
+    derivative sigmoid(z) - t everywhere. Written out, the formula's autograd
+    derivative at z = 0 exactly is 1 - t or -t (the kinks of max and |z| taken
+    one-sided) instead of 1/2 - t; torch's own function has the right one, and a
+    router weight of exactly 0 (layer-causal-threshold) shows the difference."""
+    return torch.nn.functional.binary_cross_entropy_with_logits(z, t, reduction="none")
 
 
 def weights_of(r, m, valid_mask, kind):
@@ -357,10 +381,14 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         n = int(valid[b])
         k = capacity(cfg["capacity"], n)
-        if deviates("capacity_off_by_one"):
-            k = max(k - 1, 0)
         if deviates("capacity_floor_zero"):
             k = plain_capacity(cfg["capacity"], n)
+        if deviates("capacity_off_by_one") and k > 0:
+            # as astramind-ai/Mixture-of-depths writes it: r > the k-th largest r,
+            # which drops the k-th token and every token tied with it
+            rv = r[b, :n].detach()
+            kth = float(torch.sort(rv, descending=True).values[k - 1])
+            k = len([i for i in range(n) if float(rv[i]) > kth])
         topk.append(topk_select(r[b, :n].detach(), k, row=b))
         gaps.append(boundary_gap(r[b, :n].detach(), k))
 
@@ -404,6 +432,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
 
     rows = []
     mult_rows = {}   # gather_first_k: the factors it applies, at the positions it writes
+    written = {}     # unsorted_indices written as run: each row's selected positions in that order
     for b in range(B):
         n = int(valid[b])
         xb = x[b]
@@ -427,9 +456,11 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                 if idx:
                     it = torch.tensor(idx, dtype=torch.long)
                     mask_pos = None
-                    if deviates("unsorted_indices"):   # score order, mask by that order
-                        it = torch.tensor(sorted(idx, key=lambda i: -float(r[b, i])), dtype=torch.long)
+                    if deviates("unsorted_indices"):   # top-k's order, mask by that order
+                        it = torch.tensor(topk_order(r[b, :n].detach(), idx), dtype=torch.long)
                         mask_pos = torch.arange(len(idx))
+                        if "write_order" in FORMS:
+                            written[b] = it.tolist()
                     if deviates("window_gathered_indices"):   # window counted in gathered indices
                         mask_pos = torch.arange(len(idx))
                     rope_pos = it
@@ -438,7 +469,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
                         mask_pos = it if mask_pos is None else mask_pos
                     gw = g[b, it]
                     if deviates("gather_first_k") and causal == "off":   # argsort(top-k indices) gathered as positions
-                        score = sorted(idx, key=lambda i: -float(r[b, i]))   # top-k's order
+                        score = topk_order(r[b, :n].detach(), idx)   # top-k's order
                         it = torch.tensor(sorted(range(len(idx)), key=lambda j: score[j]), dtype=torch.long)
                         rope_pos = torch.arange(len(idx)) if deviates("rope_gathered_indices") else it
                         mask_pos = torch.arange(len(idx))
@@ -522,7 +553,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     res = {
         "out": out,
         "router_logits": r,
-        "selected": selected_array(sel),
+        "selected": selected_array([written.get(b, s) for b, s in enumerate(sel)]),
         "weights": w_out,
         "multipliers": multipliers,
         "targets": t,
@@ -591,9 +622,15 @@ def model_forward(tokens, valid, P, cfg_model, noises=None, jitters=None):
     h = embed(tokens, P, cfg_model, valid)
     per_layer = {}
     aux_total = torch.zeros((), dtype=DTYPE)
+    shared = None   # shared_router: the first routed layer's router, used by every routed layer
     for l, spec in enumerate(cfg_model["layers"]):
         Pl = layer_params(P, l)
         lc = spec["layer"]
+        if spec.get("routed", False) and deviates("shared_router"):
+            if shared is None:
+                shared = {k: Pl[k] for k in ("Router", "RouterBias") if k in Pl}
+            else:
+                Pl.update(shared)
         if spec.get("routed", False):
             res = routed_layer(h, valid, Pl, lc, noises.get(l), jitters.get(l))
             per_layer[l] = res

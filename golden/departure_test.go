@@ -1,0 +1,171 @@
+package golden
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// squaredWeight is a bug of this test's making, on no list: the weight
+// applied twice, out = x + g²·f for a selected token.
+func squaredWeight(l *layerRun) {
+	l.out = l.eachRow(func(b, i int, x, _, upd []float64, mult float64) []float64 {
+		row := make([]float64, len(x))
+		for j := range row {
+			row[j] = x[j] + float64(float64(mult*mult)*upd[j])
+		}
+		return row
+	})
+}
+
+// departureOf is Depart on a candidate, failing the test on an error.
+func departureOf(t *testing.T, c *Case, cand map[string]*Array) *Departure {
+	t.Helper()
+	res, err := Compare(c, cand, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Depart(c, cand, res)
+}
+
+// TestDepartureReadsUnnamedBugs plants bugs that no deviation names, of
+// this test's making, and requires Depart to find the stage each first
+// shows in, and to say how: the weight applied twice (computed through the
+// emulation, gradients included: it first shows in out, at every selected
+// token and only there); a selection made as the top-k of the whole batch
+// instead of each row; weights that are the sigmoid of the right ones
+// under raw weighting; the router's gradient lost (detached); an update
+// added at the tokens outside the selection.
+func TestDepartureReadsUnnamedBugs(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	d := layerDeviation{name: "squared_weight", output: squaredWeight}
+	arrays, err := layerArrays(c, layerSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := without(candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays}), "weights", "multipliers")
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); len(got) != 0 {
+		t.Fatalf("a deviation explains the squared weight: %v", got)
+	}
+	dep := departureOf(t, c, cand)
+	if dep == nil || dep.Stage != "output" || dep.Array != "out" || !strings.Contains(dep.How, "at every selected token, and only there") ||
+		!slices.Equal(dep.Right, []string{"router_logits", "selected"}) || !slices.Contains(dep.Later, "grad.param.Router") {
+		t.Errorf("squared weight: %+v", dep)
+	}
+
+	// The top-k of the whole batch: row 1 of layer-paper has larger
+	// router weights.
+	sel := c.Arrays["expected.selected"]
+	r := field(c.Arrays["expected.router_logits"])
+	k := sel.Shape[1]
+	var all [][2]int
+	for b := range r {
+		for i := range r[b] {
+			all = append(all, [2]int{b, i})
+		}
+	}
+	slices.SortStableFunc(all, func(p, q [2]int) int {
+		return cmp.Compare(r[q[0]][q[1]], r[p[0]][p[1]])
+	})
+	rows := make([][]int, len(r))
+	for _, p := range all[:k*len(r)] {
+		rows[p[0]] = append(rows[p[0]], p[1])
+	}
+	width := 0
+	for _, row := range rows {
+		slices.Sort(row)
+		width = max(width, len(row))
+	}
+	batch := &Array{Shape: []int{len(r), width}, DType: "<i8"}
+	for _, row := range rows {
+		for j := range width {
+			p := int64(-1)
+			if j < len(row) {
+				p = int64(row[j])
+			}
+			batch.I = append(batch.I, p)
+		}
+	}
+	if slices.Equal(batch.I, sel.I) {
+		t.Fatal("the batch's top-k is the rows' on layer-paper: the test shows nothing")
+	}
+	dep = departureOf(t, c, perfectWith(c, "selected", batch))
+	if dep == nil || dep.Stage != "capacity and selection" || !strings.Contains(dep.How, "the top-k of the whole batch's router weights") {
+		t.Errorf("batch top-k: %+v", dep)
+	}
+
+	g := *c.Arrays["expected.weights"]
+	g.F = slices.Clone(g.F)
+	for i, v := range g.F {
+		g.F[i] = 1 / (1 + math.Exp(-v))
+	}
+	dep = departureOf(t, c, perfectWith(c, "weights", &g))
+	if dep == nil || dep.Stage != "output weights" || !strings.Contains(dep.How, "sigmoid of the oracle's") {
+		t.Errorf("sigmoid weights: %+v", dep)
+	}
+
+	zero := *c.Arrays["grad.param.Router"]
+	zero.F = make([]float64, len(zero.F))
+	dep = departureOf(t, c, perfectWith(c, "grad.param.Router", &zero))
+	if dep == nil || dep.Stage != "gradients" || dep.Array != "grad.param.Router" || !strings.Contains(dep.How, "zero everywhere") || len(dep.Later) != 0 {
+		t.Errorf("router gradient lost: %+v", dep)
+	}
+
+	out := *c.Arrays["expected.out"]
+	out.F = slices.Clone(out.F)
+	mask := selectedMask(c, "out")
+	dm := c.Manifest.Config.Layer.Block.D
+	for b := range mask {
+		for i, on := range mask[b] {
+			if !on {
+				out.F[(b*c.Manifest.Config.SeqLen+i)*dm] += 0.5
+			}
+		}
+	}
+	dep = departureOf(t, c, perfectWith(c, "out", &out))
+	if dep == nil || dep.Stage != "output" || !strings.Contains(dep.How, "only at tokens outside the selection") {
+		t.Errorf("unselected tokens changed: %+v", dep)
+	}
+}
+
+// TestDepartureRunsAndZeros: an output right up to a position of each row
+// and wrong from it on is read as such, and a gradient that is 0 at the
+// tokens where it is wrong (bugs of this test's making: out wrong from
+// position 5 on; grad.input.x lost at the unselected tokens).
+func TestDepartureRunsAndZeros(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cfg := c.Manifest.Config
+	d := cfg.Layer.Block.D
+	out := *c.Arrays["expected.out"]
+	out.F = slices.Clone(out.F)
+	for b := range cfg.Batch {
+		for i := 5; i < cfg.SeqLen; i++ {
+			out.F[(b*cfg.SeqLen+i)*d] += 1
+		}
+	}
+	dep := departureOf(t, c, perfectWith(c, "out", &out))
+	if dep == nil || !strings.Contains(dep.How, "row 0 at every position from 5 on (right before it), row 1 at every position from 5 on") {
+		t.Errorf("out wrong from position 5 on: %+v", dep)
+	}
+	gx := *c.Arrays["grad.input.x"]
+	gx.F = slices.Clone(gx.F)
+	mask := selectedMask(c, "grad.input.x")
+	for b := range cfg.Batch {
+		for i := range cfg.SeqLen {
+			if !mask[b][i] {
+				clear(gx.F[(b*cfg.SeqLen+i)*d : (b*cfg.SeqLen+i+1)*d])
+			}
+		}
+	}
+	dep = departureOf(t, c, perfectWith(c, "grad.input.x", &gx))
+	if dep == nil || dep.Array != "grad.input.x" || !strings.Contains(dep.How, "0 at every element where it is wrong") ||
+		!strings.Contains(dep.How, "only at tokens outside the selection") {
+		t.Errorf("grad.input.x lost outside the selection: %+v", dep)
+	}
+}

@@ -1,0 +1,305 @@
+package golden
+
+import (
+	"cmp"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// writtenCandidate is the candidate an implementation with deviation name
+// writes for the case when it shows w of its layer (a layer case).
+func writtenCandidate(t *testing.T, c *Case, name string, w written) map[string]*Array {
+	t.Helper()
+	d, ok := findLayerDeviation(name)
+	if !ok {
+		t.Fatalf("no deviation %s", name)
+	}
+	d.written = map[string]written{"expected.": w}
+	arrays, err := layerArrays(c, layerSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays})
+}
+
+// matched lists the names of the results that match.
+func matched(rs []DeviationResult) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Match {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// TestUnsortedIndicesAsWritten: a port that runs each row's selected
+// tokens in its own order (here descending position, which no top-k
+// returns) and writes selected in that order is named unsorted_indices:
+// the emulation runs the order the candidate wrote. The score-order
+// emulation, all diagnose had before, does not explain that candidate.
+func TestUnsortedIndicesAsWritten(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	order := positionRows(c.Arrays["expected.selected"])
+	for _, row := range order {
+		slices.Reverse(row)
+	}
+	cand := writtenCandidate(t, c, "unsorted_indices", written{selected: order})
+	if got := positionRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
+		t.Fatalf("the emulation wrote selected %v, want the order it ran %v", got, order)
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"unsorted_indices"}) {
+		t.Errorf("matched %v, want unsorted_indices", got)
+	}
+	written := cand["selected"]
+	cand["selected"] = c.Arrays["expected.selected"]
+	rs, err = Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); slices.Contains(got, "unsorted_indices") {
+		t.Errorf("with selected written sorted (score order emulated), matched %v", got)
+	}
+	// check: the oracle's values with selected in the written order.
+	res, err := Compare(c, perfectWith(c, "selected", written), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result(t, res, "selected")
+	if r.Status != StatusFail || len(r.Routing) != len(order) {
+		t.Fatalf("selected in another order: %+v", r)
+	}
+	for _, m := range r.Routing {
+		if !m.Order || m.OnlyCandidate != nil || m.OnlyOracle != nil {
+			t.Errorf("row %d: %+v, want the same positions in another order", m.Row, m)
+		}
+	}
+}
+
+// perfectWith is the case's own values with one array replaced.
+func perfectWith(c *Case, name string, a *Array) map[string]*Array {
+	cand := perfect(c)
+	cand[name] = a
+	return cand
+}
+
+// TestGatherFirstKOrderFromMultipliers: a port whose top-k returns its
+// indices in ascending position order (not descending weight, the default
+// emulated) gathers positions 0..k−1 in order; diagnose reads that order
+// from the multipliers it wrote and names gather_first_k. The default
+// order, descending weight, does not explain that candidate.
+func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	sel := positionRows(c.Arrays["expected.selected"])
+	mult := field(c.Arrays["expected.multipliers"])
+	s := c.Manifest.Config.SeqLen
+	m := make([][]float64, len(sel))
+	for b, row := range sel {
+		m[b] = make([]float64, s)
+		for t, p := range row {
+			m[b][t] = mult[b][p] // the t-th returned index's weight at t
+		}
+	}
+	var tol Tolerance
+	for _, info := range c.Manifest.Arrays {
+		if info.Name == "expected.multipliers" {
+			tol = *info.Tolerance
+		}
+	}
+	cand := writtenCandidate(t, c, "gather_first_k", written{multipliers: m, tol: tol})
+	for b := range m {
+		if got := cand["multipliers"].F[b*s : (b+1)*s]; !slices.Equal(got, m[b]) {
+			t.Fatalf("row %d: the emulation wrote multipliers %v, want %v", b, got, m[b])
+		}
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"gather_first_k"}) {
+		t.Errorf("matched %v, want gather_first_k", got)
+	}
+	def, err := DeviantCandidate(c, "gather_first_k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := Compare(&Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
+		t.Errorf("the descending-weight emulation explains the candidate too (err %v): the test shows nothing", err)
+	}
+}
+
+// expectedOf is a candidate's arrays as a case's expected arrays, with the
+// case's inputs and parameters.
+func expectedOf(c *Case, cand map[string]*Array) map[string]*Array {
+	arrays := make(map[string]*Array, len(c.Arrays))
+	for name, a := range c.Arrays {
+		arrays[name] = a
+		if b, ok := cand[CandidateName(name)]; ok && name != CandidateName(name) {
+			arrays[name] = b
+		}
+	}
+	return arrays
+}
+
+// TestSharedRouter: with one router for every routed layer, the later
+// routed layers' own router parameters are unused (gradient 0) and the
+// first's gradient sums over the layers; diagnose names the deviation on a
+// model case and says why a layer case or a model with one routed layer
+// cannot show it.
+func TestSharedRouter(t *testing.T) {
+	c := loadCase(t, "model-every-other")
+	cand, err := DeviantCandidate(c, "shared_router", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range cand["grad.param.L2.Router"].F {
+		if v != 0 {
+			t.Fatalf("grad.param.L2.Router = %v, want 0: the layer's own router is unused", cand["grad.param.L2.Router"].F)
+		}
+	}
+	if slices.Equal(cand["grad.param.L0.Router"].F, c.Arrays["grad.param.L0.Router"].F) {
+		t.Error("the shared router's gradient is layer 0's alone")
+	}
+	if !slices.Equal(cand["L0.router_logits"].F, c.Arrays["expected.L0.router_logits"].F) {
+		t.Error("layer 0, whose router is its own, routes differently")
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Equal(got, []string{"shared_router"}) {
+		t.Errorf("matched %v, want shared_router", got)
+	}
+	// Every case that claims it (golden/torch/audit_catches.py checks the
+	// claims with PyTorch) tells it from the oracle here too.
+	names, err := List("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, name := range names {
+		c := loadCase(t, name)
+		if !slices.Contains(c.Manifest.Catches, "shared_router") {
+			continue
+		}
+		claims++
+		d, _ := findLayerDeviation("shared_router")
+		ems := []emulation{{name: d.name}}
+		if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := judge(c, perfect(c), ems[0]); err != nil || !r.Distinct || r.Match {
+			t.Errorf("%s claims shared_router: distinct %v, the case's values match it %v (%v)", name, r.Distinct, r.Match, err)
+		}
+	}
+	if claims < 10 {
+		t.Errorf("%d cases claim shared_router", claims)
+	}
+	for name, want := range map[string]string{"layer-paper": "a layer case has one routed layer", "model-predictor": "the model has one routed layer"} {
+		if em := findAny(t, emulated(t, loadCase(t, name)), "shared_router"); !strings.HasPrefix(em.reason, want) {
+			t.Errorf("%s: shared_router reason %q, want %q", name, em.reason, want)
+		}
+	}
+}
+
+// findAny returns the emulation of a deviation, emulated or not.
+func findAny(t *testing.T, ems []emulation, name string) emulation {
+	t.Helper()
+	for _, em := range ems {
+		if em.name == name {
+			return em
+		}
+	}
+	t.Fatalf("no emulation of %s", name)
+	return emulation{}
+}
+
+// TestTorchCPUTopK: torchCPUTopK returns the indices in the order torch's
+// CPU topk(sorted=False) returned them for rows of golden/testdata (made by
+// golden/torch/topk_vectors.py with torch itself; a third with ties).
+func TestTorchCPUTopK(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "torch-topk-cpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs struct {
+		Torch string
+		Rows  []struct {
+			R     []float64
+			K     int
+			Order []int
+		}
+	}
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		t.Fatal(err)
+	}
+	unsorted := 0
+	for i, v := range vs.Rows {
+		got, ok := torchCPUTopK(v.R, v.K)
+		if !ok || !slices.Equal(got, v.Order) {
+			t.Errorf("row %d (n %d, k %d): %v, torch %s returned %v", i, len(v.R), v.K, got, vs.Torch, v.Order)
+		}
+		if !slices.IsSortedFunc(v.Order, func(a, b int) int { return cmp.Compare(v.R[b], v.R[a]) }) {
+			unsorted++
+		}
+	}
+	if len(vs.Rows) < 100 || unsorted < len(vs.Rows)/4 {
+		t.Errorf("%d rows, %d not in descending order: the rows show little", len(vs.Rows), unsorted)
+	}
+	if _, ok := torchCPUTopK(make([]float64, 128), 1); ok {
+		t.Error("k·64 ≤ n, where torch takes a partial sort, is claimed")
+	}
+}
+
+// TestGatherFirstKTorchOrder: a port whose top-k is torch.topk(sorted=False)
+// on CPU and that writes no multipliers is named by gather_first_k's
+// variant with that order, not by the default (descending weight); with
+// its multipliers, gather_first_k reads the order from them and the
+// variant is not offered.
+func TestGatherFirstKTorchOrder(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand, err := DeviantCandidate(c, "gather_first_k", torchTopKVariant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := DeviantCandidate(c, "gather_first_k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(cand["out"].F, def["out"].F) {
+		t.Fatal("torch's order is descending weight on layer-paper: the test shows nothing")
+	}
+	rs, err := Diagnose(c, without(cand, "multipliers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, r := range rs {
+		if r.Match {
+			named = append(named, label(r))
+		}
+	}
+	if want := []string{"gather_first_k (" + torchTopKVariant + ")"}; !slices.Equal(named, want) {
+		t.Errorf("without multipliers: matched %v, want %v", named, want)
+	}
+	rs, err = Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Variant == torchTopKVariant {
+			t.Errorf("the variant is offered though the multipliers show the order")
+		}
+		if r.Match != (r.Name == "gather_first_k") {
+			t.Errorf("with multipliers: %s match %v", label(r), r.Match)
+		}
+	}
+}
