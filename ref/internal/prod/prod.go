@@ -1,0 +1,261 @@
+// Package prod is ref's float64 matrix product: C = op(A)·op(B) with every
+// element the bits of the plain loop
+//
+//	s := 0.0 // or c[i][j], to continue a chain
+//	for p := 0; p < k; p++ {
+//		s += float64(a[i][p] * b[p][j])
+//	}
+//
+// that is, each product rounded on its own (no fused multiply-add, see
+// docs/design.md, "Reproducibility and fused multiply-add") and added in
+// ascending order of p. Speed comes only from doing many such chains at
+// once: the operands are packed into panels four rows or columns wide, a
+// register block of 4×4 elements of C advances its sixteen chains together,
+// k is cut into blocks whose partial sums are stored in C and continued, and
+// blocks of rows of C go to different goroutines. None of these changes a
+// chain, so the bits do not depend on the block sizes, on GOMAXPROCS or on
+// the transposition of the operands.
+package prod
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// Block sizes: kc steps of k per packed panel (a 4-wide panel of B is
+// kc·4·8 = 8 KiB, several fit in L1), nc columns of B per packed block
+// (kc·nc·8 = 512 KiB, in L2), and rows of C per goroutine task.
+const (
+	kc       = 256
+	nc       = 256
+	rowsTask = 32
+)
+
+// minParallel is the number of multiply-adds below which Mul does not start
+// goroutines.
+const minParallel = 1 << 16
+
+// Matrix is a row-major view of an operand: element (i, j) of the stored
+// matrix is Data[i*Stride+j]. With T set the operand is the transpose of the
+// stored matrix.
+type Matrix struct {
+	Data   []float64
+	Stride int
+	T      bool
+}
+
+// at returns element (i, j) of the operand (after transposition).
+func (x Matrix) at(i, j int) float64 {
+	if x.T {
+		return x.Data[j*x.Stride+i]
+	}
+	return x.Data[i*x.Stride+j]
+}
+
+// check panics unless the operand holds an r×c matrix (after
+// transposition): a bad shape is a programmer error.
+func (x Matrix) check(name string, r, c int) {
+	if x.T {
+		r, c = c, r
+	}
+	if r == 0 || c == 0 {
+		return
+	}
+	if x.Stride < c || len(x.Data) < (r-1)*x.Stride+c {
+		panic(fmt.Sprintf("prod: %s holds %d values with stride %d, too few for %d×%d", name, len(x.Data), x.Stride, r, c))
+	}
+}
+
+// Mul sets c (m×n, rows ldc apart) to a·b, a being m×k and b k×n after
+// their transpositions, each element the loop of the package documentation
+// from s = 0, or from s = c[i][j] when add is set (so c += a·b continues
+// each chain). c must not overlap a or b.
+func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
+	a.check("a", m, k)
+	b.check("b", k, n)
+	if m == 0 || n == 0 {
+		return
+	}
+	if ldc < n || len(c) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("prod: c holds %d values with stride %d, too few for %d×%d", len(c), ldc, m, n))
+	}
+	if !add {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+	}
+	if k == 0 {
+		return
+	}
+	workers := runtime.GOMAXPROCS(0)
+	tasks := (m + rowsTask - 1) / rowsTask
+	if workers > tasks {
+		workers = tasks
+	}
+	if m*n*k < minParallel {
+		workers = 1
+	}
+	if workers <= 1 {
+		s := newScratch()
+		for i0 := 0; i0 < m; i0 += rowsTask {
+			mulRows(i0, min(i0+rowsTask, m), n, k, a, b, c, ldc, s)
+		}
+		return
+	}
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newScratch()
+			for {
+				mu.Lock()
+				t := next
+				next++
+				mu.Unlock()
+				if t >= tasks {
+					return
+				}
+				i0 := t * rowsTask
+				mulRows(i0, min(i0+rowsTask, m), n, k, a, b, c, ldc, s)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// scratch is one goroutine's packing buffers.
+type scratch struct {
+	a, b []float64
+}
+
+func newScratch() *scratch {
+	return &scratch{a: make([]float64, kc*rowsTask), b: make([]float64, kc*(nc+4))}
+}
+
+// mulRows adds a·b into rows i0..i1-1 of c (at most rowsTask rows).
+func mulRows(i0, i1, n, k int, a, b Matrix, c []float64, ldc int, s *scratch) {
+	mb := i1 - i0
+	for p0 := 0; p0 < k; p0 += kc {
+		kb := min(kc, k-p0)
+		packA(s.a, a, i0, mb, p0, kb)
+		for j0 := 0; j0 < n; j0 += nc {
+			nb := min(nc, n-j0)
+			packB(s.b, b, p0, kb, j0, nb)
+			for i := 0; i < mb; i += 4 {
+				mr := min(4, mb-i)
+				pa := s.a[i*kb : i*kb+4*kb]
+				for j := 0; j < nb; j += 4 {
+					w := min(4, nb-j)
+					pb := s.b[j*kb : j*kb+4*kb]
+					cij := c[(i0+i)*ldc+j0+j:]
+					if mr == 4 && w == 4 {
+						kernel4x4(kb, pa, pb, cij, ldc)
+					} else {
+						kernelEdge(kb, pa, pb, cij, ldc, mr, w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA copies rows i0..i0+mb-1, steps p0..p0+kb-1 of a into panels of 4
+// rows: panel q holds, for each step p, the 4 values a[i0+4q+r][p0+p],
+// zero past the last row.
+func packA(dst []float64, a Matrix, i0, mb, p0, kb int) {
+	for q := 0; q < mb; q += 4 {
+		panel := dst[q*kb : q*kb+4*kb]
+		for r := 0; r < 4; r++ {
+			if q+r >= mb {
+				for p := 0; p < kb; p++ {
+					panel[4*p+r] = 0
+				}
+				continue
+			}
+			i := i0 + q + r
+			if a.T {
+				for p := 0; p < kb; p++ {
+					panel[4*p+r] = a.Data[(p0+p)*a.Stride+i]
+				}
+			} else {
+				row := a.Data[i*a.Stride+p0 : i*a.Stride+p0+kb]
+				for p, v := range row {
+					panel[4*p+r] = v
+				}
+			}
+		}
+	}
+}
+
+// packB copies steps p0..p0+kb-1, columns j0..j0+nb-1 of b into panels of
+// 4 columns: panel q holds, for each step p, b[p0+p][j0+4q..j0+4q+3], zero
+// past the last column.
+func packB(dst []float64, b Matrix, p0, kb, j0, nb int) {
+	for q := 0; q < nb; q += 4 {
+		panel := dst[q*kb : q*kb+4*kb]
+		w := min(4, nb-q)
+		for p := 0; p < kb; p++ {
+			out := panel[4*p : 4*p+4]
+			for r := 0; r < 4; r++ {
+				if r < w {
+					out[r] = b.at(p0+p, j0+q+r)
+				} else {
+					out[r] = 0
+				}
+			}
+		}
+	}
+}
+
+// kernel4x4 continues the sixteen chains of the 4×4 block of c (rows ldc
+// apart) with kb steps of the packed panels a and b.
+func kernel4x4(kb int, a, b, c []float64, ldc int) {
+	r0, r1, r2, r3 := c[:4], c[ldc:][:4], c[2*ldc:][:4], c[3*ldc:][:4]
+	c00, c01, c02, c03 := r0[0], r0[1], r0[2], r0[3]
+	c10, c11, c12, c13 := r1[0], r1[1], r1[2], r1[3]
+	c20, c21, c22, c23 := r2[0], r2[1], r2[2], r2[3]
+	c30, c31, c32, c33 := r3[0], r3[1], r3[2], r3[3]
+	a, b = a[:4*kb], b[:4*kb]
+	for p := 0; p < 4*kb; p += 4 {
+		ap, bp := a[p:p+4], b[p:p+4]
+		a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00 += float64(a0 * b0)
+		c01 += float64(a0 * b1)
+		c02 += float64(a0 * b2)
+		c03 += float64(a0 * b3)
+		c10 += float64(a1 * b0)
+		c11 += float64(a1 * b1)
+		c12 += float64(a1 * b2)
+		c13 += float64(a1 * b3)
+		c20 += float64(a2 * b0)
+		c21 += float64(a2 * b1)
+		c22 += float64(a2 * b2)
+		c23 += float64(a2 * b3)
+		c30 += float64(a3 * b0)
+		c31 += float64(a3 * b1)
+		c32 += float64(a3 * b2)
+		c33 += float64(a3 * b3)
+	}
+	r0[0], r0[1], r0[2], r0[3] = c00, c01, c02, c03
+	r1[0], r1[1], r1[2], r1[3] = c10, c11, c12, c13
+	r2[0], r2[1], r2[2], r2[3] = c20, c21, c22, c23
+	r3[0], r3[1], r3[2], r3[3] = c30, c31, c32, c33
+}
+
+// kernelEdge is kernel4x4 for the mr×w block at an edge of c (mr, w <= 4).
+func kernelEdge(kb int, a, b, c []float64, ldc, mr, w int) {
+	for r := 0; r < mr; r++ {
+		for j := 0; j < w; j++ {
+			s := c[r*ldc+j]
+			for p := 0; p < kb; p++ {
+				s += float64(a[4*p+r] * b[4*p+j])
+			}
+			c[r*ldc+j] = s
+		}
+	}
+}
