@@ -33,6 +33,15 @@
 // derivative of a frozen forward equals what an autograd implementation must
 // return.
 //
+// # Products
+//
+// Matrix products go through ref/internal/prod, whose every element has the
+// bits of the plain loop s += float64(a*b) in order of the summed index, at
+// any block size and GOMAXPROCS. The block over a sequence (BlockUpdate,
+// AttentionUpdate) is computed in matrix form beyond small sizes, with the
+// bits of the token-by-token KVCache steps that decoding runs
+// (TestBlockUpdateIsTheCacheLoop).
+//
 // # Reproducibility
 //
 // The Go specification lets a compiler fuse x*y + z into one fused

@@ -258,10 +258,9 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 	}
 	var f *mat.Dense
 	if cfg.MLPOnly {
-		f = mat.NewDense(len(computed), d, nil)
-		for t, i := range computed {
-			f.SetRow(t, MLPUpdate(cfg.Block, p, base.RawRowView(i)))
-		}
+		ac := &blockActs{n: len(computed), d: d, dff: cfg.Block.DFF}
+		mlpForward(cfg.Block, p, ac, rawRows(gatherRows(base, computed)))
+		f = mat.NewDense(ac.n, d, ac.m)
 	} else {
 		f, err = BlockUpdate(cfg.Block, p, gatherRows(x, computed), computed)
 		if err != nil {

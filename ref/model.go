@@ -291,9 +291,9 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 	res.Hidden = x
 	n := 0
 	for b := 0; b < rows; b++ {
-		logits := mat.NewDense(s, c.Vocab, nil)
+		u, _ := normRows(blk, p.FinalNorm, p.FinalNormBias, rawRows(x[b]), s, blk.D)
+		logits := mat.NewDense(s, c.Vocab, mulRows(u, s, p.Head))
 		for i := 0; i < s; i++ {
-			logits.SetRow(i, HeadLogits(blk, p, x[b].RawRowView(i)))
 			if i < lengths[b] && in.Targets[b][i] != IgnoreTarget {
 				res.CE += CrossEntropy(logits.RawRowView(i), in.Targets[b][i])
 				n++

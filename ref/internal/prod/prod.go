@@ -32,6 +32,10 @@ const (
 	rowsTask = 32
 )
 
+// smallProduct is the number of multiply-adds up to which Mul runs the
+// loops in place, without packing.
+const smallProduct = 1 << 13
+
 // minParallel is the number of multiply-adds below which Mul does not start
 // goroutines.
 const minParallel = 1 << 16
@@ -88,6 +92,10 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 	if k == 0 {
 		return
 	}
+	if m*n*k <= smallProduct {
+		mulSmall(m, n, k, a, b, c, ldc)
+		return
+	}
 	workers := runtime.GOMAXPROCS(0)
 	tasks := (m + rowsTask - 1) / rowsTask
 	if workers > tasks {
@@ -97,7 +105,7 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 		workers = 1
 	}
 	if workers <= 1 {
-		s := newScratch()
+		s := newScratch(m, n, k)
 		for i0 := 0; i0 < m; i0 += rowsTask {
 			mulRows(i0, min(i0+rowsTask, m), n, k, a, b, c, ldc, s)
 		}
@@ -110,7 +118,7 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := newScratch()
+			s := newScratch(m, n, k)
 			for {
 				mu.Lock()
 				t := next
@@ -132,9 +140,16 @@ type scratch struct {
 	a, b []float64
 }
 
-func newScratch() *scratch {
-	return &scratch{a: make([]float64, kc*rowsTask), b: make([]float64, kc*(nc+4))}
+// newScratch returns the buffers for panels of products m×n×k, no larger
+// than those need: small products are frequent (finite differences run the
+// block millions of times at d = 8).
+func newScratch(m, n, k int) *scratch {
+	kb := min(kc, k)
+	return &scratch{a: make([]float64, kb*round4(min(rowsTask, m))), b: make([]float64, kb*round4(min(nc, n)))}
 }
+
+// round4 rounds n up to a multiple of 4.
+func round4(n int) int { return (n + 3) &^ 3 }
 
 // mulRows adds a·b into rows i0..i1-1 of c (at most rowsTask rows).
 func mulRows(i0, i1, n, k int, a, b Matrix, c []float64, ldc int, s *scratch) {
@@ -256,6 +271,40 @@ func kernelEdge(kb int, a, b, c []float64, ldc, mr, w int) {
 				s += float64(a[4*p+r] * b[4*p+j])
 			}
 			c[r*ldc+j] = s
+		}
+	}
+}
+
+// mulSmall adds a·b into c with loops over the operands in place: for each
+// row of c, each step p in order adds its products to the whole row, so
+// each element's chain is in order of p.
+func mulSmall(m, n, k int, a, b Matrix, c []float64, ldc int) {
+	for i := 0; i < m; i++ {
+		ci := c[i*ldc : i*ldc+n]
+		if b.T {
+			for j := range ci {
+				s := ci[j]
+				bj := b.Data[j*b.Stride:]
+				if a.T {
+					for p := 0; p < k; p++ {
+						s += float64(a.Data[p*a.Stride+i] * bj[p])
+					}
+				} else {
+					ai := a.Data[i*a.Stride : i*a.Stride+k]
+					for p, v := range ai {
+						s += float64(v * bj[p])
+					}
+				}
+				ci[j] = s
+			}
+			continue
+		}
+		for p := 0; p < k; p++ {
+			aip := a.at(i, p)
+			bp := b.Data[p*b.Stride : p*b.Stride+n]
+			for j, v := range bp {
+				ci[j] += float64(aip * v)
+			}
 		}
 	}
 }
