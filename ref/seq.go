@@ -125,50 +125,65 @@ func windowStarts(c spec.BlockConfig, pos []int) []int {
 const attentionBlock = 32
 
 // attendHead sets head h's columns of ac.ctx. A block of queries
-// i0..i1-1 takes the scores of keys lo[i0]..i1-1 in one product; each row
-// then scales and takes the softmax of its own keys lo[i]..i exactly as
-// AttentionStep does, sets the others to +0, and the block's context is the
-// product of those probabilities with the values. An added +0·v is ±0 and
-// leaves every sum (which starts at +0) as it was, so the bits are those of
-// the sum over the row's own keys, provided every value is finite; with a
-// non-finite value each row sums over its own keys alone.
+// i0..i1-1 takes its probabilities over keys lo[i0]..i1-1 (headProbs), and
+// the block's context is the product of those with the values. An added
+// +0·v is ±0 and leaves every sum (which starts at +0) as it was, so the
+// bits are those of the sum over the row's own keys, provided every value
+// is finite; with a non-finite value each row sums over its own keys alone.
 func attendHead(c spec.BlockConfig, ac *blockActs, lo []int, h int, finite bool) {
 	n, d := ac.n, ac.d
 	dh := d / c.Heads
-	scale := 1 / math.Sqrt(float64(dh))
 	col := h * dh
-	probs := make([]float64, attentionBlock*n)
+	buf := make([]float64, attentionBlock*n)
 	for i0 := 0; i0 < n; i0 += attentionBlock {
 		i1 := min(i0+attentionBlock, n)
 		k0 := lo[i0]
 		nk := i1 - k0
-		sc := probs[:(i1-i0)*nk]
-		prod.Mul(i1-i0, nk, dh, prod.Matrix{Data: ac.q[i0*d+col:], Stride: d},
-			prod.Matrix{Data: ac.k[k0*d+col:], Stride: d, T: true}, sc, nk, false)
+		pr := headProbs(c, ac, lo, h, i0, i1, buf)
+		if finite {
+			prod.Mul(i1-i0, dh, nk, rowsOf(pr, nk), prod.Matrix{Data: ac.v[k0*d+col:], Stride: d},
+				ac.ctx[i0*d+col:], d, false)
+			continue
+		}
 		for i := i0; i < i1; i++ {
-			row := sc[(i-i0)*nk : (i-i0+1)*nk]
-			vis := row[lo[i]-k0 : i+1-k0]
-			for t := range vis {
-				vis[t] = float64(vis[t] * scale)
-			}
-			softmaxInPlace(vis)
-			clear(row[:lo[i]-k0])
-			clear(row[i+1-k0:])
-			if !finite {
-				out := ac.ctx[i*d+col : i*d+col+dh]
-				for t, pt := range vis {
-					vt := ac.v[(lo[i]+t)*d+col:]
-					for j := range out {
-						out[j] += float64(pt * vt[j])
-					}
+			out := ac.ctx[i*d+col : i*d+col+dh]
+			for t := lo[i]; t <= i; t++ {
+				pt := pr[(i-i0)*nk+t-k0]
+				vt := ac.v[t*d+col:]
+				for j := range out {
+					out[j] += float64(pt * vt[j])
 				}
 			}
 		}
-		if finite {
-			prod.Mul(i1-i0, dh, nk, rowsOf(sc, nk), prod.Matrix{Data: ac.v[k0*d+col:], Stride: d},
-				ac.ctx[i0*d+col:], d, false)
-		}
 	}
+}
+
+// headProbs returns, in buf, head h's attention probabilities of queries
+// i0..i1-1 over keys lo[i0]..i1-1, (i1−i0)×(i1−lo[i0]) row-major: the
+// scores of the block in one product, then each row scaled and its softmax
+// taken over its own keys lo[i]..i exactly as AttentionStep does, and +0 at
+// the keys it does not see.
+func headProbs(c spec.BlockConfig, ac *blockActs, lo []int, h, i0, i1 int, buf []float64) []float64 {
+	d := ac.d
+	dh := d / c.Heads
+	scale := 1 / math.Sqrt(float64(dh))
+	col := h * dh
+	k0 := lo[i0]
+	nk := i1 - k0
+	sc := buf[:(i1-i0)*nk]
+	prod.Mul(i1-i0, nk, dh, prod.Matrix{Data: ac.q[i0*d+col:], Stride: d},
+		prod.Matrix{Data: ac.k[k0*d+col:], Stride: d, T: true}, sc, nk, false)
+	for i := i0; i < i1; i++ {
+		row := sc[(i-i0)*nk : (i-i0+1)*nk]
+		vis := row[lo[i]-k0 : i+1-k0]
+		for t := range vis {
+			vis[t] = float64(vis[t] * scale)
+		}
+		softmaxInPlace(vis)
+		clear(row[:lo[i]-k0])
+		clear(row[i+1-k0:])
+	}
+	return sc
 }
 
 // allFinite reports whether no value of x is ±Inf or NaN.
