@@ -235,9 +235,15 @@ func forEach(n, work int, f func(int)) {
 // mlpForward sets the MLP half of ac for its input h (n×d): N2, the MLP
 // and its update m.
 func mlpForward(c spec.BlockConfig, p *BlockParams, ac *blockActs, h []float64) {
-	n, d := ac.n, ac.d
 	ac.h = h
-	ac.u2, ac.n2 = normRows(c, p.Norm2, p.Norm2Bias, h, n, d)
+	ac.u2, ac.n2 = normRows(c, p.Norm2, p.Norm2Bias, h, ac.n, ac.d)
+	mlpCore(c, p, ac)
+}
+
+// mlpCore sets the MLP of docs/spec.md §5 on the normalised rows ac.u2
+// (n×d): pre, gate, act and m, each element with MLP's bits.
+func mlpCore(c spec.BlockConfig, p *BlockParams, ac *blockActs) {
+	n := ac.n
 	ac.pre = mulRows(ac.u2, n, p.W1)
 	ac.act = make([]float64, len(ac.pre))
 	if c.MLP == spec.ActSwiGLU {

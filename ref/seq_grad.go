@@ -212,7 +212,14 @@ func siluGrad(v float64) float64 {
 // mlpBackward returns dL/dh of the MLP half m = MLP(N2(h)) (mlpForward)
 // given dm (n×d), adding the gradients of N2, W1, W2 (and W3) into g.
 func mlpBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
-	n, d, f := ac.n, ac.d, ac.dff
+	du2 := mlpCoreBackward(c, p, g, ac, dm)
+	return normBackward(c, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, ac.n, ac.d)
+}
+
+// mlpCoreBackward returns dL/du of the MLP m = MLP(u) (mlpCore, u = ac.u2)
+// given dm (n×d), adding the gradients of W1, W2 (and W3) into g.
+func mlpCoreBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
+	n, f := ac.n, ac.dff
 	// m = act·W2
 	addXtY(g.W2, ac.act, dm, n)
 	dact := mulWt(dm, n, p.W2, nil) // n×d_ff
@@ -225,18 +232,16 @@ func mlpBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, dm []floa
 			dpre[j] = float64(dact[j]*ac.gate[j]) * siluGrad(v)
 		}
 		addXtY(g.W3, ac.u2, dgate, n)
-		du2 := mulWt(dgate, n, p.W3, nil)
+		du := mulWt(dgate, n, p.W3, nil)
 		addXtY(g.W1, ac.u2, dpre, n)
-		mulWt(dpre, n, p.W1, du2)
-		return normBackward(c, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, n, d)
+		return mulWt(dpre, n, p.W1, du)
 	}
 	// act = GELU(pre)
 	for j, v := range ac.pre {
 		dpre[j] = float64(dact[j] * geluGrad(v))
 	}
 	addXtY(g.W1, ac.u2, dpre, n)
-	du2 := mulWt(dpre, n, p.W1, nil)
-	return normBackward(c, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, n, d)
+	return mulWt(dpre, n, p.W1, nil)
 }
 
 // blockBackward returns dL/dx of the block's update f = a + m

@@ -12,12 +12,17 @@ import (
 )
 
 // drawBlockConfig draws a small block configuration: d_h 2 to 8, 1 to 3
-// heads, either norm, either MLP, either position kind, a window or none.
+// heads, either norm (LayerNorm from d = 4), either MLP, either position
+// kind, a window or none.
 func drawBlockConfig(t *rapid.T) spec.BlockConfig {
 	heads := rapid.IntRange(1, 3).Draw(t, "heads")
 	dh := 2 * rapid.IntRange(1, 4).Draw(t, "dh/2")
 	c := spec.DefaultBlockConfig(heads*dh, heads, rapid.IntRange(1, 12).Draw(t, "dff"))
-	if rapid.Bool().Draw(t, "layernorm") {
+	// A LayerNorm of two values is ±γ (and β) except within about √ε of
+	// a tie, where its derivatives reach 1/√ε and its higher ones 1/ε^k:
+	// no finite-difference step resolves that, so the gradient tests,
+	// which share these draws, leave it out.
+	if c.D > 2 && rapid.Bool().Draw(t, "layernorm") {
 		c.Norm, c.NormEps = spec.NormLayer, 1e-5
 	}
 	if rapid.Bool().Draw(t, "swiglu") {
