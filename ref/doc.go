@@ -25,13 +25,16 @@
 //
 // # Routing decisions and gradients
 //
-// Top-k selection is discontinuous, so gradients are central finite
-// differences with the routing decision held fixed. Every forward that
-// computes a selection has a twin that takes a frozen one (LayerForwardFrozen,
-// ModelForwardFrozen); the Frozen values also carry the stop-gradient
-// constants sg(.) of docs/spec.md §7 and §8, so that the finite-difference
-// derivative of a frozen forward equals what an autograd implementation must
-// return.
+// Top-k selection is discontinuous, so gradients are taken with the routing
+// decision held fixed. Every forward that computes a selection has a twin
+// that takes a frozen one (LayerForwardFrozen, ModelForwardFrozen,
+// MoDEForwardFrozen); the Frozen values also carry the stop-gradient
+// constants sg(.) of docs/spec.md §7 and §8, so that the derivative of a
+// frozen forward equals what an autograd implementation must return.
+// LayerGradients, ModelGradients and MoDEGradients compute it with
+// hand-derived backward passes, each step beside the forward step it
+// inverts; the tests hold them to the central finite differences of the
+// frozen forwards (FDGradient) on drawn configurations.
 //
 // # Products
 //
