@@ -96,83 +96,89 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 		mulSmall(m, n, k, a, b, c, ldc)
 		return
 	}
-	workers := runtime.GOMAXPROCS(0)
 	tasks := (m + rowsTask - 1) / rowsTask
-	if workers > tasks {
-		workers = tasks
-	}
+	workers := min(runtime.GOMAXPROCS(0), tasks)
 	if m*n*k < minParallel {
 		workers = 1
 	}
-	if workers <= 1 {
-		s := newScratch(m, n, k)
-		for i0 := 0; i0 < m; i0 += rowsTask {
-			mulRows(i0, min(i0+rowsTask, m), n, k, a, b, c, ldc, s)
-		}
-		return
+	scratches := make([]*scratch, workers)
+	for w := range scratches {
+		scratches[w] = newScratch(m, k)
 	}
-	var next int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := newScratch(m, n, k)
-			for {
-				mu.Lock()
-				t := next
-				next++
-				mu.Unlock()
-				if t >= tasks {
-					return
-				}
+	// Each block of b (kc steps × nc columns) is packed once and shared;
+	// the tasks of rowsTask rows of c pack their own panels of a.
+	pb := make([]float64, min(kc, k)*round4(min(nc, n)))
+	for p0 := 0; p0 < k; p0 += kc {
+		kb := min(kc, k-p0)
+		for j0 := 0; j0 < n; j0 += nc {
+			nb := min(nc, n-j0)
+			packB(pb, b, p0, kb, j0, nb)
+			task := func(t int, s *scratch) {
 				i0 := t * rowsTask
-				mulRows(i0, min(i0+rowsTask, m), n, k, a, b, c, ldc, s)
+				mulBlock(i0, min(i0+rowsTask, m), p0, kb, j0, nb, a, pb, c, ldc, s)
 			}
-		}()
+			if workers == 1 {
+				for t := range tasks {
+					task(t, scratches[0])
+				}
+				continue
+			}
+			var next int
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, s := range scratches {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						mu.Lock()
+						t := next
+						next++
+						mu.Unlock()
+						if t >= tasks {
+							return
+						}
+						task(t, s)
+					}
+				}()
+			}
+			wg.Wait()
+		}
 	}
-	wg.Wait()
 }
 
-// scratch is one goroutine's packing buffers.
+// scratch is one goroutine's buffer for panels of a.
 type scratch struct {
-	a, b []float64
+	a []float64
 }
 
-// newScratch returns the buffers for panels of products m×n×k, no larger
-// than those need: small products are frequent (finite differences run the
-// block millions of times at d = 8).
-func newScratch(m, n, k int) *scratch {
-	kb := min(kc, k)
-	return &scratch{a: make([]float64, kb*round4(min(rowsTask, m))), b: make([]float64, kb*round4(min(nc, n)))}
+// newScratch returns the buffer for panels of a of a product m×·×k, no
+// larger than it needs: small products are frequent (finite differences
+// run the block millions of times at d = 8).
+func newScratch(m, k int) *scratch {
+	return &scratch{a: make([]float64, min(kc, k)*round4(min(rowsTask, m)))}
 }
 
 // round4 rounds n up to a multiple of 4.
 func round4(n int) int { return (n + 3) &^ 3 }
 
-// mulRows adds a·b into rows i0..i1-1 of c (at most rowsTask rows).
-func mulRows(i0, i1, n, k int, a, b Matrix, c []float64, ldc int, s *scratch) {
+// mulBlock adds into rows i0..i1-1 (at most rowsTask) and columns
+// j0..j0+nb-1 of c the products over steps p0..p0+kb-1 of a and of the
+// packed block pb of b.
+func mulBlock(i0, i1, p0, kb, j0, nb int, a Matrix, pb, c []float64, ldc int, s *scratch) {
 	mb := i1 - i0
-	for p0 := 0; p0 < k; p0 += kc {
-		kb := min(kc, k-p0)
-		packA(s.a, a, i0, mb, p0, kb)
-		for j0 := 0; j0 < n; j0 += nc {
-			nb := min(nc, n-j0)
-			packB(s.b, b, p0, kb, j0, nb)
-			for i := 0; i < mb; i += 4 {
-				mr := min(4, mb-i)
-				pa := s.a[i*kb : i*kb+4*kb]
-				for j := 0; j < nb; j += 4 {
-					w := min(4, nb-j)
-					pb := s.b[j*kb : j*kb+4*kb]
-					cij := c[(i0+i)*ldc+j0+j:]
-					if mr == 4 && w == 4 {
-						kernel4x4(kb, pa, pb, cij, ldc)
-					} else {
-						kernelEdge(kb, pa, pb, cij, ldc, mr, w)
-					}
-				}
+	packA(s.a, a, i0, mb, p0, kb)
+	for i := 0; i < mb; i += 4 {
+		mr := min(4, mb-i)
+		pa := s.a[i*kb : i*kb+4*kb]
+		for j := 0; j < nb; j += 4 {
+			w := min(4, nb-j)
+			pbj := pb[j*kb : j*kb+4*kb]
+			cij := c[(i0+i)*ldc+j0+j:]
+			if mr == 4 && w == 4 {
+				kernel4x4(kb, pa, pbj, cij, ldc)
+			} else {
+				kernelEdge(kb, pa, pbj, cij, ldc, mr, w)
 			}
 		}
 	}
@@ -213,14 +219,20 @@ func packB(dst []float64, b Matrix, p0, kb, j0, nb int) {
 	for q := 0; q < nb; q += 4 {
 		panel := dst[q*kb : q*kb+4*kb]
 		w := min(4, nb-q)
-		for p := 0; p < kb; p++ {
-			out := panel[4*p : 4*p+4]
-			for r := 0; r < 4; r++ {
-				if r < w {
-					out[r] = b.at(p0+p, j0+q+r)
-				} else {
-					out[r] = 0
+		if w < 4 {
+			clear(panel)
+		}
+		for r := 0; r < w; r++ {
+			j := j0 + q + r
+			if b.T {
+				col := b.Data[j*b.Stride+p0 : j*b.Stride+p0+kb]
+				for p, v := range col {
+					panel[4*p+r] = v
 				}
+				continue
+			}
+			for p := 0; p < kb; p++ {
+				panel[4*p+r] = b.Data[(p0+p)*b.Stride+j]
 			}
 		}
 	}
