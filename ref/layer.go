@@ -89,6 +89,11 @@ func checkLayer(cfg spec.Config, p *LayerParams, in LayerInputs) (rows, s int, e
 // weights, the routing decision (top-k with the layer's capacity, or the
 // causal rule of section 9), then LayerForwardFrozen with that decision.
 func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
+	return layerForward(cfg, p, in, false)
+}
+
+// layerForward is LayerForward; keep as for layerApply.
+func layerForward(cfg spec.Config, p *LayerParams, in LayerInputs, keep bool) (*LayerResult, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return nil, err
@@ -112,7 +117,7 @@ func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult
 		return nil, fmt.Errorf("layer: %w", err)
 	}
 	fz := freeze(cfg, in, sel, topk, r)
-	return layerApply(cfg, p, in, fz, r, false)
+	return layerApply(cfg, p, in, fz, r, keep)
 }
 
 // selectTopK is the top-k selection of docs/spec.md §4 under the layer's

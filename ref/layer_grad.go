@@ -33,15 +33,37 @@ func LayerGradients(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkUpstream(cfg, in, upstream); err != nil {
+		return nil, nil, err
+	}
+	return res, layerBackward(cfg, p, in, res, upstream), nil
+}
+
+// LayerForwardGradients is LayerForward and then LayerGradients at the
+// decision it made (res.Frozen), with one forward pass instead of two: the
+// same result and the same gradients.
+func LayerForwardGradients(cfg spec.Config, p *LayerParams, in LayerInputs, upstream []*mat.Dense) (*LayerResult, *LayerGrads, error) {
+	res, err := layerForward(cfg, p, in, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkUpstream(cfg, in, upstream); err != nil {
+		return nil, nil, err
+	}
+	return res, layerBackward(cfg, p, in, res, upstream), nil
+}
+
+// checkUpstream checks that the upstream gradient has the shape of the
+// layer's output, B matrices S×d.
+func checkUpstream(cfg spec.Config, in LayerInputs, upstream []*mat.Dense) error {
 	rows, s, err := batchShape("layer upstream gradient", upstream, cfg.Block.D)
 	if err != nil {
-		return nil, nil, fmt.Errorf("layer: %w", err)
+		return fmt.Errorf("layer: %w", err)
 	}
-	if rows != len(in.X) || s != fz.Selection.S {
-		return nil, nil, fmt.Errorf("layer: upstream gradient is %d×%d×d, want B×S×d = %d×%d×d", rows, s, len(in.X), fz.Selection.S)
+	if xs, _ := in.X[0].Dims(); rows != len(in.X) || s != xs {
+		return fmt.Errorf("layer: upstream gradient is %d×%d×d, want B×S×d = %d×%d×d", rows, s, len(in.X), xs)
 	}
-	g := layerBackward(cfg, p, in, res, upstream)
-	return res, g, nil
+	return nil
 }
 
 // layerBackward is LayerGradients' backward pass over the kept forward res.

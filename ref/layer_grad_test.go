@@ -1,6 +1,7 @@
 package ref
 
 import (
+	"math"
 	"testing"
 
 	"github.com/modref/modref/spec"
@@ -64,11 +65,23 @@ func drawLayerInputs(t *rapid.T, c spec.Config) LayerInputs {
 	return in
 }
 
+// sameTensorBits fails t unless got and want hold the same bits.
+func sameTensorBits(t *rapid.T, what string, got, want []Tensor) {
+	for k := range want {
+		for i, v := range want[k].Data {
+			if math.Float64bits(got[k].Data[i]) != math.Float64bits(v) {
+				t.Fatalf("%s: %s[%d] = %v, two-step %v", what, want[k].Name, i, got[k].Data[i], v)
+			}
+		}
+	}
+}
+
 // TestLayerGradientsAreTheFiniteDifferences checks LayerGradients, every
 // parameter's gradient and the input's, against central differences of
 // L = Σ U⊙out + AuxLoss of LayerForwardFrozen with the decision of
 // LayerForward frozen, on drawn configurations (drawLayerConfig) and
 // inputs with padding; U is zero at padded positions, as in the corpus.
+// LayerForwardGradients must give LayerGradients' bits.
 func TestLayerGradientsAreTheFiniteDifferences(t *testing.T) {
 	var e gradErr
 	rapid.Check(t, func(t *rapid.T) {
@@ -105,6 +118,11 @@ func TestLayerGradientsAreTheFiniteDifferences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		_, g1, err := LayerForwardGradients(c, p, in, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTensorBits(t, "LayerForwardGradients", g1.Params.Tensors(""), g.Params.Tensors(""))
 		for b, xb := range in.X {
 			e.compare(t, "X", g.X[b].RawMatrix().Data, loss, xb.RawMatrix().Data)
 		}

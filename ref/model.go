@@ -307,7 +307,7 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 		var err error
 		switch {
 		case fz == nil:
-			lr, err = LayerForward(ml.Config, p.Layers[l], li)
+			lr, err = layerForward(ml.Config, p.Layers[l], li, keep)
 		case keep:
 			lr, err = layerFrozen(ml.Config, p.Layers[l], li, fz.Layers[l], true)
 		default:

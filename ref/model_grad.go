@@ -22,6 +22,22 @@ func ModelGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz Model
 	if err != nil {
 		return nil, nil, err
 	}
+	return res, modelBackward(c, p, in, res), nil
+}
+
+// ModelForwardGradients is ModelForward and then ModelGradients at the
+// decisions it made (res.Frozen), with one forward pass instead of two:
+// the same result and the same gradients.
+func ModelForwardGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, *ModelParams, error) {
+	res, err := modelForward(c, p, in, nil, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, modelBackward(c, p, in, res), nil
+}
+
+// modelBackward is ModelGradients' backward pass over the kept forward res.
+func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *ModelResult) *ModelParams {
 	blk := c.Block()
 	d := blk.D
 	g := &ModelParams{Embed: zeroMat(p.Embed), PosEmbed: zeroMat(p.PosEmbed),
@@ -109,5 +125,5 @@ func ModelGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz Model
 			}
 		}
 	}
-	return res, g, nil
+	return g
 }

@@ -12,6 +12,7 @@ import (
 // CE + Aux of ModelForwardFrozen with ModelForward's decisions frozen, on
 // drawn models: 1 to 3 layers, routed by drawLayerConfig's routing every
 // layer, every other layer or none, with padding and ignored targets.
+// ModelForwardGradients must give ModelGradients' bits.
 func TestModelGradientsAreTheFiniteDifferences(t *testing.T) {
 	var e gradErr
 	rapid.Check(t, func(t *rapid.T) {
@@ -71,6 +72,11 @@ func TestModelGradientsAreTheFiniteDifferences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		_, g1, err := ModelForwardGradients(c, p, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTensorBits(t, "ModelForwardGradients", g1.Tensors(), g.Tensors())
 		gts, pts := g.Tensors(), p.Tensors()
 		if len(gts) != len(pts) {
 			t.Fatalf("%d gradient tensors for %d parameters", len(gts), len(pts))
