@@ -293,16 +293,22 @@ func BlockUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
-	n, d := x.Dims()
-	if !matrixFormPays(c, n) {
-		f := mat.NewDense(n, d, nil)
+	if !matrixFormPays(c, len(pos)) {
 		var kv KVCache
-		for t := 0; t < n; t++ {
-			f.SetRow(t, kv.BlockStep(c, p, x.RawRowView(t), pos[t]))
-		}
-		return f, nil
+		return byToken(x, func(t int) []float64 { return kv.BlockStep(c, p, x.RawRowView(t), pos[t]) }), nil
 	}
 	return blockForward(c, p, rawRows(x), pos).update(), nil
+}
+
+// byToken returns the matrix of x's shape whose row t is step(t), called
+// for t = 0, 1, ... in order.
+func byToken(x *mat.Dense, step func(t int) []float64) *mat.Dense {
+	n, d := x.Dims()
+	y := mat.NewDense(n, d, nil)
+	for t := 0; t < n; t++ {
+		y.SetRow(t, step(t))
+	}
+	return y
 }
 
 // matrixFormPays reports whether a block over n tokens is large enough for
@@ -320,14 +326,10 @@ func AttentionUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
-	n, d := x.Dims()
-	if !matrixFormPays(c, n) {
-		a := mat.NewDense(n, d, nil)
+	if !matrixFormPays(c, len(pos)) {
 		var kv KVCache
-		for t := 0; t < n; t++ {
-			a.SetRow(t, kv.AttentionStep(c, p, x.RawRowView(t), pos[t]))
-		}
-		return a, nil
+		return byToken(x, func(t int) []float64 { return kv.AttentionStep(c, p, x.RawRowView(t), pos[t]) }), nil
 	}
+	n, d := x.Dims()
 	return mat.NewDense(n, d, attentionForward(c, p, rawRows(x), pos).a), nil
 }

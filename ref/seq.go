@@ -3,7 +3,6 @@ package ref
 import (
 	"math"
 	"runtime"
-	"sync"
 
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
@@ -204,32 +203,10 @@ const minParallel = 1 << 18
 // takes about work multiply-adds or more than minParallel.
 func forEach(n, work int, f func(int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 || work < minParallel {
-		for i := 0; i < n; i++ {
-			f(i)
-		}
-		return
+	if work < minParallel {
+		workers = 1
 	}
-	var mu sync.Mutex
-	next := 0
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
+	prod.Run(workers, n, func(_, i int) { f(i) })
 }
 
 // mlpForward sets the MLP half of ac for its input h (n×d): N2, the MLP

@@ -117,34 +117,42 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 				i0 := t * rowsTask
 				mulBlock(i0, min(i0+rowsTask, m), p0, kb, j0, nb, a, pb, c, ldc, s)
 			}
-			if workers == 1 {
-				for t := range tasks {
-					task(t, scratches[0])
-				}
-				continue
-			}
-			var next int
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for _, s := range scratches {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						mu.Lock()
-						t := next
-						next++
-						mu.Unlock()
-						if t >= tasks {
-							return
-						}
-						task(t, s)
-					}
-				}()
-			}
-			wg.Wait()
+			Run(workers, tasks, func(w, t int) { task(t, scratches[w]) })
 		}
 	}
+}
+
+// Run calls f(w, t) once for every task t < tasks, on workers goroutines
+// that take the tasks in turn (w, below workers, names the goroutine); with
+// workers <= 1, in order on the caller's goroutine. It returns when every
+// call has.
+func Run(workers, tasks int, f func(w, t int)) {
+	if workers <= 1 {
+		for t := range tasks {
+			f(0, t)
+		}
+		return
+	}
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				t := next
+				next++
+				mu.Unlock()
+				if t >= tasks {
+					return
+				}
+				f(w, t)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // scratch is one goroutine's buffer for panels of a.
