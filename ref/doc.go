@@ -40,7 +40,8 @@
 //
 // Matrix products go through ref/internal/prod, whose every element has the
 // bits of the plain loop s += float64(a*b) in order of the summed index, at
-// any block size and GOMAXPROCS. The block over a sequence (BlockUpdate,
+// any block size and GOMAXPROCS, on its generated AVX-512 and AVX2 paths
+// (a rounded multiply, then a rounded add, per lane) as on its Go path. The block over a sequence (BlockUpdate,
 // AttentionUpdate) is computed in matrix form beyond small sizes, with the
 // bits of the token-by-token KVCache steps that decoding runs
 // (TestBlockUpdateIsTheCacheLoop).

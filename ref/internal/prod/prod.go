@@ -9,12 +9,20 @@
 // that is, each product rounded on its own (no fused multiply-add, see
 // docs/design.md, "Reproducibility and fused multiply-add") and added in
 // ascending order of p. Speed comes only from doing many such chains at
-// once: the operands are packed into panels four rows or columns wide, a
-// register block of 4×4 elements of C advances its sixteen chains together,
-// k is cut into blocks whose partial sums are stored in C and continued, and
-// blocks of rows of C go to different goroutines. None of these changes a
-// chain, so the bits do not depend on the block sizes, on GOMAXPROCS or on
-// the transposition of the operands.
+// once: the operands are packed into panels (four rows of A; four or eight
+// columns of B), a register block of 4×4 or 4×8 elements of C advances its
+// chains together, k is cut into blocks whose partial sums are stored in C
+// and continued, and blocks of rows of C go to different goroutines. None
+// of these changes a chain, so the bits do not depend on the block sizes,
+// on GOMAXPROCS or on the transposition of the operands.
+//
+// The register block runs on one of three paths, chosen once by CPU
+// feature: generated AVX-512 or AVX2 code (asmgen, 4×8 blocks; per lane a
+// rounded VMULPD and then a rounded VADDPD, never a fused multiply-add), or
+// the Go kernel (4×4) on every other machine. Each lane computes exactly
+// the Go loop's operations, each correctly rounded, so every path gives the
+// same bits (TestMulIsThePlainLoop runs each path of the machine); only a
+// NaN's payload, when two NaNs meet, is the processor's choice.
 package prod
 
 import (
@@ -71,6 +79,23 @@ func (x Matrix) check(name string, r, c int) {
 	}
 }
 
+// path is a micro-kernel and the width nr of the panels of b it reads: it
+// continues the chains of a full 4×nr block of c (rows ldc apart) with kb
+// steps of packed panels of a (kb×4) and b (kb×nr).
+type path struct {
+	name   string
+	nr     int
+	kernel func(kb int, a, b, c []float64, ldc int)
+}
+
+// goPath is the Go kernel, on every machine.
+var goPath = &path{name: "go", nr: 4, kernel: kernel4x4}
+
+// active is the path Mul uses: the first of paths (the generated code of
+// this machine's widest vectors, or the Go kernel). Every path gives the
+// same bits.
+var active = paths[0]
+
 // Mul sets c (m×n, rows ldc apart) to a·b, a being m×k and b k×n after
 // their transpositions, each element the loop of the package documentation
 // from s = 0, or from s = c[i][j] when add is set (so c += a·b continues
@@ -107,15 +132,16 @@ func Mul(m, n, k int, a, b Matrix, c []float64, ldc int, add bool) {
 	}
 	// Each block of b (kc steps × nc columns) is packed once and shared;
 	// the tasks of rowsTask rows of c pack their own panels of a.
-	pb := make([]float64, min(kc, k)*round4(min(nc, n)))
+	pt := active
+	pb := make([]float64, min(kc, k)*roundUp(min(nc, n), pt.nr))
 	for p0 := 0; p0 < k; p0 += kc {
 		kb := min(kc, k-p0)
 		for j0 := 0; j0 < n; j0 += nc {
 			nb := min(nc, n-j0)
-			packB(pb, b, p0, kb, j0, nb)
+			packB(pb, b, p0, kb, j0, nb, pt.nr)
 			task := func(t int, s *scratch) {
 				i0 := t * rowsTask
-				mulBlock(i0, min(i0+rowsTask, m), p0, kb, j0, nb, a, pb, c, ldc, s)
+				mulBlock(pt, i0, min(i0+rowsTask, m), p0, kb, j0, nb, a, pb, c, ldc, s)
 			}
 			Run(workers, tasks, func(w, t int) { task(t, scratches[w]) })
 		}
@@ -164,29 +190,30 @@ type scratch struct {
 // larger than it needs: small products are frequent (finite differences
 // run the block millions of times at d = 8).
 func newScratch(m, k int) *scratch {
-	return &scratch{a: make([]float64, min(kc, k)*round4(min(rowsTask, m)))}
+	return &scratch{a: make([]float64, min(kc, k)*roundUp(min(rowsTask, m), 4))}
 }
 
-// round4 rounds n up to a multiple of 4.
-func round4(n int) int { return (n + 3) &^ 3 }
+// roundUp rounds n up to a multiple of w.
+func roundUp(n, w int) int { return (n + w - 1) / w * w }
 
 // mulBlock adds into rows i0..i1-1 (at most rowsTask) and columns
 // j0..j0+nb-1 of c the products over steps p0..p0+kb-1 of a and of the
-// packed block pb of b.
-func mulBlock(i0, i1, p0, kb, j0, nb int, a Matrix, pb, c []float64, ldc int, s *scratch) {
+// block pb of b packed in panels of pt.nr columns.
+func mulBlock(pt *path, i0, i1, p0, kb, j0, nb int, a Matrix, pb, c []float64, ldc int, s *scratch) {
 	mb := i1 - i0
+	nr := pt.nr
 	packA(s.a, a, i0, mb, p0, kb)
 	for i := 0; i < mb; i += 4 {
 		mr := min(4, mb-i)
 		pa := s.a[i*kb : i*kb+4*kb]
-		for j := 0; j < nb; j += 4 {
-			w := min(4, nb-j)
-			pbj := pb[j*kb : j*kb+4*kb]
+		for j := 0; j < nb; j += nr {
+			w := min(nr, nb-j)
+			pbj := pb[j*kb : j*kb+nr*kb]
 			cij := c[(i0+i)*ldc+j0+j:]
-			if mr == 4 && w == 4 {
-				kernel4x4(kb, pa, pbj, cij, ldc)
+			if mr == 4 && w == nr {
+				pt.kernel(kb, pa, pbj, cij, ldc)
 			} else {
-				kernelEdge(kb, pa, pbj, cij, ldc, mr, w)
+				kernelEdge(kb, pa, pbj, cij, ldc, mr, w, nr)
 			}
 		}
 	}
@@ -221,13 +248,13 @@ func packA(dst []float64, a Matrix, i0, mb, p0, kb int) {
 }
 
 // packB copies steps p0..p0+kb-1, columns j0..j0+nb-1 of b into panels of
-// 4 columns: panel q holds, for each step p, b[p0+p][j0+4q..j0+4q+3], zero
-// past the last column.
-func packB(dst []float64, b Matrix, p0, kb, j0, nb int) {
-	for q := 0; q < nb; q += 4 {
-		panel := dst[q*kb : q*kb+4*kb]
-		w := min(4, nb-q)
-		if w < 4 {
+// nr columns: panel q holds, for each step p, b[p0+p][j0+q·nr ..
+// j0+q·nr+nr-1], zero past the last column.
+func packB(dst []float64, b Matrix, p0, kb, j0, nb, nr int) {
+	for q := 0; q < nb; q += nr {
+		panel := dst[q*kb : q*kb+nr*kb]
+		w := min(nr, nb-q)
+		if w < nr {
 			clear(panel)
 		}
 		for r := 0; r < w; r++ {
@@ -235,12 +262,12 @@ func packB(dst []float64, b Matrix, p0, kb, j0, nb int) {
 			if b.T {
 				col := b.Data[j*b.Stride+p0 : j*b.Stride+p0+kb]
 				for p, v := range col {
-					panel[4*p+r] = v
+					panel[nr*p+r] = v
 				}
 				continue
 			}
 			for p := 0; p < kb; p++ {
-				panel[4*p+r] = b.Data[(p0+p)*b.Stride+j]
+				panel[nr*p+r] = b.Data[(p0+p)*b.Stride+j]
 			}
 		}
 	}
@@ -282,13 +309,15 @@ func kernel4x4(kb int, a, b, c []float64, ldc int) {
 	r3[0], r3[1], r3[2], r3[3] = c30, c31, c32, c33
 }
 
-// kernelEdge is kernel4x4 for the mr×w block at an edge of c (mr, w <= 4).
-func kernelEdge(kb int, a, b, c []float64, ldc, mr, w int) {
+// kernelEdge continues the chains of the mr×w block at an edge of c
+// (mr <= 4, w <= nr) with kb steps of the packed panels a (kb×4) and b
+// (kb×nr).
+func kernelEdge(kb int, a, b, c []float64, ldc, mr, w, nr int) {
 	for r := 0; r < mr; r++ {
 		for j := 0; j < w; j++ {
 			s := c[r*ldc+j]
 			for p := 0; p < kb; p++ {
-				s += float64(a[4*p+r] * b[4*p+j])
+				s += float64(a[4*p+r] * b[nr*p+j])
 			}
 			c[r*ldc+j] = s
 		}

@@ -70,13 +70,17 @@ func sameBits(got, want []float64) error {
 	return nil
 }
 
-// TestMulIsThePlainLoop holds Mul to the plain loop bit for bit on drawn
-// shapes (edges of the 4×4 blocks and of the k, column and row-task blocks
-// included), transpositions, strides, continued chains, special values and
-// GOMAXPROCS 1 to 3.
+// TestMulIsThePlainLoop holds Mul to the plain loop bit for bit on every
+// path of this machine (generated AVX-512 and AVX2 code where the CPU has
+// it, the Go kernel), on drawn shapes (edges of the register blocks and of
+// the k, column and row-task blocks included), transpositions, strides,
+// continued chains, special values and GOMAXPROCS 1 to 3.
 func TestMulIsThePlainLoop(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	defer func(p *path) { active = p }(active)
+	t.Logf("paths: %v", pathNames())
 	rapid.Check(t, func(t *rapid.T) {
+		active = rapid.SampledFrom(paths).Draw(t, "path")
 		dim := func(name string) int {
 			return rapid.OneOf(rapid.IntRange(0, 9), rapid.IntRange(30, 70), rapid.SampledFrom([]int{255, 256, 257, 300})).Draw(t, name)
 		}
@@ -96,7 +100,7 @@ func TestMulIsThePlainLoop(t *testing.T) {
 		got := append([]float64(nil), c0...)
 		Mul(m, n, k, a, b, got, ldc, add)
 		if err := sameBits(got, want); err != nil {
-			t.Fatalf("%d×%d×%d (a.T %v, b.T %v, add %v): %v", m, n, k, a.T, b.T, add, err)
+			t.Fatalf("%s path, %d×%d×%d (a.T %v, b.T %v, add %v): %v", active.name, m, n, k, a.T, b.T, add, err)
 		}
 	})
 }
@@ -117,14 +121,27 @@ func TestMulLargeParallel(t *testing.T) {
 	}
 	want := make([]float64, m*n)
 	plain(m, n, k, a, b, want, n, false)
-	for _, procs := range []int{1, 2, 4} {
-		runtime.GOMAXPROCS(procs)
-		got := make([]float64, m*n)
-		Mul(m, n, k, a, b, got, n, false)
-		if err := sameBits(got, want); err != nil {
-			t.Fatalf("GOMAXPROCS %d: %v", procs, err)
+	defer func(p *path) { active = p }(active)
+	for _, pt := range paths {
+		active = pt
+		for _, procs := range []int{1, 2, 4} {
+			runtime.GOMAXPROCS(procs)
+			got := make([]float64, m*n)
+			Mul(m, n, k, a, b, got, n, false)
+			if err := sameBits(got, want); err != nil {
+				t.Fatalf("%s path, GOMAXPROCS %d: %v", pt.name, procs, err)
+			}
 		}
 	}
+}
+
+// pathNames lists the paths of this machine.
+func pathNames() []string {
+	var names []string
+	for _, p := range paths {
+		names = append(names, p.name)
+	}
+	return names
 }
 
 // TestMulPanicsOnShortOperands checks that a shape that does not fit its
@@ -139,9 +156,17 @@ func TestMulPanicsOnShortOperands(t *testing.T) {
 }
 
 func BenchmarkMul(b *testing.B) {
+	defer func(p *path) { active = p }(active)
+	for _, pt := range paths {
+		active = pt
+		benchmarkMul(b, pt.name)
+	}
+}
+
+func benchmarkMul(b *testing.B, name string) {
 	for _, sh := range []struct{ m, n, k int }{{512, 512, 512}, {4096, 512, 512}, {4096, 2048, 512}, {4096, 512, 2048}} {
 		for _, tb := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%dx%dx%d-bT%v", sh.m, sh.n, sh.k, tb), func(bb *testing.B) {
+			b.Run(fmt.Sprintf("%s-%dx%dx%d-bT%v", name, sh.m, sh.n, sh.k, tb), func(bb *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 2))
 				a := Matrix{Data: make([]float64, sh.m*sh.k), Stride: sh.k}
 				bm := Matrix{Data: make([]float64, sh.k*sh.n), Stride: sh.n, T: tb}
