@@ -73,35 +73,12 @@ func modeRowBackward(cfg spec.MoDEConfig, p, g *MoDEParams, res *MoDEResult, x, 
 	ac.h = h
 	ac.u2, ac.n2 = normRows(cfg.Block, p.Block.Norm2, p.Block.Norm2Bias, h, n, d)
 	index := make(map[int]int, n)
+	gates := make([][]float64, n) // n×width, the gates of the computed tokens
 	for t, i := range pos {
 		index[i] = t
+		gates[t] = res.Gates[b][i]
 	}
-	// The experts' outputs y_te on the tokens each chose.
-	experts := make([]*blockActs, width) // nil for the no-op experts
-	m := make([]float64, n*d)            // n×d, summed in expert order as modeApply does
-	for e, c := range res.Experts[b] {
-		if e >= cfg.Experts || len(c) == 0 {
-			continue
-		}
-		ea := &blockActs{n: len(c), d: d, dff: cfg.Block.DFF, u2: make([]float64, len(c)*d)}
-		for k, i := range c {
-			copy(ea.u2[k*d:(k+1)*d], ac.u2[index[i]*d:(index[i]+1)*d])
-		}
-		mlpCore(cfg.Block, &p.Experts[e], ea)
-		experts[e] = ea
-	}
-	for e, c := range res.Experts[b] {
-		if experts[e] == nil {
-			continue
-		}
-		for k, i := range c {
-			t := index[i]
-			ge := res.Gates[b][i][e]
-			for j := 0; j < d; j++ {
-				m[t*d+j] += float64(ge * experts[e].m[k*d+j])
-			}
-		}
-	}
+	experts, m := modeExperts(cfg, p, res.Experts[b], pos, ac.u2, gates)
 	dy := make([]float64, n*d) // n×d, dL/d(a_t + m_t)
 	for t, i := range pos {
 		ui := u.RawRowView(i)
