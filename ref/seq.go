@@ -121,7 +121,7 @@ func windowStarts(c spec.BlockConfig, pos []int) []int {
 
 // attentionBlock is the number of queries whose scores are computed
 // together.
-const attentionBlock = 32
+const attentionBlock = 128
 
 // attendHead sets head h's columns of ac.ctx. A block of queries
 // i0..i1-1 takes its probabilities over keys lo[i0]..i1-1 (headProbs), and

@@ -18,14 +18,14 @@ func dotRows(a, b []float64) float64 {
 // TestBlockBackwardIsTheFiniteDifferences checks blockBackward, every
 // parameter's gradient and the input's, against central differences of
 // L = Σ U⊙f(X) on drawn configurations (drawBlockConfig) and sequences of
-// 1 to 8 or 30 to 40 tokens (past a block of 32 queries) at gapped
+// 1 to 8 or 126 to 140 tokens (past a block of attentionBlock queries) at gapped
 // positions.
 func TestBlockBackwardIsTheFiniteDifferences(t *testing.T) {
 	var e gradErr
 	rapid.Check(t, func(t *rapid.T) {
 		c := drawBlockConfig(t)
 		p := NewBlockParams(c, NewRand(rapid.Uint64().Draw(t, "seed")))
-		n := rapid.OneOf(rapid.IntRange(1, 8), rapid.IntRange(30, 40)).Draw(t, "n")
+		n := rapid.OneOf(rapid.IntRange(1, 8), rapid.IntRange(attentionBlock-2, attentionBlock+12)).Draw(t, "n")
 		pos := drawPositions(t, n)
 		rng := NewRand(rapid.Uint64().Draw(t, "xseed"))
 		x := rawRows(RandomMatrix(rng, n, c.D, 1))

@@ -72,7 +72,7 @@ func TestBlockUpdateIsTheCacheLoop(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := drawBlockConfig(t)
 		p := NewBlockParams(c, NewRand(rapid.Uint64().Draw(t, "seed")))
-		n := rapid.OneOf(rapid.IntRange(1, 5), rapid.IntRange(30, 70)).Draw(t, "n")
+		n := rapid.OneOf(rapid.IntRange(1, 5), rapid.IntRange(attentionBlock-2, 3*attentionBlock+5)).Draw(t, "n")
 		pos := drawPositions(t, n)
 		x := RandomMatrix(NewRand(rapid.Uint64().Draw(t, "xseed")), n, c.D, 1)
 		if rapid.IntRange(0, 4).Draw(t, "inf") == 0 {
