@@ -1064,3 +1064,99 @@ func TestUngatedExpertsByHand(t *testing.T) {
 		t.Errorf("%d tokens chosen by no expert and %d by one: the case does not exercise both", none, one)
 	}
 }
+
+// TestCorpusGradientsAreTheFiniteDifferences: every gradient array of the
+// corpus, which the generator takes from ref's analytic backward passes,
+// agrees within emulatedGradTol of max(‖e‖∞, 1) with the central
+// differences of ref's frozen forward that generated the corpus before
+// (the oracle emulation's, for MoDE cases FDGradient of
+// MoDEForwardFrozen): the finite differences are the corpus's test.
+func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("central differences of every case take seconds; -short skips them")
+	}
+	names, err := List("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oracle layerDeviation
+	worst, where := 0.0, ""
+	for _, name := range names {
+		c := loadCase(t, name)
+		var arrays map[string]*Array
+		switch c.Manifest.Kind {
+		case KindLayer:
+			arrays, err = layerArrays(c, layerSpecOf(c), &oracle)
+		case KindModel:
+			arrays, err = modelArrays(c, modelSpecOf(c), &oracle)
+		case KindMoDE:
+			arrays, err = modeFDGradients(c)
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, info := range c.Manifest.Arrays {
+			if !strings.HasPrefix(info.Name, "grad.") {
+				continue
+			}
+			got, want := arrays[info.Name], c.Arrays[info.Name]
+			if got == nil {
+				t.Errorf("%s: %s not computed", name, info.Name)
+				continue
+			}
+			scale := math.Max(1, maxAbs(want.F))
+			for k := range want.F {
+				d := math.Abs(got.F[k]-want.F[k]) / scale
+				if !(d <= emulatedGradTol) {
+					t.Errorf("%s: %s%v = %v by finite differences, stored %v (difference %.3g of max(‖e‖∞, 1), bound %.3g)", name, info.Name, want.Index(k), got.F[k], want.F[k], d, emulatedGradTol)
+					break
+				}
+				if d > worst {
+					worst, where = d, name+" "+info.Name
+				}
+			}
+		}
+	}
+	t.Logf("largest difference %.3g of max(‖e‖∞, 1) (%s)", worst, where)
+}
+
+// modeFDGradients returns a MoDE case's gradients by central differences
+// of ref.MoDEForwardFrozen with the case's decision frozen.
+func modeFDGradients(c *Case) (map[string]*Array, error) {
+	s := modeSpecOf(c)
+	dr, err := modeDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+	if err != nil {
+		return nil, err
+	}
+	loss := func() (float64, error) {
+		r, err := ref.MoDEForwardFrozen(s.cfg, dr.p, dr.x, res.Frozen)
+		if err != nil {
+			return 0, err
+		}
+		return dot(r.Out, dr.u), nil
+	}
+	arrays := map[string]*Array{}
+	var gx []float64
+	for _, x := range dr.x {
+		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
+		if err != nil {
+			return nil, err
+		}
+		gx = append(gx, g...)
+	}
+	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	for _, p := range dr.p.Tensors("") {
+		g, err := gradient(loss, p.Data, p.Shape)
+		if err != nil {
+			return nil, err
+		}
+		arrays["grad.param."+p.Name] = g
+	}
+	return arrays, nil
+}
