@@ -2,6 +2,7 @@ package ref
 
 import (
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/modref/modref/spec"
@@ -136,4 +137,43 @@ func TestLayerGradientsAreTheFiniteDifferences(t *testing.T) {
 		}
 	})
 	e.report(t)
+}
+
+// TestGradientsDoNotDependOnGOMAXPROCS runs LayerForwardGradients on a
+// layer large enough for the products' row tasks and attention's heads to
+// go to several goroutines, with GOMAXPROCS 1, 2 and 3: the output and every
+// gradient must be the same bits.
+func TestGradientsDoNotDependOnGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(32, 4, 64), 0.5)
+	cfg.Block.Window = 50
+	p := NewLayerParams(cfg, NewRand(3))
+	rng := NewRand(4)
+	var in LayerInputs
+	var u []*mat.Dense
+	for range 2 {
+		in.X = append(in.X, RandomMatrix(rng, 300, 32, 1))
+		u = append(u, RandomMatrix(rng, 300, 32, 1))
+	}
+	var want []Tensor
+	for _, procs := range []int{1, 2, 3} {
+		runtime.GOMAXPROCS(procs)
+		res, g, err := LayerForwardGradients(cfg, p, in, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := append(g.Params.Tensors(""), Tensor{Name: "X", Data: append(rawRows(g.X[0]), rawRows(g.X[1])...)},
+			Tensor{Name: "out", Data: append(rawRows(res.Out[0]), rawRows(res.Out[1])...)})
+		if want == nil {
+			want = got
+			continue
+		}
+		for k := range want {
+			for i, v := range want[k].Data {
+				if math.Float64bits(got[k].Data[i]) != math.Float64bits(v) {
+					t.Fatalf("GOMAXPROCS %d: %s[%d] = %v, with GOMAXPROCS 1 %v", procs, want[k].Name, i, got[k].Data[i], v)
+				}
+			}
+		}
+	}
 }
