@@ -115,3 +115,20 @@ func BenchmarkBlockUpdate(b *testing.B) {
 		})
 	}
 }
+
+// TestMaxOfIsTheMaxFold holds maxOf to the fold of math.Max, bit for bit,
+// on drawn rows with NaNs, infinities and zeros of both signs.
+func TestMaxOfIsTheMaxFold(t *testing.T) {
+	special := []float64{0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), math.NaN(), 1, -1, 2.5}
+	rapid.Check(t, func(t *rapid.T) {
+		v := rapid.SliceOfN(rapid.OneOf(rapid.SampledFrom(special), rapid.Float64()), 1, 12).Draw(t, "v")
+		want := v[0]
+		for _, x := range v[1:] {
+			want = math.Max(want, x)
+		}
+		got := maxOf(v)
+		if math.Float64bits(got) != math.Float64bits(want) && !(math.IsNaN(got) && math.IsNaN(want)) {
+			t.Fatalf("maxOf(%v) = %v, the fold of math.Max %v", v, got, want)
+		}
+	})
+}
