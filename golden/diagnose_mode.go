@@ -106,7 +106,8 @@ func ungatedForward(cfg spec.MoDEConfig, p *ref.MoDEParams, x []*mat.Dense, fz r
 }
 
 // modeArrays computes a mode case's expected arrays under the deviation
-// name, as the generator does for the oracle: the decision (selection,
+// name, as the generator does for the oracle (but for its analytic
+// gradients, as layerArrays says): the decision (selection,
 // gates, expert choice) is the oracle's, which the deviation leaves alone;
 // the output, the loss and the gradients (central differences with the
 // decision frozen) are the deviant layer's.

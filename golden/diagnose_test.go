@@ -215,8 +215,13 @@ func TestDiagnoseBadCandidate(t *testing.T) {
 
 // TestOracleEmulationReproducesCases: with no deviation the emulation
 // machinery (the layer run, the model loop, the decoder) gives back every
-// stored array bit for bit, so a deviation's arrays differ from the case's
-// only by the deviation.
+// stored forward array bit for bit, so a deviation's arrays differ from the
+// case's only by the deviation. The emulation takes gradients by central
+// differences of its forward (a deviation has no analytic backward pass in
+// ref), the corpus by ref's analytic backward passes: each gradient array
+// agrees within emulatedGradTol of max(‖e‖∞, 1), far below any tolerance
+// of the corpus (1e-5), so a deviation's gradients too differ from the
+// case's only by the deviation.
 func TestOracleEmulationReproducesCases(t *testing.T) {
 	var oracle layerDeviation
 	for _, name := range []string{"layer-mlp-only", "model-every-other", "decode-router"} {
@@ -251,9 +256,13 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 				t.Errorf("%s: %s not computed", name, info.Name)
 				continue
 			}
+			tol := 0.0
+			if strings.HasPrefix(info.Name, "grad.") {
+				tol = emulatedGradTol * math.Max(1, maxAbs(want.F))
+			}
 			for k := range want.F {
-				if got.F[k] != want.F[k] {
-					t.Errorf("%s: %s%v = %v, stored %v", name, info.Name, want.Index(k), got.F[k], want.F[k])
+				if !(math.Abs(got.F[k]-want.F[k]) <= tol) {
+					t.Errorf("%s: %s%v = %v, stored %v (difference %.3g, bound %.3g)", name, info.Name, want.Index(k), got.F[k], want.F[k], got.F[k]-want.F[k], tol)
 					break
 				}
 			}
@@ -265,6 +274,21 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 			}
 		}
 	}
+}
+
+// emulatedGradTol bounds the difference between the emulation's
+// finite-difference gradients and the corpus' analytic ones, relative to
+// max(‖e‖∞, 1): on these cases, whose values are of order one, they
+// differ by at most 1e-9 (docs/tolerances.md).
+const emulatedGradTol = 1e-7
+
+// maxAbs is the largest |v| of a.
+func maxAbs(a []float64) float64 {
+	m := 0.0
+	for _, v := range a {
+		m = math.Max(m, math.Abs(v))
+	}
+	return m
 }
 
 // at returns element [b i j] of a B×S×d array, or [b i] of a B×S one.
@@ -1084,4 +1108,100 @@ func TestUngatedExpertsByHand(t *testing.T) {
 	if none == 0 || one == 0 {
 		t.Errorf("%d tokens chosen by no expert and %d by one: the case does not exercise both", none, one)
 	}
+}
+
+// TestCorpusGradientsAreTheFiniteDifferences: every gradient array of the
+// corpus, which the generator takes from ref's analytic backward passes,
+// agrees within emulatedGradTol of max(‖e‖∞, 1) with the central
+// differences of ref's frozen forward that generated the corpus before
+// (the oracle emulation's, for MoDE cases FDGradient of
+// MoDEForwardFrozen): the finite differences are the corpus's test.
+func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("central differences of every case take seconds; -short skips them")
+	}
+	names, err := List("corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oracle layerDeviation
+	worst, where := 0.0, ""
+	for _, name := range names {
+		c := loadCase(t, name)
+		var arrays map[string]*Array
+		switch c.Manifest.Kind {
+		case KindLayer:
+			arrays, err = layerArrays(c, layerSpecOf(c), &oracle)
+		case KindModel:
+			arrays, err = modelArrays(c, modelSpecOf(c), &oracle)
+		case KindMoDE:
+			arrays, err = modeFDGradients(c)
+		default:
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, info := range c.Manifest.Arrays {
+			if !strings.HasPrefix(info.Name, "grad.") {
+				continue
+			}
+			got, want := arrays[info.Name], c.Arrays[info.Name]
+			if got == nil {
+				t.Errorf("%s: %s not computed", name, info.Name)
+				continue
+			}
+			scale := math.Max(1, maxAbs(want.F))
+			for k := range want.F {
+				d := math.Abs(got.F[k]-want.F[k]) / scale
+				if !(d <= emulatedGradTol) {
+					t.Errorf("%s: %s%v = %v by finite differences, stored %v (difference %.3g of max(‖e‖∞, 1), bound %.3g)", name, info.Name, want.Index(k), got.F[k], want.F[k], d, emulatedGradTol)
+					break
+				}
+				if d > worst {
+					worst, where = d, name+" "+info.Name
+				}
+			}
+		}
+	}
+	t.Logf("largest difference %.3g of max(‖e‖∞, 1) (%s)", worst, where)
+}
+
+// modeFDGradients returns a MoDE case's gradients by central differences
+// of ref.MoDEForwardFrozen with the case's decision frozen.
+func modeFDGradients(c *Case) (map[string]*Array, error) {
+	s := modeSpecOf(c)
+	dr, err := modeDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+	if err != nil {
+		return nil, err
+	}
+	loss := func() (float64, error) {
+		r, err := ref.MoDEForwardFrozen(s.cfg, dr.p, dr.x, res.Frozen)
+		if err != nil {
+			return 0, err
+		}
+		return dot(r.Out, dr.u), nil
+	}
+	arrays := map[string]*Array{}
+	var gx []float64
+	for _, x := range dr.x {
+		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
+		if err != nil {
+			return nil, err
+		}
+		gx = append(gx, g...)
+	}
+	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	for _, p := range dr.p.Tensors("") {
+		g, err := gradient(loss, p.Data, p.Shape)
+		if err != nil {
+			return nil, err
+		}
+		arrays["grad.param."+p.Name] = g
+	}
+	return arrays, nil
 }

@@ -8,7 +8,7 @@ import (
 
 // GeneratorVersion changes whenever the generator would write different
 // cases from the same code of ref.
-const GeneratorVersion = 4
+const GeneratorVersion = 5
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"

@@ -184,7 +184,7 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties || s.threshold},
 		Provenance: Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
-			Reference: "ref.LayerForward; gradients: ref.FDGradient of ref.LayerForwardFrozen",
+			Reference: "ref.LayerForward; gradients: ref.LayerGradients (analytic, routing frozen)",
 		},
 	}
 	b := newBuilder(m)
@@ -240,9 +240,11 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 		return nil, err
 	}
 	b.expect("expected.loss", Scalar(l))
-	if err := expectGradients(b, loss, dr.in.X, s.seqLen, cfg.Block.D, params); err != nil {
+	_, g, err := ref.LayerGradients(cfg, dr.p, dr.in, res.Frozen, dr.u)
+	if err != nil {
 		return nil, err
 	}
+	expectGradients(b, g.X, params, g.Params.Tensors(""))
 	return b.build(), nil
 }
 

@@ -165,7 +165,7 @@ func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps []
 		Routing: Routing{Margin: RoutingMargin, Gaps: gaps},
 		Provenance: Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
-			Reference: "ref.MoDEForward; gradients: ref.FDGradient of ref.MoDEForwardFrozen",
+			Reference: "ref.MoDEForward; gradients: ref.MoDEGradients (analytic, routing frozen)",
 		},
 	}
 	b := newBuilder(m)
@@ -196,9 +196,11 @@ func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps []
 		return nil, err
 	}
 	b.expect("expected.loss", Scalar(l))
-	if err := expectGradients(b, loss, dr.x, s.seqLen, cfg.Block.D, params); err != nil {
+	_, g, err := ref.MoDEGradients(cfg, dr.p, dr.x, res.Frozen, dr.u)
+	if err != nil {
 		return nil, err
 	}
+	expectGradients(b, g.X, params, g.Params.Tensors(""))
 	return b.build(), nil
 }
 

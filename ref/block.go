@@ -14,23 +14,39 @@ import (
 
 // RMSNorm is docs/spec.md §5: x / sqrt(mean(x^2) + eps) * gamma.
 func RMSNorm(x, gamma []float64, eps float64) []float64 {
+	y := make([]float64, len(x))
+	rmsApply(y, x, gamma, rmsInv(x, eps))
+	return y
+}
+
+// rmsInv is RMSNorm's 1/sqrt(mean(x^2) + eps).
+func rmsInv(x []float64, eps float64) float64 {
 	ms := 0.0
 	for _, v := range x {
 		ms += float64(v * v)
 	}
 	ms /= float64(len(x))
-	inv := 1 / math.Sqrt(ms+eps)
-	y := make([]float64, len(x))
+	return 1 / math.Sqrt(ms+eps)
+}
+
+// rmsApply sets y = x * inv * gamma.
+func rmsApply(y, x, gamma []float64, inv float64) {
 	for j, v := range x {
 		y[j] = v * inv * gamma[j]
 	}
-	return y
 }
 
 // LayerNorm is docs/spec.md §5 (the option): (x - mean(x)) /
 // sqrt(var(x) + eps) * gamma + beta, with the biased variance mean((x-mean)^2).
 func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
-	mean := 0.0
+	y := make([]float64, len(x))
+	mean, inv := layerNormStats(x, eps)
+	layerNormApply(y, x, gamma, beta, mean, inv)
+	return y
+}
+
+// layerNormStats returns LayerNorm's mean(x) and 1/sqrt(var(x) + eps).
+func layerNormStats(x []float64, eps float64) (mean, inv float64) {
 	for _, v := range x {
 		mean += v
 	}
@@ -40,12 +56,14 @@ func LayerNorm(x, gamma, beta []float64, eps float64) []float64 {
 		variance += float64((v - mean) * (v - mean))
 	}
 	variance /= float64(len(x))
-	inv := 1 / math.Sqrt(variance+eps)
-	y := make([]float64, len(x))
+	return mean, 1 / math.Sqrt(variance+eps)
+}
+
+// layerNormApply sets y = (x - mean) * inv * gamma + beta.
+func layerNormApply(y, x, gamma, beta []float64, mean, inv float64) {
 	for j, v := range x {
 		y[j] = float64((v-mean)*inv*gamma[j]) + beta[j]
 	}
-	return y
 }
 
 // normalize applies the configured N with gain gamma and bias beta.
@@ -268,32 +286,50 @@ func checkPositions(x *mat.Dense, pos []int) error {
 // n tokens, with causal attention among them (with a window, among those at
 // original positions in (p − w, p], docs/spec.md §13) and RoPE at their
 // original positions pos (strictly ascending). It returns f = Y - X~ (n×d), the
-// update without the outer residual.
+// update without the outer residual. Beyond the golden cases' sizes it
+// computes the whole sequence in matrix form, with the bits of BlockStep
+// token by token (TestBlockUpdateIsTheCacheLoop).
 func BlockUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
-	n, d := x.Dims()
-	f := mat.NewDense(n, d, nil)
-	var kv KVCache
-	for t := 0; t < n; t++ {
-		f.SetRow(t, kv.BlockStep(c, p, x.RawRowView(t), pos[t]))
+	if !matrixFormPays(c, len(pos)) {
+		var kv KVCache
+		return byToken(x, func(t int) []float64 { return kv.BlockStep(c, p, x.RawRowView(t), pos[t]) }), nil
 	}
-	return f, nil
+	return blockForward(c, p, rawRows(x), pos).update(), nil
+}
+
+// byToken returns the matrix of x's shape whose row t is step(t), called
+// for t = 0, 1, ... in order.
+func byToken(x *mat.Dense, step func(t int) []float64) *mat.Dense {
+	n, d := x.Dims()
+	y := mat.NewDense(n, d, nil)
+	for t := 0; t < n; t++ {
+		y.SetRow(t, step(t))
+	}
+	return y
+}
+
+// matrixFormPays reports whether a block over n tokens is large enough for
+// the matrix form to beat the token loop (at the golden cases' d = 8 the
+// token loop is about 1.5 times faster); both give the same bits.
+func matrixFormPays(c spec.BlockConfig, n int) bool {
+	return n*c.D*(c.D+c.DFF) >= 1<<16
 }
 
 // AttentionUpdate is the attention half of the block alone, a = Attn(N1(X))
 // for every row of x (n×d) at positions pos: the dense attention of the
-// MLP-only routing variant (docs/spec.md §5).
+// MLP-only routing variant (docs/spec.md §5). Its bits are AttentionStep's
+// token by token.
 func AttentionUpdate(c spec.BlockConfig, p *BlockParams, x *mat.Dense, pos []int) (*mat.Dense, error) {
 	if err := checkPositions(x, pos); err != nil {
 		return nil, err
 	}
-	n, d := x.Dims()
-	a := mat.NewDense(n, d, nil)
-	var kv KVCache
-	for t := 0; t < n; t++ {
-		a.SetRow(t, kv.AttentionStep(c, p, x.RawRowView(t), pos[t]))
+	if !matrixFormPays(c, len(pos)) {
+		var kv KVCache
+		return byToken(x, func(t int) []float64 { return kv.AttentionStep(c, p, x.RawRowView(t), pos[t]) }), nil
 	}
-	return a, nil
+	n, d := x.Dims()
+	return mat.NewDense(n, d, attentionForward(c, p, rawRows(x), pos).a), nil
 }

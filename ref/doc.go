@@ -25,13 +25,26 @@
 //
 // # Routing decisions and gradients
 //
-// Top-k selection is discontinuous, so gradients are central finite
-// differences with the routing decision held fixed. Every forward that
-// computes a selection has a twin that takes a frozen one (LayerForwardFrozen,
-// ModelForwardFrozen); the Frozen values also carry the stop-gradient
-// constants sg(.) of docs/spec.md §7 and §8, so that the finite-difference
-// derivative of a frozen forward equals what an autograd implementation must
-// return.
+// Top-k selection is discontinuous, so gradients are taken with the routing
+// decision held fixed. Every forward that computes a selection has a twin
+// that takes a frozen one (LayerForwardFrozen, ModelForwardFrozen,
+// MoDEForwardFrozen); the Frozen values also carry the stop-gradient
+// constants sg(.) of docs/spec.md §7 and §8, so that the derivative of a
+// frozen forward equals what an autograd implementation must return.
+// LayerGradients, ModelGradients and MoDEGradients compute it with
+// hand-derived backward passes, each step beside the forward step it
+// inverts; the tests hold them to the central finite differences of the
+// frozen forwards (FDGradient) on drawn configurations.
+//
+// # Products
+//
+// Matrix products go through ref/internal/prod, whose every element has the
+// bits of the plain loop s += float64(a*b) in order of the summed index, at
+// any block size and GOMAXPROCS, on its generated AVX-512 and AVX2 paths
+// (a rounded multiply, then a rounded add, per lane) as on its Go path. The block over a sequence (BlockUpdate,
+// AttentionUpdate) is computed in matrix form beyond small sizes, with the
+// bits of the token-by-token KVCache steps that decoding runs
+// (TestBlockUpdateIsTheCacheLoop).
 //
 // # Reproducibility
 //

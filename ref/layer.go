@@ -60,6 +60,8 @@ type LayerResult struct {
 	Skipped int        // valid tokens that skipped it
 	FLOPs   LayerFLOPs // this layer's forward FLOPs and its dense twin's
 	Frozen  Frozen     // the decision and constants to replay with LayerForwardFrozen
+
+	acts []*rowActs // per batch row, for LayerGradients; nil otherwise
 }
 
 // checkLayer validates the configuration, the parameters and the inputs.
@@ -87,6 +89,11 @@ func checkLayer(cfg spec.Config, p *LayerParams, in LayerInputs) (rows, s int, e
 // weights, the routing decision (top-k with the layer's capacity, or the
 // causal rule of section 9), then LayerForwardFrozen with that decision.
 func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult, error) {
+	return layerForward(cfg, p, in, false)
+}
+
+// layerForward is LayerForward; keep as for layerApply.
+func layerForward(cfg spec.Config, p *LayerParams, in LayerInputs, keep bool) (*LayerResult, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return nil, err
@@ -110,7 +117,7 @@ func LayerForward(cfg spec.Config, p *LayerParams, in LayerInputs) (*LayerResult
 		return nil, fmt.Errorf("layer: %w", err)
 	}
 	fz := freeze(cfg, in, sel, topk, r)
-	return layerApply(cfg, p, in, fz, r)
+	return layerApply(cfg, p, in, fz, r, keep)
 }
 
 // selectTopK is the top-k selection of docs/spec.md §4 under the layer's
@@ -179,6 +186,12 @@ func freeze(cfg spec.Config, in LayerInputs, sel, topk Selection, r [][]float64)
 // x_i + w_i f_i(X) with w = g + sg(m g - g) (dense), and out_i = x_i for the
 // others. Use it for finite-difference gradients.
 func LayerForwardFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen) (*LayerResult, error) {
+	return layerFrozen(cfg, p, in, fz, false)
+}
+
+// layerFrozen checks a frozen decision against the inputs and applies it;
+// keep as for layerApply.
+func layerFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, keep bool) (*LayerResult, error) {
 	rows, s, err := checkLayer(cfg, p, in)
 	if err != nil {
 		return nil, err
@@ -209,7 +222,7 @@ func LayerForwardFrozen(cfg spec.Config, p *LayerParams, in LayerInputs, fz Froz
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	return layerApply(cfg, p, in, fz, r)
+	return layerApply(cfg, p, in, fz, r, keep)
 }
 
 // gatherRows returns the rows pos of x as a len(pos)×d matrix.
@@ -230,19 +243,32 @@ func iota(n int) []int {
 	return p
 }
 
+// rowActs are one batch row's values that the layer's backward pass reads.
+type rowActs struct {
+	computed []int      // positions whose update was evaluated
+	attn     *blockActs // MLP-only: the dense attention over the valid tokens
+	blk      *blockActs // the block over the computed tokens (MLP-only: the MLP half only)
+}
+
 // routedRow is Eq. 1 for one batch row x (S×d) with v valid tokens:
 // out_i = base_i + mult_i * f_i for i in computed, out_i = base_i otherwise,
 // where base = x, or x' = x + Attn(N1(x)) over the valid tokens for MLP-only
 // routing, and f is the block update of the computed tokens as a sequence
 // (or, for MLP-only routing, MLP(N2(x'_i))). Padded positions keep x. It
-// also returns the S×d update (f at the computed positions, 0 elsewhere).
-func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64) (out, upd *mat.Dense, err error) {
+// also returns the S×d update (f at the computed positions, 0 elsewhere),
+// and with keep the row's values for the backward pass (computed in
+// matrix form, the same bits).
+func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64, keep bool) (out, upd *mat.Dense, acts *rowActs, err error) {
 	s, d := x.Dims()
+	acts = &rowActs{computed: computed}
 	base := x
 	if cfg.MLPOnly && v > 0 {
-		a, err := AttentionUpdate(cfg.Block, p, gatherRows(x, iota(v)), iota(v))
-		if err != nil {
-			return nil, nil, err
+		var a *mat.Dense
+		if keep {
+			acts.attn = attentionForward(cfg.Block, p, rawRows(gatherRows(x, iota(v))), iota(v))
+			a = mat.NewDense(v, d, acts.attn.a)
+		} else if a, err = AttentionUpdate(cfg.Block, p, gatherRows(x, iota(v)), iota(v)); err != nil {
+			return nil, nil, nil, err
 		}
 		base = mat.DenseCopyOf(x)
 		for i := 0; i < v; i++ {
@@ -254,18 +280,20 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 	out = mat.DenseCopyOf(base)
 	upd = mat.NewDense(s, d, nil)
 	if len(computed) == 0 {
-		return out, upd, nil
+		return out, upd, acts, nil
 	}
 	var f *mat.Dense
-	if cfg.MLPOnly {
-		f = mat.NewDense(len(computed), d, nil)
-		for t, i := range computed {
-			f.SetRow(t, MLPUpdate(cfg.Block, p, base.RawRowView(i)))
-		}
-	} else {
-		f, err = BlockUpdate(cfg.Block, p, gatherRows(x, computed), computed)
-		if err != nil {
-			return nil, nil, err
+	switch {
+	case cfg.MLPOnly:
+		acts.blk = &blockActs{n: len(computed), d: d, dff: cfg.Block.DFF}
+		mlpForward(cfg.Block, p, acts.blk, rawRows(gatherRows(base, computed)))
+		f = mat.NewDense(acts.blk.n, d, acts.blk.m)
+	case keep:
+		acts.blk = blockForward(cfg.Block, p, rawRows(gatherRows(x, computed)), computed)
+		f = acts.blk.update()
+	default:
+		if f, err = BlockUpdate(cfg.Block, p, gatherRows(x, computed), computed); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	for t, i := range computed {
@@ -274,12 +302,16 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 			out.Set(i, j, base.At(i, j)+float64(mult[i]*f.At(t, j)))
 		}
 	}
-	return out, upd, nil
+	if !keep {
+		acts = nil
+	}
+	return out, upd, acts, nil
 }
 
 // layerApply computes the output, the weights and the losses for a decided
-// routing fz and router weights r.
-func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64) (*LayerResult, error) {
+// routing fz and router weights r; with keep, also the values the backward
+// pass reads (LayerResult.acts).
+func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64, keep bool) (*LayerResult, error) {
 	rows := len(in.X)
 	s, _ := in.X[0].Dims()
 	sel := fz.Selection
@@ -322,12 +354,13 @@ func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r []
 		if cfg.Compute == spec.ComputeDense {
 			computed = iota(v)
 		}
-		out, upd, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b])
+		out, upd, acts, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b], keep)
 		if err != nil {
 			return nil, fmt.Errorf("layer: row %d: %w", b, err)
 		}
 		res.Out = append(res.Out, out)
 		res.Update = append(res.Update, upd)
+		res.acts = append(res.acts, acts)
 	}
 
 	res.RouterBCE = RouterBCELoss(r, res.Targets, in.Valid)

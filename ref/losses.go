@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/ref/internal/prod"
 )
 
 // BCEWithLogits is the binary cross-entropy of logit z against target t in
@@ -65,14 +66,25 @@ func PredictorLogit(p *LayerParams, x []float64) float64 {
 }
 
 // PredictorLogits applies PredictorLogit to every position of every row of
-// the stop-gradient input xsg (B matrices S×d).
+// the stop-gradient input xsg (B matrices S×d), with PredictorLogit's bits:
+// the hidden layer x·PredW1 is one product whose chains start from PredB1.
 func PredictorLogits(p *LayerParams, xsg []*mat.Dense) [][]float64 {
+	d, h := p.PredW1.Dims()
 	q := make([][]float64, len(xsg))
 	for b, xb := range xsg {
 		s, _ := xb.Dims()
+		pre := make([]float64, s*h)
+		for i := 0; i < s; i++ {
+			copy(pre[i*h:(i+1)*h], p.PredB1)
+		}
+		prod.Mul(s, h, d, rowsOf(rawRows(xb), d), denseOf(p.PredW1), pre, h, true)
 		q[b] = make([]float64, s)
 		for i := 0; i < s; i++ {
-			q[b][i] = PredictorLogit(p, xb.RawRowView(i))
+			qi := p.PredB2[0]
+			for u, a := range pre[i*h : (i+1)*h] {
+				qi += float64(SiLU(a) * p.PredW2.At(u, 0))
+			}
+			q[b][i] = qi
 		}
 	}
 	return q

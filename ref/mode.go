@@ -233,7 +233,8 @@ func modeRouterWeights(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) [][]f
 // softmax gates G = softmax(u·W_g).
 type moDERow struct {
 	pos   []int
-	a, u  [][]float64
+	a     [][]float64
+	uf    []float64 // n×d, u of the n computed tokens
 	gates [][]float64
 }
 
@@ -248,16 +249,21 @@ func modeAttend(cfg spec.MoDEConfig, p *MoDEParams, x *mat.Dense, pos []int) (mo
 	if err != nil {
 		return row, err
 	}
+	n, d := len(pos), cfg.Block.D
+	h := make([]float64, n*d) // n×d, X~ + a
 	for t := range pos {
-		h := make([]float64, cfg.Block.D)
-		for j := range h {
-			h[j] = xs.At(t, j) + a.At(t, j)
+		for j := 0; j < d; j++ {
+			h[t*d+j] = xs.At(t, j) + a.At(t, j)
 		}
-		u := normalize(cfg.Block, p.Block.Norm2, p.Block.Norm2Bias, h)
-		row.a = append(row.a, a.RawRowView(t))
-		row.u = append(row.u, u)
-		row.gates = append(row.gates, Softmax(vecMat(u, p.Gate)))
 	}
+	u, _ := normRows(cfg.Block, p.Block.Norm2, p.Block.Norm2Bias, h, n, d)
+	_, width := p.Gate.Dims()
+	z := mulRows(u, n, p.Gate) // n×width, the gate logits u·W_g
+	for t := range pos {
+		row.a = append(row.a, a.RawRowView(t))
+		row.gates = append(row.gates, Softmax(z[t*width:(t+1)*width]))
+	}
+	row.uf = u
 	return row, nil
 }
 
@@ -359,6 +365,41 @@ func MoDEForwardFrozen(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz Mo
 	return modeApply(cfg, p, x, modeRouterWeights(cfg, p, x), fz)
 }
 
+// modeExperts runs each expert e < E on the computed tokens it chose
+// (choice[e], positions; pos lists the computed tokens' positions, u is
+// their N2 output, n×d, gates their gates, one row per token), as one
+// matrix per expert, and returns the experts' values (nil for no-op experts
+// and experts with no token) and m_t = Σ_e G_te·MLP_e(u_t) (n×d), summed in
+// expert order.
+func modeExperts(cfg spec.MoDEConfig, p *MoDEParams, choice [][]int, pos []int, u []float64, gates [][]float64) ([]*blockActs, []float64) {
+	d := cfg.Block.D
+	index := make(map[int]int, len(pos))
+	for t, i := range pos {
+		index[i] = t
+	}
+	experts := make([]*blockActs, len(choice))
+	m := make([]float64, len(pos)*d)
+	for e, c := range choice {
+		if e >= cfg.Experts || len(c) == 0 {
+			continue // a no-op expert: f = 0
+		}
+		ea := &blockActs{n: len(c), d: d, dff: cfg.Block.DFF, u2: make([]float64, len(c)*d)}
+		for k, i := range c {
+			copy(ea.u2[k*d:(k+1)*d], u[index[i]*d:(index[i]+1)*d])
+		}
+		mlpCore(cfg.Block, &p.Experts[e], ea)
+		experts[e] = ea
+		for k, i := range c {
+			t := index[i]
+			g := gates[t][e]
+			for j, y := range ea.m[k*d : (k+1)*d] {
+				m[t*d+j] += float64(g * y)
+			}
+		}
+	}
+	return experts, m
+}
+
 // modeApply computes the output for the decision fz and router weights r.
 func modeApply(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, r [][]float64, fz MoDEFrozen) (*MoDEResult, error) {
 	rows := len(x)
@@ -371,28 +412,7 @@ func modeApply(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, r [][]float64
 		if err != nil {
 			return nil, fmt.Errorf("mode: row %d: %w", b, err)
 		}
-		index := make(map[int]int, len(row.pos))
-		for t, i := range row.pos {
-			index[i] = t
-		}
-		// The expert update m of each computed token, experts in order.
-		m := make([][]float64, len(row.pos))
-		for t := range m {
-			m[t] = make([]float64, d)
-		}
-		for e, c := range fz.Experts[b] {
-			if e >= cfg.Experts {
-				continue // a no-op expert: f = 0
-			}
-			for _, i := range c {
-				t := index[i]
-				y := MLP(cfg.Block, &p.Experts[e], row.u[t])
-				g := row.gates[t][e]
-				for j := range y {
-					m[t][j] += float64(g * y[j])
-				}
-			}
-		}
+		_, m := modeExperts(cfg, p, fz.Experts[b], row.pos, row.uf, row.gates)
 		if len(fz.Experts[b]) > 0 {
 			res.ExpertCapacity[b] = len(fz.Experts[b][0])
 		}
@@ -405,9 +425,9 @@ func modeApply(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, r [][]float64
 			copy(gates[i], row.gates[t])
 			for j := range d {
 				if cfg.Form == spec.MoDEStaged {
-					out.Set(i, j, x[b].At(i, j)+float64(r[b][i]*(row.a[t][j]+m[t][j])))
+					out.Set(i, j, x[b].At(i, j)+float64(r[b][i]*(row.a[t][j]+m[t*d+j])))
 				} else {
-					out.Set(i, j, x[b].At(i, j)+row.a[t][j]+m[t][j])
+					out.Set(i, j, x[b].At(i, j)+row.a[t][j]+m[t*d+j])
 				}
 			}
 		}

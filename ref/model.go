@@ -120,29 +120,51 @@ type ModelResult struct {
 	FLOPs  ModelFLOPs     // per layer, total, dense model, ratio
 	Frozen ModelFrozen    // decisions and constants to replay with ModelForwardFrozen
 	Hidden []*mat.Dense   // residual stream after the last layer, before the final norm
+
+	acts modelActs // for ModelGradients; empty otherwise
+}
+
+// modelActs are a model forward's values that the backward pass reads.
+type modelActs struct {
+	inputs [][]*mat.Dense // per layer, its input X (B×S×d)
+	dense  [][]*blockActs // per layer, per batch row, a dense layer's block values (nil for routed layers)
+	final  []normStats    // per batch row, the final norm's statistics
+	u      [][]float64    // per batch row, the final norm's output (S×d)
 }
 
 // DenseLayerForward is a dense (non-routed) layer: out_i = x_i + f_i(X) over
 // the V_b valid tokens of each row (docs/spec.md §5 with every token
 // selected and weight 1); padded positions keep x.
 func DenseLayerForward(c spec.BlockConfig, p *BlockParams, x []*mat.Dense, valid []int) ([]*mat.Dense, error) {
+	out, _, err := denseLayer(c, p, x, valid, false)
+	return out, err
+}
+
+// denseLayer is DenseLayerForward, with keep also returning each batch
+// row's block values for the backward pass (nil for a row with no valid
+// token).
+func denseLayer(c spec.BlockConfig, p *BlockParams, x []*mat.Dense, valid []int, keep bool) ([]*mat.Dense, []*blockActs, error) {
 	rows, s, err := batchShape("dense layer input", x, c.D)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkValid(valid, rows, s); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*mat.Dense, rows)
+	acts := make([]*blockActs, rows)
 	for b, xb := range x {
 		out[b] = mat.DenseCopyOf(xb)
 		v := validLen(valid, b, s)
 		if v == 0 {
 			continue
 		}
-		f, err := BlockUpdate(c, p, gatherRows(xb, iota(v)), iota(v))
-		if err != nil {
-			return nil, fmt.Errorf("dense layer row %d: %w", b, err)
+		var f *mat.Dense
+		if keep {
+			acts[b] = blockForward(c, p, rawRows(gatherRows(xb, iota(v))), iota(v))
+			f = acts[b].update()
+		} else if f, err = BlockUpdate(c, p, gatherRows(xb, iota(v)), iota(v)); err != nil {
+			return nil, nil, fmt.Errorf("dense layer row %d: %w", b, err)
 		}
 		for i := 0; i < v; i++ {
 			for j := 0; j < c.D; j++ {
@@ -150,7 +172,7 @@ func DenseLayerForward(c spec.BlockConfig, p *BlockParams, x []*mat.Dense, valid
 			}
 		}
 	}
-	return out, nil
+	return out, acts, nil
 }
 
 // EmbedToken is the input residual stream of a token at position pos:
@@ -189,7 +211,7 @@ func HeadLogits(c spec.BlockConfig, p *ModelParams, x []float64) []float64 {
 // each layer (dense, or routed with its own decision), final norm, head,
 // cross-entropy, and the routed layers' auxiliary losses.
 func ModelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, error) {
-	return modelForward(c, p, in, nil)
+	return modelForward(c, p, in, nil, false)
 }
 
 // ModelForwardFrozen is ModelForward with every routed layer's decision and
@@ -199,7 +221,7 @@ func ModelForwardFrozen(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz M
 	if len(fz.Layers) != len(c.Layers) {
 		return nil, fmt.Errorf("model: frozen decisions for %d layers, want %d", len(fz.Layers), len(c.Layers))
 	}
-	return modelForward(c, p, in, &fz)
+	return modelForward(c, p, in, &fz, false)
 }
 
 func perLayer(name string, a [][][]float64, nLayers int) error {
@@ -216,7 +238,10 @@ func layerField(a [][][]float64, l int) [][]float64 {
 	return a[l]
 }
 
-func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen) (*ModelResult, error) {
+// modelForward is ModelForward, with the decisions of fz when it is not
+// nil, and with keep also the values the backward pass reads
+// (ModelResult.acts).
+func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelFrozen, keep bool) (*ModelResult, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -263,10 +288,16 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 			if layerField(in.Noise, l) != nil || layerField(in.Jitter, l) != nil {
 				return nil, fmt.Errorf("model: layer %d is dense but has noise or jitter input; pass nil", l)
 			}
+			xin := x
+			var acts []*blockActs
 			var err error
-			x, err = DenseLayerForward(blk, &p.Layers[l].Block, x, in.Valid)
+			x, acts, err = denseLayer(blk, &p.Layers[l].Block, x, in.Valid, keep)
 			if err != nil {
 				return nil, fmt.Errorf("model: layer %d: %w", l, err)
+			}
+			if keep {
+				res.acts.inputs = append(res.acts.inputs, xin)
+				res.acts.dense = append(res.acts.dense, acts)
 			}
 			res.FLOPs.Layers = append(res.FLOPs.Layers, DenseLayerFLOPs(blk, lengths))
 			continue
@@ -274,10 +305,17 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 		li := LayerInputs{X: x, Valid: in.Valid, Noise: layerField(in.Noise, l), Jitter: layerField(in.Jitter, l)}
 		var lr *LayerResult
 		var err error
-		if fz == nil {
-			lr, err = LayerForward(ml.Config, p.Layers[l], li)
-		} else {
+		switch {
+		case fz == nil:
+			lr, err = layerForward(ml.Config, p.Layers[l], li, keep)
+		case keep:
+			lr, err = layerFrozen(ml.Config, p.Layers[l], li, fz.Layers[l], true)
+		default:
 			lr, err = LayerForwardFrozen(ml.Config, p.Layers[l], li, fz.Layers[l])
+		}
+		if keep {
+			res.acts.inputs = append(res.acts.inputs, x)
+			res.acts.dense = append(res.acts.dense, nil)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("model: layer %d: %w", l, err)
@@ -291,9 +329,13 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 	res.Hidden = x
 	n := 0
 	for b := 0; b < rows; b++ {
-		logits := mat.NewDense(s, c.Vocab, nil)
+		u, st := normRows(blk, p.FinalNorm, p.FinalNormBias, rawRows(x[b]), s, blk.D)
+		if keep {
+			res.acts.final = append(res.acts.final, st)
+			res.acts.u = append(res.acts.u, u)
+		}
+		logits := mat.NewDense(s, c.Vocab, mulRows(u, s, p.Head))
 		for i := 0; i < s; i++ {
-			logits.SetRow(i, HeadLogits(blk, p, x[b].RawRowView(i)))
 			if i < lengths[b] && in.Targets[b][i] != IgnoreTarget {
 				res.CE += CrossEntropy(logits.RawRowView(i), in.Targets[b][i])
 				n++

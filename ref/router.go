@@ -117,10 +117,7 @@ func softmaxInPlace(v []float64) {
 	if len(v) == 0 {
 		return
 	}
-	m := v[0]
-	for _, x := range v[1:] {
-		m = math.Max(m, x)
-	}
+	m := maxOf(v)
 	sum := 0.0
 	for j, x := range v {
 		v[j] = elem.Exp(x - m)
@@ -129,6 +126,29 @@ func softmaxInPlace(v []float64) {
 	for j := range v {
 		v[j] /= sum
 	}
+}
+
+// maxOf is the fold m = math.Max(m, x) over v (non-empty), from v[0]. It
+// compares first, which gives the fold's result unless a NaN occurs (the
+// fold's result is then NaN) or the maximum is zero (the fold's is +0 if
+// any zero is +0, the comparison keeps the first zero): those take the fold.
+func maxOf(v []float64) float64 {
+	m := v[0]
+	nan := m != m
+	for _, x := range v[1:] {
+		if x > m {
+			m = x
+		}
+		nan = nan || x != x
+	}
+	if !nan && m != 0 {
+		return m
+	}
+	m = v[0]
+	for _, x := range v[1:] {
+		m = math.Max(m, x)
+	}
+	return m
 }
 
 // OutputWeights is docs/spec.md §6 (paper Eq. 1): the weight g[b][i] that

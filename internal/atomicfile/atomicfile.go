@@ -33,6 +33,13 @@ const tmpTag = ".modref-tmp-"
 // pending holds the temporary paths in use, for the signal handler.
 var pending sync.Map
 
+// commit is held while a temporary is renamed or exchanged into place, and
+// taken for good by the signal handler before it removes the temporaries:
+// so a signal either comes before the rename, which then never happens,
+// or after it, and never removes part of a temporary directory that is
+// then swapped in.
+var commit sync.Mutex
+
 // tempName returns a fresh temporary name beside path, after removing the
 // ones a killed process left for the same path.
 func tempName(path string) string {
@@ -162,7 +169,9 @@ func WriteFile(path string, data []byte) error {
 	}
 	if err == nil {
 		reached("file-written")
+		commit.Lock()
 		err = os.Rename(tmp, real)
+		commit.Unlock()
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -219,11 +228,13 @@ func ReplaceDir(dir string, fill func(tmp string) error) error {
 		return err
 	}
 	reached("dir-filled")
+	commit.Lock()
 	if exists {
 		err = exchange(tmp, dir)
 	} else {
 		err = os.Rename(tmp, dir)
 	}
+	commit.Unlock()
 	if err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("replacing %s: %w", dir, err)
@@ -272,8 +283,9 @@ func HandleSignals() {
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		s := <-ch
+		commit.Lock() // never released: the process exits below
 		pending.Range(func(k, _ any) bool {
-			os.RemoveAll(k.(string))
+			removeAll(k.(string))
 			return true
 		})
 		code := 1
@@ -282,4 +294,17 @@ func HandleSignals() {
 		}
 		os.Exit(code)
 	}()
+}
+
+// removeAll removes path, trying again while it still exists: a fill
+// function may still be writing into a temporary directory while the
+// signal handler removes it, and a file created between RemoveAll's
+// reading of a directory and its removal makes that removal fail.
+func removeAll(path string) {
+	for range 100 {
+		os.RemoveAll(path)
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+	}
 }

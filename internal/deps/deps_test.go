@@ -20,8 +20,9 @@ const module = "github.com/modref/modref"
 // checked against and mod is the fast path: neither imports the other.
 var allowed = map[string][]string{
 	"spec":                     {},
-	"ref":                      {"spec", "ref/internal/elem"},
+	"ref":                      {"spec", "ref/internal/elem", "ref/internal/prod"},
 	"ref/internal/elem":        {},
+	"ref/internal/prod":        {},
 	"autograd":                 {"spec", "autograd/internal/kernel"},
 	"autograd/internal/kernel": {},
 	"nn":                       {"spec", "autograd"},
@@ -49,6 +50,7 @@ var allowed = map[string][]string{
 var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
+	"ref/internal/prod": {"internal/fmacheck"},
 	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/fmacheck", "internal/benchcpu"},
 }
 

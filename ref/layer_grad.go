@@ -1,0 +1,301 @@
+package ref
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/spec"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/modref/modref/ref/internal/prod"
+)
+
+// LayerGrads are the gradients of a routed layer's loss.
+type LayerGrads struct {
+	// Params holds dL/dθ for every parameter θ of the layer, each in its
+	// parameter's field and shape, so that Params.Tensors lists them in
+	// the order of LayerParams.Tensors.
+	Params *LayerParams
+	X      []*mat.Dense // dL/dX, B matrices S×d
+}
+
+// LayerGradients is the analytic backward pass of LayerForwardFrozen: it
+// returns the layer's result and the gradients of
+//
+//	L = Σ_b Σ_i upstream_b[i]·out_b[i] + AuxLoss
+//
+// with respect to every parameter and to X, with the routing decision and
+// the stop-gradient constants of fz held fixed (the derivative that the
+// central differences of LayerForwardFrozen approximate;
+// TestLayerGradientsAreTheFiniteDifferences holds them together).
+// upstream is B matrices S×d.
+func LayerGradients(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, upstream []*mat.Dense) (*LayerResult, *LayerGrads, error) {
+	res, err := layerFrozen(cfg, p, in, fz, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkUpstream(cfg, in, upstream); err != nil {
+		return nil, nil, err
+	}
+	return res, layerBackward(cfg, p, in, res, upstream), nil
+}
+
+// LayerForwardGradients is LayerForward and then LayerGradients at the
+// decision it made (res.Frozen), with one forward pass instead of two: the
+// same result and the same gradients.
+func LayerForwardGradients(cfg spec.Config, p *LayerParams, in LayerInputs, upstream []*mat.Dense) (*LayerResult, *LayerGrads, error) {
+	res, err := layerForward(cfg, p, in, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkUpstream(cfg, in, upstream); err != nil {
+		return nil, nil, err
+	}
+	return res, layerBackward(cfg, p, in, res, upstream), nil
+}
+
+// checkUpstream checks that the upstream gradient has the shape of the
+// layer's output, B matrices S×d.
+func checkUpstream(cfg spec.Config, in LayerInputs, upstream []*mat.Dense) error {
+	rows, s, err := batchShape("layer upstream gradient", upstream, cfg.Block.D)
+	if err != nil {
+		return fmt.Errorf("layer: %w", err)
+	}
+	if xs, _ := in.X[0].Dims(); rows != len(in.X) || s != xs {
+		return fmt.Errorf("layer: upstream gradient is %d×%d×d, want B×S×d = %d×%d×d", rows, s, len(in.X), xs)
+	}
+	return nil
+}
+
+// layerBackward is LayerGradients' backward pass over the kept forward res.
+func layerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerResult, upstream []*mat.Dense) *LayerGrads {
+	s := res.Frozen.Selection.S
+	g := &LayerGrads{Params: &LayerParams{
+		Block: zeroBlockLike(&p.Block), Router: zeroVec(p.Router), RouterBias: zeroVec(p.RouterBias),
+		PredW1: zeroMat(p.PredW1), PredB1: zeroVec(p.PredB1), PredW2: zeroMat(p.PredW2), PredB2: zeroVec(p.PredB2),
+	}}
+	dr := make([][]float64, len(in.X)) // dL/dr, B×S
+	for b := range in.X {
+		dr[b] = make([]float64, s)
+		v := validLen(in.Valid, b, s)
+		dx, dmult := routedRowBackward(cfg, &p.Block, &g.Params.Block, res.acts[b], res.Update[b], res.Multipliers[b], upstream[b], v)
+		// mult = g on the selected tokens (gather) or w = g + sg(m·g − g) on
+		// every valid one (dense): dg = dmult where the update was computed.
+		dg := dmult
+		weightingBackward(cfg.Weighting, res.RouterWeights[b], res.Weights[b], res.Selection.Rows[b], v, dg, dr[b])
+		g.X = append(g.X, dx)
+	}
+	auxRouterBackward(cfg, res, in.Valid, dr)
+	routerBackward(cfg, p, g, in, dr)
+	if cfg.Aux == spec.AuxPredictor {
+		predictorBackward(cfg, p, g.Params, res, in.Valid)
+	}
+	return g
+}
+
+// routedRowBackward returns dL/dx (S×d) of routedRow's out given its
+// upstream gradient u (S×d), and dL/dmult (length S), adding the block's
+// parameter gradients into gb. upd is the row's S×d update f (0 where not
+// computed).
+//
+//	out_i = base_i + mult_i f_i (i computed), base_i otherwise
+//	  dbase_i = u_i, df_i = mult_i u_i, dmult_i = u_i·f_i
+//	base = x, or for MLP-only x + Attn(N1(x)) over the v valid tokens
+func routedRowBackward(cfg spec.Config, p, gb *BlockParams, acts *rowActs, upd *mat.Dense, mult []float64, u *mat.Dense, v int) (*mat.Dense, []float64) {
+	s, d := u.Dims()
+	dx := mat.DenseCopyOf(u) // dbase
+	dmult := make([]float64, s)
+	if n := len(acts.computed); n > 0 {
+		df := make([]float64, n*d) // n×d
+		for t, i := range acts.computed {
+			ui, fi := u.RawRowView(i), upd.RawRowView(i)
+			for j := 0; j < d; j++ {
+				df[t*d+j] = float64(mult[i] * ui[j])
+			}
+			dmult[i] = dotRow(ui, fi)
+		}
+		var dxc []float64 // n×d
+		if cfg.MLPOnly {
+			dxc = mlpBackward(cfg.Block, p, gb, acts.blk, df)
+		} else {
+			dxc = blockBackward(cfg.Block, p, gb, acts.blk, df)
+		}
+		for t, i := range acts.computed {
+			row := dx.RawRowView(i)
+			for j := range row {
+				row[j] += dxc[t*d+j]
+			}
+		}
+	}
+	if cfg.MLPOnly && v > 0 {
+		da := rawRows(dx.Slice(0, v, 0, d).(*mat.Dense)) // v×d
+		dxa := attentionBackward(cfg.Block, p, gb, acts.attn, da)
+		for i := 0; i < v; i++ {
+			row := dx.RawRowView(i)
+			for j := range row {
+				row[j] += dxa[i*d+j]
+			}
+		}
+	}
+	return dx, dmult
+}
+
+// dotRow is Σ_j a_j b_j in order of j, products rounded.
+func dotRow(a, b []float64) float64 {
+	s := 0.0
+	for j := range a {
+		s += float64(a[j] * b[j])
+	}
+	return s
+}
+
+// weightingBackward adds dL/dr of one batch row into dr given dL/dg (dg)
+// for the weighting w of docs/spec.md §6, with r the router weights, g the
+// weights, sel the row's selected positions and v its valid length:
+//
+//	raw:     g = r              dr += dg
+//	sigmoid: g = σ(r)           dr += dg g (1 − g)
+//	none:    g = 1              nothing
+//	softmax: g = softmax(r_sel) dr_i += g_i (dg_i − Σ_j g_j dg_j), i, j selected
+func weightingBackward(w spec.Weighting, r, g []float64, sel []int, v int, dg, dr []float64) {
+	switch w {
+	case spec.WeightRaw:
+		for i := 0; i < v; i++ {
+			dr[i] += dg[i]
+		}
+	case spec.WeightSigmoid:
+		for i := 0; i < v; i++ {
+			dr[i] += float64(float64(dg[i]*g[i]) * (1 - g[i]))
+		}
+	case spec.WeightSoftmax:
+		dot := 0.0
+		for _, i := range sel {
+			dot += float64(g[i] * dg[i])
+		}
+		for _, i := range sel {
+			dr[i] += float64(g[i] * (dg[i] - dot))
+		}
+	}
+}
+
+// auxRouterBackward adds into dr the gradients of the auxiliary losses on
+// r: AuxWeight·mean BCE(r, t) under router_bce (d/dr = (σ(r) − t)/N over
+// the N valid tokens), and LoadBalanceWeight·S Σ_s F_s P_s with
+// P_s = Σ_b σ(r_bs)/B over valid tokens (d/dr_bs = S F_s σ'(r_bs)/B, F
+// frozen with the decision).
+func auxRouterBackward(cfg spec.Config, res *LayerResult, valid []int, dr [][]float64) {
+	r := res.RouterWeights
+	rows, s := len(r), len(r[0])
+	if cfg.Aux == spec.AuxRouterBCE {
+		bceBackward(r, res.Targets, valid, cfg.AuxWeight, dr)
+	}
+	if cfg.LoadBalanceWeight != 0 {
+		m := res.Selection.Mask()
+		for i := 0; i < s; i++ {
+			f := 0.0
+			for b := 0; b < rows; b++ {
+				if i < validLen(valid, b, s) {
+					f += m[b][i]
+				}
+			}
+			c := cfg.LoadBalanceWeight * float64(s) * (f / float64(rows)) / float64(rows)
+			for b := 0; b < rows; b++ {
+				if i < validLen(valid, b, s) {
+					sg := Sigmoid(r[b][i])
+					dr[b][i] += float64(c * sg * (1 - sg))
+				}
+			}
+		}
+	}
+}
+
+// bceBackward adds into dz the gradient of weight · MeanBCE(z, t, valid):
+// weight (σ(z) − t)/N at each of the N valid tokens.
+func bceBackward(z, t [][]float64, valid []int, weight float64, dz [][]float64) {
+	n := 0
+	for b := range z {
+		n += validLen(valid, b, len(z[b]))
+	}
+	if n == 0 {
+		return
+	}
+	for b := range z {
+		for i := 0; i < validLen(valid, b, len(z[b])); i++ {
+			dz[b][i] += weight * (Sigmoid(z[b][i]) - t[b][i]) / float64(n)
+		}
+	}
+}
+
+// routerBackward adds the gradients of r (docs/spec.md §2; jitter adds a
+// constant) into the router's parameters and X:
+//
+//	linear:      r = w·x      dw += Σ dr_i x_i,  dx_i += dr_i w
+//	linear_bias: r = w·x + b  as linear, and db += Σ dr_i
+//	l2norm:      r = ‖x‖₂     dx_i += dr_i x_i / ‖x_i‖ (0 where x_i = 0)
+//	random:      nothing
+func routerBackward(cfg spec.Config, p *LayerParams, g *LayerGrads, in LayerInputs, dr [][]float64) {
+	for b, xb := range in.X {
+		s, _ := xb.Dims()
+		for i := 0; i < s; i++ {
+			if dr[b][i] == 0 {
+				continue
+			}
+			xi, dxi := xb.RawRowView(i), g.X[b].RawRowView(i)
+			switch cfg.Router {
+			case spec.RouterLinear, spec.RouterLinearBias:
+				for j, v := range xi {
+					g.Params.Router[j] += float64(dr[b][i] * v)
+					dxi[j] += float64(dr[b][i] * p.Router[j])
+				}
+				if cfg.Router == spec.RouterLinearBias {
+					g.Params.RouterBias[0] += dr[b][i]
+				}
+			case spec.RouterL2Norm:
+				norm := RouterL2NormWeight(xi)
+				if norm == 0 {
+					continue
+				}
+				for j, v := range xi {
+					dxi[j] += float64(dr[b][i] * v / norm)
+				}
+			}
+		}
+	}
+}
+
+// predictorBackward adds the gradients of AuxWeight·mean BCE(q, t) into the
+// predictor's parameters (docs/spec.md §8): q = SiLU(a)·W2 + b2 with
+// a = sg(x)·W1 + b1, so dq = AuxWeight (σ(q) − t)/N, dW2_u += dq SiLU(a_u),
+// db2 += dq, da_u = dq W2_u SiLU'(a_u), db1 += da, dW1 += sg(x)ᵀ da; sg(x)
+// takes no gradient.
+func predictorBackward(cfg spec.Config, p, g *LayerParams, res *LayerResult, valid []int) {
+	q := res.PredictorLogits
+	dq := make([][]float64, len(q))
+	for b := range q {
+		dq[b] = make([]float64, len(q[b]))
+	}
+	bceBackward(q, res.Targets, valid, cfg.AuxWeight, dq)
+	d, h := p.PredW1.Dims()
+	for b, xb := range res.Frozen.PredictorInput {
+		s, _ := xb.Dims()
+		x := rawRows(xb)
+		pre := make([]float64, s*h) // s×h, a = x·W1 + b1
+		for i := 0; i < s; i++ {
+			copy(pre[i*h:(i+1)*h], p.PredB1)
+		}
+		prod.Mul(s, h, d, rowsOf(x, d), denseOf(p.PredW1), pre, h, true)
+		da := make([]float64, s*h)
+		for i := 0; i < s; i++ {
+			if dq[b][i] == 0 {
+				continue
+			}
+			g.PredB2[0] += dq[b][i]
+			for u := 0; u < h; u++ {
+				a := pre[i*h+u]
+				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+float64(dq[b][i]*SiLU(a)))
+				da[i*h+u] = float64(float64(dq[b][i]*p.PredW2.At(u, 0)) * siluGrad(a))
+				g.PredB1[u] += da[i*h+u]
+			}
+		}
+		addXtY(g.PredW1, x, da, s)
+	}
+}

@@ -1,0 +1,129 @@
+package ref
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/spec"
+	"gonum.org/v1/gonum/mat"
+)
+
+// ModelGradients is the analytic backward pass of ModelForwardFrozen: it
+// returns the model's result and dL/dθ of its loss L = CE + Aux for every
+// parameter θ, each in its parameter's field and shape (so that Tensors
+// lists them in the order of ModelParams.Tensors), with every routed
+// layer's decision and stop-gradient constants of fz held fixed
+// (TestModelGradientsAreTheFiniteDifferences holds it to the central
+// differences).
+func ModelGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz ModelFrozen) (*ModelResult, *ModelParams, error) {
+	if len(fz.Layers) != len(c.Layers) {
+		return nil, nil, fmt.Errorf("model: frozen decisions for %d layers, want %d", len(fz.Layers), len(c.Layers))
+	}
+	res, err := modelForward(c, p, in, &fz, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, modelBackward(c, p, in, res), nil
+}
+
+// ModelForwardGradients is ModelForward and then ModelGradients at the
+// decisions it made (res.Frozen), with one forward pass instead of two:
+// the same result and the same gradients.
+func ModelForwardGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs) (*ModelResult, *ModelParams, error) {
+	res, err := modelForward(c, p, in, nil, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, modelBackward(c, p, in, res), nil
+}
+
+// modelBackward is ModelGradients' backward pass over the kept forward res.
+func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *ModelResult) *ModelParams {
+	blk := c.Block()
+	d := blk.D
+	g := &ModelParams{Embed: zeroMat(p.Embed), PosEmbed: zeroMat(p.PosEmbed),
+		FinalNorm: zeroVec(p.FinalNorm), FinalNormBias: zeroVec(p.FinalNormBias), Head: zeroMat(p.Head)}
+	rows, s := len(in.Tokens), len(in.Tokens[0])
+
+	// CE = mean over the N valid positions with a target of
+	// logsumexp(z) − z_target: dz = (softmax(z) − onehot)/N.
+	n := 0
+	for b := 0; b < rows; b++ {
+		for i := 0; i < validLen(in.Valid, b, s); i++ {
+			if in.Targets[b][i] != IgnoreTarget {
+				n++
+			}
+		}
+	}
+	dx := make([]*mat.Dense, rows) // dL/d hidden, B×S×d
+	for b := 0; b < rows; b++ {
+		dz := make([]float64, s*c.Vocab) // S×vocab
+		for i := 0; i < validLen(in.Valid, b, s); i++ {
+			tg := in.Targets[b][i]
+			if tg == IgnoreTarget {
+				continue
+			}
+			row := dz[i*c.Vocab : (i+1)*c.Vocab]
+			copy(row, res.Logits[b].RawRowView(i))
+			softmaxInPlace(row)
+			row[tg]--
+			for j := range row {
+				row[j] /= float64(n)
+			}
+		}
+		// logits = u·Head, u = N(hidden)
+		addXtY(g.Head, res.acts.u[b], dz, s)
+		du := mulWt(dz, s, p.Head, nil)
+		dx[b] = mat.NewDense(s, d, normBackward(blk, g.FinalNorm, g.FinalNormBias, p.FinalNorm, rawRows(res.Hidden[b]), res.acts.final[b], du, s, d))
+	}
+
+	for l := len(c.Layers) - 1; l >= 0; l-- {
+		ml := c.Layers[l]
+		xin := res.acts.inputs[l]
+		if !ml.Routed {
+			gl := zeroBlockLike(&p.Layers[l].Block)
+			for b := 0; b < rows; b++ {
+				ac := res.acts.dense[l][b]
+				if ac == nil {
+					continue
+				}
+				// out = x + f over the v valid rows, x elsewhere.
+				v := ac.n
+				df := rawRows(dx[b].Slice(0, v, 0, d).(*mat.Dense))
+				dxf := blockBackward(blk, &p.Layers[l].Block, &gl, ac, df)
+				for i := 0; i < v; i++ {
+					row := dx[b].RawRowView(i)
+					for j := range row {
+						row[j] += dxf[i*d+j]
+					}
+				}
+			}
+			g.Layers = append(g.Layers, &LayerParams{Block: gl})
+			continue
+		}
+		li := LayerInputs{X: xin, Valid: in.Valid, Noise: layerField(in.Noise, l), Jitter: layerField(in.Jitter, l)}
+		lg := layerBackward(ml.Config, p.Layers[l], li, res.Layers[l], dx)
+		dx = lg.X
+		g.Layers = append(g.Layers, lg.Params)
+	}
+	for i, j := 0, len(g.Layers)-1; i < j; i, j = i+1, j-1 {
+		g.Layers[i], g.Layers[j] = g.Layers[j], g.Layers[i]
+	}
+
+	// x_i = Embed[token_i] (+ PosEmbed[i]) at valid positions.
+	for b := 0; b < rows; b++ {
+		for i := 0; i < validLen(in.Valid, b, s); i++ {
+			dxi := dx[b].RawRowView(i)
+			e := g.Embed.RawRowView(in.Tokens[b][i])
+			for j, v := range dxi {
+				e[j] += v
+			}
+			if g.PosEmbed != nil {
+				pe := g.PosEmbed.RawRowView(i)
+				for j, v := range dxi {
+					pe[j] += v
+				}
+			}
+		}
+	}
+	return g
+}
