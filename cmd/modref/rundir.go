@@ -39,7 +39,7 @@ func checkNewRun(out string) error {
 	for _, e := range ents {
 		switch name := e.Name(); {
 		case name == dirlock.Name:
-		case name == checkpointName && train.IsCheckpoint(filepath.Join(out, name)):
+		case name == checkpointName && train.CheckCheckpoint(filepath.Join(out, name)) == nil:
 			return fmt.Errorf("%s already holds a checkpoint; pass --resume to continue it, or choose another --out", out)
 		case name == checkpointName:
 			return fmt.Errorf("%s is not a modref checkpoint (it holds no modref config.json), and modref train writes its checkpoint there; choose another --out", filepath.Join(out, name))
@@ -58,16 +58,17 @@ func checkNewRun(out string) error {
 }
 
 // lockRun takes the run directory's lock, creating the directory for a new
-// run, so that a second train on it is refused at once, naming this one.
+// run, so that a second train on it is refused at once, naming this one
+// once it has described itself (dirlock.Lock.Describe). Under the lock no
+// other modref train saves a checkpoint into the directory, so one read
+// there is not mixed from two saves.
 func lockRun(out string, resume bool) (*dirlock.Lock, error) {
 	if !resume {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return nil, fmt.Errorf("--out %s: %w", out, err)
 		}
-	} else if fi, err := os.Stat(out); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("--out %s holds no run to resume", out)
 	}
-	l, err := dirlock.Acquire(out, "modref train --out "+out)
+	l, err := dirlock.Acquire(out)
 	if err != nil {
 		return nil, fmt.Errorf("--out %w", err)
 	}

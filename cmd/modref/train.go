@@ -82,6 +82,17 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("--%s cannot be combined with --resume: the configuration comes from the checkpoint", name)
 			}
 		}
+		// The directory is locked before the checkpoint's files are read,
+		// so that another run's save cannot replace it between two of
+		// them; only a directory that holds a checkpoint is locked.
+		if err := train.CheckCheckpoint(ckDir); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+		lock, err := lockRun(*out, true)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		_, ck, err := train.LoadModel(ckDir)
 		if err != nil {
 			return err
@@ -96,15 +107,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		if tr.Done() {
 			return fmt.Errorf("the checkpoint in %s has taken all %d steps; nothing to resume", ckDir, ck.Config.Steps)
 		}
-		// Locked only now, so that a refused resume writes nothing, the
-		// checkpoint is checked again: another run may have saved since.
-		lock, err := lockRun(*out, true)
-		if err != nil {
+		if err := lock.Describe("modref train --out " + *out); err != nil {
 			return err
-		}
-		defer lock.Release()
-		if _, again, err := train.LoadModel(ckDir); err != nil || again.Step != ck.Step {
-			return fmt.Errorf("the checkpoint in %s changed while it was read (another modref train saved it); run --resume again", ckDir)
 		}
 	} else {
 		if err := checkNewRun(*out); err != nil {
@@ -164,6 +168,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 		defer lock.Release()
 		if err := checkNewRun(*out); err != nil {
+			return err
+		}
+		if err := lock.Describe("modref train --out " + *out); err != nil {
 			return err
 		}
 	}

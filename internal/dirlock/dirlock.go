@@ -36,9 +36,11 @@ type Lock struct {
 }
 
 // Acquire takes dir's lock for this process, or fails at once with ErrHeld
-// naming the process that holds it. what describes the holder for a
-// second process's message, such as "modref train --out runs/a".
-func Acquire(dir, what string) (*Lock, error) {
+// naming the process that holds it (as its Describe described it). It
+// creates the lock file if there is none, and changes nothing else: a
+// command that takes the lock and then refuses its input leaves the
+// directory as it was.
+func Acquire(dir string) (*Lock, error) {
 	path := filepath.Join(dir, Name)
 	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("lock %s is %s, not a regular file; remove it", path, readfile.Kind(fi.Mode()))
@@ -58,12 +60,23 @@ func Acquire(dir, what string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
+	return &Lock{f: f}, nil
+}
+
+// Describe writes the holder's description into the lock file, for a
+// second process's message: what (such as "modref train --out runs/a"),
+// the process id, the host and the time. The description is a courtesy;
+// the lock is the flock.
+func (l *Lock) Describe(what string) error {
 	host, _ := os.Hostname()
 	desc := fmt.Sprintf("%s (pid %d on %s, since %s)\n", what, os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(desc), 0) // the description is a courtesy: the lock is the flock
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("describing the lock's holder: %w", err)
 	}
-	return &Lock{f: f}, nil
+	if _, err := l.f.WriteAt([]byte(desc), 0); err != nil {
+		return fmt.Errorf("describing the lock's holder: %w", err)
+	}
+	return nil
 }
 
 // Release gives the lock up. The process's end releases it too.

@@ -225,11 +225,14 @@ func readCheckpoint(dir string) (*Checkpoint, error) {
 	return &ck, nil
 }
 
-// IsCheckpoint reports whether dir holds a modref training checkpoint (its
-// config.json says so; the rest is checked when it is loaded).
-func IsCheckpoint(dir string) bool {
+// CheckCheckpoint returns nil when dir holds a modref training checkpoint
+// of this version (its config.json says so; the rest is checked when it is
+// loaded), and otherwise an error saying what dir is. It reads one file, so
+// a save that replaces dir meanwhile cannot mix two checkpoints in what it
+// reads.
+func CheckCheckpoint(dir string) error {
 	_, err := probeCheckpoint(dir)
-	return err == nil
+	return err
 }
 
 // loadArrays fills ps from the .npz file at path, which must hold exactly
