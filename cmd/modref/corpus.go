@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,17 +22,32 @@ import (
 func runList(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("list", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: modref list [--corpus DIR] [PATTERN...]
+		fmt.Fprint(fs.Output(), `usage: modref list [--corpus DIR] [--json] [--kind K] [--router R] ... [PATTERN...]
 
 Lists the golden corpus's cases: name, kind and what each tests. Patterns
 (globs such as 'layer-*', or whole names) select the cases whose names match
-any of them; a pattern matching no case is an error.
+any of them; a pattern matching no case is an error. The other flags keep
+the cases that hold a value: --kind model, --router l2norm, --pattern
+every_other (in any routed layer of a model); a value no selected case
+holds is an error that lists the values they do hold. --json prints each
+case's name, kind, description, configuration and catches.
 
 flags:
 `)
 		fs.PrintDefaults()
 	}
 	corpus := corpusFlag(fs)
+	asJSON := fs.Bool("json", false, "print the cases as JSON: name, kind, description, config, catches")
+	want := map[string]string{}
+	for _, f := range caseFilters {
+		fs.Func(f.name, "keep the cases holding this `value` as "+f.usage, func(v string) error {
+			if v == "" {
+				return errors.New("want a value")
+			}
+			want[f.name] = v
+			return nil
+		})
+	}
 	patterns, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -40,13 +56,36 @@ flags:
 	if err != nil {
 		return err
 	}
+	manifests := map[string]*golden.Manifest{}
+	for _, name := range names {
+		if manifests[name], err = corpus().Manifest(name); err != nil {
+			return err
+		}
+	}
+	if names, err = filterCases(names, manifests, want); err != nil {
+		return err
+	}
+	if *asJSON {
+		type listed struct {
+			Name        string            `json:"name"`
+			Kind        string            `json:"kind"`
+			Description string            `json:"description"`
+			Config      golden.CaseConfig `json:"config"`
+			Catches     []string          `json:"catches"`
+		}
+		out := make([]listed, 0, len(names))
+		for _, name := range names {
+			m := manifests[name]
+			out = append(out, listed{m.Name, m.Kind, m.Description, m.Config, m.Catches})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\tkind\twhat it tests")
 	for _, name := range names {
-		m, err := corpus().Manifest(name)
-		if err != nil {
-			return err
-		}
+		m := manifests[name]
 		desc, _, _ := strings.Cut(m.Description, ": ")
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, m.Kind, desc)
 	}
