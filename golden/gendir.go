@@ -203,6 +203,47 @@ func cannotBeGens(e fs.DirEntry, names []string, rec genRecord, checkout bool) b
 	return rec.Files[name] == nil && !(ok && (checkout || slices.Contains(names, base)))
 }
 
+// WriteGenerated writes one generated case (`modref gen --config`) into
+// dir, which must exist, beside whatever else it holds: its two files are
+// written atomically, and only over files gen wrote (GenRecord lists them
+// with their content, or they hold exactly these bytes); any other file of
+// those names is refused, nothing written. The record gains the case's
+// files, first with their old and new contents, so that a kill at any
+// moment leaves both files known to the next gen.
+func WriteGenerated(dir string, c *Case) error {
+	rec, err := readGenRecord(dir)
+	if err != nil {
+		return err
+	}
+	files, err := c.files()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		path := filepath.Join(dir, f.name)
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil || !isGens(dir, fs.FileInfoToDirEntry(fi), rec, map[string][]byte{f.name: f.data}, false) {
+			return fmt.Errorf("%s exists and gen did not write it; move it away, or choose another name or directory", path)
+		}
+	}
+	for _, f := range files {
+		rec.Files[f.name] = append(rec.Files[f.name], sha256Hex(f.data))
+	}
+	if err := writeGenRecord(dir, rec); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data); err != nil {
+			return err
+		}
+		rec.Files[f.name] = []string{sha256Hex(f.data)}
+	}
+	return writeGenRecord(dir, rec)
+}
+
 // isGens reports whether the entry e of dir is a file gen wrote.
 func isGens(dir string, e fs.DirEntry, rec genRecord, want map[string][]byte, checkout bool) bool {
 	name := e.Name()

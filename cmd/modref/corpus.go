@@ -209,7 +209,9 @@ func cond(b bool, s string) string {
 func runGen(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gen", stdout, stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: modref gen [--out DIR]
+		fmt.Fprint(fs.Output(), `usage: modref gen [--out DIR] [--keep-others]
+       modref gen --config FILE --out DIR
+       modref gen --print-config CASE
 
 Regenerates every case of the golden corpus from ref and writes it to DIR
 as NAME.json and NAME.npz (docs/golden-format.md); DIR is created if it
@@ -223,6 +225,15 @@ gen removes only files it wrote: it records them in DIR/.modref-gen, and
 refuses a directory holding anything else (nothing is written) unless
 --keep-others, which writes the cases beside the other files. DIR keeps
 its mode.
+
+With --config FILE, gen generates one case of your own configuration
+instead: FILE is JSON with the case's name, kind (layer, model, decode or
+mode), seed and config, in a manifest's vocabulary (docs/golden-format.md);
+--print-config CASE prints any corpus case's as a starting point. The case
+is drawn clear of ties, its tolerances are the corpus's and its catches
+are measured by emulating each deviation; its two files go into DIR beside
+what DIR holds, over no file gen did not write. check, diagnose and explain
+read it with --corpus DIR.
 
 flags:
 `)
@@ -239,8 +250,27 @@ flags:
 	fs.Func("out", "write the cases to directory `DIR`", set)
 	fs.Func("dir", "the same as --out `DIR`", set)
 	keep := fs.Bool("keep-others", false, "write the cases beside files in DIR that gen did not write, instead of refusing DIR")
+	configFile := fs.String("config", "", "generate the one case this JSON `FILE` configures (see --print-config)")
+	printConfig := fs.String("print-config", "", "print the configuration that generates corpus case `CASE`, and stop")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	for _, name := range []string{"config", "print-config"} {
+		if err := refuseEmpty(fs, name); err != nil {
+			return err
+		}
+	}
+	switch {
+	case *printConfig != "":
+		g, err := golden.Embedded().GenConfigOf(*printConfig)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(g)
+	case *configFile != "":
+		return genFromConfig(*configFile, dir, *keep, stdout)
 	}
 	opt := golden.WriteOptions{KeepOthers: *keep}
 	if dir == "" {
@@ -257,6 +287,37 @@ flags:
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %d cases to %s\n", len(cases), dir)
+	return nil
+}
+
+// genFromConfig implements gen --config FILE --out DIR.
+func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
+	if dir == "" {
+		return fmt.Errorf("--config needs --out DIR, the directory to write the case into")
+	}
+	if keep {
+		return fmt.Errorf("--keep-others is for the corpus; --config always writes beside what DIR holds")
+	}
+	raw, err := readfile.Read(file, golden.MaxGenConfigBytes)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	g, err := golden.DecodeGenConfig(raw)
+	if err != nil {
+		return fmt.Errorf("--config %s: %w", file, err)
+	}
+	c, err := golden.GenerateFromConfig(g)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	if err := golden.WriteGenerated(dir, c); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote case %s to %s (catches %s); judge with: modref check --corpus %s --candidate FILE.npz %s\n",
+		g.Name, dir, strings.Join(c.Manifest.Catches, ", "), dir, g.Name)
 	return nil
 }
 

@@ -1,0 +1,143 @@
+package golden
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestGenConfigRegeneratesTheCorpus: the configuration gen --print-config
+// gives for a corpus case generates that case again, every array bit for
+// bit, for every case not tuned after its draw (ties, thresholds), through
+// a JSON round trip as a user's file would take.
+func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
+	corpus := Dir("corpus")
+	names, err := corpus.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, name := range names {
+		want, err := corpus.Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.Manifest.Routing.Ties {
+			continue
+		}
+		g, err := corpus.GenConfigOf(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = DecodeGenConfig(raw); err != nil {
+			t.Errorf("%s: its own configuration is refused: %v", name, err)
+			continue
+		}
+		got, err := generateCase(g)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got.Manifest.Provenance.Seed != want.Manifest.Provenance.Seed {
+			t.Errorf("%s: generated from seed %d, the corpus's from %d", name, got.Manifest.Provenance.Seed, want.Manifest.Provenance.Seed)
+		}
+		for an, wa := range want.Arrays {
+			ga := got.Arrays[an]
+			if ga == nil || !slices.Equal(wa.Shape, ga.Shape) || wa.DType != ga.DType {
+				t.Errorf("%s: array %s missing or reshaped", name, an)
+				continue
+			}
+			for k := range wa.F {
+				if math.Float64bits(wa.F[k]) != math.Float64bits(ga.F[k]) {
+					t.Errorf("%s: %s%v is %v in the corpus, %v generated from its configuration", name, an, wa.Index(k), wa.F[k], ga.F[k])
+					break
+				}
+			}
+			if !slices.Equal(wa.I, ga.I) {
+				t.Errorf("%s: %s differs from the corpus's", name, an)
+			}
+		}
+		checked++
+	}
+	if checked < 40 {
+		t.Errorf("only %d cases were regenerated from their configuration", checked)
+	}
+}
+
+// TestMeasuredCatches: the deviations a generated case catches are
+// measured by emulating each; on the paper's layer they include those the
+// corpus audits for it with PyTorch, and each one measured does change the
+// case (its emulated candidate fails check).
+func TestMeasuredCatches(t *testing.T) {
+	c, err := Dir("corpus").Load("layer-paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := measuredCatches(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range c.Manifest.Catches {
+		if !slices.Contains(got, want) {
+			t.Errorf("measured catches %v lack %s, which layer-paper claims", got, want)
+		}
+	}
+	for _, name := range got {
+		cand, err := DeviantCandidate(c, name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := Compare(c, cand, false); err != nil || res.Pass {
+			t.Errorf("%s is measured as caught, but its candidate passes (%v)", name, err)
+		}
+	}
+}
+
+// TestDecodeGenConfigRefuses: a configuration file that is not one, or asks
+// for what the corpus cannot hold, is refused naming the field.
+func TestDecodeGenConfigRefuses(t *testing.T) {
+	g, err := Dir("corpus").GenConfigOf("layer-paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := json.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(m map[string]any)) string {
+		var m map[string]any
+		json.Unmarshal(good, &m)
+		f(m)
+		raw, _ := json.Marshal(m)
+		return string(raw)
+	}
+	layer := func(m map[string]any) map[string]any {
+		return m["config"].(map[string]any)["layer"].(map[string]any)
+	}
+	for _, c := range []struct {
+		raw, want string
+	}{
+		{edit(func(m map[string]any) { m["bogus"] = 1 }), `unknown field "bogus"`},
+		{string(good) + "{}", "more after its JSON object"},
+		{edit(func(m map[string]any) { m["name"] = "../../etc/x" }), `name = "../../etc/x"`},
+		{edit(func(m map[string]any) { m["kind"] = "block" }), `kind = "block"`},
+		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "Heads = 3"},
+		{edit(func(m map[string]any) { m["config"].(map[string]any)["batch"] = 0 }), "batch = 0"},
+		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }), "multiply-adds"},
+	} {
+		_, err := DecodeGenConfig([]byte(c.raw))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("DecodeGenConfig(%.80s...): %v, want an error containing %q", c.raw, err, c.want)
+		}
+	}
+	if _, err := DecodeGenConfig([]byte(edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }))); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("a case too costly to recompute: %v, want ErrTooLarge", err)
+	}
+}
