@@ -175,6 +175,16 @@ func TestListAndExplain(t *testing.T) {
 	if code, _, _ := runCmd("explain", "-dir", corpus); code != 2 {
 		t.Errorf("explain without a case: exit %d", code)
 	}
+	// The arrays a candidate writes, with which are optional.
+	code, out, _ = runCmd("explain", "-dir", corpus, "layer-paper")
+	for _, w := range []string{"  selected ", "int64 (or int32)", "  grad.param.Router  [8]", "  weights ", "optional: judged only when written"} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Errorf("explain layer-paper: exit %d, output lacks %q", code, w)
+		}
+	}
+	if strings.Contains(out, "  out ") && strings.Contains(strings.SplitN(out[strings.Index(out, "  out "):], "\n", 2)[0], "optional") {
+		t.Error("explain layer-paper calls out optional")
+	}
 }
 
 // TestCheckSelf is the README's main job: modref's own float32

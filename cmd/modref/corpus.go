@@ -156,8 +156,20 @@ flags:
 	for _, ch := range ref.Choices() {
 		fmt.Fprintf(stdout, "  %-28s %s\n", ch.Topic+":", ch.Choice)
 	}
-	fmt.Fprintf(stdout, "\nArrays: %d; candidates provide the expected.* ones without the prefix (docs/golden-format.md).\n", len(m.Arrays))
-	return nil
+	fmt.Fprintf(stdout, "\nArrays: %d. A candidate writes the expected.* ones without the prefix (docs/golden-format.md):\n", len(m.Arrays))
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  array\tshape\tdtype\t")
+	for _, info := range m.Arrays {
+		if info.Role != golden.RoleExpected {
+			continue
+		}
+		dtype := "float32 or float64"
+		if c.Arrays[info.Name].IsInt() {
+			dtype = "int64 (or int32)"
+		}
+		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\n", golden.CandidateName(info.Name), info.Shape, dtype, cond(golden.Optional(c, info.Name), "optional: judged only when written"))
+	}
+	return tw.Flush()
 }
 
 func explainLayer(w io.Writer, title string, l spec.Config) {
