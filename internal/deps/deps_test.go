@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile"},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},
-	"internal/dirlock":         {"internal/readfile"},
+	"internal/dirlock":         {"internal/readfile", "internal/atomicfile"},
 	"internal/fmacheck":        {},
 	"internal/benchcpu":        {},
 	"internal/deps":            {},

@@ -3,10 +3,12 @@
 // that a second train on the same directory is refused at once, naming the
 // holder, instead of failing late or mixing two runs' checkpoints.
 //
-// On Unix the lock is flock(2) on a file in the directory: the kernel
-// releases it when the process ends, however it ends (SIGKILL included),
-// so a stale lock never needs clearing by hand. The file stays behind and
-// holds the last holder's description.
+// On Unix the lock is flock(2) on the directory itself: taking it writes
+// nothing, and the kernel releases it when the process ends, however it
+// ends (SIGKILL included), so a stale lock never needs clearing by hand.
+// The holder describes itself in a file of the directory (Name) once its
+// input is accepted; the file stays behind with the last holder's
+// description.
 package dirlock
 
 import (
@@ -17,35 +19,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/readfile"
 )
 
-// Name is the lock file's name in a locked directory.
+// Name is the file in a locked directory that describes its holder.
 const Name = ".modref.lock"
 
-// maxHolderBytes bounds the holder's description read from a lock file.
+// maxHolderBytes bounds the holder's description read from Name.
 const maxHolderBytes = 4096
 
-// ErrHeld is what Lock returns, wrapped with the holder's description, when
-// another process holds the directory.
+// ErrHeld is what Acquire returns, wrapped with the holder's description,
+// when another process holds the directory.
 var ErrHeld = errors.New("held by another process")
 
 // Lock is a held directory lock.
 type Lock struct {
-	f *os.File
+	dir *os.File
 }
 
 // Acquire takes dir's lock for this process, or fails at once with ErrHeld
 // naming the process that holds it (as its Describe described it). It
-// creates the lock file if there is none, and changes nothing else: a
-// command that takes the lock and then refuses its input leaves the
-// directory as it was.
+// writes nothing: a command that takes the lock and then refuses its input
+// leaves the directory as it was.
 func Acquire(dir string) (*Lock, error) {
-	path := filepath.Join(dir, Name)
-	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("lock %s is %s, not a regular file; remove it", path, readfile.Kind(fi.Mode()))
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("locking %s: it is %s, not a directory", dir, readfile.Kind(fi.Mode()))
+	}
+	f, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
@@ -53,27 +58,24 @@ func Acquire(dir string) (*Lock, error) {
 		f.Close()
 		if errors.Is(err, ErrHeld) {
 			holder := "another process"
-			if raw, rerr := readfile.Read(path, maxHolderBytes); rerr == nil && len(raw) > 0 {
+			if raw, rerr := readfile.Read(filepath.Join(dir, Name), maxHolderBytes); rerr == nil && len(raw) > 0 {
 				holder = strings.TrimSpace(string(raw))
 			}
 			return nil, fmt.Errorf("%s is in use by %s: %w", dir, holder, ErrHeld)
 		}
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
-	return &Lock{f: f}, nil
+	return &Lock{dir: f}, nil
 }
 
-// Describe writes the holder's description into the lock file, for a
-// second process's message: what (such as "modref train --out runs/a"),
-// the process id, the host and the time. The description is a courtesy;
-// the lock is the flock.
+// Describe writes the holder's description into the directory's Name file,
+// for a second process's message: what (such as "modref train --out
+// runs/a"), the process id, the host and the time. The description is a
+// courtesy; the lock is the flock.
 func (l *Lock) Describe(what string) error {
 	host, _ := os.Hostname()
 	desc := fmt.Sprintf("%s (pid %d on %s, since %s)\n", what, os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
-	if err := l.f.Truncate(0); err != nil {
-		return fmt.Errorf("describing the lock's holder: %w", err)
-	}
-	if _, err := l.f.WriteAt([]byte(desc), 0); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(l.dir.Name(), Name), []byte(desc)); err != nil {
 		return fmt.Errorf("describing the lock's holder: %w", err)
 	}
 	return nil
@@ -81,5 +83,5 @@ func (l *Lock) Describe(what string) error {
 
 // Release gives the lock up. The process's end releases it too.
 func (l *Lock) Release() error {
-	return l.f.Close()
+	return l.dir.Close()
 }

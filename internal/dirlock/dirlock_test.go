@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// TestAcquire: Acquire writes nothing into the lock file; a held directory
-// is refused at once with ErrHeld and the holder's description; after
-// Release it can be taken again; a lock file that is not a regular file is
-// refused.
+// TestAcquire: Acquire writes nothing; a held directory is refused at once
+// with ErrHeld and the holder's description; after Release it can be taken
+// again; a file is not locked, and a description file that is not a
+// regular file is not written.
 func TestAcquire(t *testing.T) {
 	dir := t.TempDir()
 	l, err := Acquire(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw, _ := os.ReadFile(filepath.Join(dir, Name)); len(raw) != 0 {
-		t.Errorf("Acquire wrote %q into the lock file; only Describe writes", raw)
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("Acquire wrote into the directory (%v); only Describe writes", ents)
 	}
 	if err := l.Describe("modref train --out first"); err != nil {
 		t.Fatal(err)
@@ -42,9 +42,17 @@ func TestAcquire(t *testing.T) {
 		t.Errorf("lock file holds %q, want the last holder", raw)
 	}
 
+	if _, err := Acquire(filepath.Join(dir, Name)); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("Acquire of a file: %v, want a refusal", err)
+	}
 	odd := t.TempDir()
 	os.Mkdir(filepath.Join(odd, Name), 0o755)
-	if _, err := Acquire(odd); err == nil || !strings.Contains(err.Error(), "a directory") {
-		t.Errorf("Acquire with a directory for the lock file: %v", err)
+	l, err = Acquire(odd)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := l.Describe("x"); err == nil || !strings.Contains(err.Error(), "a directory") {
+		t.Errorf("Describe with a directory for the description: %v", err)
+	}
+	l.Release()
 }
