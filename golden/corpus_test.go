@@ -40,23 +40,30 @@ func TestCorpusIsRegenerated(t *testing.T) {
 		if diff := cmp.Diff(want.Manifest, got.Manifest); diff != "" {
 			t.Errorf("%s: committed manifest differs from the generator's (-generated +committed):\n%s", name, diff)
 		}
-		for an, wa := range want.Arrays {
-			ga := got.Arrays[an]
-			if ga == nil || !slices.Equal(wa.Shape, ga.Shape) || wa.DType != ga.DType {
-				t.Errorf("%s: array %s missing or reshaped", name, an)
-				continue
+		sameBits(t, name, "generated", want, "committed", got)
+	}
+}
+
+// sameBits fails t unless case b holds every array of case a with the same
+// shape, dtype and bits; the messages call them what a and what b.
+func sameBits(t *testing.T, name, whatA string, a *Case, whatB string, b *Case) {
+	t.Helper()
+	for an, aa := range a.Arrays {
+		ba := b.Arrays[an]
+		if ba == nil || !slices.Equal(aa.Shape, ba.Shape) || aa.DType != ba.DType {
+			t.Errorf("%s: array %s missing or reshaped", name, an)
+			continue
+		}
+		for k := range aa.F {
+			if math.Float64bits(aa.F[k]) != math.Float64bits(ba.F[k]) {
+				t.Errorf("%s: %s%v is %v %s, %v %s", name, an, aa.Index(k), aa.F[k], whatA, ba.F[k], whatB)
+				break
 			}
-			for k := range wa.F {
-				if math.Float64bits(wa.F[k]) != math.Float64bits(ga.F[k]) {
-					t.Errorf("%s: %s%v is %v committed, %v generated", name, an, wa.Index(k), ga.F[k], wa.F[k])
-					break
-				}
-			}
-			for k := range wa.I {
-				if wa.I[k] != ga.I[k] {
-					t.Errorf("%s: %s%v is %v committed, %v generated", name, an, wa.Index(k), ga.I[k], wa.I[k])
-					break
-				}
+		}
+		for k := range aa.I {
+			if aa.I[k] != ba.I[k] {
+				t.Errorf("%s: %s%v is %v %s, %v %s", name, an, aa.Index(k), aa.I[k], whatA, ba.I[k], whatB)
+				break
 			}
 		}
 	}
