@@ -37,7 +37,7 @@
 // A candidate that computes in bf16, fp16 or with TF32 products is judged
 // under a Profile (ParseProfile, Profiles): Profile.Tolerances replaces a
 // case's tolerances by a multiple of the error of an emulated
-// implementation of that precision (internal/modcase's Emulate computes its
+// implementation of that precision (mod/modcase's Emulate computes its
 // arrays) plus a floor, and sets the near-tie margin from the router
 // logits' tolerance. JudgeFlips re-judges a comparison that failed on
 // routing decisions within that margin against the truth recomputed at the

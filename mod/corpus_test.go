@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // corpusDir is the golden corpus, relative to this package.

@@ -2,8 +2,8 @@ package mod_test
 
 import (
 	"fmt"
-	"github.com/modref/modref/internal/modcase"
 	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"slices"
 	"strings"
 	"testing"

@@ -68,7 +68,7 @@
 //
 // Layer.Params and Model.Params name every parameter as ref and the golden
 // corpus do ("Wq", "L1.Router", "Embed", ...). LoadParams fills them from
-// float64 values; package internal/modcase builds a layer or a model with
+// float64 values; package mod/modcase builds a layer or a model with
 // its inputs from a golden case or from ref's parameters.
 //
 // # Decoding

@@ -9,8 +9,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/internal/modcase"
 	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )

@@ -3,8 +3,8 @@ package mod_test
 import (
 	"flag"
 	"fmt"
-	"github.com/modref/modref/internal/modcase"
 	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"math"
 	"os"
 	"sort"

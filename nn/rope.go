@@ -33,7 +33,7 @@ type RoPE struct {
 	// about p · 2⁻²³ radians (1.2e-4 at p = 2047), at thousands of
 	// positions the largest rounding error such an implementation makes
 	// (docs/tolerances.md, "Precision profiles"). The precision profiles'
-	// emulated implementations set it (internal/modcase.Emulate).
+	// emulated implementations set it (mod/modcase.Emulate).
 	Float32Angles bool
 
 	// cos and sin are constant tables with a row per position p, holding

@@ -32,6 +32,6 @@ func Choices() []Choice {
 		{"MoDE expert routing", "expert choice (Zhou et al. 2022): gates softmax(N2(h)·W_g) over E experts (+ no-op experts, integrated); each expert takes its k_e = clamp(floor(c_e*n), 1, n) largest gates of a row, ties to the lower position; no load-balancing loss; layer-level, full-sequence only"},
 		{"MoDE forms", "staged: MoD top-k (linear router, raw weighting, gather) around attention + experts, out = x + r(a + m); integrated: dense attention, out = x + a + m, no-op experts add 0"},
 		{"init", "math/rand/v2 PCG(seed, seed^0x9e3779b97f4a7c15); weights N(0, 1/d_in); gains 1+N(0, 0.01)"},
-		{"finite differences", "gonum diff/fd central, step 1e-5, routing decision and stop-gradient constants frozen"},
+		{"gradients", "ref's analytic float64 backward passes, routing decision and stop-gradient constants frozen; held in ref's tests to gonum diff/fd central differences, step 1e-5"},
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/internal/atomicfile"
-	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).

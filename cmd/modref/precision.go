@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // precisionFlag adds --precision to a command and returns its parser: the

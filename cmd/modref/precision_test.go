@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // TestCheckPrecision runs check under each profile on modref's own float32

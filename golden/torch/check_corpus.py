@@ -32,11 +32,12 @@ DEFAULT_CONVENTIONS = dict(M.CONVENTIONS)
 # 9.9e-14 absolute (on a loss of 79.5), 1.7e-14 normwise relative.
 VALUE_RTOL = 1e-11
 VALUE_ATOL = 1e-12
-# Gradients: the corpus holds central finite differences (float64, step 1e-5, routing
-# frozen). Their error is truncation (~h^2 f''') plus cancellation (~eps |loss| / h), an
-# absolute error on the scale of the problem, so atol is relative to the array's largest
-# entry (at least 1). Measured: worst |torch - corpus| / max(1, max|corpus|) = 1.75e-9;
-# the bound below leaves a 57x margin.
+# Gradients: the corpus holds ref's analytic backward passes (float64, routing frozen),
+# exact to round-off like autograd's. The bounds were set when the corpus held central
+# finite differences (step 1e-5), whose error is truncation (~h^2 f''') plus cancellation
+# (~eps |loss| / h), an absolute error on the scale of the problem, so atol is relative
+# to the array's largest entry (at least 1). Measured then: worst |torch - corpus| /
+# max(1, max|corpus|) = 1.75e-9, a 57x margin below the bound; it is kept.
 GRAD_RTOL = 1e-6
 GRAD_ATOL_SCALED = 1e-7   # atol = GRAD_ATOL_SCALED * max(1, max|expected|)
 

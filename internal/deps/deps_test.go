@@ -9,6 +9,29 @@ import (
 
 const module = "github.com/modref/modref"
 
+// layers is the module drawn in docs/design.md ("Dependencies"), from the
+// bottom up: a package may import only packages of layers below its own
+// (TestRuleRunsDown checks allowed against it, so that an import that runs
+// up cannot be allowed). internal/ holds only leaf utilities, which import
+// the standard library, golang.org/x/sys and each other; the adapters that
+// join mod to golden and ref sit above both, under mod/.
+var layers = [][]string{
+	// Leaves: the vocabulary and the utilities that know no model.
+	{"spec", "internal/readfile", "internal/lowp", "internal/fmacheck", "internal/benchcpu",
+		"internal/candidate", "internal/deps", "bench/peak", "ref/internal/elem", "ref/internal/prod",
+		"autograd/internal/kernel"},
+	{"internal/atomicfile", "autograd"},
+	{"internal/dirlock", "ref", "nn"},
+	// The truth and the fast path, side by side and blind to each other.
+	{"golden", "mod"},
+	{"golden/fuzzcase"},
+	// Adapters between mod and golden/ref, and mod's training.
+	{"mod/modcase", "mod/train"},
+	// Programs and the packages that compose everything.
+	{"mod/modcase/catchtable", "mod/train/plot", "fuzz"},
+	{"mod/train/experiment", "cmd/modref"},
+}
+
 // allowed is the import rule of docs/design.md: for each package of the
 // module (path relative to the module), the module packages its non-test
 // code may import. spec ← ref; spec ← autograd ← nn ← mod; ref ← golden;
@@ -17,9 +40,10 @@ const module = "github.com/modref/modref"
 // CLI; internal/dirlock (the run directory's lock) ← the CLI;
 // internal/candidate (runs a user's program) ← the CLI; spec, golden ←
 // golden/fuzzcase (modref fuzz's draws and shrinking) ← the CLI;
-// internal/modcase, mod/train (golden for its .npz reader only), the CLI and
-// the fuzz targets on top. ref is the truth the fast path is
-// checked against and mod is the fast path: neither imports the other.
+// mod/modcase (mod run on golden's cases), mod/train (golden for its .npz
+// reader only), the CLI and the fuzz targets on top. ref is the truth the
+// fast path is checked against and mod is the fast path: neither imports
+// the other.
 var allowed = map[string][]string{
 	"spec":                     {},
 	"bench/peak":               {},
@@ -32,21 +56,21 @@ var allowed = map[string][]string{
 	"mod":                      {"spec", "autograd", "nn"},
 	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile", "internal/lowp"},
 	"internal/lowp":            {},
-	"internal/catchtable":      {"golden", "internal/modcase"},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},
 	"internal/dirlock":         {"internal/readfile", "internal/atomicfile"},
 	"internal/fmacheck":        {},
 	"internal/benchcpu":        {},
 	"internal/deps":            {},
-	"internal/modcase":         {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/lowp"},
 	"internal/candidate":       {},
 	"golden/fuzzcase":          {"spec", "golden"},
+	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/lowp"},
+	"mod/modcase/catchtable":   {"golden", "mod/modcase"},
 	"mod/train":                {"spec", "autograd", "nn", "mod", "golden", "internal/atomicfile", "internal/readfile"},
 	"mod/train/plot":           {"mod/train", "internal/atomicfile"},
 	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
-	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
-	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase"},
+	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
+	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase"},
 }
 
 // allowedInTests extends allowed for a package's tests (in-package and
@@ -59,7 +83,7 @@ var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
 	"ref/internal/prod": {"internal/fmacheck"},
-	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/modcase", "internal/fmacheck", "internal/benchcpu"},
+	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 }
 
 // TestImportRule checks every package of the module against allowed, and
@@ -100,6 +124,41 @@ func TestImportRule(t *testing.T) {
 	}
 	if seen != len(allowed) {
 		t.Errorf("go list found %d of the %d packages of the rule", seen, len(allowed))
+	}
+}
+
+// TestRuleRunsDown checks allowed against layers: every package of the rule
+// is in exactly one layer, and may import only packages of lower layers, so
+// that an import that runs up fails here even when added to allowed; a
+// package under internal/ may import only other internal/ packages (the
+// leaves).
+func TestRuleRunsDown(t *testing.T) {
+	layer := make(map[string]int)
+	for i, ps := range layers {
+		for _, p := range ps {
+			if _, dup := layer[p]; dup {
+				t.Errorf("package %s is in two layers", p)
+			}
+			layer[p] = i
+		}
+	}
+	for pkg, imports := range allowed {
+		l, ok := layer[pkg]
+		if !ok {
+			t.Errorf("package %s of the rule is in no layer; draw it in docs/design.md and add it to layers", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if li, ok := layer[imp]; !ok || li >= l {
+				t.Errorf("%s (layer %d) may import %s (layer %d): an import must run down", pkg, l, imp, li)
+			}
+			if strings.HasPrefix(pkg, "internal/") && !strings.HasPrefix(imp, "internal/") {
+				t.Errorf("%s may import %s: internal/ holds leaf utilities, which import only each other", pkg, imp)
+			}
+		}
+	}
+	if len(layer) != len(allowed) {
+		t.Errorf("layers has %d packages, allowed %d", len(layer), len(allowed))
 	}
 }
 

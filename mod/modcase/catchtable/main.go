@@ -3,7 +3,7 @@
 // diagnose` names it on the corpus, and prints the table docs/tolerances.md
 // publishes ("What each profile catches"):
 //
-//	go run ./internal/catchtable [-corpus DIR] > table.md
+//	go run ./mod/modcase/catchtable [-corpus DIR] > table.md
 //
 // A deviant candidate at a profile is the deviation's values
 // (golden.DeviantCandidate, float64) plus the profile's rounding error on
@@ -25,7 +25,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/modcase"
+	"github.com/modref/modref/mod/modcase"
 )
 
 func main() {
