@@ -1,6 +1,8 @@
 package fuzz
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"archive/zip"
 	"bytes"
 	"crypto/sha256"
@@ -135,7 +137,7 @@ func checkUnwritten(t *testing.T, dir string, before map[string][32]byte, what s
 }
 
 // checkArrays checks that every array ReadNPZ returns is well formed.
-func checkArrays(t *testing.T, arrays map[string]*golden.Array) {
+func checkArrays(t *testing.T, arrays map[string]*format.Array) {
 	for name, a := range arrays {
 		n := 1
 		for _, d := range a.Shape {
@@ -185,7 +187,7 @@ func TestReadNPZBoundsHeaderLength(t *testing.T) {
 	}
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	_, err = golden.ReadNPZ(p)
+	_, err = format.ReadNPZ(p)
 	runtime.ReadMemStats(&m1)
 	alloc := m1.TotalAlloc - m0.TotalAlloc
 	if err == nil {
@@ -196,7 +198,7 @@ func TestReadNPZBoundsHeaderLength(t *testing.T) {
 	}
 }
 
-// FuzzReadNPZ: golden.ReadNPZ on arbitrary file contents returns arrays
+// FuzzReadNPZ: format.ReadNPZ on arbitrary file contents returns arrays
 // that are well formed, or an error naming the file; it never panics and
 // never writes.
 func FuzzReadNPZ(f *testing.F) {
@@ -205,7 +207,7 @@ func FuzzReadNPZ(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := writeTemp(t, dir, map[string][]byte{"c.npz": data})
 		path := filepath.Join(dir, "c.npz")
-		arrays, err := golden.ReadNPZ(path)
+		arrays, err := format.ReadNPZ(path)
 		checkUnwritten(t, dir, before, "ReadNPZ")
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
@@ -219,7 +221,7 @@ func FuzzReadNPZ(f *testing.F) {
 
 var caseName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 
-// FuzzManifest: golden.ReadManifest on arbitrary JSON returns a manifest
+// FuzzManifest: format.ReadManifest on arbitrary JSON returns a manifest
 // that satisfies the format's rules (docs/golden-format.md), or an error
 // naming the file; it never panics and never writes.
 func FuzzManifest(f *testing.F) {
@@ -228,7 +230,7 @@ func FuzzManifest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := writeTemp(t, dir, map[string][]byte{"c.json": data})
 		path := filepath.Join(dir, "c.json")
-		m, err := golden.ReadManifest(path)
+		m, err := format.ReadManifest(path)
 		checkUnwritten(t, dir, before, "ReadManifest")
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
@@ -236,11 +238,11 @@ func FuzzManifest(f *testing.F) {
 			}
 			return
 		}
-		if m.Format != golden.Format || m.Version != golden.Version || !caseName.MatchString(m.Name) {
+		if m.Format != format.Format || m.Version != format.Version || !caseName.MatchString(m.Name) {
 			t.Fatalf("ReadManifest accepted format %q version %d name %q", m.Format, m.Version, m.Name)
 		}
 		for _, a := range m.Arrays {
-			if a.Role == golden.RoleExpected && (a.Tolerance == nil || !(a.Tolerance.RTol >= 0) || !(a.Tolerance.ATol >= 0)) {
+			if a.Role == format.RoleExpected && (a.Tolerance == nil || !(a.Tolerance.RTol >= 0) || !(a.Tolerance.ATol >= 0)) {
 				t.Fatalf("ReadManifest accepted expected array %q with tolerance %+v", a.Name, a.Tolerance)
 			}
 		}
@@ -248,17 +250,17 @@ func FuzzManifest(f *testing.F) {
 }
 
 // selfCandidate returns a case's expected arrays under their candidate names.
-func selfCandidate(c *golden.Case) map[string]*golden.Array {
-	cand := make(map[string]*golden.Array)
+func selfCandidate(c *format.Case) map[string]*format.Array {
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == golden.RoleExpected {
-			cand[golden.CandidateName(info.Name)] = c.Arrays[info.Name]
+		if info.Role == format.RoleExpected {
+			cand[format.CandidateName(info.Name)] = c.Arrays[info.Name]
 		}
 	}
 	return cand
 }
 
-// FuzzLoad: golden.Load on a directory holding a fuzzed NAME.json and
+// FuzzLoad: format.Load on a directory holding a fuzzed NAME.json and
 // NAME.npz returns a case or an error, never panics and never writes; a case
 // it returns is judged by golden.Compare without a panic, and its own
 // expected arrays pass against it; a candidate changed from them as mut
@@ -273,7 +275,7 @@ func FuzzLoad(f *testing.F) {
 			name = "case"
 		}
 		before := writeTemp(t, dir, map[string][]byte{name + ".json": manifest, name + ".npz": arrays})
-		c, err := golden.Load(dir, name)
+		c, err := format.Load(dir, name)
 		checkUnwritten(t, dir, before, "Load")
 		if err != nil {
 			return
@@ -315,7 +317,7 @@ func TestLoadRefusesShortValidLengths(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := golden.Load(dir, "layer-padding"); err == nil || !strings.Contains(err.Error(), "valid_lengths") {
+	if _, err := format.Load(dir, "layer-padding"); err == nil || !strings.Contains(err.Error(), "valid_lengths") {
 		t.Errorf("Load of valid_lengths [10] with batch 2: error %v, want one naming valid_lengths", err)
 	}
 }
@@ -347,7 +349,7 @@ func TestLoadRefusesLayerCaseWithoutLayer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := golden.Load(dir, "layer-paper"); err == nil || !strings.Contains(err.Error(), "layer") {
+	if _, err := format.Load(dir, "layer-paper"); err == nil || !strings.Contains(err.Error(), "layer") {
 		t.Errorf("Load of a layer case with config.layer null: error %v, want one naming the layer", err)
 	}
 }
@@ -357,10 +359,10 @@ func TestLoadRefusesLayerCaseWithoutLayer(t *testing.T) {
 // decode case.
 var compareCases = []string{"layer-paper", "layer-padding", "layer-causal-router", "layer-ties", "model-every-other", "decode-router"}
 
-var loadCases = sync.OnceValues(func() ([]*golden.Case, error) {
-	var cs []*golden.Case
+var loadCases = sync.OnceValues(func() ([]*format.Case, error) {
+	var cs []*format.Case
 	for _, n := range compareCases {
-		c, err := golden.Load(corpusDir, n)
+		c, err := format.Load(corpusDir, n)
 		if err != nil {
 			return nil, err
 		}
@@ -373,17 +375,17 @@ var loadCases = sync.OnceValues(func() ([]*golden.Case, error) {
 // bytes say: values replaced (NaN, ±Inf, near-float32-limit, shifted by a
 // tolerance multiple), integer decisions moved, arrays dropped, reshaped or
 // converted between float and integer. It reports whether anything changed.
-func mutateCandidate(c *golden.Case, src *byteSource) (map[string]*golden.Array, bool) {
+func mutateCandidate(c *format.Case, src *byteSource) (map[string]*format.Array, bool) {
 	self := selfCandidate(c)
 	names := make([]string, 0, len(self))
 	for n := range self {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	cand := make(map[string]*golden.Array, len(self))
+	cand := make(map[string]*format.Array, len(self))
 	for _, n := range names {
 		a := self[n]
-		cand[n] = &golden.Array{Shape: slices.Clone(a.Shape), F: slices.Clone(a.F), I: slices.Clone(a.I), DType: a.DType}
+		cand[n] = &format.Array{Shape: slices.Clone(a.Shape), F: slices.Clone(a.F), I: slices.Clone(a.I), DType: a.DType}
 	}
 	changed := false
 	for range src.Int(0, 6, "mutations") {
@@ -441,11 +443,11 @@ func FuzzCompare(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, which uint8, asNPZ bool, allowMissing bool, data []byte) {
 		c := cases[int(which)%len(cases)]
-		var cand map[string]*golden.Array
+		var cand map[string]*format.Array
 		changed := true
 		if asNPZ {
 			before := writeTemp(t, dir, map[string][]byte{"cand.npz": data})
-			cand, err = golden.ReadNPZ(filepath.Join(dir, "cand.npz"))
+			cand, err = format.ReadNPZ(filepath.Join(dir, "cand.npz"))
 			checkUnwritten(t, dir, before, "ReadNPZ")
 			if err != nil {
 				return

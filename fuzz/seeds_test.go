@@ -1,14 +1,14 @@
 package fuzz
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
 )
 
 // TestWriteSeeds regenerates the committed seed corpora under
@@ -86,7 +86,7 @@ func TestWriteSeeds(t *testing.T) {
 	for k, c := range cases {
 		dir := t.TempDir()
 		p := filepath.Join(dir, "cand.npz")
-		if err := golden.WriteNPZ(p, selfCandidate(c)); err != nil {
+		if err := format.WriteNPZ(p, selfCandidate(c)); err != nil {
 			t.Fatal(err)
 		}
 		raw, err := os.ReadFile(p)

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"sort"
@@ -12,46 +14,46 @@ import (
 
 // builder accumulates a case's arrays and their manifest entries.
 type builder struct {
-	m      *Manifest
-	arrays map[string]*Array
+	m      *format.Manifest
+	arrays map[string]*format.Array
 }
 
-func newBuilder(m *Manifest) *builder {
-	return &builder{m: m, arrays: make(map[string]*Array)}
+func newBuilder(m *format.Manifest) *builder {
+	return &builder{m: m, arrays: make(map[string]*format.Array)}
 }
 
-func (b *builder) add(name, role string, a *Array, tol *Tolerance) {
+func (b *builder) add(name, role string, a *format.Array, tol *format.Tolerance) {
 	if _, dup := b.arrays[name]; dup {
 		panic("golden: array " + name + " added twice")
 	}
 	b.arrays[name] = a
-	b.m.Arrays = append(b.m.Arrays, ArrayInfo{Name: name, Role: role, DType: a.DType, Shape: a.Shape, Tolerance: tol})
+	b.m.Arrays = append(b.m.Arrays, format.ArrayInfo{Name: name, Role: role, DType: a.DType, Shape: a.Shape, Tolerance: tol})
 }
 
 // expect adds an expected array with the tolerance its kind calls for.
-func (b *builder) expect(name string, a *Array) {
-	b.add(name, RoleExpected, a, toleranceFor(name, a))
+func (b *builder) expect(name string, a *format.Array) {
+	b.add(name, format.RoleExpected, a, toleranceFor(name, a))
 }
 
-func (b *builder) build() *Case {
+func (b *builder) build() *format.Case {
 	sort.SliceStable(b.m.Arrays, func(i, j int) bool { return roleOrder(b.m.Arrays[i].Role) < roleOrder(b.m.Arrays[j].Role) })
-	return &Case{Manifest: b.m, Arrays: b.arrays}
+	return &format.Case{Manifest: b.m, Arrays: b.arrays}
 }
 
 func roleOrder(role string) int {
 	switch role {
-	case RoleInput:
+	case format.RoleInput:
 		return 0
-	case RoleParam:
+	case format.RoleParam:
 		return 1
-	case RoleUpstream:
+	case format.RoleUpstream:
 		return 2
 	}
 	return 3
 }
 
 // batchArray flattens B matrices of S×c into a B×S×c array.
-func batchArray(ms []*mat.Dense) *Array {
+func batchArray(ms []*mat.Dense) *format.Array {
 	r, c := ms[0].Dims()
 	v := make([]float64, 0, len(ms)*r*c)
 	for _, m := range ms {
@@ -59,12 +61,12 @@ func batchArray(ms []*mat.Dense) *Array {
 			v = append(v, m.RawRowView(i)...)
 		}
 	}
-	return Float(v, len(ms), r, c)
+	return format.Float(v, len(ms), r, c)
 }
 
 // fieldArray flattens a B×S per-token field, writing 0 at padded positions
 // (which are judged nowhere).
-func fieldArray(f [][]float64, valid []int) *Array {
+func fieldArray(f [][]float64, valid []int) *format.Array {
 	s := len(f[0])
 	v := make([]float64, 0, len(f)*s)
 	for b, row := range f {
@@ -75,7 +77,7 @@ func fieldArray(f [][]float64, valid []int) *Array {
 			v = append(v, x)
 		}
 	}
-	return Float(v, len(f), s)
+	return format.Float(v, len(f), s)
 }
 
 func validLen(valid []int, b, s int) int {
@@ -86,7 +88,7 @@ func validLen(valid []int, b, s int) int {
 }
 
 // selectedArray is B×k_max ascending positions, padded with −1.
-func selectedArray(sel ref.Selection) *Array {
+func selectedArray(sel ref.Selection) *format.Array {
 	kmax := 1
 	for _, row := range sel.Rows {
 		kmax = max(kmax, len(row))
@@ -101,42 +103,42 @@ func selectedArray(sel ref.Selection) *Array {
 			v = append(v, p)
 		}
 	}
-	return Int(v, len(sel.Rows), kmax)
+	return format.Int(v, len(sel.Rows), kmax)
 }
 
 // intsArray returns a 1-D int64 array.
-func intsArray(v []int) *Array {
+func intsArray(v []int) *format.Array {
 	out := make([]int64, len(v))
 	for i, x := range v {
 		out[i] = int64(x)
 	}
-	return Int(out, len(v))
+	return format.Int(out, len(v))
 }
 
 // intGrid returns a B×S int64 array.
-func intGrid(v [][]int) *Array {
+func intGrid(v [][]int) *format.Array {
 	out := make([]int64, 0, len(v)*len(v[0]))
 	for _, row := range v {
 		for _, x := range row {
 			out = append(out, int64(x))
 		}
 	}
-	return Int(out, len(v), len(v[0]))
+	return format.Int(out, len(v), len(v[0]))
 }
 
 // tensorArray returns a parameter as an array of its own shape.
-func tensorArray(t ref.Tensor) *Array {
-	return Float(append([]float64(nil), t.Data...), t.Shape...)
+func tensorArray(t ref.Tensor) *format.Array {
+	return format.Float(append([]float64(nil), t.Data...), t.Shape...)
 }
 
 // gradient is the frozen-routing finite-difference gradient of loss with
 // respect to data, shaped like it.
-func gradient(loss func() (float64, error), data []float64, shape []int) (*Array, error) {
+func gradient(loss func() (float64, error), data []float64, shape []int) (*format.Array, error) {
 	g, err := ref.FDGradient(loss, data, ref.FDStep)
 	if err != nil {
 		return nil, err
 	}
-	return Float(g, shape...), nil
+	return format.Float(g, shape...), nil
 }
 
 // expectGradients adds to b the analytic gradients of a layer case:
@@ -146,7 +148,7 @@ func gradient(loss func() (float64, error), data []float64, shape []int) (*Array
 func expectGradients(b *builder, dx []*mat.Dense, params, grads []ref.Tensor) {
 	b.expect("grad.input.x", batchArray(dx))
 	for k, t := range grads {
-		b.expect("grad.param."+params[k].Name, Float(t.Data, t.Shape...))
+		b.expect("grad.param."+params[k].Name, format.Float(t.Data, t.Shape...))
 	}
 }
 

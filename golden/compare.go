@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,10 +34,10 @@ type ArrayResult struct {
 	MaxRel float64 `json:"max_rel"`
 	// Where is the index of the element furthest outside (or closest to
 	// leaving) the tolerance, with the two values there.
-	Where     []int     `json:"where"`
-	Got       float64   `json:"got"`
-	Want      float64   `json:"want"`
-	Tolerance Tolerance `json:"tolerance"`
+	Where     []int            `json:"where"`
+	Got       float64          `json:"got"`
+	Want      float64          `json:"want"`
+	Tolerance format.Tolerance `json:"tolerance"`
 	// Routing explains a mismatch of selected positions.
 	Routing []RowMismatch `json:"routing,omitempty"`
 }
@@ -92,7 +94,7 @@ type CaseResult struct {
 	// Precision names the profile the case was judged under (empty: the
 	// manifest's tolerances), and Baseline holds the profile's
 	// measurements, the tolerances they gave and the near-tie margin
-	// (Profile.Tolerances).
+	// (Tolerances).
 	Precision string         `json:"precision,omitempty"`
 	Baseline  *ProfileReport `json:"baseline,omitempty"`
 	// Flips reports routing decisions that differ from the truth's, when
@@ -105,9 +107,6 @@ type CaseResult struct {
 // or infinity, or a selected position outside the sequence.
 var ErrBadValue = errors.New("invalid value")
 
-// CandidateName returns the name a candidate uses for an expected array.
-func CandidateName(expected string) string { return strings.TrimPrefix(expected, "expected.") }
-
 // Compare judges a candidate's arrays against a case's expected arrays. A
 // missing array, one of the wrong shape, a float array where integers are
 // expected (or integers where floats are, except 0/1 targets), or a NaN or
@@ -116,7 +115,7 @@ func CandidateName(expected string) string { return strings.TrimPrefix(expected,
 // by configuration (ZeroByConfiguration) may be missing and is judged as
 // zeros; a selected array of another width is judged as a routing
 // mismatch.
-func Compare(c *Case, cand map[string]*Array, allowMissing bool) (*CaseResult, error) {
+func Compare(c *format.Case, cand map[string]*format.Array, allowMissing bool) (*CaseResult, error) {
 	rule := refuseMissing
 	if allowMissing {
 		rule = reportMissing
@@ -139,18 +138,18 @@ const (
 
 // compare is Compare with a rule for missing arrays: an optional one is
 // always listed in Absent.
-func compare(c *Case, cand map[string]*Array, rule missingRule) (*CaseResult, error) {
+func compare(c *format.Case, cand map[string]*format.Array, rule missingRule) (*CaseResult, error) {
 	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role != RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
-		name := CandidateName(info.Name)
+		name := format.CandidateName(info.Name)
 		got, ok := cand[name]
 		if !ok && ZeroByConfiguration(c, info.Name) {
 			// An array that is 0 by configuration may be left out: it is
 			// judged as zeros.
-			got, ok = &Array{Shape: info.Shape, F: make([]float64, size(info.Shape)), DType: "<f8"}, true
+			got, ok = &format.Array{Shape: info.Shape, F: make([]float64, format.Elements(info.Shape)), DType: "<f8"}, true
 		}
 		if !ok && (rule == skipMissing || Optional(c, info.Name)) {
 			res.Absent = append(res.Absent, name)
@@ -196,7 +195,7 @@ func compare(c *Case, cand map[string]*Array, rule missingRule) (*CaseResult, er
 			// targets is a 0/1 mask: integers 0 and 1 say the same.
 			got = asFloat(got)
 		}
-		if k := got.firstNonFinite(); k >= 0 {
+		if k := got.FirstNonFinite(); k >= 0 {
 			return nil, fmt.Errorf("%w: array %q holds %v at %v", ErrBadValue, name, got.F[k], got.Index(k))
 		}
 		r := compareArray(c, info, got, want)
@@ -213,11 +212,11 @@ func compare(c *Case, cand map[string]*Array, rule missingRule) (*CaseResult, er
 // configuration, so that a candidate may leave it out
 // (docs/golden-format.md, "Candidates"): a layer's aux.total when its
 // auxiliary and load-balancing weights are both 0.
-func ZeroByConfiguration(c *Case, expected string) bool {
+func ZeroByConfiguration(c *format.Case, expected string) bool {
 	if !strings.HasSuffix(expected, "aux.total") {
 		return false
 	}
-	l := c.layerConfig(strings.TrimSuffix(expected, "aux.total"))
+	l := c.LayerConfig(strings.TrimSuffix(expected, "aux.total"))
 	return l != nil && (l.Aux == spec.AuxNone || l.AuxWeight == 0) && l.LoadBalanceWeight == 0
 }
 
@@ -227,9 +226,9 @@ func ZeroByConfiguration(c *Case, expected string) bool {
 // layer's weights and multipliers, which its output and gradients judge
 // already (most ports never hold g·m apart), and its targets where no loss
 // reads them: no auxiliary loss, or one of weight 0.
-func Optional(c *Case, expected string) bool {
-	l := c.layerConfig("expected.")
-	if c.Manifest.Kind != KindLayer || l == nil {
+func Optional(c *format.Case, expected string) bool {
+	l := c.LayerConfig("expected.")
+	if c.Manifest.Kind != format.KindLayer || l == nil {
 		return false
 	}
 	switch expected {
@@ -242,7 +241,7 @@ func Optional(c *Case, expected string) bool {
 }
 
 // zeroOne reports whether an integer array holds only 0 and 1.
-func zeroOne(a *Array) bool {
+func zeroOne(a *format.Array) bool {
 	for _, v := range a.I {
 		if v != 0 && v != 1 {
 			return false
@@ -255,7 +254,7 @@ func zeroOne(a *Array) bool {
 // with −1) whose width differs from the oracle's: an implementation that
 // selects a different number of tokens writes a different k. It compares
 // the sets row by row; ok is false when the arrays are not such lists.
-func compareSelectedWidths(c *Case, info ArrayInfo, got, want *Array) (ArrayResult, bool) {
+func compareSelectedWidths(c *format.Case, info format.ArrayInfo, got, want *format.Array) (ArrayResult, bool) {
 	if !strings.HasSuffix(info.Name, "selected") || !got.IsInt() || len(got.Shape) != 2 || len(want.Shape) != 2 ||
 		got.Shape[0] != want.Shape[0] || got.Shape[1] == want.Shape[1] {
 		return ArrayResult{}, false
@@ -267,7 +266,7 @@ func compareSelectedWidths(c *Case, info ArrayInfo, got, want *Array) (ArrayResu
 	r.Status = StatusFail
 	// The first element that differs, the narrower array read as padded
 	// with −1 to the wider width.
-	at := func(a *Array, b, j int) int64 {
+	at := func(a *format.Array, b, j int) int64 {
 		if j < a.Shape[1] {
 			return a.I[b*a.Shape[1]+j]
 		}
@@ -290,17 +289,17 @@ func compareSelectedWidths(c *Case, info ArrayInfo, got, want *Array) (ArrayResu
 
 // judged reports whether flat element k of an array of this shape is judged:
 // arrays whose leading dimensions are B×S are judged at valid positions only.
-func judged(c *Case, shape []int, k int) bool {
+func judged(c *format.Case, shape []int, k int) bool {
 	cfg := c.Manifest.Config
 	if cfg.ValidLengths == nil || len(shape) < 2 || shape[0] != cfg.Batch || shape[1] != cfg.SeqLen {
 		return true
 	}
-	inner := size(shape[2:])
+	inner := format.Elements(shape[2:])
 	b, i := k/(cfg.SeqLen*inner), (k/inner)%cfg.SeqLen
 	return i < cfg.ValidLengths[b]
 }
 
-func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
+func compareArray(c *format.Case, info format.ArrayInfo, got, want *format.Array) ArrayResult {
 	tol := *info.Tolerance
 	r := ArrayResult{Status: StatusPass, Tolerance: tol}
 	if want.IsInt() {
@@ -352,11 +351,11 @@ func compareArray(c *Case, info ArrayInfo, got, want *Array) ArrayResult {
 // from the oracle's. It understands the three encodings of a decision:
 // selected positions (B×k, padded with −1), 0/1 routed flags and 0/1
 // targets (B×S).
-func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
+func routingMismatch(c *format.Case, name string, got, want *format.Array) []RowMismatch {
 	prefix := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "selected"), "routed"), "targets")
 	scores := c.Arrays[prefix+"router_logits"]
 	causal := false
-	if l := c.layerConfig(prefix); l != nil && l.Causal != "off" {
+	if l := c.LayerConfig(prefix); l != nil && l.Causal != "off" {
 		causal = true
 		if l.Causal == "predictor" {
 			scores = c.Arrays[prefix+"predictor_logits"]
@@ -404,9 +403,9 @@ func routingMismatch(c *Case, name string, got, want *Array) []RowMismatch {
 
 // sameRow reports whether row b of two lists of positions (padded with
 // −1, perhaps to other widths) lists the same positions in the same order.
-func sameRow(a, b *Array, row int) bool {
-	listed := func(x *Array) []int64 {
-		w := size(x.Shape[1:])
+func sameRow(a, b *format.Array, row int) bool {
+	listed := func(x *format.Array) []int64 {
+		w := format.Elements(x.Shape[1:])
 		return slices.DeleteFunc(slices.Clone(x.I[row*w:(row+1)*w]), func(p int64) bool { return p < 0 })
 	}
 	return slices.Equal(listed(a), listed(b))
@@ -414,8 +413,8 @@ func sameRow(a, b *Array, row int) bool {
 
 // decisions returns the set of routed positions of row b. A list of
 // positions counts only entries in [0, seqLen) (Compare refuses others).
-func decisions(a *Array, b int, positions bool, seqLen int) map[int]bool {
-	inner := size(a.Shape[1:])
+func decisions(a *format.Array, b int, positions bool, seqLen int) map[int]bool {
+	inner := format.Elements(a.Shape[1:])
 	set := make(map[int]bool)
 	for j := 0; j < inner; j++ {
 		routed := false
@@ -458,27 +457,13 @@ func flipGap(s []float64, onlyCand, onlyOracle []int, causal bool) float64 {
 	return gap
 }
 
-// layerConfig returns the configuration of the routed layer an array name
-// prefix ("expected." or "expected.L<l>.") refers to.
-func (c *Case) layerConfig(prefix string) *spec.Config {
-	cfg := c.Manifest.Config
-	if cfg.Layer != nil {
-		return cfg.Layer
-	}
-	var l int
-	if _, err := fmt.Sscanf(prefix, "expected.L%d.", &l); err != nil || l < 0 || l >= len(cfg.Layers) {
-		return nil
-	}
-	return &cfg.Layers[l].Config
-}
-
 // asFloat returns an integer array's values as a float64 array.
-func asFloat(a *Array) *Array {
+func asFloat(a *format.Array) *format.Array {
 	v := make([]float64, len(a.I))
 	for k, x := range a.I {
 		v[k] = float64(x)
 	}
-	return Float(v, a.Shape...)
+	return format.Float(v, a.Shape...)
 }
 
 // jsonFloat is a float64 as JSON can hold it: infinities, which a gap with

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"slices"
 	"strings"
@@ -8,21 +10,21 @@ import (
 )
 
 // perfect returns a candidate holding the case's own expected values.
-func perfect(c *Case) map[string]*Array {
-	cand := make(map[string]*Array)
+func perfect(c *format.Case) map[string]*format.Array {
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == RoleExpected {
+		if info.Role == format.RoleExpected {
 			a := *c.Arrays[info.Name]
 			a.F, a.I = slices.Clone(a.F), slices.Clone(a.I)
-			cand[CandidateName(info.Name)] = &a
+			cand[format.CandidateName(info.Name)] = &a
 		}
 	}
 	return cand
 }
 
-func loadCase(t *testing.T, name string) *Case {
+func loadCase(t *testing.T, name string) *format.Case {
 	t.Helper()
-	c, err := Load("corpus", name)
+	c, err := format.Load("corpus", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,24 +131,24 @@ func TestCompareBadCandidates(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	for _, tc := range []struct {
 		name string
-		edit func(map[string]*Array)
+		edit func(map[string]*format.Array)
 		want string
 	}{
-		{"missing", func(m map[string]*Array) { delete(m, "grad.param.Wq") }, `array "grad.param.Wq" is missing: the case expects shape [`},
-		{"shape", func(m map[string]*Array) { m["out"].Shape = []int{2, 64} }, `array "out" has shape [2 64], want [2 8 8]`},
-		{"nan", func(m map[string]*Array) { m["aux.total"].F[0] = math.NaN() }, `array "aux.total" holds NaN`},
-		{"inf", func(m map[string]*Array) { m["out"].F[9] = math.Inf(-1) }, `array "out" holds -Inf at [0 1 1]`},
-		{"float selected", func(m map[string]*Array) {
+		{"missing", func(m map[string]*format.Array) { delete(m, "grad.param.Wq") }, `array "grad.param.Wq" is missing: the case expects shape [`},
+		{"shape", func(m map[string]*format.Array) { m["out"].Shape = []int{2, 64} }, `array "out" has shape [2 64], want [2 8 8]`},
+		{"nan", func(m map[string]*format.Array) { m["aux.total"].F[0] = math.NaN() }, `array "aux.total" holds NaN`},
+		{"inf", func(m map[string]*format.Array) { m["out"].F[9] = math.Inf(-1) }, `array "out" holds -Inf at [0 1 1]`},
+		{"float selected", func(m map[string]*format.Array) {
 			s := m["selected"]
-			m["selected"] = &Array{Shape: s.Shape, F: make([]float64, len(s.I)), DType: "<f4"}
+			m["selected"] = &format.Array{Shape: s.Shape, F: make([]float64, len(s.I)), DType: "<f4"}
 		}, `array "selected" has dtype <f4, want integers (<i8`},
-		{"float out as integers", func(m map[string]*Array) {
+		{"float out as integers", func(m map[string]*format.Array) {
 			o := m["out"]
-			m["out"] = &Array{Shape: o.Shape, I: make([]int64, len(o.F)), DType: "<i8"}
+			m["out"] = &format.Array{Shape: o.Shape, I: make([]int64, len(o.F)), DType: "<i8"}
 		}, `array "out" has dtype <i8, want floating point (<f8`},
-		{"integer targets beyond 0/1", func(m map[string]*Array) {
+		{"integer targets beyond 0/1", func(m map[string]*format.Array) {
 			tg := m["targets"]
-			m["targets"] = &Array{Shape: tg.Shape, I: make([]int64, len(tg.F)), DType: "<i8"}
+			m["targets"] = &format.Array{Shape: tg.Shape, I: make([]int64, len(tg.F)), DType: "<i8"}
 			m["targets"].I[3] = 2
 		}, `array "targets" has dtype <i8, want floating point (<f8`},
 	} {
@@ -165,7 +167,7 @@ func TestCompareBadCandidates(t *testing.T) {
 	}
 }
 
-func mustCompare(t *testing.T, c *Case, cand map[string]*Array) *CaseResult {
+func mustCompare(t *testing.T, c *format.Case, cand map[string]*format.Array) *CaseResult {
 	t.Helper()
 	r, err := Compare(c, cand, false)
 	if err != nil {
@@ -181,8 +183,8 @@ func TestCompareSelectedOfAnotherWidth(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	want := c.Arrays["expected.selected"]
 	rows, k := want.Shape[0], want.Shape[1]
-	narrow := &Array{Shape: []int{rows, k - 1}, DType: "<i8"}
-	wide := &Array{Shape: []int{rows, k + 1}, DType: "<i8"}
+	narrow := &format.Array{Shape: []int{rows, k - 1}, DType: "<i8"}
+	wide := &format.Array{Shape: []int{rows, k + 1}, DType: "<i8"}
 	for b := 0; b < rows; b++ {
 		narrow.I = append(narrow.I, want.I[b*k:b*k+k-1]...)
 		wide.I = append(append(wide.I, want.I[b*k:(b+1)*k]...), -1)
@@ -215,7 +217,7 @@ func TestCompareIntegerTargets(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	cand := perfect(c)
 	tg := cand["targets"]
-	it := &Array{Shape: tg.Shape, DType: "<i4"}
+	it := &format.Array{Shape: tg.Shape, DType: "<i4"}
 	for _, v := range tg.F {
 		it.I = append(it.I, int64(v))
 	}
@@ -315,7 +317,7 @@ func TestCompareCausalThreshold(t *testing.T) {
 		t.Fatalf("row 0 of layer-causal-threshold: router weight 0 at %d, selected %v, ties %v", zero, sel.I[:k], c.Manifest.Routing.Ties)
 	}
 	// Row 0 routes the zero weight too, one column wider, padded with −1.
-	routed := &Array{Shape: []int{sel.Shape[0], k + 1}, DType: "<i8"}
+	routed := &format.Array{Shape: []int{sel.Shape[0], k + 1}, DType: "<i8"}
 	for b := range sel.Shape[0] {
 		row := slices.DeleteFunc(slices.Clone(sel.I[b*k:(b+1)*k]), func(p int64) bool { return p < 0 })
 		if b == 0 {

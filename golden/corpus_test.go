@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"errors"
 	"io/fs"
@@ -23,7 +25,7 @@ func TestCorpusIsRegenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, err := List(dir)
+	names, err := format.List(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func TestCorpusIsRegenerated(t *testing.T) {
 	}
 	for _, want := range cases {
 		name := want.Manifest.Name
-		got, err := Load(dir, name)
+		got, err := format.Load(dir, name)
 		if err != nil {
 			t.Errorf("%s: %v (regenerate with: go run ./cmd/modref gen)", name, err)
 			continue
@@ -46,7 +48,7 @@ func TestCorpusIsRegenerated(t *testing.T) {
 
 // sameBits fails t unless case b holds every array of case a with the same
 // shape, dtype and bits; the messages call them what a and what b.
-func sameBits(t *testing.T, name, whatA string, a *Case, whatB string, b *Case) {
+func sameBits(t *testing.T, name, whatA string, a *format.Case, whatB string, b *format.Case) {
 	t.Helper()
 	for an, aa := range a.Arrays {
 		ba := b.Arrays[an]
@@ -77,7 +79,7 @@ func TestEmbeddedCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	emb := Embedded()
-	got, err := fs.ReadDir(emb.fsys, ".")
+	got, err := fs.ReadDir(embedded, "corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestEmbeddedCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		have, err := fs.ReadFile(emb.fsys, e.Name())
+		have, err := fs.ReadFile(embedded, "corpus/"+e.Name())
 		if err != nil {
 			t.Errorf("%s: not embedded: %v", e.Name(), err)
 		} else if !bytes.Equal(have, want) {
@@ -120,7 +122,7 @@ func TestUnknownCaseNamesNearOnes(t *testing.T) {
 		{"../corpus/layer-paper", []string{"no such case"}, nil},
 	} {
 		_, err := Embedded().Load(tc.name)
-		if !errors.Is(err, ErrUnknownCase) {
+		if !errors.Is(err, format.ErrUnknownCase) {
 			t.Errorf("%q: error %v, want ErrUnknownCase", tc.name, err)
 			continue
 		}
@@ -133,20 +135,6 @@ func TestUnknownCaseNamesNearOnes(t *testing.T) {
 			if strings.Contains(err.Error(), w) {
 				t.Errorf("%q: %q says %q", tc.name, err, w)
 			}
-		}
-	}
-}
-
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"layer-paper", "layer-papr", 1}, {"flaw", "lawn", 2}} {
-		if d := editDistance(tc.a, tc.b); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
-		}
-		if d := editDistance(tc.b, tc.a); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.b, tc.a, d, tc.d)
 		}
 	}
 }
@@ -172,7 +160,7 @@ func TestSelect(t *testing.T) {
 	if got, err := c.Select("layer-paper", "decode-*", "decode-padding"); err != nil || !slices.Equal(got, want) {
 		t.Errorf("layer-paper decode-* decode-padding: %q, %v; want %q", got, err, want)
 	}
-	if _, err := c.Select("layer-*", "layer-papr"); !errors.Is(err, ErrUnknownCase) || !strings.Contains(err.Error(), "did you mean layer-paper") {
+	if _, err := c.Select("layer-*", "layer-papr"); !errors.Is(err, format.ErrUnknownCase) || !strings.Contains(err.Error(), "did you mean layer-paper") {
 		t.Errorf("a pattern matching nothing: %v, want ErrUnknownCase naming layer-paper", err)
 	}
 	if _, err := c.Select("layer-["); err == nil || !strings.Contains(err.Error(), `pattern "layer-["`) {

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"fmt"
 	"math"
@@ -133,7 +135,7 @@ func compareOrder(a, b stageOrder) int {
 // Depart reads where the candidate first departs from the case, given its
 // comparison with the case (Compare's result; arrays missing from it are
 // passed over); nil when every array it has passes.
-func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
+func Depart(c *format.Case, cand map[string]*format.Array, res *CaseResult) *Departure {
 	n := len(c.Manifest.Config.Layers)
 	type placed struct {
 		a ArrayResult
@@ -181,7 +183,7 @@ func Depart(c *Case, cand map[string]*Array, res *CaseResult) *Departure {
 
 // describeDeparture says how an array departs from the oracle's: by the
 // kind of array, the pattern of the difference.
-func describeDeparture(c *Case, cand map[string]*Array, a ArrayResult) string {
+func describeDeparture(c *format.Case, cand map[string]*format.Array, a ArrayResult) string {
 	want := c.Arrays[expectedName(a.Name)]
 	got := cand[a.Name]
 	if want == nil || got == nil {
@@ -225,7 +227,7 @@ func expectedName(name string) string {
 }
 
 // asFloat64 is a float array, integers converted.
-func asFloat64(a *Array) *Array {
+func asFloat64(a *format.Array) *format.Array {
 	if a.IsInt() {
 		return asFloat(a)
 	}
@@ -237,7 +239,7 @@ func asFloat64(a *Array) *Array {
 // constant, the opposite sign, a constant factor, a constant offset, or
 // the oracle's value passed through a sigmoid or exp (a weight computed
 // from the right one the wrong way); "" when none does.
-func pattern(got, want []float64, use func(k int) bool, tol Tolerance) string {
+func pattern(got, want []float64, use func(k int) bool, tol format.Tolerance) string {
 	within := func(f func(w float64) float64) bool {
 		n := 0
 		for k, w := range want {
@@ -314,10 +316,10 @@ func zeroWhereWrong(got, want []float64, wrong func(k int) bool) bool {
 // a B×S… array, which rows, and whether the wrong tokens are the
 // selected ones, the others, or some of each; for other arrays, how many
 // elements.
-func wherePattern(c *Case, name string, shape []int, wrong func(k int) bool) string {
+func wherePattern(c *format.Case, name string, shape []int, wrong func(k int) bool) string {
 	cfg := c.Manifest.Config
 	total, bad := 0, 0
-	for k := range size(shape) {
+	for k := range format.Elements(shape) {
 		if judged(c, shape, k) {
 			total++
 			if wrong(k) {
@@ -331,7 +333,7 @@ func wherePattern(c *Case, name string, shape []int, wrong func(k int) bool) str
 		}
 		return fmt.Sprintf("%d of %d elements outside tolerance", bad, total)
 	}
-	inner := size(shape[2:])
+	inner := format.Elements(shape[2:])
 	tok := func(b, i int) bool {
 		for j := range inner {
 			if wrong((b*cfg.SeqLen+i)*inner + j) {
@@ -401,7 +403,7 @@ func positions(pos []int, n int) string {
 // selectedMask is the oracle's selection of the layer an array belongs to
 // (a layer case's; L<l>'s in a model), by row and position; nil when the
 // case has none there.
-func selectedMask(c *Case, name string) [][]bool {
+func selectedMask(c *format.Case, name string) [][]bool {
 	prefix := "expected."
 	if m := layerArray.FindStringSubmatch(strings.TrimPrefix(name, "grad.")); m != nil && !strings.HasPrefix(name, "grad.") {
 		prefix = "expected.L" + m[1] + "."
@@ -428,7 +430,7 @@ func selectedMask(c *Case, name string) [][]bool {
 // is the top-k of another scope (the whole batch, the padded positions
 // too, the lowest weights, the largest |r|, the first positions, the
 // oracle's shifted by one), or the right positions in another order.
-func describeSelection(c *Case, got *Array, a ArrayResult) string {
+func describeSelection(c *format.Case, got *format.Array, a ArrayResult) string {
 	order := len(a.Routing) > 0
 	same := true
 	var counts []string
@@ -456,7 +458,7 @@ func describeSelection(c *Case, got *Array, a ArrayResult) string {
 }
 
 // selectedSets is a B×k array of positions as sorted rows, −1 dropped.
-func selectedSets(a *Array) [][]int {
+func selectedSets(a *format.Array) [][]int {
 	rows := positionRows(a)
 	for _, row := range rows {
 		slices.Sort(row)
@@ -468,7 +470,7 @@ func selectedSets(a *Array) [][]int {
 // (each row's positions, as many as it selected) from the oracle's router
 // weights of the layer, when one of a few does in every row and the
 // oracle's does not; "" otherwise.
-func selectionScope(c *Case, name string, sel [][]int) string {
+func selectionScope(c *format.Case, name string, sel [][]int) string {
 	cfg := c.Manifest.Config
 	r := c.Arrays[strings.TrimSuffix(expectedName(name), "selected")+"router_logits"]
 	if r == nil || len(r.Shape) != 2 || r.Shape[0] != len(sel) || r.Shape[1] != cfg.SeqLen {

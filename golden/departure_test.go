@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"math"
 	"slices"
@@ -21,7 +23,7 @@ func squaredWeight(l *layerRun) {
 }
 
 // departureOf is Depart on a candidate, failing the test on an error.
-func departureOf(t *testing.T, c *Case, cand map[string]*Array) *Departure {
+func departureOf(t *testing.T, c *format.Case, cand map[string]*format.Array) *Departure {
 	t.Helper()
 	res, err := Compare(c, cand, false)
 	if err != nil {
@@ -45,7 +47,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand := without(candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays}), "weights", "multipliers")
+	cand := without(candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays}), "weights", "multipliers")
 	rs, err := Diagnose(c, cand)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 		slices.Sort(row)
 		width = max(width, len(row))
 	}
-	batch := &Array{Shape: []int{len(r), width}, DType: "<i8"}
+	batch := &format.Array{Shape: []int{len(r), width}, DType: "<i8"}
 	for _, row := range rows {
 		for j := range width {
 			p := int64(-1)

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"fmt"
 	"math"
@@ -56,7 +58,7 @@ type DeviationResult struct {
 // result per deviation in the order of Deviations (decode_mismatch once per
 // variant). Bad input in the candidate (a missing array, a wrong shape or
 // dtype, NaN or Inf) is an error, as in Compare.
-func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
+func Diagnose(c *format.Case, cand map[string]*format.Array) ([]DeviationResult, error) {
 	return DiagnoseProgress(c, cand, nil)
 }
 
@@ -66,7 +68,7 @@ func Diagnose(c *Case, cand map[string]*Array) ([]DeviationResult, error) {
 // cases take a moment and report none); when combinations are searched,
 // one more series of calls for each size of combination, again from done
 // 0, counts their recomputations.
-func DiagnoseProgress(c *Case, cand map[string]*Array, progress func(done, total int)) ([]DeviationResult, error) {
+func DiagnoseProgress(c *format.Case, cand map[string]*format.Array, progress func(done, total int)) ([]DeviationResult, error) {
 	return DiagnoseWithOptions(c, cand, DiagnoseOptions{Progress: progress})
 }
 
@@ -81,7 +83,7 @@ type DiagnoseOptions struct {
 }
 
 // DiagnoseWithOptions is Diagnose with options.
-func DiagnoseWithOptions(c *Case, cand map[string]*Array, o DiagnoseOptions) ([]DeviationResult, error) {
+func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o DiagnoseOptions) ([]DeviationResult, error) {
 	rule := refuseMissing
 	if o.AllowMissing {
 		rule = skipMissing
@@ -145,9 +147,9 @@ func resultKey(name, variant string) string { return name + "\x00" + variant }
 // those, after the closest combinations of the smaller sizes; a
 // combination's result's Name joins the deviations' names with "+", in the
 // order of Deviations.
-func diagnoseCombinations(c *Case, cand map[string]*Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
+func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == KindDecode || c.Manifest.Kind == KindMoDE {
+	if oracle.Match || c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE {
 		return nil, nil
 	}
 	var pool, beam []DeviationResult
@@ -218,7 +220,7 @@ func closest(rs []DeviationResult, n int) []DeviationResult {
 // inDeviationOrder sorts deviation names in the order of Deviations.
 func inDeviationOrder(names ...string) []string {
 	idx := func(n string) int {
-		return slices.IndexFunc(Deviations, func(d Deviation) bool { return d.Name == n })
+		return slices.IndexFunc(format.Deviations, func(d format.Deviation) bool { return d.Name == n })
 	}
 	slices.SortFunc(names, func(a, b string) int { return idx(a) - idx(b) })
 	return names
@@ -227,7 +229,7 @@ func inDeviationOrder(names ...string) []string {
 // judgeCombinations emulates each set of deviations at once where they can
 // be combined (with what the candidate wrote, w) and judges the candidate
 // against it; sets that cannot be combined give no result.
-func judgeCombinations(c *Case, cand map[string]*Array, w map[string]written, sets []combination, progress func(done, total int)) ([]DeviationResult, error) {
+func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int)) ([]DeviationResult, error) {
 	var devs []layerDeviation
 	var ems []emulation
 	for _, set := range sets {
@@ -261,7 +263,7 @@ func judgeCombinations(c *Case, cand map[string]*Array, w map[string]written, se
 
 // diagnoseWith is Diagnose with the emulations already made, on a
 // candidate already checked: an array it leaves out is not judged.
-func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]DeviationResult, error) {
+func diagnoseWith(c *format.Case, cand map[string]*format.Array, ems []emulation) ([]DeviationResult, error) {
 	oracle, err := compare(c, cand, skipMissing)
 	if err != nil {
 		return nil, err
@@ -283,7 +285,7 @@ func diagnoseWith(c *Case, cand map[string]*Array, ems []emulation) ([]Deviation
 // name. name may join several layer deviations with "+" (as
 // diagnose names a combination). It is an error if the deviation is not
 // emulated for the case.
-func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) {
+func DeviantCandidate(c *format.Case, name, variant string) (map[string]*format.Array, error) {
 	if strings.Contains(name, "+") {
 		return combinedCandidate(c, name, variant)
 	}
@@ -309,7 +311,7 @@ func DeviantCandidate(c *Case, name, variant string) (map[string]*Array, error) 
 
 // combinedCandidate is DeviantCandidate for deviations joined with "+",
 // gather_first_k among them in variant ("" or torchTopKVariant).
-func combinedCandidate(c *Case, name, variant string) (map[string]*Array, error) {
+func combinedCandidate(c *format.Case, name, variant string) (map[string]*format.Array, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -339,7 +341,7 @@ type emulation struct {
 	reason string
 	// arrays maps every expected array name of the manifest to its deviant
 	// value.
-	arrays map[string]*Array
+	arrays map[string]*format.Array
 	// repeats is 1 + the index of an earlier emulation that computes
 	// exactly the same arrays on this case (shareEffective); 0 if none.
 	repeats int
@@ -351,18 +353,18 @@ func notEmulated(name, reason string) emulation { return emulation{name: name, r
 // emulate recomputes the case under every deviation, by kind, with what
 // the candidate wrote (w, nil for none), reporting progress as emulateEach
 // does.
-func emulate(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
+func emulate(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, err
 	}
 	switch c.Manifest.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		return emulateLayerCase(c, w, progress)
-	case KindModel:
+	case format.KindModel:
 		return emulateModelCase(c, w, progress)
-	case KindDecode:
+	case format.KindDecode:
 		return emulateDecodeCase(c)
-	case KindMoDE:
+	case format.KindMoDE:
 		return emulateMoDECase(c, progress)
 	}
 	return nil, fmt.Errorf("kind %q has no emulation", c.Manifest.Kind)
@@ -370,13 +372,13 @@ func emulate(c *Case, w map[string]written, progress func(done, total int)) ([]e
 
 // deviantCase is the case with its expected arrays replaced by an
 // emulation's: inputs, parameters, manifest and tolerances stay.
-func deviantCase(c *Case, em emulation) (*Case, error) {
-	arrays := make(map[string]*Array, len(c.Arrays))
+func deviantCase(c *format.Case, em emulation) (*format.Case, error) {
+	arrays := make(map[string]*format.Array, len(c.Arrays))
 	for name, a := range c.Arrays {
 		arrays[name] = a
 	}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role != RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
 		a, ok := em.arrays[info.Name]
@@ -389,11 +391,11 @@ func deviantCase(c *Case, em emulation) (*Case, error) {
 		}
 		arrays[info.Name] = a
 	}
-	return &Case{Manifest: c.Manifest, Arrays: arrays}, nil
+	return &format.Case{Manifest: c.Manifest, Arrays: arrays}, nil
 }
 
 // judge compares the candidate with one emulation.
-func judge(c *Case, cand map[string]*Array, em emulation) (DeviationResult, error) {
+func judge(c *format.Case, cand map[string]*format.Array, em emulation) (DeviationResult, error) {
 	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason}
 	if em.reason != "" {
 		return r, nil
@@ -475,7 +477,7 @@ func Excess(a ArrayResult) float64 {
 // returned.
 // When progress is not nil it is called, one call at a time, with done 0
 // before the computations start and as each finishes: done of total.
-func emulateEach(ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*Array, error)) error {
+func emulateEach(ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*format.Array, error)) error {
 	errs := make([]error, len(ems))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -522,11 +524,11 @@ func emulateEach(ems []emulation, progress func(done, total int), cost func(i in
 }
 
 // candidateOf returns a case's expected arrays under their candidate names.
-func candidateOf(c *Case) map[string]*Array {
-	cand := make(map[string]*Array)
+func candidateOf(c *format.Case) map[string]*format.Array {
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == RoleExpected {
-			cand[CandidateName(info.Name)] = c.Arrays[info.Name]
+		if info.Role == format.RoleExpected {
+			cand[format.CandidateName(info.Name)] = c.Arrays[info.Name]
 		}
 	}
 	return cand
@@ -535,17 +537,17 @@ func candidateOf(c *Case) map[string]*Array {
 // checkInputShapes checks that the arrays the emulations read have the
 // shapes the case's sizes call for (a manifest can list them consistently
 // wrong).
-func checkInputShapes(c *Case) error {
+func checkInputShapes(c *format.Case) error {
 	cfg := c.Manifest.Config
 	bs := []int{cfg.Batch, cfg.SeqLen}
 	want := map[string][]int{}
-	if c.Manifest.Kind == KindMoDE {
+	if c.Manifest.Kind == format.KindMoDE {
 		if cfg.MoDE == nil {
 			return fmt.Errorf("a mode case needs config.mode")
 		}
 		bsd := []int{cfg.Batch, cfg.SeqLen, cfg.MoDE.Block.D}
 		want["input.x"], want["upstream.out"] = bsd, bsd
-	} else if c.Manifest.Kind == KindLayer {
+	} else if c.Manifest.Kind == format.KindLayer {
 		if cfg.Layer == nil {
 			return fmt.Errorf("a layer case needs config.layer")
 		}

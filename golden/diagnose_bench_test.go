@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"os"
 	"testing"
@@ -13,7 +15,7 @@ import (
 func BenchmarkDiagnose(b *testing.B) {
 	for _, name := range []string{"layer-paper", "layer-capacity-floor"} {
 		b.Run(name, func(b *testing.B) {
-			c, err := Load("corpus", name)
+			c, err := format.Load("corpus", name)
 			if err != nil {
 				b.Fatal(err)
 			}

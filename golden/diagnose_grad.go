@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"slices"
@@ -404,7 +406,7 @@ func (ps *passes) backward(g *ref.LayerGrads, dfs []*mat.Dense, weightMLPOnly bo
 }
 
 // layerArraysAnalytic is layerArrays with the gradients by pass's backward.
-func layerArraysAnalytic(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, error) {
+func layerArraysAnalytic(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	dr, err := layerDrawOf(c, s)
 	if err != nil {
 		return nil, err
@@ -418,21 +420,21 @@ func layerArraysAnalytic(c *Case, s layerSpec, d *layerDeviation) (map[string]*A
 	if err != nil {
 		return nil, err
 	}
-	arrays["expected.loss"] = Scalar(dot(l.out, dr.u) + l.res.AuxLoss)
+	arrays["expected.loss"] = format.Scalar(dot(l.out, dr.u) + l.res.AuxLoss)
 	g, err := back(dr.u)
 	if err != nil {
 		return nil, err
 	}
 	arrays["grad.input.x"] = batchArray(g.X)
 	for _, t := range g.Params.Tensors("") {
-		arrays["grad.param."+t.Name] = Float(t.Data, t.Shape...)
+		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)
 	}
 	return arrays, nil
 }
 
 // modelArraysAnalytic is modelArrays with the gradients by each routed
 // layer's pass through ref.ModelGradientsThrough.
-func modelArraysAnalytic(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, error) {
+func modelArraysAnalytic(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
 		return nil, err
@@ -486,7 +488,7 @@ func modelArraysAnalytic(c *Case, s modelSpec, d *layerDeviation) (map[string]*A
 		return nil, err
 	}
 	for _, t := range g.Tensors() {
-		arrays["grad.param."+t.Name] = Float(t.Data, t.Shape...)
+		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)
 	}
 	return arrays, nil
 }
@@ -494,14 +496,14 @@ func modelArraysAnalytic(c *Case, s modelSpec, d *layerDeviation) (map[string]*A
 // refuseFD marks as not emulated, with the reason, each deviation of devs
 // to be emulated on c that has no backward pass here when its finite
 // differences would take more than maxFDWork.
-func refuseFD(c *Case, devs []layerDeviation, ems []emulation) {
-	w := fdWork(c.Manifest)
-	if w <= maxFDWork {
+func refuseFD(c *format.Case, devs []layerDeviation, ems []emulation) {
+	w := format.FDWork(c.Manifest)
+	if w <= format.MaxFDWork {
 		return
 	}
 	for i := range ems {
 		if ems[i].reason == "" && !devs[i].hasBackward() {
-			ems[i].reason = fmt.Sprintf("no backward pass yet: its finite-difference gradient on this case would take about %.3g multiply-adds, more than the %.3g accepted (maxFDWork)", w, float64(maxFDWork))
+			ems[i].reason = fmt.Sprintf("no backward pass yet: its finite-difference gradient on this case would take about %.3g multiply-adds, more than the %.3g accepted (maxFDWork)", w, float64(format.MaxFDWork))
 		}
 	}
 }

@@ -7,6 +7,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"strings"
@@ -28,7 +30,7 @@ func TestAnalyticDeviantGradientsAreTheFiniteDifferences(t *testing.T) {
 	if testing.Short() {
 		t.Skip("finite differences of every deviation on every layer and model case: a minute of CPU")
 	}
-	names, err := List("corpus")
+	names, err := format.List("corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +74,11 @@ func analyticEqualsFD(t *testing.T, name string, mu *sync.Mutex, worst map[strin
 	var devs []layerDeviation
 	var err error
 	switch c.Manifest.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		ems, devs, err = layerEmulations(c, nil)
-	case KindModel:
+	case format.KindModel:
 		ems, devs, err = modelEmulations(c, nil)
-	case KindMoDE:
+	case format.KindMoDE:
 		s := modeSpecOf(c)
 		got, gerr := modeArrays(c, s, "mode_ungated_experts")
 		want, werr := modeArraysFD(c, s)
@@ -96,9 +98,9 @@ func analyticEqualsFD(t *testing.T, name string, mu *sync.Mutex, worst map[strin
 		if em.reason != "" || em.arrays != nil || !d.hasBackward() {
 			continue
 		}
-		var got, want map[string]*Array
+		var got, want map[string]*format.Array
 		var gerr, werr error
-		if c.Manifest.Kind == KindLayer {
+		if c.Manifest.Kind == format.KindLayer {
 			s := layerSpecOf(c)
 			got, gerr = layerArraysAnalytic(c, s, d)
 			want, werr = layerArraysFD(c, s, d)
@@ -119,10 +121,10 @@ func analyticEqualsFD(t *testing.T, name string, mu *sync.Mutex, worst map[strin
 // backward passes (got) with those of the finite differences (want) for
 // the deviation named dev, recording the largest differences in worst, by
 // kind ("values", "gradients") and by dev and kind.
-func compareDeviant(t *testing.T, c *Case, label, dev string, got, want map[string]*Array, mu *sync.Mutex, worst map[string]float64) {
+func compareDeviant(t *testing.T, c *format.Case, label, dev string, got, want map[string]*format.Array, mu *sync.Mutex, worst map[string]float64) {
 	t.Helper()
 	for _, info := range c.Manifest.Arrays {
-		if info.Role != RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
 		g, w := got[info.Name], want[info.Name]
@@ -218,9 +220,9 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 				if !ok {
 					t.Fatalf("%s: not combinable", combo)
 				}
-				var got, want map[string]*Array
+				var got, want map[string]*format.Array
 				var gerr, werr error
-				if c.Manifest.Kind == KindLayer {
+				if c.Manifest.Kind == format.KindLayer {
 					s := layerSpecOf(c)
 					if d.sharedRouter || d.skip(s.cfg) != "" {
 						continue

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"os"
 	"strings"
@@ -28,10 +30,10 @@ func TestRefuseFD(t *testing.T) {
 	}
 	twice, _ := findLayerDeviation("residual_twice")
 	for _, c := range []struct {
-		c       *Case
+		c       *format.Case
 		refused bool
 	}{{loadCase(t, "layer-paper"), false}, {big, true}} {
-		if w := fdWork(c.c.Manifest); (w > maxFDWork) != c.refused {
+		if w := format.FDWork(c.c.Manifest); (w > format.MaxFDWork) != c.refused {
 			t.Fatalf("%s: finite differences take %.3g multiply-adds: the case does not test what it should", c.c.Manifest.Name, w)
 		}
 		devs := []layerDeviation{{name: "unlisted_deviation"}, twice}

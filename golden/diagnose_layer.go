@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"fmt"
 	"math"
@@ -1011,7 +1013,7 @@ func findLayerDeviation(name string) (layerDeviation, bool) {
 }
 
 // layerSpecOf is the generator's description of a layer case.
-func layerSpecOf(c *Case) layerSpec {
+func layerSpecOf(c *format.Case) layerSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
@@ -1020,13 +1022,13 @@ func layerSpecOf(c *Case) layerSpec {
 
 // emulateLayerCase recomputes a layer case under each deviation, with what
 // the candidate wrote (w).
-func emulateLayerCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
+func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	ems, devs, err := layerEmulations(c, w)
 	if err != nil {
 		return nil, err
 	}
 	s := layerSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
@@ -1034,7 +1036,7 @@ func emulateLayerCase(c *Case, w map[string]written, progress func(done, total i
 // layerEmulations lists the emulations of a layer case and their
 // deviations, each with the reason it is not emulated, or the arrays it
 // shares (shareEffective), or neither: to be computed.
-func layerEmulations(c *Case, w map[string]written) ([]emulation, []layerDeviation, error) {
+func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layerDeviation, error) {
 	if c.Manifest.Config.Layer == nil {
 		return nil, nil, fmt.Errorf("layer case without a layer configuration")
 	}
@@ -1043,8 +1045,8 @@ func layerEmulations(c *Case, w map[string]written) ([]emulation, []layerDeviati
 		return nil, nil, err
 	}
 	var ems []emulation
-	devs := make([]layerDeviation, len(Deviations))
-	for i, dev := range Deviations {
+	devs := make([]layerDeviation, len(format.Deviations))
+	for i, dev := range format.Deviations {
 		ld, ok := findLayerDeviation(dev.Name)
 		switch {
 		case isMoDEDeviation(dev.Name):
@@ -1080,7 +1082,7 @@ func layerEmulations(c *Case, w map[string]written) ([]emulation, []layerDeviati
 // is the weight on the whole update where every layer's g is 1. An emulation that is the oracle gets the case's own
 // expected arrays; one that repeats an earlier one records it in
 // ems[i].repeats, and shareArrays copies the arrays after the computation.
-func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
+func shareEffective(c *format.Case, devs []layerDeviation, ems []emulation, cfgs []spec.Config) error {
 	first := map[string]int{}
 	for i := range ems {
 		if ems[i].reason != "" {
@@ -1108,7 +1110,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			// g = 1: x + a + g·m is x + g·(a + m).
 			d.weightMLPOnly = false
 		}
-		if d.targetsFirstRow && c.Manifest.Kind == KindModel && !auxReadsTargets(cfgs) {
+		if d.targetsFirstRow && c.Manifest.Kind == format.KindModel && !auxReadsTargets(cfgs) {
 			// A model case reports no targets, and no layer's loss reads them.
 			d.targetsFirstRow = false
 		}
@@ -1125,7 +1127,7 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 			d.tanhGate, d.scaleSkipped, d.auxOverPadding, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
-			ems[i].arrays = map[string]*Array{} // not computed; shareArrays fills it
+			ems[i].arrays = map[string]*format.Array{} // not computed; shareArrays fills it
 			continue
 		}
 		first[key] = i
@@ -1138,10 +1140,10 @@ func shareEffective(c *Case, devs []layerDeviation, ems []emulation, cfgs []spec
 // rule of capacity_off_by_one selects exactly the top k − 1. (In a model
 // case a deviation changes the router weights of the layers after the
 // first, so nothing is known before they are computed.)
-func noTieAtKth(c *Case) bool {
+func noTieAtKth(c *format.Case) bool {
 	cfg := c.Manifest.Config
 	r, ok := c.Arrays["expected.router_logits"]
-	if c.Manifest.Kind != KindLayer || cfg.Layer == nil || !ok || len(r.Shape) != 2 {
+	if c.Manifest.Kind != format.KindLayer || cfg.Layer == nil || !ok || len(r.Shape) != 2 {
 		return false
 	}
 	k, err := ref.RowCapacities(cfg.Layer.Capacity, cfg.Batch, cfg.SeqLen, cfg.ValidLengths)
@@ -1157,7 +1159,7 @@ func noTieAtKth(c *Case) bool {
 }
 
 // padded reports whether some row of the case has a padded position.
-func padded(c *Case) bool {
+func padded(c *format.Case) bool {
 	return hasPadding(c.Manifest.Config.ValidLengths, c.Manifest.Config.SeqLen)
 }
 
@@ -1184,7 +1186,7 @@ func auxReadsTargets(cfgs []spec.Config) bool {
 
 // sameCapacities reports whether capacity rules a and b give the same k in
 // every row of every configuration.
-func sameCapacities(c *Case, cfgs []spec.Config, a, b capacityRule) (bool, error) {
+func sameCapacities(c *format.Case, cfgs []spec.Config, a, b capacityRule) (bool, error) {
 	m := c.Manifest.Config
 	for _, cfg := range cfgs {
 		ka, err := (&layerDeviation{capacity: a}).rowCapacities(cfg.Capacity, m.Batch, m.SeqLen, m.ValidLengths)
@@ -1213,10 +1215,10 @@ func shareArrays(ems []emulation) {
 }
 
 // expectedArrays is the case's own expected arrays.
-func expectedArrays(c *Case) map[string]*Array {
-	arrays := make(map[string]*Array)
+func expectedArrays(c *format.Case) map[string]*format.Array {
+	arrays := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == RoleExpected {
+		if info.Role == format.RoleExpected {
 			arrays[info.Name] = c.Arrays[info.Name]
 		}
 	}
@@ -1225,9 +1227,9 @@ func expectedArrays(c *Case) map[string]*Array {
 
 // emulateDeviations fills ems[i] with the case recomputed under devs[i]
 // (a layer or model case), or the reason it cannot be.
-func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
+func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
 	switch c.Manifest.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		s := layerSpecOf(c)
 		for i, d := range devs {
 			switch {
@@ -1241,10 +1243,10 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
-	case KindModel:
+	case format.KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {
 			ems[i].reason = skipModel(s.cfg, d)
@@ -1253,7 +1255,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	}
@@ -1265,7 +1267,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 // parameters, and gradients of sum(upstream.out * out) + aux.total with
 // the routing frozen, by d's backward pass (layerArraysAnalytic) where it
 // has one, else by finite differences (layerArraysFD).
-func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, error) {
+func layerArrays(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	if d.hasBackward() {
 		return layerArraysAnalytic(c, s, d)
 	}
@@ -1274,27 +1276,27 @@ func layerArrays(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, er
 
 // layerValueArrays are a layer case's forward arrays of the evaluation l
 // under a deviation whose decided routing is st.
-func layerValueArrays(c *Case, s layerSpec, l *layerRun, st *layerState) (map[string]*Array, error) {
+func layerValueArrays(c *format.Case, s layerSpec, l *layerRun, st *layerState) (map[string]*format.Array, error) {
 	selected, err := selectedLike(c, "expected.selected", st.writtenSelection(l.res.Selection))
 	if err != nil {
 		return nil, err
 	}
 	res := l.res
-	arrays := map[string]*Array{
+	arrays := map[string]*format.Array{
 		"expected.out":              batchArray(l.out),
 		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
 		"expected.selected":         selected,
 		"expected.weights":          fieldArray(res.Weights, s.valid),
 		"expected.multipliers":      fieldArray(l.mult, s.valid),
 		"expected.targets":          fieldArray(res.Targets, s.valid),
-		"expected.aux.router_bce":   Scalar(res.RouterBCE),
-		"expected.aux.load_balance": Scalar(res.LoadBalance),
-		"expected.aux.total":        Scalar(res.AuxLoss),
+		"expected.aux.router_bce":   format.Scalar(res.RouterBCE),
+		"expected.aux.load_balance": format.Scalar(res.LoadBalance),
+		"expected.aux.total":        format.Scalar(res.AuxLoss),
 	}
 	if s.cfg.HasPredictor() {
 		arrays["expected.predictor_logits"] = fieldArray(res.PredictorLogits, s.valid)
-		arrays["expected.predictor_accuracy"] = Scalar(res.PredictorAccuracy)
-		arrays["expected.aux.predictor_bce"] = Scalar(res.PredictorBCE)
+		arrays["expected.predictor_accuracy"] = format.Scalar(res.PredictorAccuracy)
+		arrays["expected.aux.predictor_bce"] = format.Scalar(res.PredictorBCE)
 	}
 	return arrays, nil
 }
@@ -1303,7 +1305,7 @@ func layerValueArrays(c *Case, s layerSpec, l *layerRun, st *layerState) (map[st
 // run: the test oracle of the backward passes
 // (TestAnalyticDeviantGradientsAreTheFiniteDifferences), and the way of a
 // deviation that has none yet, at sizes within maxFDWork.
-func layerArraysFD(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, error) {
+func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	dr, err := layerDrawOf(c, s)
 	if err != nil {
 		return nil, err
@@ -1328,14 +1330,14 @@ func layerArraysFD(c *Case, s layerSpec, d *layerDeviation) (map[string]*Array, 
 	if err != nil {
 		return nil, err
 	}
-	arrays["expected.loss"] = Scalar(v)
+	arrays["expected.loss"] = format.Scalar(v)
 	// A token outside the selection passes unchanged, and a padded one
 	// counts in no loss, but for these two.
 	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
-	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
 	for _, t := range dr.p.Tensors("") {
 		g, err := gradient(loss, t.Data, t.Shape)
 		if err != nil {
@@ -1410,8 +1412,8 @@ func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState
 
 // selectedLike is a selection as a B×k_max array padded with −1 to the width
 // of the case's array name (a deviant selection may be narrower).
-func selectedLike(c *Case, name string, sel ref.Selection) (*Array, error) {
-	want, err := c.array(name)
+func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array, error) {
+	want, err := c.Array(name)
 	if err != nil {
 		return nil, err
 	}
@@ -1432,5 +1434,5 @@ func selectedLike(c *Case, name string, sel ref.Selection) (*Array, error) {
 			v = append(v, p)
 		}
 	}
-	return Int(v, len(sel.Rows), width), nil
+	return format.Int(v, len(sel.Rows), width), nil
 }

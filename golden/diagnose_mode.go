@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"slices"
 
@@ -16,7 +18,7 @@ import (
 func isMoDEDeviation(name string) bool { return name == "mode_ungated_experts" }
 
 // modeSpecOf is the generator's description of a mode case.
-func modeSpecOf(c *Case) modeSpec {
+func modeSpecOf(c *format.Case) modeSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return modeSpec{name: m.Name, description: m.Description, catches: m.Catches,
@@ -25,7 +27,7 @@ func modeSpecOf(c *Case) modeSpec {
 
 // emulateMoDECase recomputes a mode case under each deviation it can show:
 // the MoDE deviations; the others belong to routed layers and models.
-func emulateMoDECase(c *Case, progress func(done, total int)) ([]emulation, error) {
+func emulateMoDECase(c *format.Case, progress func(done, total int)) ([]emulation, error) {
 	if c.Manifest.Config.MoDE == nil {
 		return nil, fmt.Errorf("mode case without a MoDE configuration")
 	}
@@ -39,14 +41,14 @@ func emulateMoDECase(c *Case, progress func(done, total int)) ([]emulation, erro
 		return nil, err
 	}
 	var ems []emulation
-	for _, dev := range Deviations {
+	for _, dev := range format.Deviations {
 		if isMoDEDeviation(dev.Name) {
 			ems = append(ems, emulation{name: dev.Name})
 		} else {
 			ems = append(ems, notEmulated(dev.Name, "a mode case shows only the MoDE deviations; layer, model and decode cases test this one"))
 		}
 	}
-	err = emulateEach(ems, progress, func(int) int { return 1 }, func(i int) (map[string]*Array, error) { return modeArrays(c, s, ems[i].name) })
+	err = emulateEach(ems, progress, func(int) int { return 1 }, func(i int) (map[string]*format.Array, error) { return modeArrays(c, s, ems[i].name) })
 	return ems, err
 }
 
@@ -110,7 +112,7 @@ func ungatedForward(cfg spec.MoDEConfig, p *ref.MoDEParams, x []*mat.Dense, fz r
 // gates, expert choice) is the oracle's, which the deviation leaves alone;
 // the output, the loss and the gradients (with the decision frozen, by
 // ungatedBackward) are the deviant layer's.
-func modeArrays(c *Case, s modeSpec, name string) (map[string]*Array, error) {
+func modeArrays(c *format.Case, s modeSpec, name string) (map[string]*format.Array, error) {
 	if name != "mode_ungated_experts" {
 		return nil, fmt.Errorf("no MoDE emulation of %s", name)
 	}
@@ -125,7 +127,7 @@ func modeArrays(c *Case, s modeSpec, name string) (map[string]*Array, error) {
 	}
 	arrays["grad.input.x"] = batchArray(gx)
 	for _, t := range g.Tensors("") {
-		arrays["grad.param."+t.Name] = Float(t.Data, t.Shape...)
+		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)
 	}
 	return arrays, nil
 }
@@ -133,7 +135,7 @@ func modeArrays(c *Case, s modeSpec, name string) (map[string]*Array, error) {
 // ungatedCase draws mode case c and evaluates it under
 // mode_ungated_experts at the oracle's decision: the draw, the oracle's
 // result and the deviant output.
-func ungatedCase(c *Case, s modeSpec) (modeDraw, *ref.MoDEResult, []*mat.Dense, error) {
+func ungatedCase(c *format.Case, s modeSpec) (modeDraw, *ref.MoDEResult, []*mat.Dense, error) {
 	dr, err := modeDrawOf(c, s)
 	if err != nil {
 		return dr, nil, nil, err
@@ -149,12 +151,12 @@ func ungatedCase(c *Case, s modeSpec) (modeDraw, *ref.MoDEResult, []*mat.Dense, 
 // modeValueArrays are a mode case's expected forward arrays and loss with
 // the deviant output out and the oracle's decision (res), u the upstream
 // gradient.
-func modeValueArrays(res *ref.MoDEResult, out, u []*mat.Dense) map[string]*Array {
-	arrays := map[string]*Array{
+func modeValueArrays(res *ref.MoDEResult, out, u []*mat.Dense) map[string]*format.Array {
+	arrays := map[string]*format.Array{
 		"expected.out":           batchArray(out),
 		"expected.gates":         gatesArray(res.Gates),
 		"expected.expert_choice": expertChoiceArray(res.Experts),
-		"expected.loss":          Scalar(dot(out, u)),
+		"expected.loss":          format.Scalar(dot(out, u)),
 	}
 	if res.RouterWeights != nil {
 		arrays["expected.router_logits"] = fieldArray(res.RouterWeights, nil)
@@ -270,7 +272,7 @@ func expertBlock(blk, e *ref.BlockParams) *ref.BlockParams {
 // modeArraysFD is modeArrays with the gradients by central differences of
 // ungatedForward: the test oracle of ungatedBackward
 // (TestAnalyticDeviantGradientsAreTheFiniteDifferences).
-func modeArraysFD(c *Case, s modeSpec) (map[string]*Array, error) {
+func modeArraysFD(c *format.Case, s modeSpec) (map[string]*format.Array, error) {
 	dr, res, out, err := ungatedCase(c, s)
 	if err != nil {
 		return nil, err
@@ -291,7 +293,7 @@ func modeArraysFD(c *Case, s modeSpec) (map[string]*Array, error) {
 		}
 		gx = append(gx, g...)
 	}
-	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
 	for _, t := range dr.p.Tensors("") {
 		g, err := gradient(loss, t.Data, t.Shape)
 		if err != nil {

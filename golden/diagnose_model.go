@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 
@@ -11,11 +13,11 @@ import (
 )
 
 // modelSpecOf is the generator's description of a model or decode case.
-func modelSpecOf(c *Case) modelSpec {
+func modelSpecOf(c *format.Case) modelSpec {
 	m := c.Manifest
 	cfg := m.Config
 	return modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: m.Kind == KindDecode}
+		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: m.Kind == format.KindDecode}
 }
 
 // modelRun is one evaluation of a model with every routed layer under a
@@ -98,20 +100,20 @@ func layerInput(a [][][]float64, l int) [][]float64 {
 
 // emulateModelCase recomputes a model case under each deviation, every
 // routed layer having it.
-func emulateModelCase(c *Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
+func emulateModelCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
 	ems, devs, err := modelEmulations(c, w)
 	if err != nil {
 		return nil, err
 	}
 	s := modelSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
 
 // modelEmulations lists the emulations of a model case and their
 // deviations, as layerEmulations does.
-func modelEmulations(c *Case, w map[string]written) ([]emulation, []layerDeviation, error) {
+func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layerDeviation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -122,8 +124,8 @@ func modelEmulations(c *Case, w map[string]written) ([]emulation, []layerDeviati
 		return nil, nil, err
 	}
 	var ems []emulation
-	devs := make([]layerDeviation, len(Deviations))
-	for i, dev := range Deviations {
+	devs := make([]layerDeviation, len(format.Deviations))
+	for i, dev := range format.Deviations {
 		ld, ok := findLayerDeviation(dev.Name)
 		switch {
 		case isMoDEDeviation(dev.Name):
@@ -187,7 +189,7 @@ func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
 // model itself, and gradients of the loss with those decisions frozen, by
 // the routed layers' backward passes (modelArraysAnalytic) where d has
 // them, else by finite differences (modelArraysFD).
-func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, error) {
+func modelArrays(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	if d.hasBackward() {
 		return modelArraysAnalytic(c, s, d)
 	}
@@ -196,11 +198,11 @@ func modelArrays(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, er
 
 // modelValueArrays are a model case's forward arrays of the evaluation mr
 // under a deviation whose decided routings are st.
-func modelValueArrays(c *Case, s modelSpec, mr *modelRun, st []layerState) (map[string]*Array, error) {
-	arrays := map[string]*Array{
+func modelValueArrays(c *format.Case, s modelSpec, mr *modelRun, st []layerState) (map[string]*format.Array, error) {
+	arrays := map[string]*format.Array{
 		"expected.logits": batchArray(mr.logits),
-		"expected.ce":     Scalar(mr.ce),
-		"expected.loss":   Scalar(mr.loss),
+		"expected.ce":     format.Scalar(mr.ce),
+		"expected.loss":   format.Scalar(mr.loss),
 	}
 	for l, lr := range mr.layers {
 		if lr == nil {
@@ -213,7 +215,7 @@ func modelValueArrays(c *Case, s modelSpec, mr *modelRun, st []layerState) (map[
 		}
 		arrays[pre+"selected"] = sel
 		arrays[pre+"router_logits"] = fieldArray(lr.res.RouterWeights, s.valid)
-		arrays[pre+"aux.total"] = Scalar(lr.res.AuxLoss)
+		arrays[pre+"aux.total"] = format.Scalar(lr.res.AuxLoss)
 		if lr.cfg.HasPredictor() {
 			arrays[pre+"predictor_logits"] = fieldArray(lr.res.PredictorLogits, s.valid)
 		}
@@ -234,7 +236,7 @@ func (d *layerDeviation) modelStates(layers int) []layerState {
 // modelArraysFD is modelArrays with the gradients by ref.FDGradient over
 // runModel (the backward passes' test oracle, and the way of a deviation
 // that has none yet, at sizes within maxFDWork).
-func modelArraysFD(c *Case, s modelSpec, d *layerDeviation) (map[string]*Array, error) {
+func modelArraysFD(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
 		return nil, err
@@ -306,7 +308,7 @@ func hasRoutedWindow(cfg spec.ModelConfig) bool {
 
 // emulateDecodeCase recomputes a decode case's token-by-token arrays under
 // each decode_mismatch variant; the full causal forward stays the oracle's.
-func emulateDecodeCase(c *Case) ([]emulation, error) {
+func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 	s := modelSpecOf(c)
 	p, in, err := modelDrawOf(c, s)
 	if err != nil {
@@ -316,7 +318,7 @@ func emulateDecodeCase(c *Case) ([]emulation, error) {
 		return nil, err
 	}
 	var ems []emulation
-	for _, dev := range Deviations {
+	for _, dev := range format.Deviations {
 		switch dev.Name {
 		case "decode_mismatch":
 			for _, v := range decodeVariants() {
@@ -357,7 +359,7 @@ func emulateDecodeCase(c *Case) ([]emulation, error) {
 // tokens (window_gathered_indices, d) in its full forward and, decoding, in
 // slots of each layer's cache: the same mistake made in both, as one
 // windowed kernel called on the gathered tensor and on the cache would.
-func decodeWindowArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*Array, error) {
+func decodeWindowArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
 	arrays := expectedArrays(c)
 	mr, err := d.runModel(s.cfg, p, in, make([]layerState, len(s.cfg.Layers)))
 	if err != nil {
@@ -382,7 +384,7 @@ func decodeWindowArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelIn
 // decodeArrays is arrays, a decode case's expected arrays, with
 // expected.decode_logits and expected.L<l>.routed recomputed by a decoder
 // with variant v.
-func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*Array) (map[string]*Array, error) {
+func decodeArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
 	vocab := s.cfg.Vocab
 	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
 	routed := make([][][]int, len(s.cfg.Layers))
@@ -399,7 +401,7 @@ func decodeArrays(c *Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, 
 			logits = append(logits, ref.HeadLogits(s.cfg.Block(), p, x)...)
 		}
 	}
-	arrays["expected.decode_logits"] = Float(logits, s.batch, s.seqLen, vocab)
+	arrays["expected.decode_logits"] = format.Float(logits, s.batch, s.seqLen, vocab)
 	for l, ml := range s.cfg.Layers {
 		if ml.Routed {
 			arrays[fmt.Sprintf("expected.L%d.routed", l)] = intGrid(routed[l])

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"math"
 	"slices"
@@ -18,7 +20,7 @@ import (
 var emulations = map[string][]emulation{}
 
 // emulated returns the case's emulations, failing the test on an error.
-func emulated(t *testing.T, c *Case) []emulation {
+func emulated(t *testing.T, c *format.Case) []emulation {
 	t.Helper()
 	if ems, ok := emulations[c.Manifest.Name]; ok {
 		return ems
@@ -128,7 +130,7 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 // case, within its tolerances both ways: no candidate of this case can tell
 // them apart (capacity_off_by_one and capacity_floor_zero on
 // layer-capacity-floor, where 0.29·100 floors to 28 either way).
-func sameOnCase(t *testing.T, c *Case, a, b emulation) bool {
+func sameOnCase(t *testing.T, c *format.Case, a, b emulation) bool {
 	t.Helper()
 	if b.reason != "" {
 		return false
@@ -224,14 +226,14 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 	var oracle layerDeviation
 	for _, name := range []string{"layer-mlp-only", "model-every-other", "decode-router"} {
 		c := loadCase(t, name)
-		var arrays map[string]*Array
+		var arrays map[string]*format.Array
 		var err error
 		switch c.Manifest.Kind {
-		case KindLayer:
+		case format.KindLayer:
 			arrays, err = layerArrays(c, layerSpecOf(c), &oracle)
-		case KindModel:
+		case format.KindModel:
 			arrays, err = modelArrays(c, modelSpecOf(c), &oracle)
-		case KindDecode:
+		case format.KindDecode:
 			s := modelSpecOf(c)
 			p, in, derr := modelDrawOf(c, s)
 			if derr != nil {
@@ -246,7 +248,7 @@ func TestOracleEmulationReproducesCases(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, info := range c.Manifest.Arrays {
-			if info.Role != RoleExpected {
+			if info.Role != format.RoleExpected {
 				continue
 			}
 			got, want := arrays[info.Name], c.Arrays[info.Name]
@@ -287,7 +289,7 @@ func maxAbs(a []float64) float64 {
 }
 
 // at returns element [b i j] of a B×S×d array, or [b i] of a B×S one.
-func at(a *Array, idx ...int) float64 {
+func at(a *format.Array, idx ...int) float64 {
 	k := 0
 	for d, i := range idx {
 		k = k*a.Shape[d] + i
@@ -325,7 +327,7 @@ func TestDeviantOutputsByHand(t *testing.T) {
 			if w := xi + (oi-xi)/gi; !near(at(plain, b, routed, j), w, 1e-9) {
 				t.Errorf("no_weighting out[%d %d %d] = %v, by hand x + f = %v", b, routed, j, at(plain, b, routed, j), w)
 			}
-			for _, a := range []*Array{twice, plain} {
+			for _, a := range []*format.Array{twice, plain} {
 				if at(a, b, skipped, j) != at(x, b, skipped, j) {
 					t.Errorf("out[%d %d %d] of a skipped token changed", b, skipped, j)
 				}
@@ -735,7 +737,7 @@ func TestNoWeightingReportsG(t *testing.T) {
 		l := *m.Config.Layer
 		l.Weighting = spec.WeightNone
 		m.Config.Layer = &l
-		cand, err := RefCandidate(&Case{Manifest: &m, Arrays: c.Arrays})
+		cand, err := RefCandidate(&format.Case{Manifest: &m, Arrays: c.Arrays})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -907,7 +909,7 @@ func TestSharedEmulations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Compare(c, candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays}), false)
+	res, err := Compare(c, candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays}), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1115,7 +1117,7 @@ func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
 	if testing.Short() {
 		t.Skip("central differences of every case take seconds; -short skips them")
 	}
-	names, err := List("corpus")
+	names, err := format.List("corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1123,13 +1125,13 @@ func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
 	worst, where := 0.0, ""
 	for _, name := range names {
 		c := loadCase(t, name)
-		var arrays map[string]*Array
+		var arrays map[string]*format.Array
 		switch c.Manifest.Kind {
-		case KindLayer:
+		case format.KindLayer:
 			arrays, err = layerArraysFD(c, layerSpecOf(c), &oracle)
-		case KindModel:
+		case format.KindModel:
 			arrays, err = modelArraysFD(c, modelSpecOf(c), &oracle)
-		case KindMoDE:
+		case format.KindMoDE:
 			arrays, err = modeFDGradients(c)
 		default:
 			continue
@@ -1164,7 +1166,7 @@ func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
 
 // modeFDGradients returns a MoDE case's gradients by central differences
 // of ref.MoDEForwardFrozen with the case's decision frozen.
-func modeFDGradients(c *Case) (map[string]*Array, error) {
+func modeFDGradients(c *format.Case) (map[string]*format.Array, error) {
 	s := modeSpecOf(c)
 	dr, err := modeDrawOf(c, s)
 	if err != nil {
@@ -1181,7 +1183,7 @@ func modeFDGradients(c *Case) (map[string]*Array, error) {
 		}
 		return dot(r.Out, dr.u), nil
 	}
-	arrays := map[string]*Array{}
+	arrays := map[string]*format.Array{}
 	var gx []float64
 	for _, x := range dr.x {
 		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
@@ -1190,7 +1192,7 @@ func modeFDGradients(c *Case) (map[string]*Array, error) {
 		}
 		gx = append(gx, g...)
 	}
-	arrays["grad.input.x"] = Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
 	for _, p := range dr.p.Tensors("") {
 		g, err := gradient(loss, p.Data, p.Shape)
 		if err != nil {

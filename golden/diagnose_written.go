@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"slices"
@@ -24,22 +26,22 @@ type written struct {
 	// multipliers is the candidate's multipliers, B×S; nil when absent.
 	multipliers [][]float64
 	// tol is the case's tolerance on multipliers.
-	tol Tolerance
+	tol format.Tolerance
 }
 
 // writtenByLayer reads what the candidate shows of each routed layer, by
 // the prefix of its expected arrays ("expected." in a layer case,
 // "expected.L<l>." in a model case). cand may be nil (no candidate).
-func writtenByLayer(c *Case, cand map[string]*Array) map[string]written {
+func writtenByLayer(c *format.Case, cand map[string]*format.Array) map[string]written {
 	out := map[string]written{}
 	if cand == nil {
 		return out
 	}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role != RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
-		a, ok := cand[CandidateName(info.Name)]
+		a, ok := cand[format.CandidateName(info.Name)]
 		if !ok || len(a.Shape) != 2 || a.Shape[0] != c.Manifest.Config.Batch {
 			continue
 		}
@@ -61,7 +63,7 @@ func writtenByLayer(c *Case, cand map[string]*Array) map[string]written {
 
 // positionRows is a B×k array of positions as rows in the order written,
 // −1 dropped.
-func positionRows(a *Array) [][]int {
+func positionRows(a *format.Array) [][]int {
 	rows := make([][]int, a.Shape[0])
 	for b := range rows {
 		rows[b] = []int{}
@@ -132,7 +134,7 @@ func (w written) returnedOrder(sel ref.Selection, g [][]float64) (order [][]int,
 // showsOrder reports whether the candidate's multipliers of a layer case
 // show the order its top-k returned the case's selection in
 // (returnedOrder).
-func (w written) showsOrder(c *Case) bool {
+func (w written) showsOrder(c *format.Case) bool {
 	sel, g := c.Arrays["expected.selected"], c.Arrays["expected.multipliers"]
 	if w.multipliers == nil || sel == nil || g == nil || len(g.Shape) != 2 {
 		return false

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"encoding/json"
 	"os"
@@ -12,7 +14,7 @@ import (
 
 // writtenCandidate is the candidate an implementation with deviation name
 // writes for the case when it shows w of its layer (a layer case).
-func writtenCandidate(t *testing.T, c *Case, name string, w written) map[string]*Array {
+func writtenCandidate(t *testing.T, c *format.Case, name string, w written) map[string]*format.Array {
 	t.Helper()
 	d, ok := findLayerDeviation(name)
 	if !ok {
@@ -23,7 +25,7 @@ func writtenCandidate(t *testing.T, c *Case, name string, w written) map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	return candidateOf(&Case{Manifest: c.Manifest, Arrays: arrays})
+	return candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays})
 }
 
 // matched lists the names of the results that match.
@@ -96,7 +98,7 @@ func TestUnsortedIndicesAsWritten(t *testing.T) {
 }
 
 // perfectWith is the case's own values with one array replaced.
-func perfectWith(c *Case, name string, a *Array) map[string]*Array {
+func perfectWith(c *format.Case, name string, a *format.Array) map[string]*format.Array {
 	cand := perfect(c)
 	cand[name] = a
 	return cand
@@ -119,7 +121,7 @@ func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 			m[b][t] = mult[b][p] // the t-th returned index's weight at t
 		}
 	}
-	var tol Tolerance
+	var tol format.Tolerance
 	for _, info := range c.Manifest.Arrays {
 		if info.Name == "expected.multipliers" {
 			tol = *info.Tolerance
@@ -142,18 +144,18 @@ func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := Compare(&Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
+	if res, err := Compare(&format.Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
 		t.Errorf("the descending-weight emulation explains the candidate too (err %v): the test shows nothing", err)
 	}
 }
 
 // expectedOf is a candidate's arrays as a case's expected arrays, with the
 // case's inputs and parameters.
-func expectedOf(c *Case, cand map[string]*Array) map[string]*Array {
-	arrays := make(map[string]*Array, len(c.Arrays))
+func expectedOf(c *format.Case, cand map[string]*format.Array) map[string]*format.Array {
+	arrays := make(map[string]*format.Array, len(c.Arrays))
 	for name, a := range c.Arrays {
 		arrays[name] = a
-		if b, ok := cand[CandidateName(name)]; ok && name != CandidateName(name) {
+		if b, ok := cand[format.CandidateName(name)]; ok && name != format.CandidateName(name) {
 			arrays[name] = b
 		}
 	}
@@ -191,7 +193,7 @@ func TestSharedRouter(t *testing.T) {
 	}
 	// Every case that claims it (golden/torch/audit_catches.py checks the
 	// claims with PyTorch) tells it from the oracle here too.
-	names, err := List("corpus")
+	names, err := format.List("corpus")
 	if err != nil {
 		t.Fatal(err)
 	}

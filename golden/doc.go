@@ -1,29 +1,18 @@
 // Package golden is modref's answer key for Mixture-of-Depths
-// implementations: the golden corpus, the generator that computes it from
-// package ref, and the judge that compares another implementation's results
-// with it, as the command modref does with check and diagnose.
-//
-// # Cases
-//
-// A case is a small, complete problem in the terms of docs/spec.md: one
-// routed layer (KindLayer), a language model (KindModel), token-by-token
-// causal decoding (KindDecode) or a Mixture-of-Depths-and-Experts layer
-// (KindMoDE, docs/spec.md §14), with its configuration, inputs, parameters,
-// an upstream gradient that defines a scalar loss, and every value an
-// implementation should compute, gradients included, in float64. On disk a
-// case is NAME.json, the Manifest, beside NAME.npz, its arrays in NumPy's
-// format (docs/golden-format.md). The package carries its corpus:
-// Embedded returns it, and Dir a corpus of one's own on disk; a Corpus's
-// Load reads a case and checks that its arrays are exactly those its
-// manifest lists, and List names its cases. DefaultDir is where the corpus
-// lives in this repository.
+// implementations: the generator that computes the golden corpus from
+// package ref, the judge that compares another implementation's results
+// with it, and the diagnosis that names the deviation a failing one makes,
+// as the command modref does with gen, check and diagnose. The case format
+// and the corpus reader are package golden/format, below it
+// (docs/design.md, "Dependencies"); Embedded returns the corpus this package
+// carries, and DefaultDir is where it lives in this repository.
 //
 // # Candidates
 //
 // A candidate is what the implementation under test computed for a case: a
-// map from candidate names (the expected array names without "expected.",
-// and the "grad." names) to Arrays, usually read from an .npz file with
-// ReadNPZ. Compare judges it array by array: an element passes when
+// map from candidate names (format.CandidateName: the expected array names without "expected.",
+// and the "grad." names) to format.Arrays, usually read from an .npz file with
+// format.ReadNPZ. Compare judges it array by array: an element passes when
 // |c − e| ≤ atol + rtol·|e| with the tolerance the manifest states for that
 // array; integer arrays and routing decisions must match exactly, and a
 // routing mismatch is reported per row with the router-weight gap it
@@ -35,7 +24,7 @@
 // # Precisions and near-tie flips
 //
 // A candidate that computes in bf16, fp16 or with TF32 products is judged
-// under a Profile (ParseProfile, Profiles): Profile.Tolerances replaces a
+// under a format.Profile (format.ParseProfile): Tolerances replaces a
 // case's tolerances by a multiple of the error of an emulated
 // implementation of that precision (mod/modcase's Emulate computes its
 // arrays) plus a floor, and sets the near-tie margin from the router
@@ -48,7 +37,7 @@
 // # Diagnosis
 //
 // Diagnose recomputes a case as an implementation with each known deviation
-// of docs/spec.md §11 would compute it (Deviations lists them) and judges
+// of docs/spec.md §11 would compute it (format.Deviations lists them) and judges
 // the candidate against each, so that a failing implementation learns which
 // mistake it makes. DeviantCandidate returns one such deviant
 // implementation's candidate.

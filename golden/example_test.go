@@ -1,6 +1,8 @@
 package golden_test
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +15,7 @@ import (
 // residual twice (docs/spec.md §11) computes for the case, so it fails, and
 // Diagnose names the mistake.
 func Example() {
-	c, err := golden.Load("corpus", "layer-paper")
+	c, err := format.Load("corpus", "layer-paper")
 	if err != nil {
 		panic(err)
 	}
@@ -31,12 +33,12 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "layer-paper.npz")
-	if err := golden.WriteNPZ(path, arrays); err != nil {
+	if err := format.WriteNPZ(path, arrays); err != nil {
 		panic(err)
 	}
 
 	// What modref check does with it.
-	cand, err := golden.ReadNPZ(path)
+	cand, err := format.ReadNPZ(path)
 	if err != nil {
 		panic(err)
 	}

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"fmt"
 	"math"
@@ -70,7 +72,7 @@ const (
 // are not rejudged (decisions made token by token). The error is for a
 // case whose truth cannot be recomputed; a candidate's decisions that the
 // layer cannot run are a failure, with the reason in the report.
-func JudgeFlips(c *Case, cand map[string]*Array, res *CaseResult, allowMissing bool) (*CaseResult, error) {
+func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, allowMissing bool) (*CaseResult, error) {
 	rep := flipsOf(c, res)
 	if rep == nil {
 		return res, nil
@@ -79,7 +81,7 @@ func JudgeFlips(c *Case, cand map[string]*Array, res *CaseResult, allowMissing b
 	switch {
 	case rep.Verdict != "":
 		return res, nil
-	case c.Manifest.Kind == KindDecode || c.Manifest.Kind == KindMoDE:
+	case c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE:
 		rep.Verdict = FlipsNotHandled
 		return res, nil
 	case rep.Count > rep.Limit:
@@ -114,7 +116,7 @@ func FlipLimit(d int) int {
 // flipsOf reads the routing mismatches of a failed comparison. It returns
 // nil when there are none, and a report whose Verdict is set when they are
 // not near-tie flips.
-func flipsOf(c *Case, res *CaseResult) *FlipReport {
+func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 	rep := &FlipReport{Margin: c.Manifest.Routing.Margin}
 	mismatch := false
 	for _, a := range res.Arrays {
@@ -154,8 +156,8 @@ func flipsOf(c *Case, res *CaseResult) *FlipReport {
 
 // causalLayer reports whether the routed layer of a prefix routes
 // causally, so that its targets (the top-k) are decisions of their own.
-func causalLayer(c *Case, prefix string) bool {
-	l := c.layerConfig(prefix)
+func causalLayer(c *format.Case, prefix string) bool {
+	l := c.LayerConfig(prefix)
 	return l != nil && l.Causal != spec.CausalOff
 }
 
@@ -202,8 +204,8 @@ func (bd boundary) routed(p int) bool {
 // (prefix, kind): targets are the top-k under the capacity by router
 // weights; selected and routed follow the layer's routing (causal by the
 // sign of the router weight or the predictor logit).
-func rowBoundary(c *Case, prefix, kind string, b int) (boundary, bool) {
-	l := c.layerConfig(prefix)
+func rowBoundary(c *format.Case, prefix, kind string, b int) (boundary, bool) {
+	l := c.LayerConfig(prefix)
 	seqLen := c.Manifest.Config.SeqLen
 	scores := c.Arrays[prefix+"router_logits"]
 	causal := l != nil && l.Causal != spec.CausalOff && kind != "targets"
@@ -249,7 +251,7 @@ func (bd boundary) distance(p int, routed bool) float64 {
 // from the truth's boundary, and whether every flipped token is within the
 // margin of it (not on it) with the row routing as many tokens as the
 // truth's under top-k.
-func flipDistance(c *Case, prefix, kind string, m RowMismatch) (float64, bool) {
+func flipDistance(c *format.Case, prefix, kind string, m RowMismatch) (float64, bool) {
 	bd, ok := rowBoundary(c, prefix, kind, m.Row)
 	if !ok || m.Order || (!bd.causal && len(m.OnlyCandidate) != len(m.OnlyOracle)) {
 		return math.Inf(1), false
@@ -273,7 +275,7 @@ func flipDistance(c *Case, prefix, kind string, m RowMismatch) (float64, bool) {
 
 // nearTies counts the truth's decisions of a routing array within the
 // margin of the boundary, over every row.
-func nearTies(c *Case, prefix, kind string) int {
+func nearTies(c *format.Case, prefix, kind string) int {
 	n := 0
 	for b := range c.Manifest.Config.Batch {
 		bd, ok := rowBoundary(c, prefix, kind, b)
@@ -292,8 +294,8 @@ func nearTies(c *Case, prefix, kind string) int {
 // candidateSelection reads a candidate's decisions for a routing array as
 // a ref.Selection: positions from a selected list, or the 1s of a 0/1
 // array. ok is false when the candidate has no such array.
-func candidateSelection(c *Case, cand map[string]*Array, name string) (ref.Selection, bool) {
-	a, ok := cand[CandidateName(name)]
+func candidateSelection(c *format.Case, cand map[string]*format.Array, name string) (ref.Selection, bool) {
+	a, ok := cand[format.CandidateName(name)]
 	if !ok {
 		return ref.Selection{}, false
 	}
@@ -313,12 +315,12 @@ func candidateSelection(c *Case, cand map[string]*Array, name string) (ref.Selec
 // decisions frozen in every routed layer, in order, and returns the case
 // with its expected arrays replaced by the recomputed ones (manifest and
 // tolerances kept).
-func frozenTruth(c *Case, cand map[string]*Array) (*Case, error) {
+func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, error) {
 	m := c.Manifest
 	cfg := m.Config
-	var re *Case
+	var re *format.Case
 	switch m.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
 		dr, err := layerDrawOf(c, s)
@@ -336,7 +338,7 @@ func frozenTruth(c *Case, cand map[string]*Array) (*Case, error) {
 		if re, err = layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, cfg.ValidLengths)); err != nil {
 			return nil, err
 		}
-	case KindModel:
+	case format.KindModel:
 		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig()}
 		p, in, err := modelDrawOf(c, s)
@@ -378,12 +380,12 @@ func frozenTruth(c *Case, cand map[string]*Array) (*Case, error) {
 	default:
 		return nil, fmt.Errorf("kind %q is not rejudged", m.Kind)
 	}
-	arrays := make(map[string]*Array, len(c.Arrays))
+	arrays := make(map[string]*format.Array, len(c.Arrays))
 	for name, a := range c.Arrays {
 		arrays[name] = a
 	}
 	for _, info := range m.Arrays {
-		if info.Role != RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
 		a, ok := re.Arrays[info.Name]
@@ -392,17 +394,17 @@ func frozenTruth(c *Case, cand map[string]*Array) (*Case, error) {
 		}
 		arrays[info.Name] = a
 	}
-	return &Case{Manifest: m, Arrays: arrays}, nil
+	return &format.Case{Manifest: m, Arrays: arrays}, nil
 }
 
 // frozenLayer freezes one routed layer at the candidate's decision: its
 // selection (prefix+"selected"), and under causal routing its targets'
 // top-k when the candidate wrote targets; the stop-gradient constants are
 // the layer's own at its input (ref.NewFrozen).
-func frozenLayer(c *Case, cand map[string]*Array, prefix string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
+func frozenLayer(c *format.Case, cand map[string]*format.Array, prefix string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
 	sel, ok := candidateSelection(c, cand, prefix+"selected")
 	if !ok {
-		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", CandidateName(prefix+"selected"))
+		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", format.CandidateName(prefix+"selected"))
 	}
 	fz, err := ref.NewFrozen(cfg, p, in, sel)
 	if err != nil {

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"slices"
 	"testing"
 )
@@ -17,13 +19,13 @@ func TestFlipLimit(t *testing.T) {
 // margin, swapping one selected token per row for an unselected one is
 // rejudged, and swapping all of them is too many flips.
 func TestJudgeFlipsTooMany(t *testing.T) {
-	c, err := Load("corpus", "layer-paper")
+	c, err := format.Load("corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := *c.Manifest
 	m.Routing.Margin = 100
-	wide := &Case{Manifest: &m, Arrays: c.Arrays}
+	wide := &format.Case{Manifest: &m, Arrays: c.Arrays}
 	sel := c.Arrays["expected.selected"]
 	k, s := sel.Shape[1], c.Manifest.Config.SeqLen
 	swap := func(n int) *CaseResult {
@@ -64,17 +66,17 @@ func TestJudgeFlipsTooMany(t *testing.T) {
 // corpus (the per-layer inputs rebuilt from Embed and the layers in order
 // are the model forward's).
 func TestFrozenTruthAtTheTruthsDecisions(t *testing.T) {
-	names, err := List("corpus")
+	names, err := format.List("corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, name := range names {
-		c, err := Load("corpus", name)
+		c, err := format.Load("corpus", name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Manifest.Kind != KindLayer && c.Manifest.Kind != KindModel {
+		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
 			continue
 		}
 		n++
@@ -98,13 +100,13 @@ func TestFrozenTruthAtTheTruthsDecisions(t *testing.T) {
 // the flip moved: the first layer's router logits (its own input) stay, a
 // later layer's move.
 func TestJudgeFlipsInLayerOrder(t *testing.T) {
-	c, err := Load("corpus", "model-every-other")
+	c, err := format.Load("corpus", "model-every-other")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := *c.Manifest
 	m.Routing.Margin = 100
-	wide := &Case{Manifest: &m, Arrays: c.Arrays}
+	wide := &format.Case{Manifest: &m, Arrays: c.Arrays}
 	cand := expectedAsCandidate(c)
 	sel := cand["L0.selected"]
 	k := sel.Shape[1]

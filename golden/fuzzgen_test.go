@@ -10,7 +10,7 @@ import (
 // TestGenerateUnmeasured: the fuzzer's case is gen --config's, arrays bit
 // for bit, with no catches; written for scratch, its files are Write's.
 func TestGenerateUnmeasured(t *testing.T) {
-	g, err := Embedded().GenConfigOf("layer-padding")
+	g, err := GenConfigOf(Embedded(), "layer-padding")
 	if err != nil {
 		t.Fatal(err)
 	}

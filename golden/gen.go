@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"slices"
 
@@ -380,8 +382,8 @@ func modelSpecs() ([]modelSpec, error) {
 }
 
 // Generate computes every case of the catalogue from ref.
-func Generate() ([]*Case, error) {
-	var cases []*Case
+func Generate() ([]*format.Case, error) {
+	var cases []*format.Case
 	for _, s := range layerSpecs() {
 		c, err := genLayer(s)
 		if err != nil {
@@ -408,4 +410,11 @@ func Generate() ([]*Case, error) {
 		cases = append(cases, c)
 	}
 	return cases, nil
+}
+
+// writtenOut returns c with the predictor width written out (d/2 unless
+// set), as a manifest holds it, so that a reader need not know the default.
+func writtenOut(c spec.Config) spec.Config {
+	c.PredictorHidden = c.PredictorWidth()
+	return c
 }

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"slices"
@@ -146,7 +148,7 @@ func clearOfThreshold(r [][]float64, valid []int) bool {
 // long sequence the gap between the k-th and (k+1)-th largest of S router
 // weights is about 1/(S·density), a few thousandths at S = 2048, so that
 // hardly any draw is clear of the margin.
-func genLayer(s layerSpec) (*Case, error) {
+func genLayer(s layerSpec) (*format.Case, error) {
 	if err := s.cfg.Validate(); err != nil {
 		return nil, errorf(s.name, err)
 	}
@@ -202,7 +204,7 @@ func genLayer(s layerSpec) (*Case, error) {
 
 // clearCase is the layer case of draw dr (seed) if every routing decision
 // is clear of a tie (or of the threshold) as s asks.
-func clearCase(s layerSpec, seed uint64, dr layerDraw) (*Case, bool, error) {
+func clearCase(s layerSpec, seed uint64, dr layerDraw) (*format.Case, bool, error) {
 	res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
 	if err != nil {
 		return nil, false, errorf(s.name, err)
@@ -332,15 +334,15 @@ func layerGaps(cfg spec.Config, res *ref.LayerResult, valid []int) []float64 {
 	return gapsOf(ref.BoundaryGaps(res.RouterWeights, res.Capacity, valid))
 }
 
-func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gaps []float64) (*Case, error) {
+func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gaps []float64) (*format.Case, error) {
 	cfg := writtenOut(s.cfg)
-	m := &Manifest{
-		Format: Format, Version: Version, Name: s.name, Kind: KindLayer,
+	m := &format.Manifest{
+		Format: format.Format, Version: format.Version, Name: s.name, Kind: format.KindLayer,
 		Description: s.description, Catches: withComputedCatches(s.catches, []spec.Config{s.cfg}, hasPadding(s.valid, s.seqLen)),
-		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &cfg},
+		Config:  format.CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Layer: &cfg},
 		Loss:    "sum(upstream.out * out) + aux.total",
-		Routing: Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties || s.threshold},
-		Provenance: Provenance{
+		Routing: format.Routing{Margin: RoutingMargin, Gaps: [][]float64{gaps}, Ties: s.ties || s.threshold},
+		Provenance: format.Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
 			Reference: "ref.LayerForward; gradients: ref.LayerGradients (analytic, routing frozen)",
 		},
@@ -353,19 +355,19 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 			valid[i] = s.seqLen
 		}
 	}
-	b.add("input.x", RoleInput, batchArray(dr.in.X), nil)
-	b.add("input.valid", RoleInput, intsArray(valid), nil)
+	b.add("input.x", format.RoleInput, batchArray(dr.in.X), nil)
+	b.add("input.valid", format.RoleInput, intsArray(valid), nil)
 	if dr.in.Noise != nil {
-		b.add("input.noise", RoleInput, fieldArray(dr.in.Noise, nil), nil)
+		b.add("input.noise", format.RoleInput, fieldArray(dr.in.Noise, nil), nil)
 	}
 	if dr.in.Jitter != nil {
-		b.add("input.jitter", RoleInput, fieldArray(dr.in.Jitter, nil), nil)
+		b.add("input.jitter", format.RoleInput, fieldArray(dr.in.Jitter, nil), nil)
 	}
 	params := dr.p.Tensors("")
 	for _, t := range params {
-		b.add("param."+t.Name, RoleParam, tensorArray(t), nil)
+		b.add("param."+t.Name, format.RoleParam, tensorArray(t), nil)
 	}
-	b.add("upstream.out", RoleUpstream, batchArray(dr.u), nil)
+	b.add("upstream.out", format.RoleUpstream, batchArray(dr.u), nil)
 
 	b.expect("expected.out", batchArray(res.Out))
 	b.expect("expected.router_logits", fieldArray(res.RouterWeights, s.valid))
@@ -375,16 +377,16 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 	b.expect("expected.targets", fieldArray(res.Targets, s.valid))
 	if cfg.HasPredictor() {
 		b.expect("expected.predictor_logits", fieldArray(res.PredictorLogits, s.valid))
-		b.expect("expected.predictor_accuracy", Scalar(res.PredictorAccuracy))
-		b.expect("expected.aux.predictor_bce", Scalar(res.PredictorBCE))
+		b.expect("expected.predictor_accuracy", format.Scalar(res.PredictorAccuracy))
+		b.expect("expected.aux.predictor_bce", format.Scalar(res.PredictorBCE))
 	}
 	if cfg.Aux == spec.AuxRouterBCE {
-		b.expect("expected.aux.router_bce", Scalar(res.RouterBCE))
+		b.expect("expected.aux.router_bce", format.Scalar(res.RouterBCE))
 	}
 	if cfg.LoadBalanceWeight > 0 {
-		b.expect("expected.aux.load_balance", Scalar(res.LoadBalance))
+		b.expect("expected.aux.load_balance", format.Scalar(res.LoadBalance))
 	}
-	b.expect("expected.aux.total", Scalar(res.AuxLoss))
+	b.expect("expected.aux.total", format.Scalar(res.AuxLoss))
 
 	loss := func() (float64, error) {
 		r, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, res.Frozen)
@@ -397,7 +399,7 @@ func layerCase(s layerSpec, seed uint64, dr layerDraw, res *ref.LayerResult, gap
 	if err != nil {
 		return nil, err
 	}
-	b.expect("expected.loss", Scalar(l))
+	b.expect("expected.loss", format.Scalar(l))
 	_, g, err := ref.LayerGradients(cfg, dr.p, dr.in, res.Frozen, dr.u)
 	if err != nil {
 		return nil, err

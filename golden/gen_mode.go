@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math"
 	"slices"
@@ -105,7 +107,7 @@ func modeCovers(cfg spec.MoDEConfig, res *ref.MoDEResult) bool {
 // genMoDE generates a MoDE case, redrawing until every routing decision is
 // at least minCaseGap from a tie and the case has a token no expert chose
 // and one several experts chose.
-func genMoDE(s modeSpec) (*Case, error) {
+func genMoDE(s modeSpec) (*format.Case, error) {
 	if err := s.cfg.Validate(); err != nil {
 		return nil, errorf(s.name, err)
 	}
@@ -130,7 +132,7 @@ func genMoDE(s modeSpec) (*Case, error) {
 }
 
 // expertChoiceArray is the expert choice as a B×E′×k_e array of positions.
-func expertChoiceArray(ch [][][]int) *Array {
+func expertChoiceArray(ch [][][]int) *format.Array {
 	rows, width := len(ch), len(ch[0])
 	ke := len(ch[0][0])
 	v := make([]int64, 0, rows*width*ke)
@@ -141,40 +143,40 @@ func expertChoiceArray(ch [][][]int) *Array {
 			}
 		}
 	}
-	return Int(v, rows, width, ke)
+	return format.Int(v, rows, width, ke)
 }
 
 // gatesArray is the gates as a B×S×E′ array.
-func gatesArray(g [][][]float64) *Array {
+func gatesArray(g [][][]float64) *format.Array {
 	var v []float64
 	for _, row := range g {
 		for _, gi := range row {
 			v = append(v, gi...)
 		}
 	}
-	return Float(v, len(g), len(g[0]), len(g[0][0]))
+	return format.Float(v, len(g), len(g[0]), len(g[0][0]))
 }
 
-func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps [][]float64) (*Case, error) {
+func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps [][]float64) (*format.Case, error) {
 	cfg := s.cfg
-	m := &Manifest{
-		Format: Format, Version: Version, Name: s.name, Kind: KindMoDE,
+	m := &format.Manifest{
+		Format: format.Format, Version: format.Version, Name: s.name, Kind: format.KindMoDE,
 		Description: s.description, Catches: s.catches,
-		Config:  CaseConfig{Batch: s.batch, SeqLen: s.seqLen, MoDE: &cfg},
+		Config:  format.CaseConfig{Batch: s.batch, SeqLen: s.seqLen, MoDE: &cfg},
 		Loss:    "sum(upstream.out * out)",
-		Routing: Routing{Margin: RoutingMargin, Gaps: gaps},
-		Provenance: Provenance{
+		Routing: format.Routing{Margin: RoutingMargin, Gaps: gaps},
+		Provenance: format.Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed,
 			Reference: "ref.MoDEForward; gradients: ref.MoDEGradients (analytic, routing frozen)",
 		},
 	}
 	b := newBuilder(m)
-	b.add("input.x", RoleInput, batchArray(dr.x), nil)
+	b.add("input.x", format.RoleInput, batchArray(dr.x), nil)
 	params := dr.p.Tensors("")
 	for _, t := range params {
-		b.add("param."+t.Name, RoleParam, tensorArray(t), nil)
+		b.add("param."+t.Name, format.RoleParam, tensorArray(t), nil)
 	}
-	b.add("upstream.out", RoleUpstream, batchArray(dr.u), nil)
+	b.add("upstream.out", format.RoleUpstream, batchArray(dr.u), nil)
 
 	b.expect("expected.out", batchArray(res.Out))
 	if res.RouterWeights != nil {
@@ -195,7 +197,7 @@ func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps []
 	if err != nil {
 		return nil, err
 	}
-	b.expect("expected.loss", Scalar(l))
+	b.expect("expected.loss", format.Scalar(l))
 	_, g, err := ref.MoDEGradients(cfg, dr.p, dr.x, res.Frozen, dr.u)
 	if err != nil {
 		return nil, err
@@ -205,7 +207,7 @@ func modeCase(s modeSpec, seed uint64, dr modeDraw, res *ref.MoDEResult, gaps []
 }
 
 // modeDrawOf reads a MoDE case's parameters and inputs.
-func modeDrawOf(c *Case, s modeSpec) (modeDraw, error) {
+func modeDrawOf(c *format.Case, s modeSpec) (modeDraw, error) {
 	var dr modeDraw
 	dr.p = ref.NewMoDEParams(s.cfg, ref.NewRand(0))
 	if err := loadParams(c, dr.p.Tensors("")); err != nil {

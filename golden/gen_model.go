@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"slices"
 
@@ -54,7 +56,7 @@ func drawModel(s modelSpec, seed uint64) (*ref.ModelParams, ref.ModelInputs) {
 
 // genModel generates a model or decode case, redrawing until every routing
 // decision of every routed layer is at least minCaseGap from a flip.
-func genModel(s modelSpec) (*Case, error) {
+func genModel(s modelSpec) (*format.Case, error) {
 	if err := s.cfg.Validate(); err != nil {
 		return nil, errorf(s.name, err)
 	}
@@ -140,12 +142,12 @@ func rowsDiffer(res *ref.ModelResult) bool {
 	return true
 }
 
-func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs, res *ref.ModelResult, gaps [][]float64) (*Case, error) {
-	cc := CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Vocab: s.cfg.Vocab, MaxLen: s.cfg.MaxLen}
+func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs, res *ref.ModelResult, gaps [][]float64) (*format.Case, error) {
+	cc := format.CaseConfig{Batch: s.batch, SeqLen: s.seqLen, ValidLengths: s.valid, Vocab: s.cfg.Vocab, MaxLen: s.cfg.MaxLen}
 	for _, l := range s.cfg.Layers {
 		cc.Layers = append(cc.Layers, spec.ModelLayer{Routed: l.Routed, Config: writtenOut(l.Config)})
 	}
-	kind, loss, reference := KindModel, "ce + sum over routed layers of L<l>.aux.total",
+	kind, loss, reference := format.KindModel, "ce + sum over routed layers of L<l>.aux.total",
 		"ref.ModelForward; gradients: ref.ModelGradients (analytic, routing frozen)"
 	catches := withComputedCatches(s.catches, routedConfigs(s.cfg), hasPadding(s.valid, s.seqLen))
 	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.cfg, shared) == "" && !slices.Contains(catches, shared.name) {
@@ -153,14 +155,14 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 		catches = append(catches, shared.name)
 	}
 	if s.decode {
-		kind, loss, reference = KindDecode, "none (inference only)", "ref.ModelForward in causal-routing mode and ref.Decoder"
+		kind, loss, reference = format.KindDecode, "none (inference only)", "ref.ModelForward in causal-routing mode and ref.Decoder"
 		catches = s.catches // a decode case tests the decoding, not the forward
 	}
-	m := &Manifest{
-		Format: Format, Version: Version, Name: s.name, Kind: kind,
+	m := &format.Manifest{
+		Format: format.Format, Version: format.Version, Name: s.name, Kind: kind,
 		Description: s.description, Catches: catches, Config: cc, Loss: loss,
-		Routing: Routing{Margin: RoutingMargin, Gaps: gaps, Ties: s.ties},
-		Provenance: Provenance{
+		Routing: format.Routing{Margin: RoutingMargin, Gaps: gaps, Ties: s.ties},
+		Provenance: format.Provenance{
 			Generator: "modref gen", GeneratorVersion: GeneratorVersion, Seed: seed, Reference: reference,
 		},
 	}
@@ -172,20 +174,20 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 			valid[i] = s.seqLen
 		}
 	}
-	b.add("input.tokens", RoleInput, intGrid(in.Tokens), nil)
-	b.add("input.targets", RoleInput, intGrid(in.Targets), nil)
-	b.add("input.valid", RoleInput, intsArray(valid), nil)
+	b.add("input.tokens", format.RoleInput, intGrid(in.Tokens), nil)
+	b.add("input.targets", format.RoleInput, intGrid(in.Targets), nil)
+	b.add("input.valid", format.RoleInput, intsArray(valid), nil)
 	for l := range s.cfg.Layers {
 		if in.Noise[l] != nil {
-			b.add(fmt.Sprintf("input.noise.L%d", l), RoleInput, fieldArray(in.Noise[l], nil), nil)
+			b.add(fmt.Sprintf("input.noise.L%d", l), format.RoleInput, fieldArray(in.Noise[l], nil), nil)
 		}
 		if in.Jitter[l] != nil {
-			b.add(fmt.Sprintf("input.jitter.L%d", l), RoleInput, fieldArray(in.Jitter[l], nil), nil)
+			b.add(fmt.Sprintf("input.jitter.L%d", l), format.RoleInput, fieldArray(in.Jitter[l], nil), nil)
 		}
 	}
 	params := p.Tensors()
 	for _, t := range params {
-		b.add("param."+t.Name, RoleParam, tensorArray(t), nil)
+		b.add("param."+t.Name, format.RoleParam, tensorArray(t), nil)
 	}
 	b.expect("expected.logits", batchArray(res.Logits))
 	for l, lr := range res.Layers {
@@ -199,7 +201,7 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 			b.expect(pre+"predictor_logits", fieldArray(lr.PredictorLogits, s.valid))
 		}
 		if !s.decode {
-			b.expect(pre+"aux.total", Scalar(lr.AuxLoss))
+			b.expect(pre+"aux.total", format.Scalar(lr.AuxLoss))
 		}
 	}
 	if s.decode {
@@ -208,14 +210,14 @@ func modelCase(s modelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 		}
 		return b.build(), nil
 	}
-	b.expect("expected.ce", Scalar(res.CE))
-	b.expect("expected.loss", Scalar(res.Loss))
+	b.expect("expected.ce", format.Scalar(res.CE))
+	b.expect("expected.loss", format.Scalar(res.Loss))
 	_, g, err := ref.ModelGradients(s.cfg, p, in, res.Frozen)
 	if err != nil {
 		return nil, err
 	}
 	for k, t := range g.Tensors() {
-		b.expect("grad.param."+params[k].Name, Float(t.Data, t.Shape...))
+		b.expect("grad.param."+params[k].Name, format.Float(t.Data, t.Shape...))
 	}
 	return b.build(), nil
 }
@@ -256,7 +258,7 @@ func addDecode(b *builder, s modelSpec, p *ref.ModelParams, in ref.ModelInputs) 
 			}
 		}
 	}
-	b.expect("expected.decode_logits", Float(logits, s.batch, s.seqLen, vocab))
+	b.expect("expected.decode_logits", format.Float(logits, s.batch, s.seqLen, vocab))
 	for l, ml := range s.cfg.Layers {
 		if ml.Routed {
 			b.expect(fmt.Sprintf("expected.L%d.routed", l), intGrid(routed[l]))

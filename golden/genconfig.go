@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -28,7 +30,7 @@ type GenConfig struct {
 	// the manifest records the seed of the draw kept.
 	Seed uint64 `json:"seed"`
 	// Config is the case's configuration, as a manifest's "config".
-	Config CaseConfig `json:"config"`
+	Config format.CaseConfig `json:"config"`
 	// Precision is the profile a candidate of the case is judged under by
 	// default (the manifest's "precision"): float64, float32, tf32, bf16 or
 	// fp16; empty, the case's own float32 tolerances. The catches the
@@ -61,29 +63,29 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("not a case configuration: more after its JSON object")
 	}
-	if !caseName.MatchString(g.Name) {
+	if !format.ValidCaseName(g.Name) {
 		return nil, fmt.Errorf("name = %q: want words of lowercase letters and digits joined by '-', such as my-layer-s2048", g.Name)
 	}
-	if !slices.Contains([]string{KindLayer, KindModel, KindDecode, KindMoDE}, g.Kind) {
-		return nil, fmt.Errorf("kind = %q: want %s, %s, %s or %s", g.Kind, KindLayer, KindModel, KindDecode, KindMoDE)
+	if !slices.Contains([]string{format.KindLayer, format.KindModel, format.KindDecode, format.KindMoDE}, g.Kind) {
+		return nil, fmt.Errorf("kind = %q: want %s, %s, %s or %s", g.Kind, format.KindLayer, format.KindModel, format.KindDecode, format.KindMoDE)
 	}
-	if err := g.Config.validate(g.Kind); err != nil {
+	if err := g.Config.Validate(g.Kind); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if _, err := ParseProfile(g.Precision); err != nil {
+	if _, err := format.ParseProfile(g.Precision); err != nil {
 		return nil, err
 	}
 	if err := g.checkTies(); err != nil {
 		return nil, err
 	}
-	m := &Manifest{Kind: g.Kind, Config: g.Config}
-	if n := 2 * paramCount(m); n > maxCaseElements {
+	m := &format.Manifest{Kind: g.Kind, Config: g.Config}
+	if n := 2 * format.ParamCount(m); n > format.MaxCaseElements {
 		return nil, fmt.Errorf("config: the case would hold %d parameter values and as many gradients, more than the %d values a case may hold together (the sizes d_model, d_ff, layers, vocab): %w",
-			n/2, int64(maxCaseElements), ErrTooLarge)
+			n/2, int64(format.MaxCaseElements), format.ErrTooLarge)
 	}
-	if w, most := recomputeWork(m), float64(maxRecomputeWork); w > most {
+	if w, most := format.RecomputeWork(m), float64(format.MaxRecomputeWork); w > most {
 		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds, more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
-			w, most, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
+			w, most, g.Config.Batch, g.Config.SeqLen, format.ErrTooLarge)
 	}
 	return &g, nil
 }
@@ -96,19 +98,19 @@ func (g *GenConfig) checkTies() error {
 		return nil
 	case g.Ties != "exact" && g.Ties != "bf16":
 		return fmt.Errorf("ties = %q: want \"exact\" or \"bf16\"", g.Ties)
-	case g.Kind != KindLayer || g.Config.Layer.Router != spec.RouterLinear || g.Config.Layer.Causal != spec.CausalOff:
+	case g.Kind != format.KindLayer || g.Config.Layer.Router != spec.RouterLinear || g.Config.Layer.Causal != spec.CausalOff:
 		return fmt.Errorf("ties = %q: a case about ties is a layer case routed top-k by a linear router without bias", g.Ties)
 	}
 	return nil
 }
 
-// GenConfigOf returns the configuration that generates case name of the
-// corpus again (`modref gen --print-config CASE`): its name, kind,
+// GenConfigOf returns the configuration that generates case name of corpus
+// c again (`modref gen --print-config CASE`): its name, kind,
 // description, configuration and the seed of its draw. Cases made to test
 // ties, thresholds or rows routed apart are tuned after the draw, which a
 // GenConfig does not state: their configuration generates a case of the
 // same configuration, not the same bits.
-func (c Corpus) GenConfigOf(name string) (*GenConfig, error) {
+func GenConfigOf(c format.Corpus, name string) (*GenConfig, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
 		return nil, err
@@ -120,7 +122,7 @@ func (c Corpus) GenConfigOf(name string) (*GenConfig, error) {
 // are generated (redrawn until every routing decision is clear of a tie),
 // with its catches measured: every deviation of docs/spec.md §11 emulated
 // for the case whose values the case tells apart from the oracle's.
-func GenerateFromConfig(g *GenConfig) (*Case, error) {
+func GenerateFromConfig(g *GenConfig) (*format.Case, error) {
 	c, err := generateCase(g)
 	if err != nil {
 		return nil, err
@@ -128,7 +130,7 @@ func GenerateFromConfig(g *GenConfig) (*Case, error) {
 	// The case must be one a reader loads: its arrays within
 	// maxCaseElements (DecodeGenConfig refuses early what its parameters
 	// and their gradients alone exceed).
-	if _, err := c.Manifest.checkBounds(); err != nil {
+	if _, err := c.Manifest.CheckBounds(); err != nil {
 		return nil, fmt.Errorf("config: the case would not load: %w", err)
 	}
 	if c.Manifest.Catches, err = measuredCatches(c); err != nil {
@@ -138,23 +140,23 @@ func GenerateFromConfig(g *GenConfig) (*Case, error) {
 }
 
 // generateCase generates the case g describes, with no catches.
-func generateCase(g *GenConfig) (*Case, error) {
+func generateCase(g *GenConfig) (*format.Case, error) {
 	cfg := g.Config
 	desc := g.Description
 	if desc == "" {
 		desc = fmt.Sprintf("A %s case generated by modref gen --config.", g.Kind)
 	}
-	var c *Case
+	var c *format.Case
 	var err error
 	switch g.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		c, err = genLayer(layerSpec{name: g.Name, description: desc, seed: g.Seed,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer,
 			ties: g.Ties != "", roundingTies: g.Ties == "bf16"})
-	case KindModel, KindDecode:
+	case format.KindModel, format.KindDecode:
 		c, err = genModel(modelSpec{name: g.Name, description: desc, seed: g.Seed,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: g.Kind == KindDecode})
-	case KindMoDE:
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: g.Kind == format.KindDecode})
+	case format.KindMoDE:
 		c, err = genMoDE(modeSpec{name: g.Name, description: desc, seed: g.Seed,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE})
 	default:
@@ -169,7 +171,7 @@ func generateCase(g *GenConfig) (*Case, error) {
 // measuredCatches returns the deviations of docs/spec.md §11 that case c
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
-func measuredCatches(c *Case) ([]string, error) {
+func measuredCatches(c *format.Case) ([]string, error) {
 	ems, err := emulate(c, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"errors"
 	"os"
@@ -17,7 +19,7 @@ import (
 // bit, for every case not tuned after its draw (ties, thresholds), through
 // a JSON round trip as a user's file would take.
 func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
-	corpus := Dir("corpus")
+	corpus := format.Dir("corpus")
 	names, err := corpus.List()
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +33,7 @@ func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
 		if want.Manifest.Routing.Ties {
 			continue
 		}
-		g, err := corpus.GenConfigOf(name)
+		g, err := GenConfigOf(corpus, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +66,7 @@ func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
 // corpus audits for it with PyTorch, and each one measured does change the
 // case (its emulated candidate fails check).
 func TestMeasuredCatches(t *testing.T) {
-	c, err := Dir("corpus").Load("layer-paper")
+	c, err := format.Dir("corpus").Load("layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestMeasuredCatches(t *testing.T) {
 // TestDecodeGenConfigRefuses: a configuration file that is not one, or asks
 // for what the corpus cannot hold, is refused naming the field.
 func TestDecodeGenConfigRefuses(t *testing.T) {
-	g, err := Dir("corpus").GenConfigOf("layer-paper")
+	g, err := GenConfigOf(format.Dir("corpus"), "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestDecodeGenConfigRefuses(t *testing.T) {
 			t.Errorf("DecodeGenConfig(%.80s...): %v, want an error containing %q", c.raw, err, c.want)
 		}
 	}
-	if _, err := DecodeGenConfig([]byte(edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }))); !errors.Is(err, ErrTooLarge) {
+	if _, err := DecodeGenConfig([]byte(edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }))); !errors.Is(err, format.ErrTooLarge) {
 		t.Errorf("a case too costly to recompute: %v, want ErrTooLarge", err)
 	}
 }
@@ -167,7 +169,7 @@ func TestGenMatrixConfigs(t *testing.T) {
 			grouped = grouped || b.KVHeadCount() < b.Heads
 		}
 	}
-	for _, k := range []string{KindLayer, KindModel, KindDecode, KindMoDE} {
+	for _, k := range []string{format.KindLayer, format.KindModel, format.KindDecode, format.KindMoDE} {
 		if !kinds[k] {
 			t.Errorf("no configuration of kind %s", k)
 		}
@@ -206,20 +208,20 @@ func TestGenConfigRefusesCasesThatWouldNotLoad(t *testing.T) {
 	}
 	g.Config.Layer.Block.DFF = 16384
 	huge, _ := json.Marshal(g)
-	if _, err := DecodeGenConfig(huge); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "parameter values and as many gradients") {
+	if _, err := DecodeGenConfig(huge); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "parameter values and as many gradients") {
 		t.Errorf("d_ff 16384: error %v, want too large for its parameters", err)
 	}
 	// A model whose 8.4e6 parameters and gradients are within the bound,
 	// but whose logits, S·vocab = 64·2^19, take the case past it: found
 	// once generated (2 s, 1.2 GB).
 	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
-	wide := &GenConfig{Name: "wide-vocab", Kind: KindModel, Seed: 1, Config: CaseConfig{Batch: 1, SeqLen: 64, Vocab: 1 << 19,
+	wide := &GenConfig{Name: "wide-vocab", Kind: format.KindModel, Seed: 1, Config: format.CaseConfig{Batch: 1, SeqLen: 64, Vocab: 1 << 19,
 		Layers: []spec.ModelLayer{{Routed: true, Config: layer}}}}
 	raw, _ = json.Marshal(wide)
 	if wide, err = DecodeGenConfig(raw); err != nil {
 		t.Fatalf("vocab 2^19: %v", err)
 	}
-	if _, err := GenerateFromConfig(wide); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "would not load") {
+	if _, err := GenerateFromConfig(wide); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "would not load") {
 		t.Errorf("vocab 2^19: error %v, want too large to load", err)
 	}
 }

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -57,10 +59,10 @@ type WriteOptions struct {
 // opt.KeepOthers. Without other files the directory is replaced whole
 // (internal/atomicfile, keeping its mode), so that a failure or a kill
 // leaves the old corpus or the new one, never a mixture.
-func WriteCorpus(dir string, opt WriteOptions) ([]*Case, error) {
+func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("corpus directory %s: %w", dir, unwrapPath(err))
+		return nil, fmt.Errorf("corpus directory %s: %w", dir, format.UnwrapPath(err))
 	}
 	rec, err := readGenRecord(dir)
 	if err != nil {
@@ -91,13 +93,13 @@ func WriteCorpus(dir string, opt WriteOptions) ([]*Case, error) {
 	want := map[string][]byte{}
 	var order []string
 	for _, c := range cases {
-		files, err := c.files()
+		files, err := c.Files()
 		if err != nil {
 			return nil, err
 		}
 		for _, f := range files {
-			want[f.name] = f.data
-			order = append(order, f.name)
+			want[f.Name] = f.Data
+			order = append(order, f.Name)
 		}
 	}
 	var ours, others []string
@@ -210,36 +212,36 @@ func cannotBeGens(e fs.DirEntry, names []string, rec genRecord, checkout bool) b
 // those names is refused, nothing written. The record gains the case's
 // files, first with their old and new contents, so that a kill at any
 // moment leaves both files known to the next gen.
-func WriteGenerated(dir string, c *Case) error {
+func WriteGenerated(dir string, c *format.Case) error {
 	rec, err := readGenRecord(dir)
 	if err != nil {
 		return err
 	}
-	files, err := c.files()
+	files, err := c.Files()
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
-		path := filepath.Join(dir, f.name)
+		path := filepath.Join(dir, f.Name)
 		fi, err := os.Lstat(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err != nil || !isGens(dir, fs.FileInfoToDirEntry(fi), rec, map[string][]byte{f.name: f.data}, false) {
+		if err != nil || !isGens(dir, fs.FileInfoToDirEntry(fi), rec, map[string][]byte{f.Name: f.Data}, false) {
 			return fmt.Errorf("%s exists and gen did not write it; move it away, or choose another name or directory", path)
 		}
 	}
 	for _, f := range files {
-		rec.Files[f.name] = append(rec.Files[f.name], sha256Hex(f.data))
+		rec.Files[f.Name] = append(rec.Files[f.Name], sha256Hex(f.Data))
 	}
 	if err := writeGenRecord(dir, rec); err != nil {
 		return err
 	}
 	for _, f := range files {
-		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.Name), f.Data); err != nil {
 			return err
 		}
-		rec.Files[f.name] = []string{sha256Hex(f.data)}
+		rec.Files[f.Name] = []string{sha256Hex(f.Data)}
 	}
 	return writeGenRecord(dir, rec)
 }
@@ -257,7 +259,7 @@ func isGens(dir string, e fs.DirEntry, rec genRecord, want map[string][]byte, ch
 	if !ok && rec.Files[name] == nil {
 		return false
 	}
-	raw, err := readfile.Read(filepath.Join(dir, name), maxFileBytes)
+	raw, err := readfile.Read(filepath.Join(dir, name), format.MaxFileBytes)
 	if err != nil {
 		return false
 	}

@@ -1,14 +1,16 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"slices"
 	"strings"
 	"testing"
 )
 
 // without returns the candidate with the named arrays left out.
-func without(cand map[string]*Array, names ...string) map[string]*Array {
-	out := make(map[string]*Array, len(cand))
+func without(cand map[string]*format.Array, names ...string) map[string]*format.Array {
+	out := make(map[string]*format.Array, len(cand))
 	for n, a := range cand {
 		if !slices.Contains(names, n) {
 			out[n] = a

@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"slices"
 	"strings"
@@ -9,16 +11,16 @@ import (
 
 func TestParseProfile(t *testing.T) {
 	for _, name := range []string{"float64", "float32", "tf32", "bf16", "fp16"} {
-		p, err := ParseProfile(name)
+		p, err := format.ParseProfile(name)
 		if err != nil || p.Name != name || p.IsZero() {
 			t.Errorf("ParseProfile(%q) = %+v, %v", name, p, err)
 		}
 	}
-	if p, err := ParseProfile(""); err != nil || !p.IsZero() {
+	if p, err := format.ParseProfile(""); err != nil || !p.IsZero() {
 		t.Errorf(`ParseProfile("") = %+v, %v; want the zero profile`, p, err)
 	}
 	for _, bad := range []string{"bfloat16", "BF16", "float16", "fp8", " bf16"} {
-		if _, err := ParseProfile(bad); err == nil || !strings.Contains(err.Error(), "bf16") {
+		if _, err := format.ParseProfile(bad); err == nil || !strings.Contains(err.Error(), "bf16") {
 			t.Errorf("ParseProfile(%q): error %v, want one listing the profiles", bad, err)
 		}
 	}
@@ -26,12 +28,12 @@ func TestParseProfile(t *testing.T) {
 
 // expectedAsCandidate returns the case's expected arrays under candidate
 // names, copied, for a test to perturb.
-func expectedAsCandidate(c *Case) map[string]*Array {
-	out := map[string]*Array{}
+func expectedAsCandidate(c *format.Case) map[string]*format.Array {
+	out := map[string]*format.Array{}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == RoleExpected {
+		if info.Role == format.RoleExpected {
 			a := c.Arrays[info.Name]
-			out[CandidateName(info.Name)] = &Array{Shape: a.Shape, F: slices.Clone(a.F), I: slices.Clone(a.I), DType: a.DType}
+			out[format.CandidateName(info.Name)] = &format.Array{Shape: a.Shape, F: slices.Clone(a.F), I: slices.Clone(a.I), DType: a.DType}
 		}
 	}
 	return out
@@ -43,27 +45,27 @@ func expectedAsCandidate(c *Case) map[string]*Array {
 // margin twice the router logits' tolerance, integers exact, and the
 // manifest left as it was.
 func TestProfileTolerances(t *testing.T) {
-	c, err := Load("corpus", "layer-paper")
+	c, err := format.Load("corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := *c.Arrays["expected.out"]
-	p, _ := ParseProfile("bf16")
+	p, _ := format.ParseProfile("bf16")
 	base := expectedAsCandidate(c)
 	base["out"].F[3] += 0.01
 	base["router_logits"].F[2] -= 0.002
-	jc, rep, err := p.Tolerances(c, base)
+	jc, rep, err := Tolerances(p, c, base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tolOf := func(name string) Tolerance {
+	tolOf := func(name string) format.Tolerance {
 		for _, info := range jc.Manifest.Arrays {
-			if CandidateName(info.Name) == name {
+			if format.CandidateName(info.Name) == name {
 				return *info.Tolerance
 			}
 		}
 		t.Fatalf("no array %s", name)
-		return Tolerance{}
+		return format.Tolerance{}
 	}
 	scale := func(name string) float64 {
 		s := 1.0
@@ -76,13 +78,13 @@ func TestProfileTolerances(t *testing.T) {
 		}
 		return s
 	}
-	floor := func(name string) float64 { return FloorUnits * p.Unit * scale(name) }
+	floor := func(name string) float64 { return format.FloorUnits * p.Unit * scale(name) }
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Abs(b) }
-	if got, want := tolOf("out"), Multiple*0.01+floor("out"); got.RTol != 0 || !near(got.ATol, want) {
+	if got, want := tolOf("out"), format.Multiple*0.01+floor("out"); got.RTol != 0 || !near(got.ATol, want) {
 		t.Errorf("out: tolerance %+v, want atol %g", got, want)
 	}
 	rl := tolOf("router_logits")
-	if want := Multiple*0.002 + floor("router_logits"); !near(rl.ATol, want) {
+	if want := format.Multiple*0.002 + floor("router_logits"); !near(rl.ATol, want) {
 		t.Errorf("router_logits: atol %g, want %g", rl.ATol, want)
 	}
 	if got := tolOf("grad.param.Wq"); !near(got.ATol, floor("grad.param.Wq")) {
@@ -91,7 +93,7 @@ func TestProfileTolerances(t *testing.T) {
 	// aux.total is 0 in layer-paper and so its scale 1; the worst relative
 	// forward error is out's.
 	rel := 0.01 / scale("out")
-	if got, want := tolOf("aux.total"), Multiple*rel+floor("aux.total"); !near(got.ATol, want) {
+	if got, want := tolOf("aux.total"), format.Multiple*rel+floor("aux.total"); !near(got.ATol, want) {
 		t.Errorf("aux.total: atol %g, want %g (a scalar takes the worst relative error)", got.ATol, want)
 	}
 	if got := tolOf("selected"); got.ATol != 0 || got.RTol != 0 {
@@ -119,7 +121,7 @@ func TestProfileTolerances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Pass != (k < Multiple) {
+		if res.Pass != (k < format.Multiple) {
 			t.Errorf("out off by %g baseline errors + the floor: pass %v", k, res.Pass)
 		}
 	}
@@ -128,19 +130,19 @@ func TestProfileTolerances(t *testing.T) {
 // TestProfileRefusesABadBaseline: a baseline that lacks an array or
 // overflowed is an error naming it, not a tolerance.
 func TestProfileRefusesABadBaseline(t *testing.T) {
-	c, err := Load("corpus", "layer-paper")
+	c, err := format.Load("corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := ParseProfile("fp16")
+	p, _ := format.ParseProfile("fp16")
 	base := expectedAsCandidate(c)
 	delete(base, "grad.param.Wk")
-	if _, _, err := p.Tolerances(c, base); err == nil || !strings.Contains(err.Error(), "grad.param.Wk") {
+	if _, _, err := Tolerances(p, c, base); err == nil || !strings.Contains(err.Error(), "grad.param.Wk") {
 		t.Errorf("missing array: %v", err)
 	}
 	base = expectedAsCandidate(c)
 	base["out"].F[0] = math.Inf(1)
-	if _, _, err := p.Tolerances(c, base); err == nil || !strings.Contains(err.Error(), "overflow") {
+	if _, _, err := Tolerances(p, c, base); err == nil || !strings.Contains(err.Error(), "overflow") {
 		t.Errorf("infinite baseline: %v", err)
 	}
 }

@@ -1,6 +1,9 @@
 package golden
 
-import "testing"
+import (
+	"github.com/modref/modref/golden/format"
+	"testing"
+)
 
 // TestDiagnoseProgress checks that DiagnoseProgress reports 0 and then
 // counts every deviant recomputation once, in order, up to the number of
@@ -9,7 +12,7 @@ import "testing"
 // floor; aux_over_padding: layer-paper has no padding), which are not
 // recomputed.
 func TestDiagnoseProgress(t *testing.T) {
-	c, err := Load("corpus", "layer-paper")
+	c, err := format.Load("corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}

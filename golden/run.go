@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 
 	"gonum.org/v1/gonum/mat"
@@ -12,15 +14,15 @@ import (
 // parameters (not from the generator's seed) and returns the result as a
 // candidate: the expected arrays under their candidate names. A sound corpus
 // and ref give back the expected values exactly.
-func RefCandidate(c *Case) (map[string]*Array, error) {
+func RefCandidate(c *format.Case) (map[string]*format.Array, error) {
 	re, err := recompute(c)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
-	cand := make(map[string]*Array)
+	cand := make(map[string]*format.Array)
 	for _, info := range re.Manifest.Arrays {
-		if info.Role == RoleExpected {
-			cand[CandidateName(info.Name)] = re.Arrays[info.Name]
+		if info.Role == format.RoleExpected {
+			cand[format.CandidateName(info.Name)] = re.Arrays[info.Name]
 		}
 	}
 	return cand, nil
@@ -28,12 +30,12 @@ func RefCandidate(c *Case) (map[string]*Array, error) {
 
 // recompute runs the generator's computation on a case's inputs and
 // parameters.
-func recompute(c *Case) (*Case, error) {
+func recompute(c *format.Case) (*format.Case, error) {
 	m := c.Manifest
 	cfg := m.Config
 	valid := cfg.ValidLengths
 	switch m.Kind {
-	case KindLayer:
+	case format.KindLayer:
 		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: *cfg.Layer, ties: m.Routing.Ties}
 		dr, err := layerDrawOf(c, s)
@@ -45,9 +47,9 @@ func recompute(c *Case) (*Case, error) {
 			return nil, err
 		}
 		return layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, valid))
-	case KindModel, KindDecode:
+	case format.KindModel, format.KindDecode:
 		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.ModelConfig(), decode: m.Kind == KindDecode}
+			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.ModelConfig(), decode: m.Kind == format.KindDecode}
 		p, in, err := modelDrawOf(c, s)
 		if err != nil {
 			return nil, err
@@ -63,7 +65,7 @@ func recompute(c *Case) (*Case, error) {
 			}
 		}
 		return modelCase(s, m.Provenance.Seed, p, in, res, gaps)
-	case KindMoDE:
+	case format.KindMoDE:
 		s := modeSpec{name: m.Name, description: m.Description, catches: m.Catches,
 			batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE}
 		dr, err := modeDrawOf(c, s)
@@ -79,17 +81,8 @@ func recompute(c *Case) (*Case, error) {
 	return nil, fmt.Errorf("kind %q", m.Kind)
 }
 
-// array returns a case array, or an error naming it.
-func (c *Case) array(name string) (*Array, error) {
-	a, ok := c.Arrays[name]
-	if !ok {
-		return nil, fmt.Errorf("array %q is missing", name)
-	}
-	return a, nil
-}
-
 // matrices splits a B×S×d array into B matrices of S×d (copies).
-func matrices(a *Array) []*mat.Dense {
+func matrices(a *format.Array) []*mat.Dense {
 	b, s, d := a.Shape[0], a.Shape[1], a.Shape[2]
 	out := make([]*mat.Dense, b)
 	for i := range out {
@@ -99,7 +92,7 @@ func matrices(a *Array) []*mat.Dense {
 }
 
 // field splits a B×S array into rows (copies).
-func field(a *Array) [][]float64 {
+func field(a *format.Array) [][]float64 {
 	b, s := a.Shape[0], a.Shape[1]
 	out := make([][]float64, b)
 	for i := range out {
@@ -109,7 +102,7 @@ func field(a *Array) [][]float64 {
 }
 
 // ints splits a B×S integer array into rows.
-func ints(a *Array) [][]int {
+func ints(a *format.Array) [][]int {
 	b, s := a.Shape[0], a.Shape[1]
 	out := make([][]int, b)
 	for i := range out {
@@ -122,9 +115,9 @@ func ints(a *Array) [][]int {
 }
 
 // loadParams copies the case's param.<prefix><Name> arrays into ts.
-func loadParams(c *Case, ts []ref.Tensor) error {
+func loadParams(c *format.Case, ts []ref.Tensor) error {
 	for _, t := range ts {
-		a, err := c.array("param." + t.Name)
+		a, err := c.Array("param." + t.Name)
 		if err != nil {
 			return err
 		}
@@ -138,19 +131,19 @@ func loadParams(c *Case, ts []ref.Tensor) error {
 
 // inputAndUpstream reads a layer-level case's input.x and upstream.out,
 // one S×d matrix per batch row each.
-func inputAndUpstream(c *Case) (x, u []*mat.Dense, err error) {
-	xa, err := c.array("input.x")
+func inputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
+	xa, err := c.Array("input.x")
 	if err != nil {
 		return nil, nil, err
 	}
-	ua, err := c.array("upstream.out")
+	ua, err := c.Array("upstream.out")
 	if err != nil {
 		return nil, nil, err
 	}
 	return matrices(xa), matrices(ua), nil
 }
 
-func layerDrawOf(c *Case, s layerSpec) (layerDraw, error) {
+func layerDrawOf(c *format.Case, s layerSpec) (layerDraw, error) {
 	var dr layerDraw
 	dr.p = ref.NewLayerParams(s.cfg, ref.NewRand(0))
 	if err := loadParams(c, dr.p.Tensors("")); err != nil {
@@ -171,16 +164,16 @@ func layerDrawOf(c *Case, s layerSpec) (layerDraw, error) {
 	return dr, nil
 }
 
-func modelDrawOf(c *Case, s modelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
+func modelDrawOf(c *format.Case, s modelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
 	p := ref.NewModelParams(s.cfg, 0)
 	if err := loadParams(c, p.Tensors()); err != nil {
 		return nil, ref.ModelInputs{}, err
 	}
-	tok, err := c.array("input.tokens")
+	tok, err := c.Array("input.tokens")
 	if err != nil {
 		return nil, ref.ModelInputs{}, err
 	}
-	tgt, err := c.array("input.targets")
+	tgt, err := c.Array("input.targets")
 	if err != nil {
 		return nil, ref.ModelInputs{}, err
 	}

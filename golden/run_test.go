@@ -1,12 +1,15 @@
 package golden
 
-import "testing"
+import (
+	"github.com/modref/modref/golden/format"
+	"testing"
+)
 
 // TestRefReproducesEveryCase recomputes every case from its stored inputs and
 // parameters and requires ref's values to pass with zero tolerance: the
 // corpus files and the generator agree about every array's meaning.
 func TestRefReproducesEveryCase(t *testing.T) {
-	names, err := List("corpus")
+	names, err := format.List("corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,10 +20,10 @@ func TestRefReproducesEveryCase(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, info := range c.Manifest.Arrays {
-			if info.Role != RoleExpected {
+			if info.Role != format.RoleExpected {
 				continue
 			}
-			got, want := cand[CandidateName(info.Name)], c.Arrays[info.Name]
+			got, want := cand[format.CandidateName(info.Name)], c.Arrays[info.Name]
 			for k := range want.F {
 				if got.F[k] != want.F[k] {
 					t.Errorf("%s: %s%v recomputed as %v, stored %v", name, info.Name, want.Index(k), got.F[k], want.F[k])

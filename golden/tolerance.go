@@ -1,6 +1,8 @@
 package golden
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"strings"
 )
@@ -36,16 +38,16 @@ const (
 )
 
 // toleranceFor returns the tolerance of an expected array by its kind.
-func toleranceFor(name string, a *Array) *Tolerance {
+func toleranceFor(name string, a *format.Array) *format.Tolerance {
 	if a.IsInt() || strings.HasSuffix(name, ".targets") {
-		return &Tolerance{Reason: exactReason}
+		return &format.Tolerance{Reason: exactReason}
 	}
 	scale := 1.0
 	for _, v := range a.F {
 		scale = math.Max(scale, math.Abs(v))
 	}
 	if strings.HasPrefix(name, "grad.") {
-		return &Tolerance{RTol: gradRTol, ATol: gradScaleTol * scale, Reason: gradReason}
+		return &format.Tolerance{RTol: gradRTol, ATol: gradScaleTol * scale, Reason: gradReason}
 	}
-	return &Tolerance{RTol: forwardRTol, ATol: forwardScaleTol * scale, Reason: forwardReason}
+	return &format.Tolerance{RTol: forwardRTol, ATol: forwardScaleTol * scale, Reason: forwardReason}
 }

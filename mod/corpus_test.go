@@ -1,6 +1,8 @@
 package mod_test
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"strings"
 	"testing"
@@ -19,13 +21,13 @@ const corpusDir = "../golden/corpus"
 // routing decisions exactly. With -v it prints the largest
 // |got − expected| / max(‖expected‖∞, 1) per kind of array.
 func TestCorpus(t *testing.T) {
-	names, err := golden.List(corpusDir)
+	names, err := format.List(corpusDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			c, err := golden.Load(corpusDir, name)
+			c, err := format.Load(corpusDir, name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +51,7 @@ func TestCorpus(t *testing.T) {
 }
 
 // recordArray notes the scaled error of one array for the -measure report.
-func recordArray(c *golden.Case, a golden.ArrayResult) {
+func recordArray(c *format.Case, a golden.ArrayResult) {
 	want := c.Arrays["expected."+a.Name]
 	if want == nil {
 		want = c.Arrays[a.Name]

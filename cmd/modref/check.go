@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -116,12 +118,12 @@ flags:
 		if err != nil {
 			return err
 		}
-		var cand map[string]*golden.Array
+		var cand map[string]*format.Array
 		path := candPath(name)
 		if *candidate == "" {
 			cand, err = selfCandidate(c)
 		} else {
-			cand, err = golden.ReadCandidate(path, c)
+			cand, err = format.ReadCandidate(path, c)
 		}
 		var r *golden.CaseResult
 		var measured *golden.ProfileReport
@@ -176,7 +178,7 @@ flags:
 const selfName = "modref's mod/ (float32 autograd)"
 
 // printReport writes the results as JSON or as the table.
-func printReport(stdout io.Writer, results []*golden.CaseResult, asJSON bool, candidate string, profile golden.Profile) error {
+func printReport(stdout io.Writer, results []*golden.CaseResult, asJSON bool, candidate string, profile format.Profile) error {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -227,7 +229,7 @@ func refuseOverwrite(out string, inputs []string) error {
 
 // selfCandidate computes a case with modref's own implementation, the
 // float32 autograd one in mod/.
-func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
+func selfCandidate(c *format.Case) (map[string]*format.Array, error) {
 	return modcase.Candidate(c)
 }
 
@@ -237,7 +239,7 @@ func selfCandidate(c *golden.Case) (map[string]*golden.Array, error) {
 //
 // A case judged under a profile other than the flag's (its manifest's
 // precision) has the profile after its name.
-func printResults(w io.Writer, results []*golden.CaseResult, candidate string, profile golden.Profile) {
+func printResults(w io.Writer, results []*golden.CaseResult, candidate string, profile format.Profile) {
 	switch fi, err := os.Stat(candidate); {
 	case candidate == "":
 		fmt.Fprintf(w, "implementation: %s, run on each case's inputs and parameters\n", selfName)

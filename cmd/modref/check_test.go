@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/xml"
@@ -11,31 +13,29 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
 )
 
 const corpus = "../../golden/corpus"
 
 // writeCandidate writes the case's own expected values, changed by edit, as
 // a candidate file and returns its path.
-func writeCandidate(t *testing.T, name string, edit func(map[string]*golden.Array)) string {
+func writeCandidate(t *testing.T, name string, edit func(map[string]*format.Array)) string {
 	t.Helper()
-	c, err := golden.Load(corpus, name)
+	c, err := format.Load(corpus, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand := make(map[string]*golden.Array)
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == golden.RoleExpected {
-			cand[golden.CandidateName(info.Name)] = c.Arrays[info.Name]
+		if info.Role == format.RoleExpected {
+			cand[format.CandidateName(info.Name)] = c.Arrays[info.Name]
 		}
 	}
 	if edit != nil {
 		edit(cand)
 	}
 	path := filepath.Join(t.TempDir(), name+".npz")
-	if err := golden.WriteNPZ(path, cand); err != nil {
+	if err := format.WriteNPZ(path, cand); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -74,7 +74,7 @@ func TestCheckCandidate(t *testing.T) {
 	if code, out, errOut := runCmd("check", "-dir", corpus, "--candidate", good, "layer-paper"); code != 0 || !strings.Contains(out, "1 passed, 0 failed") {
 		t.Errorf("exact candidate: exit %d\n%s%s", code, out, errOut)
 	}
-	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		m["grad.param.Wq"].F[5] += 1
 	})
 	junit := filepath.Join(t.TempDir(), "report.xml")
@@ -190,7 +190,7 @@ func TestListAndExplain(t *testing.T) {
 // TestCheckSelf is the README's main job: modref's own float32
 // implementation against the whole corpus.
 func TestCheckSelf(t *testing.T) {
-	names, err := golden.List(corpus)
+	names, err := format.List(corpus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +224,8 @@ func badCandidates(t *testing.T) (dir, good, corrupt, nan, missing string) {
 	if err := os.WriteFile(corrupt, raw[:len(raw)/3], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nan = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[3] = math.NaN() })
-	missing = writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "router_logits") })
+	nan = writeCandidate(t, "layer-paper", func(m map[string]*format.Array) { m["out"].F[3] = math.NaN() })
+	missing = writeCandidate(t, "layer-paper", func(m map[string]*format.Array) { delete(m, "router_logits") })
 	return dir, good, corrupt, nan, missing
 }
 
@@ -234,7 +234,7 @@ func badCandidates(t *testing.T) (dir, good, corrupt, nan, missing string) {
 // report, and the exit status is 2.
 func TestCheckDirectoryWithABadFile(t *testing.T) {
 	dir := filepath.Dir(writeCandidate(t, "layer-paper", nil))
-	failing := writeCandidate(t, "layer-none", func(m map[string]*golden.Array) { m["out"].F[0] += 1 })
+	failing := writeCandidate(t, "layer-none", func(m map[string]*format.Array) { m["out"].F[0] += 1 })
 	if err := os.Rename(failing, filepath.Join(dir, "layer-none.npz")); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestCheckDirectoryWithABadFile(t *testing.T) {
 // position breaks the tie rule, and a decoder that routes every token routes
 // a different number of tokens; neither is a near tie or a flip.
 func TestCheckRoutingMessages(t *testing.T) {
-	ties := writeCandidate(t, "layer-ties", func(m map[string]*golden.Array) {
+	ties := writeCandidate(t, "layer-ties", func(m map[string]*format.Array) {
 		// Row 0 of layer-ties selects [1 2 4 5]; position 3 is tied with 1.
 		sel := m["selected"]
 		sel.I = append([]int64(nil), sel.I...)
@@ -283,7 +283,7 @@ func TestCheckRoutingMessages(t *testing.T) {
 		strings.Contains(out, "near-tie") {
 		t.Errorf("tie broken: exit %d\n%s", code, out)
 	}
-	all := writeCandidate(t, "decode-router", func(m map[string]*golden.Array) {
+	all := writeCandidate(t, "decode-router", func(m map[string]*format.Array) {
 		for _, n := range []string{"L0.routed", "L2.routed"} {
 			r := m[n]
 			r.I = make([]int64, len(r.I))

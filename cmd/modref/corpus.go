@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +59,7 @@ flags:
 	if err != nil {
 		return err
 	}
-	manifests := map[string]*golden.Manifest{}
+	manifests := map[string]*format.Manifest{}
 	for _, name := range names {
 		if manifests[name], err = corpus().Manifest(name); err != nil {
 			return err
@@ -71,7 +73,7 @@ flags:
 			Name        string            `json:"name"`
 			Kind        string            `json:"kind"`
 			Description string            `json:"description"`
-			Config      golden.CaseConfig `json:"config"`
+			Config      format.CaseConfig `json:"config"`
 			Catches     []string          `json:"catches"`
 		}
 		out := make([]listed, 0, len(names))
@@ -147,7 +149,7 @@ flags:
 	fmt.Fprintf(stdout, "\nLoss whose gradients the grad.* arrays hold: %s\n", m.Loss)
 	fmt.Fprintf(stdout, "\nCatches (docs/spec.md §11):\n")
 	for _, name := range m.Catches {
-		fmt.Fprintf(stdout, "  %-24s %s\n", name, golden.DeviationDescription(name))
+		fmt.Fprintf(stdout, "  %-24s %s\n", name, format.DeviationDescription(name))
 	}
 	fmt.Fprintf(stdout, "\nRouting: near-tie margin %g; smallest gaps %v", m.Routing.Margin, m.Routing.Gaps)
 	if m.Routing.Ties {
@@ -161,14 +163,14 @@ flags:
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  array\tshape\tdtype\t")
 	for _, info := range m.Arrays {
-		if info.Role != golden.RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
 		dtype := "float32 or float64"
 		if c.Arrays[info.Name].IsInt() {
 			dtype = "int64 (or int32)"
 		}
-		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\n", golden.CandidateName(info.Name), info.Shape, dtype, cond(golden.Optional(c, info.Name), "optional: judged only when written"))
+		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\n", format.CandidateName(info.Name), info.Shape, dtype, cond(golden.Optional(c, info.Name), "optional: judged only when written"))
 	}
 	return tw.Flush()
 }
@@ -287,7 +289,7 @@ flags:
 	}
 	switch {
 	case *printConfig != "":
-		g, err := golden.Embedded().GenConfigOf(*printConfig)
+		g, err := golden.GenConfigOf(golden.Embedded(), *printConfig)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -88,7 +90,7 @@ flags:
 	if fi.IsDir() {
 		path = filepath.Join(path, name+".npz")
 	}
-	cand, err := golden.ReadCandidate(path, c)
+	cand, err := format.ReadCandidate(path, c)
 	if err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func phases(single, combos func(done, total int)) func(done, total int) {
 // requiredMissing lists the absent arrays the case requires: those a port
 // may not leave out (golden.Optional), which only --allow-missing lets be
 // absent.
-func requiredMissing(c *golden.Case, absent []string) []string {
+func requiredMissing(c *format.Case, absent []string) []string {
 	var out []string
 	for _, n := range absent {
 		if !golden.Optional(c, "expected."+n) {
@@ -256,7 +258,7 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 		fmt.Fprintf(w, "verdict: the candidate does not match the oracle; it matches %s%s\n", strings.Join(matched, ", "), apart)
 		for _, r := range results[1:] {
 			if r.Match && r.Distinct {
-				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), golden.DeviationDescription(r.Name))
+				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), format.DeviationDescription(r.Name))
 			}
 		}
 	case closest.Name != golden.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 // would produce for a case and returns its path.
 func writeDeviant(t *testing.T, name, deviation string) string {
 	t.Helper()
-	c, err := golden.Load(corpus, name)
+	c, err := format.Load(corpus, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +23,7 @@ func writeDeviant(t *testing.T, name, deviation string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), name+".npz")
-	if err := golden.WriteNPZ(path, cand); err != nil {
+	if err := format.WriteNPZ(path, cand); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -83,7 +85,7 @@ func TestDiagnoseCorrectCandidate(t *testing.T) {
 }
 
 func TestDiagnoseNoMatch(t *testing.T) {
-	bad := writeCandidate(t, "decode-router", func(m map[string]*golden.Array) { m["decode_logits"].F[7] += 1 })
+	bad := writeCandidate(t, "decode-router", func(m map[string]*format.Array) { m["decode_logits"].F[7] += 1 })
 	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "decode-router")
 	if code != 1 || !strings.Contains(out, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it\n") ||
 		!strings.Contains(out, "arrays furthest from the oracle (error over tolerance):\n  decode_logits: max abs 1.00e+00 at [0 0 7]") {
@@ -95,7 +97,7 @@ func TestDiagnoseNoMatch(t *testing.T) {
 // explains at least half of the case's arrays; below that the verdict says
 // none explains the candidate and lists the arrays furthest from the oracle.
 func TestDiagnoseWeakLead(t *testing.T) {
-	c, err := golden.Load(corpus, "layer-paper")
+	c, err := format.Load(corpus, "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestDiagnoseWeakLead(t *testing.T) {
 		{4, "closest is no_weighting (14/18 arrays)"},
 		{10, "no known deviation explains it"},
 	} {
-		cand := make(map[string]*golden.Array)
+		cand := make(map[string]*format.Array)
 		for n, a := range dev {
 			cand[n] = a
 		}
@@ -125,7 +127,7 @@ func TestDiagnoseWeakLead(t *testing.T) {
 			cand[n] = &b
 		}
 		path := filepath.Join(t.TempDir(), "layer-paper.npz")
-		if err := golden.WriteNPZ(path, cand); err != nil {
+		if err := format.WriteNPZ(path, cand); err != nil {
 			t.Fatal(err)
 		}
 		code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
@@ -193,7 +195,7 @@ func TestDiagnoseNamesCombination(t *testing.T) {
 // combination; the verdict says so and lists the array, the index, the two
 // values and the error over tolerance.
 func TestDiagnoseNoneExplains(t *testing.T) {
-	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { m["out"].F[13] += 0.5 })
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) { m["out"].F[13] += 0.5 })
 	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", bad, "layer-paper")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", code, out)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"errors"
 	"flag"
 	"fmt"
@@ -63,7 +65,7 @@ func (fs *flagSet) parse(args []string) error {
 
 // corpusFlag adds --corpus DIR (and its older name -dir) to fs and returns
 // the corpus the flags choose: DIR, or without them the embedded corpus.
-func corpusFlag(fs *flagSet) func() golden.Corpus {
+func corpusFlag(fs *flagSet) func() format.Corpus {
 	dir := new(string)
 	set := func(s string) error {
 		if s == "" {
@@ -74,10 +76,10 @@ func corpusFlag(fs *flagSet) func() golden.Corpus {
 	}
 	fs.Func("corpus", "read the cases from corpus directory `DIR` instead of the corpus built into modref", set)
 	fs.Func("dir", "the same as --corpus `DIR`", set)
-	return func() golden.Corpus {
+	return func() format.Corpus {
 		if *dir == "" {
 			return golden.Embedded()
 		}
-		return golden.Dir(*dir)
+		return format.Dir(*dir)
 	}
 }

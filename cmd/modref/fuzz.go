@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"errors"
 	"fmt"
 	"io"
@@ -86,7 +88,7 @@ flags:
 	fs.IntVar(&o.maxFailures, "max-failures", 1, "stop after `N` failing cases")
 	fs.IntVar(&o.shrinkTries, "shrink-tries", 300, "run at most `N` configurations while shrinking a failure")
 	fs.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
-	precision := fs.String("precision", "", "judge every case under the precision profile `P` ("+strings.Join(golden.ProfileNames(), ", ")+
+	precision := fs.String("precision", "", "judge every case under the precision profile `P` ("+strings.Join(format.ProfileNames(), ", ")+
 		"; docs/tolerances.md): written into each case's manifest, so that its reproducer is judged the same way; default: the manifests' float32 tolerances")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -138,7 +140,7 @@ flags:
 		}
 	}
 	if *precision != "" {
-		if _, err := golden.ParseProfile(*precision); err != nil {
+		if _, err := format.ParseProfile(*precision); err != nil {
 			fmt.Fprintf(stderr, "modref fuzz: --precision: %v\n", err)
 			return errUsage
 		}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -31,7 +33,7 @@ type fuzzDiagnosis struct {
 // the precision profile its manifest names (as judge judges).
 func diagnoseShrunk(oc outcome) *fuzzDiagnosis {
 	d := &fuzzDiagnosis{}
-	c, _, _, err := underProfile(oc.c, golden.Profile{})
+	c, _, _, err := underProfile(oc.c, format.Profile{})
 	var results []golden.DeviationResult
 	if err == nil {
 		results, err = golden.Diagnose(c, oc.cand)
@@ -190,7 +192,7 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 	fmt.Fprintf(w, "fuzz: seed %d, shard %s, max seq %d: %d cases in %.1f s (%.1f cases/s), %d judged over %d configurations, %d skipped as unsupported, %d failing\n",
 		s.Seed, s.Shard, s.MaxSeq, s.Cases, s.Seconds, s.CasesPerSecond, s.Judged, s.Configurations, s.skipped(), len(s.Failures))
 	if len(s.Kinds) > 0 {
-		fmt.Fprintf(w, "judged: %d layer, %d model, %d decode, %d mode cases\n", s.Kinds[golden.KindLayer], s.Kinds[golden.KindModel], s.Kinds[golden.KindDecode], s.Kinds[golden.KindMoDE])
+		fmt.Fprintf(w, "judged: %d layer, %d model, %d decode, %d mode cases\n", s.Kinds[format.KindLayer], s.Kinds[format.KindModel], s.Kinds[format.KindDecode], s.Kinds[format.KindMoDE])
 	}
 	reasons := s.skipReasons()
 	for _, r := range reasons[:min(len(reasons), shownSkipReasons)] {

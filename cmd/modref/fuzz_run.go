@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"io"
 	"os"
@@ -47,10 +49,10 @@ type fuzzRun struct {
 // outcome is one case run and judged.
 type outcome struct {
 	kind, reason string
-	c            *golden.Case
+	c            *format.Case
 	reply        candidate.Reply
 	result       *golden.CaseResult
-	cand         map[string]*golden.Array
+	cand         map[string]*format.Array
 	// candFile is where the candidate's output of a failing case is kept.
 	candFile string
 }
@@ -59,8 +61,8 @@ type outcome struct {
 // the precision profile the case's manifest names (fuzz --precision, or
 // "precision" in --config-base), near-tie flips re-judged at the
 // candidate's own decisions (golden.JudgeFlips).
-func judge(c *golden.Case, cand map[string]*golden.Array) (*golden.CaseResult, error) {
-	c, _, _, err := underProfile(c, golden.Profile{})
+func judge(c *format.Case, cand map[string]*format.Array) (*golden.CaseResult, error) {
+	c, _, _, err := underProfile(c, format.Profile{})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +84,7 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 	if err := writeScratchCase(c, caseDir, filepath.Dir(out)); err != nil {
 		return outcome{kind: kindUngenerable, reason: err.Error()}
 	}
-	manifest, arrays := golden.Paths(caseDir, g.Name)
+	manifest, arrays := format.Paths(caseDir, g.Name)
 	reply := r.runner.Run(candidate.Request{Manifest: manifest, Arrays: arrays, Out: out})
 	o := outcome{c: c, reply: reply, reason: reply.Reason}
 	switch reply.Status {
@@ -94,7 +96,7 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 		o.kind = string(reply.Status)
 		return o
 	}
-	o.cand, err = golden.ReadCandidate(out, c)
+	o.cand, err = format.ReadCandidate(out, c)
 	if err == nil {
 		o.result, err = judge(c, o.cand)
 	}
@@ -124,7 +126,7 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 // writeScratchCase writes case c into caseDir, and empties outDir for the
 // candidate's file: both in the run's own scratch directory, under
 // scratchMu.
-func writeScratchCase(c *golden.Case, caseDir, outDir string) error {
+func writeScratchCase(c *format.Case, caseDir, outDir string) error {
 	scratchMu.Lock()
 	defer scratchMu.Unlock()
 	for _, d := range []string{caseDir, outDir} {

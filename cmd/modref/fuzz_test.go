@@ -1,9 +1,12 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/modref/modref/internal/lowp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/lowp"
 )
 
 // fakeCandidate is the test binary as a candidate for modref fuzz
@@ -73,7 +73,7 @@ func fakeCandidate(mode string, args []string) int {
 // an error.
 func fakeCase(mode, manifest, out string) (string, error) {
 	name := strings.TrimSuffix(filepath.Base(manifest), ".json")
-	c, err := golden.Load(filepath.Dir(manifest), name)
+	c, err := format.Load(filepath.Dir(manifest), name)
 	if err != nil {
 		return "", err
 	}
@@ -92,17 +92,17 @@ func fakeCase(mode, manifest, out string) (string, error) {
 	case "hang":
 		time.Sleep(time.Hour)
 	case "nomode":
-		if c.Manifest.Kind == golden.KindMoDE {
+		if c.Manifest.Kind == format.KindMoDE {
 			return "no MoDE here", nil
 		}
 	case "garbage":
 		return "", os.WriteFile(out, []byte("not an npz"), 0o644)
 	}
-	cand := map[string]*golden.Array{}
+	cand := map[string]*format.Array{}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == golden.RoleExpected {
+		if info.Role == format.RoleExpected {
 			a := *c.Arrays[info.Name]
-			cand[golden.CandidateName(info.Name)] = &a
+			cand[format.CandidateName(info.Name)] = &a
 		}
 	}
 	if mode == "bf16" {
@@ -112,7 +112,7 @@ func fakeCase(mode, manifest, out string) (string, error) {
 			if a.F != nil {
 				f := slices.Clone(a.F)
 				lowp.BF16.RoundAll(f)
-				cand[name] = golden.Float(f, a.Shape...)
+				cand[name] = format.Float(f, a.Shape...)
 			}
 		}
 	}
@@ -121,9 +121,9 @@ func fakeCase(mode, manifest, out string) (string, error) {
 		for i := range f {
 			f[i] *= 1.5
 		}
-		cand["out"] = golden.Float(f, o.Shape...)
+		cand["out"] = format.Float(f, o.Shape...)
 	}
-	return "", golden.WriteNPZ(out, cand)
+	return "", format.WriteNPZ(out, cand)
 }
 
 // fakeExec is the --exec command of the fake candidate in mode, one
@@ -288,7 +288,7 @@ func TestFuzzBrokenCandidates(t *testing.T) {
 func TestFuzzUnsupported(t *testing.T) {
 	for _, perCase := range []bool{false, true} {
 		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("nomode", perCase), "--cases", "40")
-		if code != 0 || s.Skipped["no MoDE here"] == 0 || s.Judged+s.Skipped["no MoDE here"] != 40 || s.Kinds[golden.KindMoDE] != 0 {
+		if code != 0 || s.Skipped["no MoDE here"] == 0 || s.Judged+s.Skipped["no MoDE here"] != 40 || s.Kinds[format.KindMoDE] != 0 {
 			t.Errorf("per case %v: exit %d, %+v, want MoDE cases skipped and counted\n%s", perCase, code, s, stderr)
 		}
 	}

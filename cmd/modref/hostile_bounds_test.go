@@ -3,11 +3,15 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/modref/modref/mod/train"
+	"github.com/modref/modref/spec"
 	"math"
 	"os"
 	"os/exec"
@@ -16,10 +20,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/mod/train"
-	"github.com/modref/modref/spec"
 )
 
 // The bounded-sizes regression tests (issue 22, "Bounded"): every size a
@@ -227,7 +227,7 @@ func TestHostileCheckpointSizes(t *testing.T) {
 			t.Fatal(err)
 		}
 		params := filepath.Join(bad, "checkpoint", "params.npz")
-		arrays, err := golden.ReadNPZ(params)
+		arrays, err := format.ReadNPZ(params)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"archive/zip"
 	"bytes"
 	"context"
@@ -194,17 +196,17 @@ func craft(t *testing.T, ms []member) []byte {
 
 // caseMembers returns layer-paper's expected arrays as stored .npy members,
 // in name order, with edit applied to the arrays first.
-func caseMembers(t *testing.T, edit func(map[string]*golden.Array)) []member {
+func caseMembers(t *testing.T, edit func(map[string]*format.Array)) []member {
 	t.Helper()
-	c, err := golden.Load(corpus, "layer-paper")
+	c, err := format.Load(corpus, "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand := make(map[string]*golden.Array)
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == golden.RoleExpected {
+		if info.Role == format.RoleExpected {
 			a := c.Arrays[info.Name]
-			cand[golden.CandidateName(info.Name)] = &golden.Array{Shape: a.Shape, F: append([]float64(nil), a.F...), I: append([]int64(nil), a.I...), DType: a.DType}
+			cand[format.CandidateName(info.Name)] = &format.Array{Shape: a.Shape, F: append([]float64(nil), a.F...), I: append([]int64(nil), a.I...), DType: a.DType}
 		}
 	}
 	if edit != nil {
@@ -274,7 +276,7 @@ func checkAndDiagnose(t *testing.T, cand string, want ...string) {
 // Class 1: a selected position at or near 2^63 (or below −1).
 func TestHostileSelectedOutOfRange(t *testing.T) {
 	for _, v := range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, -2, 8} {
-		ms := caseMembers(t, func(m map[string]*golden.Array) { m["selected"].I[1] = v })
+		ms := caseMembers(t, func(m map[string]*format.Array) { m["selected"].I[1] = v })
 		cand := writeFile(t, t.TempDir(), "c.npz", craft(t, ms))
 		checkAndDiagnose(t, cand, "invalid value", `"selected"`, fmt.Sprint(v), "[0 1]")
 	}
@@ -301,7 +303,7 @@ func TestHostileDataLength(t *testing.T) {
 // written.
 func TestHostileBadCRC(t *testing.T) {
 	raw := craft(t, caseMembers(t, nil))
-	c, err := golden.Load(corpus, "layer-paper")
+	c, err := format.Load(corpus, "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +432,7 @@ func TestHostileManifest(t *testing.T) {
 			t.Fatalf("layer-paper.json has no %s", c.from)
 		}
 		writeFile(t, dir, "layer-paper.json", []byte(edited))
-		cand := writeFile(t, t.TempDir(), "c.npz", craft(t, caseMembers(t, func(m map[string]*golden.Array) { m["selected"].I[0] = 7 })))
+		cand := writeFile(t, t.TempDir(), "c.npz", craft(t, caseMembers(t, func(m map[string]*format.Array) { m["selected"].I[0] = 7 })))
 		want := []string{"disagrees with its arrays", c.want}
 		expectRefused(t, []string{"check", "--dir", dir, "--candidate", cand, "layer-paper"}, want, dir, filepath.Dir(cand))
 		expectRefused(t, []string{"diagnose", "--dir", dir, "--candidate", cand, "layer-paper"}, want, dir, filepath.Dir(cand))
@@ -561,7 +563,7 @@ func TestHostileMessages(t *testing.T) {
 	ms := caseMembers(t, nil)
 	ms[0].data = append([]byte("\x93NUMPY\x01\x00\x10\x00{'descr': <f8}  \n"), ms[0].data[64:]...)
 	checkAndDiagnose(t, writeFile(t, t.TempDir(), "c.npz", craft(t, ms)), "invalid .npy entry", "want a quoted string")
-	ints := caseMembers(t, func(m map[string]*golden.Array) {
+	ints := caseMembers(t, func(m map[string]*format.Array) {
 		a := m["out"]
 		a.I, a.DType = make([]int64, len(a.F)), "<i8"
 		a.F = nil
@@ -573,7 +575,7 @@ func TestHostileMessages(t *testing.T) {
 // or an overflowing difference is still valid JSON.
 func TestHostileJSONInfinity(t *testing.T) {
 	dir := absCorpus(t)
-	ms := caseMembers(t, func(m map[string]*golden.Array) {
+	ms := caseMembers(t, func(m map[string]*format.Array) {
 		s := m["selected"]
 		wider := make([]int64, 0, len(s.I)+s.Shape[0])
 		for b := range s.Shape[0] {

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
+	"github.com/modref/modref/spec"
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/spec"
 )
 
 // caseFilters are the flags of `modref list` that select cases by what
@@ -15,9 +15,9 @@ import (
 // choices of docs/spec.md in any of its routed layers (or its MoDE layer).
 var caseFilters = []struct {
 	name, usage string
-	values      func(m *golden.Manifest) []string
+	values      func(m *format.Manifest) []string
 }{
-	{"kind", "layer, model, decode or mode", func(m *golden.Manifest) []string { return []string{string(m.Kind)} }},
+	{"kind", "layer, model, decode or mode", func(m *format.Manifest) []string { return []string{string(m.Kind)} }},
 	{"router", "a routed layer's router (docs/spec.md §2)", routedValues(func(c spec.Config) string { return string(c.Router) })},
 	{"capacity", "a routed layer's capacity rule (§3)", routedValues(func(c spec.Config) string { return string(c.Capacity.Kind) })},
 	{"weighting", "a routed layer's weighting (§6)", routedValues(func(c spec.Config) string { return string(c.Weighting) })},
@@ -29,7 +29,7 @@ var caseFilters = []struct {
 	{"positions", "a block's positions", blockValues(func(b spec.BlockConfig) string { return string(b.Positions) })},
 	{"attention", "a block's attention: multi_head, grouped_query (kv_heads < heads) or multi_query (kv_heads = 1 < heads) (§5)", blockValues(attentionOf)},
 	{"qkv-bias", "a block's biases on q, k and v, true or false (§5)", blockValues(func(b spec.BlockConfig) string { return fmt.Sprint(b.QKVBias) })},
-	{"pattern", "a model's routed layers: all, every_other (0, 2, ...), dense or list", func(m *golden.Manifest) []string {
+	{"pattern", "a model's routed layers: all, every_other (0, 2, ...), dense or list", func(m *format.Manifest) []string {
 		if len(m.Config.Layers) == 0 {
 			return nil
 		}
@@ -38,8 +38,8 @@ var caseFilters = []struct {
 }
 
 // routedValues returns the values of field over a case's routed layers.
-func routedValues(field func(spec.Config) string) func(*golden.Manifest) []string {
-	return func(m *golden.Manifest) []string {
+func routedValues(field func(spec.Config) string) func(*format.Manifest) []string {
+	return func(m *format.Manifest) []string {
 		var out []string
 		if m.Config.Layer != nil {
 			out = append(out, field(*m.Config.Layer))
@@ -54,8 +54,8 @@ func routedValues(field func(spec.Config) string) func(*golden.Manifest) []strin
 }
 
 // blockValues returns the values of field over a case's blocks.
-func blockValues(field func(spec.BlockConfig) string) func(*golden.Manifest) []string {
-	return func(m *golden.Manifest) []string {
+func blockValues(field func(spec.BlockConfig) string) func(*format.Manifest) []string {
+	return func(m *format.Manifest) []string {
 		var out []string
 		if m.Config.Layer != nil {
 			out = append(out, field(m.Config.Layer.Block))
@@ -108,7 +108,7 @@ func patternOf(layers []spec.ModelLayer) string {
 // value want names (filter name → value). A filter that keeps no case is an
 // error listing the values the cases hold for it, so that a typo is not an
 // empty list.
-func filterCases(names []string, manifests map[string]*golden.Manifest, want map[string]string) ([]string, error) {
+func filterCases(names []string, manifests map[string]*format.Manifest, want map[string]string) ([]string, error) {
 	for _, f := range caseFilters {
 		v, ok := want[f.name]
 		if !ok {

@@ -33,16 +33,16 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/modref/modref/internal/atomicfile"
 	"io"
 	"os"
 	"strings"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/atomicfile"
 )
 
 func main() {
@@ -175,7 +175,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errInterrupted):
 		return 130
 	case errors.Is(err, errReported):
-	case errors.Is(err, golden.ErrUnknownCase):
+	case errors.Is(err, format.ErrUnknownCase):
 		fmt.Fprintf(stderr, "modref %s: %v\n(modref list names every case)\n", args[0], err)
 	case !errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "modref %s: %v\n", args[0], err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"slices"
 	"strings"
@@ -13,7 +15,7 @@ import (
 // of a row in another order is a failure that check describes as such, not
 // as a routing flip; the other row is not mentioned.
 func TestCheckSamePositionsWrongOrder(t *testing.T) {
-	path := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	path := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		sel := *m["selected"]
 		sel.I = slices.Clone(sel.I)
 		k := sel.Shape[1]
@@ -32,7 +34,7 @@ func TestCheckSamePositionsWrongOrder(t *testing.T) {
 // input whose message names --allow-missing, and with it is judged on the
 // arrays it has, listed, and still not a pass.
 func TestDiagnoseAllowMissing(t *testing.T) {
-	optional := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	optional := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		delete(m, "weights")
 		delete(m, "multipliers")
 		delete(m, "targets")
@@ -42,7 +44,7 @@ func TestDiagnoseAllowMissing(t *testing.T) {
 		!strings.Contains(out, "verdict: the candidate matches the oracle") {
 		t.Errorf("optional arrays left out: exit %d\n%s%s", code, out, errOut)
 	}
-	partial := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) { delete(m, "grad.param.Wq") })
+	partial := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) { delete(m, "grad.param.Wq") })
 	code, out, errOut = runCmd("diagnose", "-dir", corpus, "--candidate", partial, "layer-paper")
 	if code != 2 || !strings.Contains(errOut, `"grad.param.Wq" is missing`) || !strings.Contains(errOut, "--allow-missing") {
 		t.Errorf("a required array left out: exit %d\n%s%s", code, out, errOut)
@@ -53,7 +55,7 @@ func TestDiagnoseAllowMissing(t *testing.T) {
 		t.Errorf("--allow-missing: exit %d\n%s%s", code, out, errOut)
 	}
 	// A missing array is no departure: the wrong one is.
-	wrong := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	wrong := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		delete(m, "out")
 		g := *m["grad.param.Wq"]
 		g.F = make([]float64, len(g.F))
@@ -70,7 +72,7 @@ func TestDiagnoseAllowMissing(t *testing.T) {
 // it, and the output wrong at the first selected token of each row),
 // diagnose says where the candidate first departs, in text and in --json.
 func TestDiagnoseSaysWhereItDeparts(t *testing.T) {
-	path := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	path := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		g := *m["grad.param.Router"]
 		g.F = make([]float64, len(g.F))
 		m["grad.param.Router"] = &g

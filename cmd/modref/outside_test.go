@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -9,8 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
 )
 
 // TestBinaryOutsideCheckout builds the modref command and runs it as an
@@ -40,7 +40,7 @@ func TestBinaryOutsideCheckout(t *testing.T) {
 		}
 		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
 	}
-	names, err := golden.List(corpus)
+	names, err := format.List(corpus)
 	if err != nil {
 		t.Fatal(err)
 	}

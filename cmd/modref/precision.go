@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"io"
 	"strings"
@@ -12,11 +14,11 @@ import (
 // precisionFlag adds --precision to a command and returns its parser: the
 // profile named, the zero Profile (the manifests' tolerances) when the flag
 // is absent.
-func precisionFlag(fs *flagSet) func() (golden.Profile, error) {
-	name := fs.String("precision", "", "judge by a precision profile's tolerances (`P`: "+strings.Join(golden.ProfileNames(), ", ")+
+func precisionFlag(fs *flagSet) func() (format.Profile, error) {
+	name := fs.String("precision", "", "judge by a precision profile's tolerances (`P`: "+strings.Join(format.ProfileNames(), ", ")+
 		"), measured on an emulated implementation of that precision (docs/tolerances.md); default: the manifests' float32 tolerances")
-	return func() (golden.Profile, error) {
-		return golden.ParseProfile(*name)
+	return func() (format.Profile, error) {
+		return format.ParseProfile(*name)
 	}
 }
 
@@ -25,10 +27,10 @@ func precisionFlag(fs *flagSet) func() (golden.Profile, error) {
 // tolerances and near-tie margin measured on the profile's emulated
 // implementation, the measurements and the profile used. The zero profile
 // returns the case as it is.
-func underProfile(c *golden.Case, p golden.Profile) (*golden.Case, *golden.ProfileReport, golden.Profile, error) {
+func underProfile(c *format.Case, p format.Profile) (*format.Case, *golden.ProfileReport, format.Profile, error) {
 	if p.IsZero() {
 		var err error
-		if p, err = golden.ParseProfile(c.Manifest.Precision); err != nil || p.IsZero() {
+		if p, err = format.ParseProfile(c.Manifest.Precision); err != nil || p.IsZero() {
 			return c, nil, p, err
 		}
 	}
@@ -36,15 +38,15 @@ func underProfile(c *golden.Case, p golden.Profile) (*golden.Case, *golden.Profi
 	if err != nil {
 		return nil, nil, p, err
 	}
-	jc, rep, err := p.Tolerances(c, base)
+	jc, rep, err := golden.Tolerances(p, c, base)
 	return jc, rep, p, err
 }
 
 // printProfile writes the line that says which tolerances a table uses.
-func printProfile(w io.Writer, p golden.Profile) {
+func printProfile(w io.Writer, p format.Profile) {
 	if p.IsZero() {
 		return
 	}
 	fmt.Fprintf(w, "precision %s: each array's tolerance is %d × the largest error of an emulated %s implementation + %g roundings (%.3g) of its scale (docs/tolerances.md, \"Precision profiles\")\n",
-		p.Name, golden.Multiple, p.Name, p.FloorUnits(), p.Unit)
+		p.Name, format.Multiple, p.Name, p.FloorUnits(), p.Unit)
 }

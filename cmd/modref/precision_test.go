@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -77,9 +79,9 @@ func paperConfig(t *testing.T) (map[string]any, string) {
 // writeBF16Emulation writes the bf16 profile's emulated implementation of
 // case c as a candidate file, its bf16 values written exactly as float64,
 // and returns the file's path.
-func writeBF16Emulation(t *testing.T, c *golden.Case) string {
+func writeBF16Emulation(t *testing.T, c *format.Case) string {
 	t.Helper()
-	p, _ := golden.ParseProfile("bf16")
+	p, _ := format.ParseProfile("bf16")
 	cand, err := modcase.Emulate(c, p)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func writeBF16Emulation(t *testing.T, c *golden.Case) string {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "bf16.npz")
-	if err := golden.WriteNPZ(path, cand); err != nil {
+	if err := format.WriteNPZ(path, cand); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -135,7 +137,7 @@ func TestGenConfigPrecision(t *testing.T) {
 // diagnose says it matches at its own decisions; without the profile the
 // float32 margin does not cover the bf16 error and the case fails.
 func TestFlipReport(t *testing.T) {
-	c, err := golden.Load(corpus, "layer-ties-bf16")
+	c, err := format.Load(corpus, "layer-ties-bf16")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestGenConfigBF16Ties(t *testing.T) {
 	if code, out, errOut := runBin(t, "gen", "--config", file, "--out", work); code != 0 {
 		t.Fatalf("gen --config: exit %d\n%s%s", code, out, errOut)
 	}
-	c, err := golden.Load(work, "my-ties")
+	c, err := format.Load(work, "my-ties")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
 )
 
 // TestCheckRanksByExcess checks that check's table puts the array furthest
@@ -13,11 +13,11 @@ import (
 // another array has the larger absolute error, and names a passing case's
 // worst array by the same measure.
 func TestCheckRanksByExcess(t *testing.T) {
-	c, err := golden.Load(corpus, "layer-paper")
+	c, err := format.Load(corpus, "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, wq *golden.Tolerance
+	var out, wq *format.Tolerance
 	for _, info := range c.Manifest.Arrays {
 		switch info.Name {
 		case "expected.out":
@@ -29,7 +29,7 @@ func TestCheckRanksByExcess(t *testing.T) {
 	// grad.param.Wq off by 5 tolerances at one element, out by 10 tolerances
 	// at one, a smaller absolute error.
 	var wqAbs, outAbs float64
-	bad := writeCandidate(t, "layer-paper", func(m map[string]*golden.Array) {
+	bad := writeCandidate(t, "layer-paper", func(m map[string]*format.Array) {
 		a := m["grad.param.Wq"]
 		wqAbs = 5 * (wq.ATol + wq.RTol*math.Abs(a.F[5]))
 		a.F[5] += wqAbs

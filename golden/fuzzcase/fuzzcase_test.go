@@ -1,6 +1,8 @@
 package fuzzcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -128,7 +130,7 @@ func TestBasePins(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := g.Config
-		if g.Kind != golden.KindModel || c.SeqLen != 9 || len(c.Layers) != 2 || !c.Layers[0].Routed || c.Layers[1].Routed ||
+		if g.Kind != format.KindModel || c.SeqLen != 9 || len(c.Layers) != 2 || !c.Layers[0].Routed || c.Layers[1].Routed ||
 			c.Layers[0].Config.Router != spec.RouterLinear || c.Layers[0].Config.Weighting != spec.WeightSigmoid {
 			t.Fatalf("draw %d does not hold the base: %s", i, jsonOf(g))
 		}

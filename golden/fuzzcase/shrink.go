@@ -1,6 +1,8 @@
 package fuzzcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -257,7 +259,7 @@ func Fit(g *golden.GenConfig, base map[string]any) (*golden.GenConfig, error) {
 		if err == nil {
 			return g, nil
 		}
-		if !errors.Is(err, golden.ErrTooLarge) {
+		if !errors.Is(err, format.ErrTooLarge) {
 			return nil, err
 		}
 		steps := slices.DeleteFunc(sizeSteps(g), func(s step) bool { return s.fit == 0 })

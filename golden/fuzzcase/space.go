@@ -1,16 +1,16 @@
 package fuzzcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"math/rand/v2"
-
-	"github.com/modref/modref/golden"
 )
 
 // kinds are the case kinds Draw draws when the base pins none, with their
 // weights: a layer case is the cheapest and has the most choices.
 var kinds = []weighted[string]{
-	{golden.KindLayer, 5}, {golden.KindModel, 2}, {golden.KindDecode, 2}, {golden.KindMoDE, 1},
+	{format.KindLayer, 5}, {format.KindModel, 2}, {format.KindDecode, 2}, {format.KindMoDE, 1},
 }
 
 // weighted is a choice and its weight.
@@ -132,7 +132,7 @@ func drawRouting(rng *rand.Rand, b map[string]any, seq int, decode bool) map[str
 // form (without its name).
 func drawKind(rng *rand.Rand, maxSeq int, kind string) map[string]any {
 	lo, hi := 1, maxSeq
-	if kind == golden.KindMoDE {
+	if kind == format.KindMoDE {
 		// A MoDE case needs tokens no expert chose and tokens several
 		// chose, every gate gap clear of a tie: a few tokens to a few
 		// dozen.
@@ -141,7 +141,7 @@ func drawKind(rng *rand.Rand, maxSeq int, kind string) map[string]any {
 	seq := drawSeq(rng, lo, hi)
 	batch := pick(rng, []weighted[int]{{1, 2}, {2, 3}, {3, 2}, {4, 1}})
 	cfg := map[string]any{"batch": batch, "seq_len": seq}
-	if kind != golden.KindMoDE && rng.IntN(3) == 0 {
+	if kind != format.KindMoDE && rng.IntN(3) == 0 {
 		valid := make([]any, batch)
 		for b := range valid {
 			valid[b] = one(rng, seq, seq, rng.IntN(seq+1))
@@ -150,9 +150,9 @@ func drawKind(rng *rand.Rand, maxSeq int, kind string) map[string]any {
 	}
 	block := drawBlock(rng, seq)
 	switch kind {
-	case golden.KindLayer:
+	case format.KindLayer:
 		cfg["layer"] = drawRouting(rng, block, seq, false)
-	case golden.KindMoDE:
+	case format.KindMoDE:
 		block["positions"] = "rope"
 		m := block
 		m["form"] = one(rng, "staged", "integrated")
@@ -165,7 +165,7 @@ func drawKind(rng *rand.Rand, maxSeq int, kind string) map[string]any {
 		}
 		cfg["mode"] = m
 	default:
-		decode := kind == golden.KindDecode
+		decode := kind == format.KindDecode
 		n := one(rng, 1, 2, 2, 3, 4)
 		routed := drawPattern(rng, n)
 		shared := drawRouting(rng, block, seq, decode)

@@ -21,7 +21,7 @@ var layers = [][]string{
 		"internal/candidate", "internal/deps", "bench/peak", "ref/internal/elem", "ref/internal/prod",
 		"autograd/internal/kernel"},
 	{"internal/atomicfile", "autograd"},
-	{"internal/dirlock", "ref", "nn"},
+	{"internal/dirlock", "ref", "nn", "golden/format"},
 	// The truth and the fast path, side by side and blind to each other.
 	{"golden", "mod"},
 	{"golden/fuzzcase"},
@@ -54,7 +54,8 @@ var allowed = map[string][]string{
 	"autograd/internal/kernel": {},
 	"nn":                       {"spec", "autograd"},
 	"mod":                      {"spec", "autograd", "nn"},
-	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile", "internal/lowp"},
+	"golden/format":            {"spec", "internal/atomicfile", "internal/readfile", "internal/lowp"},
+	"golden":                   {"spec", "ref", "golden/format", "internal/atomicfile", "internal/readfile", "internal/lowp"},
 	"internal/lowp":            {},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},
@@ -63,14 +64,14 @@ var allowed = map[string][]string{
 	"internal/benchcpu":        {},
 	"internal/deps":            {},
 	"internal/candidate":       {},
-	"golden/fuzzcase":          {"spec", "golden"},
-	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "internal/lowp"},
-	"mod/modcase/catchtable":   {"golden", "mod/modcase"},
-	"mod/train":                {"spec", "autograd", "nn", "mod", "golden", "internal/atomicfile", "internal/readfile"},
+	"golden/fuzzcase":          {"spec", "golden", "golden/format"},
+	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "internal/lowp"},
+	"mod/modcase/catchtable":   {"golden", "golden/format", "mod/modcase"},
+	"mod/train":                {"spec", "autograd", "nn", "mod", "golden/format", "internal/atomicfile", "internal/readfile"},
 	"mod/train/plot":           {"mod/train", "internal/atomicfile"},
 	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
-	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
-	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase"},
+	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
+	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "mod/modcase"},
 }
 
 // allowedInTests extends allowed for a package's tests (in-package and
@@ -83,7 +84,7 @@ var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
 	"ref/internal/prod": {"internal/fmacheck"},
-	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
+	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 }
 
 // TestImportRule checks every package of the module against allowed, and

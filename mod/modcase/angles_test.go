@@ -1,6 +1,8 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"math"
 	"testing"
 
@@ -10,7 +12,7 @@ import (
 // longCase generates a case of kind at positions up to 1023, narrow
 // enough to take a second: where float32 rotary angles err by about
 // 1023 · 2⁻²⁴ radians and float64 ones by a rounding.
-func longCase(t *testing.T, kind string) *golden.Case {
+func longCase(t *testing.T, kind string) *format.Case {
 	t.Helper()
 	layer := `"d_model": 16, "heads": 1, "d_ff": 16, "norm": "rmsnorm", "norm_eps": 1e-5, "mlp": "gelu",
 		"positions": "rope", "rope_base": 10000, "router": "linear", "capacity": {"kind": "ratio", "ratio": 0.5},
@@ -33,7 +35,7 @@ func longCase(t *testing.T, kind string) *golden.Case {
 
 // arrayError is the largest |got − expected| of one array, by its
 // candidate name.
-func arrayError(c *golden.Case, got map[string]*golden.Array, name string) float64 {
+func arrayError(c *format.Case, got map[string]*format.Array, name string) float64 {
 	want, ok := c.Arrays[name]
 	if !ok {
 		want = c.Arrays["expected."+name]
@@ -53,7 +55,7 @@ func arrayError(c *golden.Case, got map[string]*golden.Array, name string) float
 // alike. Without them the float32 emulation is mod's own candidate bit for
 // bit (ratio 1); with them it measured 2.1 (layer) and 1.9 (logits).
 func TestEmulateFloat32Angles(t *testing.T) {
-	p, _ := golden.ParseProfile("float32")
+	p, _ := format.ParseProfile("float32")
 	for _, s := range []struct{ kind, array string }{{"layer", "grad.param.Wq"}, {"model", "logits"}} {
 		c := longCase(t, s.kind)
 		own, err := Candidate(c)

@@ -1,10 +1,11 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/golden"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
 )
@@ -14,7 +15,7 @@ import (
 // docs/golden-format.md (the expected.* names without the prefix, and the
 // grad.* names), for golden.Compare: this is what `modref check` runs when it
 // is given no candidate. Float arrays are float32 values (dtype <f4).
-func Candidate(c *golden.Case) (map[string]*golden.Array, error) {
+func Candidate(c *format.Case) (map[string]*format.Array, error) {
 	return candidate(c, emulation{})
 }
 
@@ -36,13 +37,13 @@ func (em emulation) setAngles(b *nn.Block) {
 }
 
 // candidate is Candidate computed as the emulation em says.
-func candidate(c *golden.Case, em emulation) (map[string]*golden.Array, error) {
+func candidate(c *format.Case, em emulation) (map[string]*format.Array, error) {
 	var got map[string]any
 	var err error
 	switch c.Manifest.Kind {
-	case golden.KindLayer:
+	case format.KindLayer:
 		got, err = runLayerCase(c, em)
-	case golden.KindMoDE:
+	case format.KindMoDE:
 		got, err = runMoDECase(c, em)
 	default:
 		got, err = runModelCase(c, em)
@@ -50,16 +51,16 @@ func candidate(c *golden.Case, em emulation) (map[string]*golden.Array, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mod: case %s: %w", c.Manifest.Name, err)
 	}
-	cand := make(map[string]*golden.Array)
+	cand := make(map[string]*format.Array)
 	for _, info := range c.Manifest.Arrays {
-		if info.Role != golden.RoleExpected {
+		if info.Role != format.RoleExpected {
 			continue
 		}
 		v, ok := got[info.Name]
 		if !ok {
 			continue // Compare reports it missing
 		}
-		name := golden.CandidateName(info.Name)
+		name := format.CandidateName(info.Name)
 		if sel, ok := v.(selection); ok {
 			cand[name] = sel.array()
 			continue
@@ -76,9 +77,9 @@ func candidate(c *golden.Case, em emulation) (map[string]*golden.Array, error) {
 			for i, x := range f {
 				ints[i] = int64(x)
 			}
-			cand[name] = &golden.Array{Shape: info.Shape, I: ints, DType: "<i8"}
+			cand[name] = &format.Array{Shape: info.Shape, I: ints, DType: "<i8"}
 		} else {
-			cand[name] = &golden.Array{Shape: info.Shape, F: f, DType: "<f4"}
+			cand[name] = &format.Array{Shape: info.Shape, F: f, DType: "<f4"}
 		}
 	}
 	return cand, nil
@@ -97,7 +98,7 @@ type selection [][]int
 
 // array is the selection as the corpus stores it: B×k_max ascending
 // positions, −1 where a row has fewer.
-func (s selection) array() *golden.Array {
+func (s selection) array() *format.Array {
 	kmax := 1
 	for _, p := range s {
 		kmax = max(kmax, len(p))
@@ -112,12 +113,12 @@ func (s selection) array() *golden.Array {
 			out = append(out, v)
 		}
 	}
-	return &golden.Array{Shape: []int{len(s), kmax}, I: out, DType: "<i8"}
+	return &format.Array{Shape: []int{len(s), kmax}, I: out, DType: "<i8"}
 }
 
 // runLayerCase computes every array a layer case judges: the forward values
 // and the gradients of sum(upstream.out * out) + aux.total.
-func runLayerCase(c *golden.Case, em emulation) (map[string]any, error) {
+func runLayerCase(c *format.Case, em emulation) (map[string]any, error) {
 	l, in, err := LayerFromCase(c)
 	if err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func runLayerCase(c *golden.Case, em emulation) (map[string]any, error) {
 
 // runMoDECase computes every array a mode case judges: the forward values,
 // the decision and the gradients of sum(upstream.out * out).
-func runMoDECase(c *golden.Case, em emulation) (map[string]any, error) {
+func runMoDECase(c *format.Case, em emulation) (map[string]any, error) {
 	l, x, err := MoDEFromCase(c)
 	if err != nil {
 		return nil, err
@@ -205,7 +206,7 @@ func runMoDECase(c *golden.Case, em emulation) (map[string]any, error) {
 }
 
 // runModelCase computes every array a model or decode case judges.
-func runModelCase(c *golden.Case, em emulation) (map[string]any, error) {
+func runModelCase(c *format.Case, em emulation) (map[string]any, error) {
 	m, in, err := ModelFromCase(c)
 	if err != nil {
 		return nil, err
@@ -234,7 +235,7 @@ func runModelCase(c *golden.Case, em emulation) (map[string]any, error) {
 		got[pre+"predictor_logits"] = widen(lr.PredictorLogits)
 		got[pre+"aux.total"] = []float64{lr.Aux}
 	}
-	if c.Manifest.Kind == golden.KindDecode {
+	if c.Manifest.Kind == format.KindDecode {
 		return got, decodeCase(c, m, in, got)
 	}
 	tp.Backward(res.Loss)
@@ -246,7 +247,7 @@ func runModelCase(c *golden.Case, em emulation) (map[string]any, error) {
 
 // decodeCase decodes every sequence token by token and adds the decoded
 // logits and per-layer routing decisions to got.
-func decodeCase(c *golden.Case, m *mod.Model, in mod.ModelInputs, got map[string]any) error {
+func decodeCase(c *format.Case, m *mod.Model, in mod.ModelInputs, got map[string]any) error {
 	rows, s, vocab := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen, m.Config().Vocab
 	logits := make([]float64, rows*s*vocab)
 	routed := make([][]float64, len(m.Layers))

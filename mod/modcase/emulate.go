@@ -1,6 +1,8 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"maps"
 	"slices"
@@ -10,7 +12,7 @@ import (
 
 // Emulate runs an emulated implementation of a precision profile on a case
 // and returns its arrays under candidate names: the baseline that
-// golden.Profile.Tolerances measures. The points it rounds
+// golden.Tolerances measures. The points it rounds
 // (docs/tolerances.md, "Precision profiles"):
 //
 //   - float64: ref itself (golden.RefCandidate), the truth's own
@@ -34,9 +36,9 @@ import (
 //     operations stay float32, as autocast keeps them.
 //
 // Where the emulation routes a near-tie otherwise than the truth (a
-// decision within the format's error of a tie), golden.Profile.Tolerances
+// decision within the format's error of a tie), golden.Tolerances
 // measures its errors against the truth at its own decisions.
-func Emulate(c *golden.Case, p golden.Profile) (map[string]*golden.Array, error) {
+func Emulate(c *format.Case, p format.Profile) (map[string]*format.Array, error) {
 	switch {
 	case p.IsZero():
 		return nil, fmt.Errorf("the zero profile has no emulation: its tolerances are the manifest's")
@@ -50,13 +52,13 @@ func Emulate(c *golden.Case, p golden.Profile) (map[string]*golden.Array, error)
 	}
 	if p.Storage != nil {
 		em.rnd.Result = p.Storage.Round32
-		run = &golden.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
+		run = &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 		for _, info := range c.Manifest.Arrays {
 			a := c.Arrays[info.Name]
-			if info.Role == golden.RoleExpected || a.F == nil {
+			if info.Role == format.RoleExpected || a.F == nil {
 				continue
 			}
-			r := &golden.Array{Shape: a.Shape, F: slices.Clone(a.F), DType: a.DType}
+			r := &format.Array{Shape: a.Shape, F: slices.Clone(a.F), DType: a.DType}
 			p.Storage.RoundAll(r.F)
 			run.Arrays[info.Name] = r
 		}

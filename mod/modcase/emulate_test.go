@@ -1,18 +1,18 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
+	"github.com/modref/modref/internal/lowp"
 	"math"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/internal/lowp"
 )
 
-func load(t *testing.T, name string) *golden.Case {
+func load(t *testing.T, name string) *format.Case {
 	t.Helper()
-	c, err := golden.Load("../../golden/corpus", name)
+	c, err := format.Load("../../golden/corpus", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,11 +21,11 @@ func load(t *testing.T, name string) *golden.Case {
 
 // worstError is the largest |baseline − expected| over a case's float
 // arrays.
-func worstError(c *golden.Case, base map[string]*golden.Array) float64 {
+func worstError(c *format.Case, base map[string]*format.Array) float64 {
 	worst := 0.0
 	for _, info := range c.Manifest.Arrays {
-		b, ok := base[golden.CandidateName(info.Name)]
-		if info.Role != golden.RoleExpected || !ok || b.F == nil {
+		b, ok := base[format.CandidateName(info.Name)]
+		if info.Role != format.RoleExpected || !ok || b.F == nil {
 			continue
 		}
 		for k, e := range c.Arrays[info.Name].F {
@@ -45,7 +45,7 @@ func worstError(c *golden.Case, base map[string]*golden.Array) float64 {
 func TestEmulate(t *testing.T) {
 	c := load(t, "layer-paper")
 	errs := map[string]float64{}
-	for _, p := range golden.Profiles {
+	for _, p := range format.Profiles {
 		base, err := Emulate(c, p)
 		if err != nil {
 			t.Fatalf("%s: %v", p.Name, err)
@@ -92,12 +92,12 @@ func TestEmulate(t *testing.T) {
 // the same arrays as the case itself.
 func TestEmulateRoundsInputs(t *testing.T) {
 	c := load(t, "layer-paper")
-	p, _ := golden.ParseProfile("bf16")
+	p, _ := format.ParseProfile("bf16")
 	a, err := Emulate(c, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rounded := &golden.Case{Manifest: c.Manifest, Arrays: map[string]*golden.Array{}}
+	rounded := &format.Case{Manifest: c.Manifest, Arrays: map[string]*format.Array{}}
 	for name, x := range c.Arrays {
 		y := *x
 		if !strings.HasPrefix(name, "expected.") && !strings.HasPrefix(name, "grad.") && x.F != nil {

@@ -1,6 +1,8 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"maps"
 	"slices"
 	"testing"
@@ -15,7 +17,7 @@ import (
 // implementation keeps the lower position. It returns the case with its
 // expected arrays recomputed by ref, and the positions the truth drops and
 // takes per row.
-func roundingTies(t *testing.T) (*golden.Case, [][2]int) {
+func roundingTies(t *testing.T) (*format.Case, [][2]int) {
 	t.Helper()
 	c := load(t, "layer-ties")
 	cfg := c.Manifest.Config
@@ -28,7 +30,7 @@ func roundingTies(t *testing.T) (*golden.Case, [][2]int) {
 	for _, v := range w {
 		ww += v * v
 	}
-	nx := &golden.Array{Shape: x.Shape, F: slices.Clone(x.F), DType: x.DType}
+	nx := &format.Array{Shape: x.Shape, F: slices.Clone(x.F), DType: x.DType}
 	var moved [][2]int
 	for b := range cfg.Batch {
 		row := sel.I[b*sel.Shape[1] : (b+1)*sel.Shape[1]]
@@ -46,15 +48,15 @@ func roundingTies(t *testing.T) (*golden.Case, [][2]int) {
 	if len(moved) != cfg.Batch {
 		t.Fatalf("layer-ties: found the tied pairs %v, want one per row", moved)
 	}
-	nc := &golden.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
+	nc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 	nc.Arrays["input.x"] = nx
 	truth, err := golden.RefCandidate(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, info := range c.Manifest.Arrays {
-		if info.Role == golden.RoleExpected {
-			nc.Arrays[info.Name] = truth[golden.CandidateName(info.Name)]
+		if info.Role == format.RoleExpected {
+			nc.Arrays[info.Name] = truth[format.CandidateName(info.Name)]
 		}
 	}
 	return nc, moved
@@ -68,16 +70,16 @@ func roundingTies(t *testing.T) (*golden.Case, [][2]int) {
 // it drops the tied token) fails, and so does a decisive flip.
 func TestFlipsAtRoundingTies(t *testing.T) {
 	c, moved := roundingTies(t)
-	p, _ := golden.ParseProfile("bf16")
+	p, _ := format.ParseProfile("bf16")
 	base, err := Emulate(c, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jc, _, err := p.Tolerances(c, base)
+	jc, _, err := golden.Tolerances(p, c, base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	judge := func(cand map[string]*golden.Array) *golden.CaseResult {
+	judge := func(cand map[string]*format.Array) *golden.CaseResult {
 		t.Helper()
 		res, err := golden.Compare(jc, cand, false)
 		if err != nil {
@@ -105,7 +107,7 @@ func TestFlipsAtRoundingTies(t *testing.T) {
 	// capacity_off_by_one at bf16: the token tied with the k-th is dropped.
 	off := maps.Clone(base)
 	s := base["selected"]
-	dropped := &golden.Array{Shape: s.Shape, I: slices.Clone(s.I), DType: s.DType}
+	dropped := &format.Array{Shape: s.Shape, I: slices.Clone(s.I), DType: s.DType}
 	for b, m := range moved {
 		k := slices.Index(dropped.I[b*s.Shape[1]:(b+1)*s.Shape[1]], int64(m[0]))
 		dropped.I[b*s.Shape[1]+k] = -1
@@ -118,7 +120,7 @@ func TestFlipsAtRoundingTies(t *testing.T) {
 	// A decisive flip: the first selected token of row 0 swapped for the
 	// unselected token with the lowest weight.
 	far := maps.Clone(base)
-	swapped := &golden.Array{Shape: s.Shape, I: slices.Clone(s.I), DType: s.DType}
+	swapped := &format.Array{Shape: s.Shape, I: slices.Clone(s.I), DType: s.DType}
 	r := c.Arrays["expected.router_logits"].F[:c.Manifest.Config.SeqLen]
 	low := 0
 	for i := range r {

@@ -7,12 +7,13 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"fmt"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/golden"
 	"github.com/modref/modref/mod"
 )
 
@@ -20,9 +21,9 @@ import (
 // (docs/golden-format.md) with the case's parameters, rounded to float32,
 // and its inputs. X is a parameter, so that a backward pass fills its
 // gradient (the case's grad.input.x).
-func LayerFromCase(c *golden.Case) (*mod.Layer, mod.LayerInputs, error) {
+func LayerFromCase(c *format.Case) (*mod.Layer, mod.LayerInputs, error) {
 	m := c.Manifest
-	if m.Kind != golden.KindLayer || m.Config.Layer == nil {
+	if m.Kind != format.KindLayer || m.Config.Layer == nil {
 		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s is a %s case, want a layer case", m.Name, m.Kind)
 	}
 	cfg := *m.Config.Layer
@@ -55,9 +56,9 @@ func LayerFromCase(c *golden.Case) (*mod.Layer, mod.LayerInputs, error) {
 // MoDEFromCase builds the MoDE layer of a golden mode case (docs/spec.md
 // §14) with the case's parameters, rounded to float32, and its input X as a
 // parameter, so that a backward pass fills its gradient.
-func MoDEFromCase(c *golden.Case) (*mod.MoDE, *autograd.Tensor, error) {
+func MoDEFromCase(c *format.Case) (*mod.MoDE, *autograd.Tensor, error) {
 	m := c.Manifest
-	if m.Kind != golden.KindMoDE || m.Config.MoDE == nil {
+	if m.Kind != format.KindMoDE || m.Config.MoDE == nil {
 		return nil, nil, fmt.Errorf("mod: case %s is a %s case, want a mode case", m.Name, m.Kind)
 	}
 	cfg := *m.Config.MoDE
@@ -78,9 +79,9 @@ func MoDEFromCase(c *golden.Case) (*mod.MoDE, *autograd.Tensor, error) {
 
 // ModelFromCase builds the model of a golden model or decode case with the
 // case's parameters, rounded to float32, and its inputs.
-func ModelFromCase(c *golden.Case) (*mod.Model, mod.ModelInputs, error) {
+func ModelFromCase(c *format.Case) (*mod.Model, mod.ModelInputs, error) {
 	m := c.Manifest
-	if m.Kind != golden.KindModel && m.Kind != golden.KindDecode {
+	if m.Kind != format.KindModel && m.Kind != format.KindDecode {
 		return nil, mod.ModelInputs{}, fmt.Errorf("mod: case %s is a %s case, want a model or decode case", m.Name, m.Kind)
 	}
 	cfg := m.Config.ModelConfig()
@@ -117,7 +118,7 @@ func ModelFromCase(c *golden.Case) (*mod.Model, mod.ModelInputs, error) {
 }
 
 // caseParams returns the case's param.* arrays by parameter name.
-func caseParams(c *golden.Case) map[string][]float64 {
+func caseParams(c *format.Case) map[string][]float64 {
 	ps := make(map[string][]float64)
 	for name, a := range c.Arrays {
 		if p, ok := strings.CutPrefix(name, "param."); ok {
@@ -128,7 +129,7 @@ func caseParams(c *golden.Case) map[string][]float64 {
 }
 
 // caseArray returns the named array, checking that it holds n values.
-func caseArray(c *golden.Case, name string, n int) (*golden.Array, error) {
+func caseArray(c *format.Case, name string, n int) (*format.Array, error) {
 	a := c.Arrays[name]
 	if a == nil {
 		return nil, fmt.Errorf("mod: case %s has no array %s", c.Manifest.Name, name)
@@ -140,7 +141,7 @@ func caseArray(c *golden.Case, name string, n int) (*golden.Array, error) {
 }
 
 // caseFloats returns a float array rounded to float32.
-func caseFloats(c *golden.Case, name string, n int) ([]float32, error) {
+func caseFloats(c *format.Case, name string, n int) ([]float32, error) {
 	a, err := caseArray(c, name, n)
 	if err != nil {
 		return nil, err
@@ -156,7 +157,7 @@ func caseFloats(c *golden.Case, name string, n int) ([]float32, error) {
 }
 
 // optionalFloats is caseFloats for an array the case may not have (nil).
-func optionalFloats(c *golden.Case, name string, n int) ([]float32, error) {
+func optionalFloats(c *format.Case, name string, n int) ([]float32, error) {
 	if c.Arrays[name] == nil {
 		return nil, nil
 	}
@@ -164,7 +165,7 @@ func optionalFloats(c *golden.Case, name string, n int) ([]float32, error) {
 }
 
 // caseInts returns an integer array.
-func caseInts(c *golden.Case, name string, n int) ([]int, error) {
+func caseInts(c *format.Case, name string, n int) ([]int, error) {
 	a, err := caseArray(c, name, n)
 	if err != nil {
 		return nil, err
@@ -180,7 +181,7 @@ func caseInts(c *golden.Case, name string, n int) ([]int, error) {
 }
 
 // caseGrid returns a B×S integer array as rows.
-func caseGrid(c *golden.Case, name string, rows, s int) ([][]int, error) {
+func caseGrid(c *format.Case, name string, rows, s int) ([][]int, error) {
 	flat, err := caseInts(c, name, rows*s)
 	if err != nil {
 		return nil, err
@@ -193,6 +194,6 @@ func caseGrid(c *golden.Case, name string, rows, s int) ([][]int, error) {
 }
 
 // caseValid returns input.valid.
-func caseValid(c *golden.Case, rows int) ([]int, error) {
+func caseValid(c *format.Case, rows int) ([]int, error) {
 	return caseInts(c, "input.valid", rows)
 }

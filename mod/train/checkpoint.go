@@ -1,6 +1,8 @@
 package train
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -16,7 +18,6 @@ import (
 	"github.com/sbinet/npyio/npz"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/golden"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/mod"
@@ -239,7 +240,7 @@ func CheckCheckpoint(dir string) error {
 // one float32 array of each parameter's shape, every value finite: a NaN or
 // an infinity is refused, naming the array and its [row col].
 func loadArrays(path string, ps []mod.Param) error {
-	arrays, err := golden.ReadNPZ(path)
+	arrays, err := format.ReadNPZ(path)
 	if err != nil {
 		return fmt.Errorf("checkpoint %w", err)
 	}

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"bytes"
 	"context"
 	"errors"
@@ -17,7 +19,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modref/modref/autograd"
-	"github.com/modref/modref/golden"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/spec"
 )
@@ -430,16 +431,16 @@ func TestBadInputs(t *testing.T) {
 // float64NPZ returns an archive of ps as float64 arrays.
 func float64NPZ(t *testing.T, ps []mod.Param) []byte {
 	t.Helper()
-	arrays := map[string]*golden.Array{}
+	arrays := map[string]*format.Array{}
 	for _, p := range ps {
-		a := &golden.Array{Shape: []int{p.T.Rows, p.T.Cols}, DType: "<f8"}
+		a := &format.Array{Shape: []int{p.T.Rows, p.T.Cols}, DType: "<f8"}
 		for _, x := range p.T.Data {
 			a.F = append(a.F, float64(x))
 		}
 		arrays[p.Name] = a
 	}
 	path := filepath.Join(t.TempDir(), "f8.npz")
-	if err := golden.WriteNPZ(path, arrays); err != nil {
+	if err := format.WriteNPZ(path, arrays); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)

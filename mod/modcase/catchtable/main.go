@@ -18,6 +18,8 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"flag"
 	"fmt"
 	"os"
@@ -31,7 +33,7 @@ import (
 func main() {
 	dir := flag.String("corpus", "golden/corpus", "the corpus `DIR`")
 	flag.Parse()
-	if err := run(golden.Dir(*dir)); err != nil {
+	if err := run(format.Dir(*dir)); err != nil {
 		fmt.Fprintln(os.Stderr, "catchtable:", err)
 		os.Exit(2)
 	}
@@ -50,17 +52,17 @@ type cell struct {
 	err             string
 }
 
-func run(d golden.Corpus) error {
+func run(d format.Corpus) error {
 	names, err := d.List()
 	if err != nil {
 		return err
 	}
 	cells := map[string][]cell{}
-	for _, dev := range golden.Deviations {
+	for _, dev := range format.Deviations {
 		cells[dev.Name] = make([]cell, len(profiles))
 	}
 	first := map[string]string{}
-	cases := map[string]*golden.Case{}
+	cases := map[string]*format.Case{}
 	for _, name := range names {
 		c, err := d.Load(name)
 		if err != nil {
@@ -76,10 +78,10 @@ func run(d golden.Corpus) error {
 	for _, name := range names {
 		c := cases[name]
 		fmt.Fprintf(os.Stderr, "%s\n", name)
-		judged := make([]*golden.Case, len(profiles))
-		noise := make([]map[string]*golden.Array, len(profiles))
+		judged := make([]*format.Case, len(profiles))
+		noise := make([]map[string]*format.Array, len(profiles))
 		for i, pn := range profiles {
-			p, _ := golden.ParseProfile(pn)
+			p, _ := format.ParseProfile(pn)
 			if p.IsZero() {
 				judged[i] = c
 				continue
@@ -88,7 +90,7 @@ func run(d golden.Corpus) error {
 			if err != nil {
 				return err
 			}
-			if judged[i], _, err = p.Tolerances(c, base); err != nil {
+			if judged[i], _, err = golden.Tolerances(p, c, base); err != nil {
 				return err
 			}
 			noise[i] = base
@@ -138,8 +140,8 @@ func run(d golden.Corpus) error {
 
 // smaller reports whether case a is a better one to run diagnose on than
 // b: a layer case before any other, then the fewer tokens.
-func smaller(a, b *golden.Case) bool {
-	la, lb := a.Manifest.Kind == golden.KindLayer, b.Manifest.Kind == golden.KindLayer
+func smaller(a, b *format.Case) bool {
+	la, lb := a.Manifest.Kind == format.KindLayer, b.Manifest.Kind == format.KindLayer
 	if la != lb {
 		return la
 	}
@@ -150,8 +152,8 @@ func smaller(a, b *golden.Case) bool {
 // withNoise returns the deviant arrays plus the profile's rounding error,
 // the emulation's arrays minus the truth's, where both are float arrays of
 // the same shape; nil noise (the manifests' tolerances) adds none.
-func withNoise(c *golden.Case, dv, base map[string]*golden.Array) map[string]*golden.Array {
-	out := map[string]*golden.Array{}
+func withNoise(c *format.Case, dv, base map[string]*format.Array) map[string]*format.Array {
+	out := map[string]*format.Array{}
 	for name, a := range dv {
 		out[name] = a
 		b, ok := base[name]
@@ -162,7 +164,7 @@ func withNoise(c *golden.Case, dv, base map[string]*golden.Array) map[string]*go
 		if !ok || !tok || a.F == nil || b.F == nil || truth.F == nil || !slices.Equal(a.Shape, b.Shape) || !slices.Equal(a.Shape, truth.Shape) {
 			continue
 		}
-		n := &golden.Array{Shape: a.Shape, F: slices.Clone(a.F), DType: a.DType}
+		n := &format.Array{Shape: a.Shape, F: slices.Clone(a.F), DType: a.DType}
 		for k := range n.F {
 			n.F[k] += b.F[k] - truth.F[k]
 		}
@@ -174,7 +176,7 @@ func withNoise(c *golden.Case, dv, base map[string]*golden.Array) map[string]*go
 func printTable(cells map[string][]cell) {
 	fmt.Println("| deviation | claimed by | manifests' float32 | float32 | tf32 | bf16 | fp16 | diagnose on |")
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- | --- |")
-	for _, dev := range golden.Deviations {
+	for _, dev := range format.Deviations {
 		row := cells[dev.Name]
 		if row[0].claimed == 0 {
 			fmt.Printf("| `%s` | no case | | | | | | |\n", dev.Name)

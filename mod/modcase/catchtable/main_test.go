@@ -1,10 +1,10 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/format"
+
 	"slices"
 	"testing"
-
-	"github.com/modref/modref/golden"
 )
 
 // TestWithNoise: the deviant arrays gain the emulation's error against the
@@ -12,17 +12,17 @@ import (
 // shape; without an emulation (the manifests' tolerances) they are as
 // given.
 func TestWithNoise(t *testing.T) {
-	c := &golden.Case{Manifest: &golden.Manifest{}, Arrays: map[string]*golden.Array{
-		"expected.out":  golden.Float([]float64{1, 2}, 2),
-		"expected.loss": golden.Float([]float64{3}, 1),
+	c := &format.Case{Manifest: &format.Manifest{}, Arrays: map[string]*format.Array{
+		"expected.out":  format.Float([]float64{1, 2}, 2),
+		"expected.loss": format.Float([]float64{3}, 1),
 	}}
-	dv := map[string]*golden.Array{
-		"out":  golden.Float([]float64{10, 20}, 2),
-		"loss": golden.Float([]float64{30}, 1),
+	dv := map[string]*format.Array{
+		"out":  format.Float([]float64{10, 20}, 2),
+		"loss": format.Float([]float64{30}, 1),
 	}
-	base := map[string]*golden.Array{
-		"out":  golden.Float([]float64{1.5, 1.75}, 2),
-		"loss": golden.Float([]float64{3, 3}, 2), // another shape: no noise
+	base := map[string]*format.Array{
+		"out":  format.Float([]float64{1.5, 1.75}, 2),
+		"loss": format.Float([]float64{3, 3}, 2), // another shape: no noise
 	}
 	got := withNoise(c, dv, base)
 	if want := []float64{10.5, 19.75}; !slices.Equal(got["out"].F, want) {
@@ -44,16 +44,16 @@ func TestWithNoise(t *testing.T) {
 // TestSmaller: diagnose runs on a layer case before any other, then on
 // the one with the fewest tokens.
 func TestSmaller(t *testing.T) {
-	mk := func(kind string, b, s int) *golden.Case {
-		m := &golden.Manifest{Kind: kind}
+	mk := func(kind string, b, s int) *format.Case {
+		m := &format.Manifest{Kind: kind}
 		m.Config.Batch, m.Config.SeqLen = b, s
-		return &golden.Case{Manifest: m}
+		return &format.Case{Manifest: m}
 	}
-	bigLayer, smallModel := mk(golden.KindLayer, 4, 100), mk(golden.KindModel, 1, 2)
+	bigLayer, smallModel := mk(format.KindLayer, 4, 100), mk(format.KindModel, 1, 2)
 	if !smaller(bigLayer, smallModel) || smaller(smallModel, bigLayer) {
 		t.Error("a layer case does not come before a smaller model case")
 	}
-	if !smaller(mk(golden.KindLayer, 2, 8), bigLayer) || smaller(bigLayer, mk(golden.KindLayer, 2, 8)) {
+	if !smaller(mk(format.KindLayer, 2, 8), bigLayer) || smaller(bigLayer, mk(format.KindLayer, 2, 8)) {
 		t.Error("of two layer cases, the one with fewer tokens does not come first")
 	}
 }

@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"fmt"
@@ -7,10 +7,10 @@ import (
 	"github.com/modref/modref/spec"
 )
 
-// maxRecomputeWork bounds recomputeWork, and so the time and memory a case
+// MaxRecomputeWork bounds RecomputeWork, and so the time and memory a case
 // makes modref spend before it compares anything: check's self-check runs
 // the case through mod, diagnose recomputes it under each deviation, a
-// forward and a backward pass each (diagnose_grad.go). 2^43 (8.8e12)
+// forward and a backward pass each (golden/diagnose_grad.go). 2^43 (8.8e12)
 // multiply-adds: it accepts a production-shaped case with room to spare,
 // the Llama-3-style layer of docs/examples/llama3-layer-d512-s2048.json
 // (d = 512, 4 heads of 128, SwiGLU d_ff = 1792, S = 2048, B = 3) at 5.8e12,
@@ -20,9 +20,9 @@ import (
 // (capacity 1, or dense compute); at that case's 12.5 % the block runs on
 // an eighth of them, so a dense case of that work takes several times
 // longer. A deviation with no backward pass is bounded by maxFDWork.
-const maxRecomputeWork = 1 << 43
+const MaxRecomputeWork = 1 << 43
 
-// recomputeWork is the estimate of the multiply-adds of recomputing a case
+// RecomputeWork is the estimate of the multiply-adds of recomputing a case
 // under every deviation: recomputePasses forwards, each
 // B·S·(4d² + 2·S·d + m·d·d_ff) per layer (m = 2, or 3 for SwiGLU, times E
 // experts in a MoDE layer), plus B·S·d·vocab for a model's head (a MoDE
@@ -30,13 +30,13 @@ const maxRecomputeWork = 1 << 43
 // and a backward of one block pass per expert). The configuration must
 // have been validated (spec's size bounds), so that no term overflows a
 // float64's exact integers by much.
-func recomputeWork(m *Manifest) float64 {
+func RecomputeWork(m *Manifest) float64 {
 	fwd, _ := forwardWork(m)
 	return fwd * recomputePasses
 }
 
 // recomputePasses is the number of forward passes that recomputing a case
-// under every deviation costs, counted from diagnose_grad.go: per
+// under every deviation costs, counted from golden/diagnose_grad.go: per
 // deviation, the decision (LayerForward, and a frozen forward where the
 // deviation changes it: at most 2), the kept forward (1), a regathered
 // block (at most 1) and the backward passes of both (about 2 forwards
@@ -76,24 +76,24 @@ func forwardWork(m *Manifest) (fwd, coords float64) {
 	return fwd, coords
 }
 
-// maxFDWork bounds fdWork: a deviation with no backward pass
-// (diagnose_grad.go's backwardNames) is emulated by finite differences
+// MaxFDWork bounds FDWork: a deviation with no backward pass
+// (golden/diagnose_grad.go's backwardNames) is emulated by finite differences
 // only up to it, and refused above it (refuseFD). 2^31 multiply-adds: the
 // slowest committed case, layer-capacity-floor, needed 1.8e9 when every
 // deviation took finite differences (diagnose took 8-9 s of CPU on it).
-const maxFDWork = 1 << 31
+const MaxFDWork = 1 << 31
 
-// fdWork is the estimate of the multiply-adds of recomputing a case under
+// FDWork is the estimate of the multiply-adds of recomputing a case under
 // one deviation with finite-difference gradients: (1 + 2·n) forwards for
 // the n coordinates differentiated.
-func fdWork(m *Manifest) float64 {
+func FDWork(m *Manifest) float64 {
 	fwd, coords := forwardWork(m)
 	return fwd * (1 + float64(2*coords))
 }
 
-// paramCount is the number of parameter values a validated manifest's
+// ParamCount is the number of parameter values a validated manifest's
 // configuration has.
-func paramCount(m *Manifest) int64 {
+func ParamCount(m *Manifest) int64 {
 	switch m.Kind {
 	case KindLayer:
 		return m.Config.Layer.ParamCount()
@@ -103,22 +103,22 @@ func paramCount(m *Manifest) int64 {
 	return m.Config.ModelConfig().ParamCount()
 }
 
-// checkBounds checks what a validated manifest asks a reader to allocate
+// CheckBounds checks what a validated manifest asks a reader to allocate
 // and compute, before its arrays are read, and returns the number of
 // values of each array it lists: the arrays together hold at most
-// maxCaseElements values, the configuration's parameters are exactly those
+// MaxCaseElements values, the configuration's parameters are exactly those
 // its param.* arrays hold (so that a d_model or d_ff far above the arrays
-// is refused), and recomputing the case takes at most maxRecomputeWork.
-func (m *Manifest) checkBounds() (map[string]int, error) {
+// is refused), and recomputing the case takes at most MaxRecomputeWork.
+func (m *Manifest) CheckBounds() (map[string]int, error) {
 	counts := make(map[string]int, len(m.Arrays))
 	total := 0
 	for _, info := range m.Arrays {
 		n := 1
 		for _, d := range info.Shape {
-			n = min(n*min(d, maxCaseElements+1), maxCaseElements+1) // no overflow: both factors ≤ 2^25+1
+			n = min(n*min(d, MaxCaseElements+1), MaxCaseElements+1) // no overflow: both factors ≤ 2^25+1
 		}
-		if total += n; n > maxCaseElements || total > maxCaseElements {
-			return nil, fmt.Errorf("%w: the arrays it lists hold more than %d values together", ErrTooLarge, maxCaseElements)
+		if total += n; n > MaxCaseElements || total > MaxCaseElements {
+			return nil, fmt.Errorf("%w: the arrays it lists hold more than %d values together", ErrTooLarge, MaxCaseElements)
 		}
 		counts[info.Name] = n
 	}
@@ -130,7 +130,7 @@ func (m *Manifest) checkBounds() (map[string]int, error) {
 
 // checkConfigSizes checks a validated manifest's configuration against the
 // arrays it lists, whose element counts are counts (each already within
-// maxCaseElements), and against maxRecomputeWork.
+// MaxCaseElements), and against MaxRecomputeWork.
 func (m *Manifest) checkConfigSizes(counts map[string]int) error {
 	var listed int64
 	for name, n := range counts {
@@ -138,10 +138,10 @@ func (m *Manifest) checkConfigSizes(counts map[string]int) error {
 			listed += int64(n)
 		}
 	}
-	if want := paramCount(m); want != listed {
+	if want := ParamCount(m); want != listed {
 		return fmt.Errorf("%w: the configuration has %d parameter values, its param.* arrays hold %d", ErrManifestArrays, want, listed)
 	}
-	if w, most := recomputeWork(m), float64(maxRecomputeWork); w > most {
+	if w, most := RecomputeWork(m), float64(MaxRecomputeWork); w > most {
 		return fmt.Errorf("%w: recomputing the case would take about %.3g multiply-adds, more than the %d accepted (batch %d, seq_len %d, the configuration's sizes)",
 			ErrTooLarge, w, int64(most), m.Config.Batch, m.Config.SeqLen)
 	}

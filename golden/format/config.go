@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"fmt"
@@ -24,12 +24,12 @@ type CaseConfig struct {
 	MoDE *spec.MoDEConfig `json:"mode,omitempty"`
 }
 
-// validate checks what a reader relies on before it looks at any array: the
+// Validate checks what a reader relies on before it looks at any array: the
 // sizes, the valid lengths, that a layer case has a layer, a mode case a
 // MoDE layer and a model case layers, and that the configuration is valid
 // (package spec's rules and size bounds; the checks that depend on the
 // sequence length are ref's).
-func (c CaseConfig) validate(kind string) error {
+func (c CaseConfig) Validate(kind string) error {
 	if c.Batch < 1 || c.SeqLen < 1 {
 		return fmt.Errorf("batch = %d, seq_len = %d: want both >= 1", c.Batch, c.SeqLen)
 	}
@@ -70,11 +70,4 @@ func (c CaseConfig) validate(kind string) error {
 // ModelConfig returns the model configuration of a model or decode case.
 func (c CaseConfig) ModelConfig() spec.ModelConfig {
 	return spec.ModelConfig{Vocab: c.Vocab, MaxLen: c.MaxLen, Layers: c.Layers}
-}
-
-// writtenOut returns c with the predictor width written out (d/2 unless
-// set), as a manifest holds it, so that a reader need not know the default.
-func writtenOut(c spec.Config) spec.Config {
-	c.PredictorHidden = c.PredictorWidth()
-	return c
 }

@@ -1,10 +1,11 @@
-package golden
+package format
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/modref/modref/internal/readfile"
 )
@@ -94,6 +95,10 @@ type Provenance struct {
 
 var caseName = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 
+// ValidCaseName reports whether name may name a case: lower-case letters and
+// digits in words joined by single hyphens.
+func ValidCaseName(name string) bool { return caseName.MatchString(name) }
+
 // ReadManifest reads and validates a manifest. Errors name the file and the
 // field.
 func ReadManifest(path string) (*Manifest, error) {
@@ -146,7 +151,7 @@ func (m *Manifest) validate() error {
 	default:
 		return fmt.Errorf("kind %q: want layer, model, decode or mode", m.Kind)
 	}
-	if err := m.Config.validate(m.Kind); err != nil {
+	if err := m.Config.Validate(m.Kind); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := m.checkCatches(); err != nil {
@@ -211,3 +216,6 @@ func (m *Manifest) checkCatches() error {
 	}
 	return nil
 }
+
+// CandidateName returns the name a candidate uses for an expected array.
+func CandidateName(expected string) string { return strings.TrimPrefix(expected, "expected.") }

@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 // TestManifestRejectsBadConfig feeds the manifest reader edited copies of a
 // real manifest; each must be one error naming what is wrong.
 func TestManifestRejectsBadConfig(t *testing.T) {
-	raw, err := os.ReadFile("corpus/layer-padding.json")
+	raw, err := os.ReadFile("../corpus/layer-padding.json")
 	if err != nil {
 		t.Fatal(err)
 	}

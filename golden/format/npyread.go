@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"archive/zip"
@@ -36,9 +36,9 @@ var (
 
 // Reader bounds (docs/golden-format.md, "Reading untrusted files").
 const (
-	// maxFileBytes bounds any .npz file a reader opens; the corpus's largest
+	// MaxFileBytes bounds any .npz file a reader opens; the corpus's largest
 	// is under 100 KB.
-	maxFileBytes = 1 << 30
+	MaxFileBytes = 1 << 30
 	// maxManifestBytes bounds a manifest file.
 	maxManifestBytes = 1 << 20
 	// maxMembers bounds the members of an archive; the largest case has
@@ -75,7 +75,7 @@ type readPlan struct {
 
 // readNPZFile reads the arrays of the .npz at path as plan says.
 func readNPZFile(path string, plan *readPlan) (map[string]*Array, error) {
-	f, size, err := readfile.Open(path, maxFileBytes)
+	f, size, err := readfile.Open(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,10 @@
-package golden
+package format
 
 import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ var sizeCases = []string{"layer-paper", "model-every-other", "layer-mode-staged"
 // a few bytes flipped. It also returns the base case's name.
 func genManifest(t testing.TB, s *bytesSource) ([]byte, string) {
 	name := sizeCases[s.intn(len(sizeCases))]
-	raw, err := embedded.ReadFile("corpus/" + name + ".json")
+	raw, err := os.ReadFile("../corpus/" + name + ".json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func genManifest(t testing.TB, s *bytesSource) ([]byte, string) {
 		b["d_model"], b["heads"], b["d_ff"] = d, heads, dff
 	}
 	batch, seq := int(cfg["batch"].(float64)), int(cfg["seq_len"].(float64))
-	newBatch, newSeq := drawSize(s, batch, maxCaseElements), drawSize(s, seq, maxCaseElements)
+	newBatch, newSeq := drawSize(s, batch, MaxCaseElements), drawSize(s, seq, MaxCaseElements)
 	cfg["batch"], cfg["seq_len"] = newBatch, newSeq
 	if cfg["valid_lengths"] != nil && newBatch != batch {
 		delete(cfg, "valid_lengths")
@@ -112,7 +113,7 @@ func checkManifestBounds(t testing.TB, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	counts, err := m.checkBounds()
+	counts, err := m.CheckBounds()
 	if err != nil {
 		return err
 	}
@@ -146,10 +147,10 @@ func checkManifestBounds(t testing.TB, raw []byte) error {
 			params += int64(n)
 		}
 	}
-	if total > maxCaseElements || params != paramCount(m) {
-		t.Fatalf("accepted %d values in its arrays, %d in param.* for a configuration of %d parameters", total, params, paramCount(m))
+	if total > MaxCaseElements || params != ParamCount(m) {
+		t.Fatalf("accepted %d values in its arrays, %d in param.* for a configuration of %d parameters", total, params, ParamCount(m))
 	}
-	if w := recomputeWork(m); !(w <= maxRecomputeWork) {
+	if w := RecomputeWork(m); !(w <= MaxRecomputeWork) {
 		t.Fatalf("accepted a case whose recomputation takes %.3g multiply-adds", w)
 	}
 	return nil

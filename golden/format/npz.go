@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func ReadCandidate(path string, c *Case) (map[string]*Array, error) {
 		if info.Role != RoleExpected {
 			continue
 		}
-		n := size(info.Shape)
+		n := Elements(info.Shape)
 		if strings.HasSuffix(info.Name, "selected") && len(info.Shape) == 2 {
 			n = max(n, info.Shape[0]*c.Manifest.Config.SeqLen)
 		}
@@ -46,8 +46,8 @@ func ReadCandidate(path string, c *Case) (map[string]*Array, error) {
 	return readNPZFile(path, plan)
 }
 
-// unwrapPath drops the path that os errors repeat, since callers name it.
-func unwrapPath(err error) error {
+// UnwrapPath drops the path that os errors repeat, since callers name it.
+func UnwrapPath(err error) error {
 	if pe, ok := err.(*os.PathError); ok {
 		return pe.Err
 	}
@@ -109,7 +109,7 @@ func nested(a *Array) (any, error) {
 			return nil, fmt.Errorf("shape %v has a negative dimension", a.Shape)
 		}
 	}
-	if n := size(a.Shape); flat.Len() != n {
+	if n := Elements(a.Shape); flat.Len() != n {
 		return nil, fmt.Errorf("shape %v holds %d values, the data has %d", a.Shape, n, flat.Len())
 	}
 	switch len(a.Shape) {

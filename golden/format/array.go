@@ -1,4 +1,4 @@
-package golden
+package format
 
 import (
 	"fmt"
@@ -21,16 +21,16 @@ type Array struct {
 
 // Float returns a float64 array of the given shape holding v (kept).
 func Float(v []float64, shape ...int) *Array {
-	if size(shape) != len(v) {
-		panic(fmt.Sprintf("golden.Float: shape %v holds %d values, have %d", shape, size(shape), len(v)))
+	if Elements(shape) != len(v) {
+		panic(fmt.Sprintf("golden.Float: shape %v holds %d values, have %d", shape, Elements(shape), len(v)))
 	}
 	return &Array{Shape: shape, F: v, DType: "<f8"}
 }
 
 // Int returns an int64 array of the given shape holding v (kept).
 func Int(v []int64, shape ...int) *Array {
-	if size(shape) != len(v) {
-		panic(fmt.Sprintf("golden.Int: shape %v holds %d values, have %d", shape, size(shape), len(v)))
+	if Elements(shape) != len(v) {
+		panic(fmt.Sprintf("golden.Int: shape %v holds %d values, have %d", shape, Elements(shape), len(v)))
 	}
 	return &Array{Shape: shape, I: v, DType: "<i8"}
 }
@@ -42,10 +42,10 @@ func Scalar(v float64) *Array { return &Array{Shape: []int{}, F: []float64{v}, D
 func (a *Array) IsInt() bool { return a.I != nil || a.DType == "<i8" || a.DType == "<i4" }
 
 // Len returns the number of elements.
-func (a *Array) Len() int { return size(a.Shape) }
+func (a *Array) Len() int { return Elements(a.Shape) }
 
-// size returns the number of elements of a shape; [] is a scalar.
-func size(shape []int) int {
+// Elements returns the number of elements of a shape; [] is a scalar.
+func Elements(shape []int) int {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -66,9 +66,9 @@ func (a *Array) Index(k int) []int {
 	return idx
 }
 
-// firstNonFinite returns the flat index of the first NaN or infinite value,
+// FirstNonFinite returns the flat index of the first NaN or infinite value,
 // or -1.
-func (a *Array) firstNonFinite() int {
+func (a *Array) FirstNonFinite() int {
 	for k, v := range a.F {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return k

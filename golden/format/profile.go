@@ -1,0 +1,102 @@
+package format
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/modref/modref/internal/lowp"
+)
+
+// Profile is the precision a candidate computes in, as a manifest's
+// "precision" names it, and so the tolerances it is judged by
+// (docs/tolerances.md, "Precision profiles"; golden.Tolerances computes them). Under a
+// profile, an array's tolerance is not the manifest's: it comes from a
+// same-precision baseline, the rule of FlashAttention's tests. An emulated
+// implementation of the profile (modcase.Emulate) runs the case; its
+// largest error against the float64 truth, per array, times Multiple, plus
+// a floor of FloorUnits roundings of the array's scale, is the array's
+// absolute tolerance.
+//
+// The zero Profile is the manifests' own tolerances (float32 against
+// float64), what `modref check` uses without --precision.
+type Profile struct {
+	// Name is the profile's flag value: float64, float32, tf32, bf16, fp16.
+	Name string
+	// Products is the format the emulation's matrix products read their
+	// operands in (nil: float32 or float64 throughout), and Storage the
+	// format its inputs, parameters and products' results are stored in
+	// (nil: float32, or float64 for the float64 profile).
+	Products, Storage *lowp.Format
+	// Unit is the unit roundoff of the coarsest format the implementation
+	// computes in (2⁻⁸ for bf16, 2⁻¹¹ for fp16 and tf32, 2⁻²⁴ for
+	// float32, 2⁻⁵³ for float64): the floor's unit.
+	Unit float64
+}
+
+// The profile rule's constants (docs/tolerances.md gives the measurements
+// behind them).
+const (
+	// Multiple is how many times the emulated baseline's error a candidate
+	// may err. FlashAttention allows 2; a real implementation rounds at
+	// other points than the emulation (PyTorch's autocast stores
+	// elementwise results in the format too): PyTorch under bf16 autocast
+	// erred by a median 1.15 and a 90th percentile 2.4 times the
+	// emulation's error per array on the corpus, and with the floor its
+	// worst array came to 0.92 of its tolerance (layer-gqa's
+	// grad.param.Wk; 0.28 to 0.57 on the same configuration's other
+	// seeds).
+	Multiple = 4
+	// FloorUnits is the floor in roundings (Unit) of the array's scale
+	// max(‖e‖∞, 1) for every profile but float64: an array the emulation
+	// happens to compute exactly (a loss that is 0, an exactly
+	// representable sum) still allows the format's rounding of its values.
+	FloorUnits = 4
+	// float64FloorUnits is the float64 profile's floor: its emulation is
+	// ref itself, whose error is 0, so the floor alone must allow another
+	// float64 implementation's summation order, which measured up to 14.4
+	// units (PyTorch in float64 on the corpus, docs/tolerances.md).
+	float64FloorUnits = 64
+)
+
+// Profiles lists the profiles by name, in order of precision.
+var Profiles = []Profile{
+	{Name: "float64", Unit: 0x1p-53},
+	{Name: "float32", Unit: 0x1p-24},
+	{Name: "tf32", Products: &lowp.TF32, Unit: lowp.TF32.Epsilon()},
+	{Name: "bf16", Products: &lowp.BF16, Storage: &lowp.BF16, Unit: lowp.BF16.Epsilon()},
+	{Name: "fp16", Products: &lowp.FP16, Storage: &lowp.FP16, Unit: lowp.FP16.Epsilon()},
+}
+
+// ProfileNames returns the profiles' names, for flag help and errors.
+func ProfileNames() []string {
+	var n []string
+	for _, p := range Profiles {
+		n = append(n, p.Name)
+	}
+	return n
+}
+
+// ParseProfile returns the profile of a name; "" is the zero Profile, the
+// manifests' own tolerances.
+func ParseProfile(name string) (Profile, error) {
+	if name == "" {
+		return Profile{}, nil
+	}
+	for _, p := range Profiles {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("precision %q: want one of %s", name, strings.Join(ProfileNames(), ", "))
+}
+
+// FloorUnits returns the profile's floor in roundings of an array's scale.
+func (p Profile) FloorUnits() float64 {
+	if p.Name == "float64" {
+		return float64FloorUnits
+	}
+	return FloorUnits
+}
+
+// IsZero reports whether p is the zero Profile, the manifests' tolerances.
+func (p Profile) IsZero() bool { return p.Name == "" }
