@@ -1,8 +1,6 @@
 package fuzz
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"archive/zip"
 	"bytes"
 	"crypto/sha256"
@@ -20,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // corpusDir is the committed golden corpus, relative to this package.

@@ -1,14 +1,14 @@
 package fuzz
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestWriteSeeds regenerates the committed seed corpora under

@@ -1,14 +1,13 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"math"
 	"sort"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 )
 

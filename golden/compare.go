@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

@@ -1,12 +1,12 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // perfect returns a candidate holding the case's own expected values.

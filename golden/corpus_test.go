@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"errors"
 	"io/fs"
@@ -14,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestCorpusIsRegenerated checks that the committed corpus is exactly what

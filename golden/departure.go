@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"cmp"
 	"fmt"
 	"math"
@@ -10,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // Departure says where a candidate first departs from the oracle, stage by

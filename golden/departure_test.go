@@ -1,13 +1,13 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"cmp"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // squaredWeight is a bug of this test's making, on no list: the weight

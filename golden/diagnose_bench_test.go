@@ -1,11 +1,11 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // BenchmarkDiagnose times Diagnose on the corpus's slowest case for it

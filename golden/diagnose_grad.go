@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"math"
 	"slices"
@@ -10,6 +8,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )

@@ -7,13 +7,13 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"math"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestAnalyticDeviantGradientsAreTheFiniteDifferences holds every deviant

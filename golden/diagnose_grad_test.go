@@ -1,13 +1,12 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

@@ -1,13 +1,12 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )

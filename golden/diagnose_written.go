@@ -1,13 +1,12 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 )
 

@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"cmp"
 	"encoding/json"
 	"os"
@@ -10,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // writtenCandidate is the candidate an implementation with deviation name

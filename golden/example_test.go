@@ -1,13 +1,12 @@
 package golden_test
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // Load a case, write a candidate file as an implementation under test would,

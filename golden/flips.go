@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )

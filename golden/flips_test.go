@@ -1,10 +1,10 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"slices"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 func TestFlipLimit(t *testing.T) {

@@ -1,11 +1,10 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"slices"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -10,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

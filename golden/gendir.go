@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/readfile"
 )

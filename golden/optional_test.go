@@ -1,11 +1,11 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // without returns the candidate with the named arrays left out.

@@ -1,8 +1,9 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestDiagnoseProgress checks that DiagnoseProgress reports 0 and then

@@ -1,12 +1,11 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
 )
 

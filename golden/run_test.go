@@ -1,8 +1,9 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestRefReproducesEveryCase recomputes every case from its stored inputs and

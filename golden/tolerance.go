@@ -1,10 +1,10 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"strings"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // Tolerances for float32 candidates, relative to the scale of the expected

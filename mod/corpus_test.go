@@ -1,13 +1,12 @@
 package mod_test
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod/modcase"
 )
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -16,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/mod/modcase"
 )

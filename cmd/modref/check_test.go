@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/xml"
@@ -13,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 const corpus = "../../golden/corpus"

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // runDiagnose implements `modref diagnose`: judge a candidate against a case

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // writeDeviant writes the candidate an implementation with the deviation

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // errHelp marks a command called with -h or --help: its usage went to

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/candidate"

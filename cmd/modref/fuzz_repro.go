@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/candidate"
 	"github.com/modref/modref/internal/readfile"

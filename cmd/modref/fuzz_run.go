@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/internal/candidate"
 )

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/modref/modref/internal/lowp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/internal/lowp"
 )
 
 // fakeCandidate is the test binary as a candidate for modref fuzz

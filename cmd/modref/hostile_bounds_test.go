@@ -3,15 +3,11 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/modref/modref/mod/train"
-	"github.com/modref/modref/spec"
 	"math"
 	"os"
 	"os/exec"
@@ -20,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/mod/train"
+	"github.com/modref/modref/spec"
 )
 
 // The bounded-sizes regression tests (issue 22, "Bounded"): every size a

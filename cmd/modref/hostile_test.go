@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"archive/zip"
 	"bytes"
 	"context"
@@ -23,6 +21,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // The hostile-candidate regression tests (issue 16) run the built binary

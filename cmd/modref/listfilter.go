@@ -1,13 +1,13 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
-	"github.com/modref/modref/spec"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/spec"
 )
 
 // caseFilters are the flags of `modref list` that select cases by what

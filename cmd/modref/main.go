@@ -33,16 +33,16 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/modref/modref/internal/atomicfile"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/internal/atomicfile"
 )
 
 func main() {

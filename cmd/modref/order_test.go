@@ -1,14 +1,13 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // TestCheckSamePositionsWrongOrder: selected holding the oracle's positions

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestBinaryOutsideCheckout builds the modref command and runs it as an

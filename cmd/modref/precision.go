@@ -1,13 +1,12 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod/modcase"
 )
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod/modcase"
 )
 

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestCheckRanksByExcess checks that check's table puts the array furthest

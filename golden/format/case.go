@@ -1,16 +1,15 @@
 package format
 
 import (
-	"github.com/modref/modref/spec"
-	"os"
-
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/spec"
 )
 
 // Case is one golden case: its manifest and its arrays.

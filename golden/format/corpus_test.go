@@ -1,6 +1,8 @@
 package format
 
-import "testing"
+import (
+	"testing"
+)
 
 func TestEditDistance(t *testing.T) {
 	for _, tc := range []struct {

@@ -1,6 +1,8 @@
 package format
 
-import "strings"
+import (
+	"strings"
+)
 
 // Deviation is one of the known departures from the paper's equations
 // (docs/spec.md §11) that the oracle tells apart.

@@ -1,8 +1,6 @@
 package fuzzcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -10,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

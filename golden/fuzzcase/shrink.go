@@ -1,8 +1,6 @@
 package fuzzcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
 )
 

@@ -1,10 +1,10 @@
 package fuzzcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"math/rand/v2"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // kinds are the case kinds Draw draws when the base pins none, with their

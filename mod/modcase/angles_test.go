@@ -1,12 +1,11 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"math"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // longCase generates a case of kind at positions up to 1023, narrow

@@ -1,11 +1,10 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
 )

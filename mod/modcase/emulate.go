@@ -1,13 +1,12 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // Emulate runs an emulated implementation of a precision profile on a case

@@ -1,13 +1,13 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
-	"github.com/modref/modref/internal/lowp"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/internal/lowp"
 )
 
 func load(t *testing.T, name string) *format.Case {

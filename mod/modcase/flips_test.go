@@ -1,13 +1,12 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"maps"
 	"slices"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 )
 
 // roundingTies returns layer-ties with, in every row, the router weight of

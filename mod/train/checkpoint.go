@@ -1,8 +1,6 @@
 package train
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"github.com/sbinet/npyio/npz"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/mod"

@@ -1,8 +1,6 @@
 package train
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"bytes"
 	"context"
 	"errors"
@@ -19,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/spec"
 )

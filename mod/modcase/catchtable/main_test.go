@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"slices"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // TestWithNoise: the deviant arrays gain the emulation's error against the
