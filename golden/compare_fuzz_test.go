@@ -1,8 +1,6 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -10,32 +8,26 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
 )
 
-// bytesSource draws choices from fuzz bytes; an exhausted source reads
-// zeros.
-type bytesSource struct{ b []byte }
+// fuzzBytes draws FuzzCompare's choices from its bytes, as golden/format's
+// fuzz tests draw theirs: a byte per small choice, eight (little-endian) for
+// a value, so that every int64 and float64 bit pattern is reachable; zeros
+// once the bytes run out.
+type fuzzBytes []byte
 
-func (s *bytesSource) byte() byte {
-	if len(s.b) == 0 {
-		return 0
-	}
-	v := s.b[0]
-	s.b = s.b[1:]
+// take returns the next n bytes, zeros past the end.
+func (b *fuzzBytes) take(n int) []byte {
+	v := make([]byte, n)
+	*b = (*b)[copy(v, *b):]
 	return v
 }
 
-func (s *bytesSource) intn(n int) int { return int(s.byte()) % n }
+func (b *fuzzBytes) intn(n int) int { return int(b.take(1)[0]) % n }
 
-// u64 draws 8 bytes: every int64 and every float64 bit pattern (NaN, ±Inf,
-// subnormals, ±MaxFloat64, MinInt64, MaxInt64) is reachable.
-func (s *bytesSource) u64() uint64 {
-	var v [8]byte
-	for i := range v {
-		v[i] = s.byte()
-	}
-	return binary.LittleEndian.Uint64(v[:])
-}
+func (b *fuzzBytes) u64() uint64 { return binary.LittleEndian.Uint64(b.take(8)) }
 
 var fuzzCases = sync.OnceValues(func() ([]*format.Case, error) {
 	var cs []*format.Case
@@ -64,7 +56,7 @@ func FuzzCompare(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		c := cases[int(which)%len(cases)]
-		s := &bytesSource{b: data}
+		s := (*fuzzBytes)(&data)
 		cand := map[string]*format.Array{}
 		var names []string
 		for _, info := range c.Manifest.Arrays {

@@ -1,15 +1,14 @@
 package golden
 
 import (
-	"github.com/modref/modref/golden/format"
-
-	"cmp"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/modref/modref/golden/format"
 )
 
 // OracleName is the name of the first result of Diagnose: the candidate
@@ -106,159 +105,6 @@ func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o Diagno
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	return append(out, combos...), nil
-}
-
-// combineBeam is how many combinations of each size the combination search
-// grows by one more deviation, and maxDeviations the most deviations it
-// combines. Each combination is one more deviant recomputation: growing
-// combineBeam sets by each of the n deviations the case tells apart costs
-// up to combineBeam·n recomputations per size.
-const (
-	combineBeam   = 3
-	maxDeviations = 5
-)
-
-// combination is a set of deviation names, in the order of Deviations,
-// and the variant of gather_first_k among them ("" or torchTopKVariant).
-type combination struct {
-	names   []string
-	variant string
-}
-
-// key names the combination as its result does.
-func (s combination) key() string { return resultKey(strings.Join(s.names, "+"), s.variant) }
-
-func resultKey(name, variant string) string { return name + "\x00" + variant }
-
-// diagnoseCombinations is the search for several deviations at once
-// (docs/golden-format.md, "Diagnosing a failing candidate"): when neither
-// the oracle nor a single deviation explains the candidate, the
-// combineBeam deviations that bring it closest (the arrays outside
-// tolerance fewer or nearer: a smaller sum of the logarithms of their
-// excess), among those that bring it closer at all, are each combined with
-// every other deviation the case tells apart; the combineBeam closest
-// combinations that are closer than the set they grew from are grown by
-// one more, up to maxDeviations. A deviation is thus ranked with the
-// others already applied: one that changes the selection makes every
-// other deviation alone look as far as the oracle (an integer array
-// differs), and one whose effect alone is small (a predictor's
-// stop-gradient) may bring the candidate no closer by itself. The search
-// stops at the first size with a combination that matches, and returns
-// those, after the closest combinations of the smaller sizes; a
-// combination's result's Name joins the deviations' names with "+", in the
-// order of Deviations.
-func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
-	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE {
-		return nil, nil
-	}
-	var pool, beam []DeviationResult
-	for _, r := range single[1:] {
-		if r.Match && r.Distinct {
-			return nil, nil
-		}
-		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant) {
-			pool = append(pool, r)
-			if r.distance < oracle.distance {
-				beam = append(beam, r)
-			}
-		}
-	}
-	beam = closest(beam, combineBeam)
-	var out []DeviationResult
-	seen := map[string]bool{}
-	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {
-		var sets []combination
-		parent := map[string]float64{} // the closest set each grew from
-		for _, b := range beam {
-			names := strings.Split(b.Name, "+")
-			for _, r := range pool {
-				if slices.Contains(names, r.Name) {
-					continue
-				}
-				set := combination{inDeviationOrder(append(slices.Clone(names), r.Name)...), cmp.Or(b.Variant, r.Variant)}
-				key := set.key()
-				if d, ok := parent[key]; !ok || b.distance < d {
-					parent[key] = b.distance
-				}
-				if !seen[key] {
-					seen[key] = true
-					sets = append(sets, set)
-				}
-			}
-		}
-		judged, err := judgeCombinations(c, cand, w, sets, progress)
-		if err != nil {
-			return nil, err
-		}
-		var matches, closer []DeviationResult
-		for _, r := range judged {
-			switch {
-			case r.Match:
-				matches = append(matches, r)
-			case r.distance < parent[resultKey(r.Name, r.Variant)]:
-				closer = append(closer, r)
-			}
-		}
-		if len(matches) > 0 {
-			return append(out, matches...), nil
-		}
-		beam = closest(closer, combineBeam)
-		out = append(out, beam...)
-	}
-	return out, nil
-}
-
-// closest returns the n results of rs nearest the candidate (smallest
-// distance; ties in their order).
-func closest(rs []DeviationResult, n int) []DeviationResult {
-	rs = slices.Clone(rs)
-	slices.SortStableFunc(rs, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
-	return rs[:min(len(rs), n)]
-}
-
-// inDeviationOrder sorts deviation names in the order of Deviations.
-func inDeviationOrder(names ...string) []string {
-	idx := func(n string) int {
-		return slices.IndexFunc(format.Deviations, func(d format.Deviation) bool { return d.Name == n })
-	}
-	slices.SortFunc(names, func(a, b string) int { return idx(a) - idx(b) })
-	return names
-}
-
-// judgeCombinations emulates each set of deviations at once where they can
-// be combined (with what the candidate wrote, w) and judges the candidate
-// against it; sets that cannot be combined give no result.
-func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int)) ([]DeviationResult, error) {
-	var devs []layerDeviation
-	var ems []emulation
-	for _, set := range sets {
-		d, ok := combineVariant(set.names, set.variant)
-		if !ok {
-			continue
-		}
-		d.written = w
-		devs = append(devs, d)
-		ems = append(ems, emulation{name: d.name, variant: set.variant})
-	}
-	if len(ems) == 0 {
-		return nil, nil
-	}
-	if err := emulateDeviations(c, devs, ems, progress); err != nil {
-		return nil, err
-	}
-	var out []DeviationResult
-	for _, em := range ems {
-		if em.reason != "" {
-			continue
-		}
-		r, err := judge(c, cand, em)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // diagnoseWith is Diagnose with the emulations already made, on a

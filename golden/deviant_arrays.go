@@ -1,0 +1,189 @@
+package golden
+
+import (
+	"fmt"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
+)
+
+// A deviant layer's arrays, packaged as a layer case's: the forward values
+// of one evaluation (layerValueArrays) and the gradients, by the deviant
+// layer's backward pass where it has one (diagnose_grad.go) or by finite
+// differences (layerArraysFD).
+
+// layerArrays computes a layer case's expected arrays under deviation d, as
+// the generator does for the oracle: forward values at the case's inputs and
+// parameters, and gradients of sum(upstream.out * out) + aux.total with
+// the routing frozen, by d's backward pass (layerArraysAnalytic) where it
+// has one, else by finite differences (layerArraysFD).
+func layerArrays(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.hasBackward() {
+		return layerArraysAnalytic(c, s, d)
+	}
+	return layerArraysFD(c, s, d)
+}
+
+// layerValueArrays are a layer case's forward arrays of the evaluation l
+// under a deviation whose decided routing is st.
+func layerValueArrays(c *format.Case, s layerSpec, l *layerRun, st *layerState) (map[string]*format.Array, error) {
+	selected, err := selectedLike(c, "expected.selected", st.writtenSelection(l.res.Selection))
+	if err != nil {
+		return nil, err
+	}
+	res := l.res
+	arrays := map[string]*format.Array{
+		"expected.out":              batchArray(l.out),
+		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
+		"expected.selected":         selected,
+		"expected.weights":          fieldArray(res.Weights, s.valid),
+		"expected.multipliers":      fieldArray(l.mult, s.valid),
+		"expected.targets":          fieldArray(res.Targets, s.valid),
+		"expected.aux.router_bce":   format.Scalar(res.RouterBCE),
+		"expected.aux.load_balance": format.Scalar(res.LoadBalance),
+		"expected.aux.total":        format.Scalar(res.AuxLoss),
+	}
+	if s.cfg.HasPredictor() {
+		arrays["expected.predictor_logits"] = fieldArray(res.PredictorLogits, s.valid)
+		arrays["expected.predictor_accuracy"] = format.Scalar(res.PredictorAccuracy)
+		arrays["expected.aux.predictor_bce"] = format.Scalar(res.PredictorBCE)
+	}
+	return arrays, nil
+}
+
+// layerArraysFD is layerArrays with the gradients by ref.FDGradient over
+// run: the test oracle of the backward passes
+// (TestAnalyticDeviantGradientsAreTheFiniteDifferences), and the way of a
+// deviation that has none yet, at sizes within maxFDWork.
+func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	dr, err := layerDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	st := layerState{written: d.writtenFor("expected.")}
+	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	if err != nil {
+		return nil, err
+	}
+	arrays, err := layerValueArrays(c, s, l, &st)
+	if err != nil {
+		return nil, err
+	}
+	loss := func() (float64, error) {
+		l, err := d.run(s.cfg, dr.p, dr.in, &st)
+		if err != nil {
+			return 0, err
+		}
+		return dot(l.out, dr.u) + l.res.AuxLoss, nil
+	}
+	v, err := loss()
+	if err != nil {
+		return nil, err
+	}
+	arrays["expected.loss"] = format.Scalar(v)
+	// A token outside the selection passes unchanged, and a padded one
+	// counts in no loss, but for these two.
+	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding)
+	if err != nil {
+		return nil, fmt.Errorf("gradient of input.x: %w", err)
+	}
+	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
+	for _, t := range dr.p.Tensors("") {
+		g, err := gradient(loss, t.Data, t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
+		}
+		arrays["grad.param."+t.Name] = g
+	}
+	return arrays, nil
+}
+
+// inputGradient is grad.input.x of a layer case under deviation d, whose
+// routing st is decided, by finite differences of loss, token by token.
+// When skipUnseen is set, a token the block does not see takes a shorter
+// way, if the configuration allows it: under gather compute without
+// MLP-only routing, a token outside the selection enters the loss only as
+// its own output, out_i = x_i (no emulated deviation touches such a token,
+// but for gather_first_k's positions 0..k−1, which take the long way),
+// and through its router and predictor logits in the auxiliary loss; and
+// when the load-balancing term, the only one that reads the selection, has
+// weight 0, ref computes that auxiliary loss without running the block if
+// handed an empty selection. Its gradient is then u_i, the upstream
+// gradient, plus the finite difference of the auxiliary loss alone: the
+// same derivative without recomputing, twice per coordinate, a block its
+// perturbation cannot reach (most of layer-capacity-floor's cost, where 71
+// of every 100 tokens are outside the selection).
+func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState, loss func() (float64, error), skipUnseen bool) ([]float64, error) {
+	cfg := s.cfg
+	short := skipUnseen && cfg.Compute == spec.ComputeGather && !cfg.MLPOnly && cfg.LoadBalanceWeight == 0
+	aux := func() (float64, error) {
+		fz := st.fz
+		fz.Selection = ref.Selection{S: s.seqLen, Rows: make([][]int, s.batch)}
+		if d.feed == feedLiveInput {
+			fz.PredictorInput = dr.in.X
+		}
+		res, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, fz)
+		if err != nil {
+			return 0, err
+		}
+		return res.AuxLoss, nil
+	}
+	m := st.fz.Selection.Mask()
+	if d.firstK {
+		for b, row := range st.fz.Selection.Rows {
+			for i := range row {
+				m[b][i] = 1
+			}
+		}
+	}
+	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
+	for b, x := range dr.in.X {
+		for i := 0; i < s.seqLen; i++ {
+			if !short || m[b][i] != 0 {
+				g, err := ref.FDGradient(loss, x.RawRowView(i), ref.FDStep)
+				if err != nil {
+					return nil, err
+				}
+				gx = append(gx, g...)
+				continue
+			}
+			g, err := ref.FDGradient(aux, x.RawRowView(i), ref.FDStep)
+			if err != nil {
+				return nil, err
+			}
+			for j, u := range dr.u[b].RawRowView(i) {
+				g[j] += u
+			}
+			gx = append(gx, g...)
+		}
+	}
+	return gx, nil
+}
+
+// selectedLike is a selection as a B×k_max array padded with −1 to the width
+// of the case's array name (a deviant selection may be narrower).
+func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array, error) {
+	want, err := c.Array(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(want.Shape) != 2 {
+		return nil, fmt.Errorf("array %q has shape %v, want B×k", name, want.Shape)
+	}
+	width := want.Shape[1]
+	v := make([]int64, 0, len(sel.Rows)*width)
+	for b, row := range sel.Rows {
+		if len(row) > width {
+			return nil, fmt.Errorf("row %d selects %d tokens, more than the %d columns of %q", b, len(row), width, name)
+		}
+		for j := 0; j < width; j++ {
+			p := int64(-1)
+			if j < len(row) {
+				p = int64(row[j])
+			}
+			v = append(v, p)
+		}
+	}
+	return format.Int(v, len(sel.Rows), width), nil
+}

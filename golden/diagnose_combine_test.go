@@ -1,0 +1,92 @@
+package golden
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestCombineNamesRules: deviations that say the same thing differently
+// are not combined; sramshetty/mixture-of-depths' block is.
+func TestCombineNamesRules(t *testing.T) {
+	for combo, want := range map[string]bool{
+		"residual_twice+rope_gathered_indices+weight_mlp_only": true,
+		"residual_twice+gather_first_k":                        true,
+		"residual_scaled+weight_mlp_only":                      false,
+		"no_weighting+weight_mlp_only":                         false,
+		"unsorted_indices+gather_first_k":                      false,
+		"gather_first_k+no_causal_mask":                        false,
+	} {
+		if _, ok := combineNames(strings.Split(combo, "+")); ok != want {
+			t.Errorf("%s: combined = %v, want %v", combo, ok, want)
+		}
+	}
+}
+
+// TestDiagnoseNamesCombinations plants several deviations at once through
+// the Go emulations and requires Diagnose to name exactly that
+// combination, and no single deviation: the seed blog's RoPE at gathered
+// indices with its first-row targets, a returned residual with unsorted
+// indices, a triple whose predictor deviation alone brings the candidate
+// no closer, a triple with a selection change, and four at once.
+func TestDiagnoseNamesCombinations(t *testing.T) {
+	for _, tc := range []struct{ name, combo string }{
+		{"layer-router-bce", "rope_gathered_indices+targets_first_row"},
+		{"layer-paper", "residual_twice+unsorted_indices"},
+		{"layer-predictor", "residual_twice+predictor_no_stopgrad+targets_first_row"},
+		{"layer-paper", "residual_twice+rope_gathered_indices+weight_mlp_only"},
+		// astramind-ai/Mixture-of-depths without an attention mask: the
+		// selection changes, and every other deviation alone looks as
+		// far as the oracle.
+		{"layer-paper", "residual_scaled+capacity_off_by_one+no_causal_mask"},
+		// sramshetty/mixture-of-depths' routed block before its fix of
+		// 2024-06-06.
+		{"layer-integer-capacity", "residual_twice+rope_gathered_indices+weight_mlp_only+gather_first_k"},
+	} {
+		c := loadCase(t, tc.name)
+		cand, err := DeviantCandidate(c, tc.combo, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var matched []string
+		for _, r := range rs {
+			if r.Match {
+				matched = append(matched, r.Name)
+			}
+		}
+		if !slices.Equal(matched, []string{tc.combo}) {
+			t.Errorf("%s, candidate with %s: matched %v, want only the combination", tc.name, tc.combo, matched)
+		}
+	}
+}
+
+// TestDiagnoseNoCombination: a candidate that no deviation or combination
+// explains gets no match, and the combinations searched are only those of
+// deviations that each bring it closer.
+func TestDiagnoseNoCombination(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	cand, err := DeviantCandidate(c, "no_weighting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := *cand["out"]
+	out.F = slices.Clone(out.F)
+	out.F[5] += 1
+	cand["out"] = &out
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Match {
+			t.Errorf("%s matches a candidate with a corrupted out", r.Name)
+		}
+		if strings.Contains(r.Name, "+") && !strings.Contains(r.Name, "no_weighting") {
+			t.Errorf("combination %s searched, though only no_weighting brings the candidate closer", r.Name)
+		}
+	}
+}
