@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
 
@@ -393,7 +394,7 @@ func routingMismatch(c *format.Case, name string, got, want *format.Array) []Row
 		}
 		m.Tie = m.Gap == 0
 		m.NearTie = m.Gap < c.Manifest.Routing.Margin && !m.Tie
-		v := validLen(c.Manifest.Config.ValidLengths, b, c.Manifest.Config.SeqLen)
+		v := oracle.ValidLen(c.Manifest.Config.ValidLengths, b, c.Manifest.Config.SeqLen)
 		m.RoutesAll = m.Candidate == v && m.Oracle < v
 		out = append(out, m)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // Departure says where a candidate first departs from the oracle, stage by
@@ -347,7 +348,7 @@ func wherePattern(c *format.Case, name string, shape []int, wrong func(k int) bo
 	var inSel, inSelAll, outSel, outSelAll int
 	for b := range cfg.Batch {
 		var pos []int
-		for i := range validLen(cfg.ValidLengths, b, cfg.SeqLen) {
+		for i := range oracle.ValidLen(cfg.ValidLengths, b, cfg.SeqLen) {
 			w := tok(b, i)
 			if w {
 				pos = append(pos, i)
@@ -365,7 +366,7 @@ func wherePattern(c *format.Case, name string, shape []int, wrong func(k int) bo
 			}
 		}
 		if len(pos) > 0 {
-			rows = append(rows, fmt.Sprintf("row %d at %s", b, positions(pos, validLen(cfg.ValidLengths, b, cfg.SeqLen))))
+			rows = append(rows, fmt.Sprintf("row %d at %s", b, positions(pos, oracle.ValidLen(cfg.ValidLengths, b, cfg.SeqLen))))
 		}
 	}
 	s := "wrong in " + strings.Join(rows, ", ")
@@ -502,7 +503,7 @@ func selectionScope(c *format.Case, name string, sel [][]int) string {
 		}
 		return true
 	}
-	v := func(b int) int { return validLen(cfg.ValidLengths, b, s) }
+	v := func(b int) int { return oracle.ValidLen(cfg.ValidLengths, b, s) }
 	rules := []struct {
 		what string
 		f    func(b, k int) []int

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // squaredWeight is a bug of this test's making, on no list: the weight
@@ -64,7 +65,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 	// The top-k of the whole batch: row 1 of layer-paper has larger
 	// router weights.
 	sel := c.Arrays["expected.selected"]
-	r := field(c.Arrays["expected.router_logits"])
+	r := oracle.Field(c.Arrays["expected.router_logits"])
 	k := sel.Shape[1]
 	var all [][2]int
 	for b := range r {

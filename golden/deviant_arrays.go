@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -18,7 +19,7 @@ import (
 // parameters, and gradients of sum(upstream.out * out) + aux.total with
 // the routing frozen, by d's backward pass (layerArraysAnalytic) where it
 // has one, else by finite differences (layerArraysFD).
-func layerArrays(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+func layerArrays(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	if d.hasBackward() {
 		return layerArraysAnalytic(c, s, d)
 	}
@@ -27,25 +28,25 @@ func layerArrays(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*fo
 
 // layerValueArrays are a layer case's forward arrays of the evaluation l
 // under a deviation whose decided routing is st.
-func layerValueArrays(c *format.Case, s layerSpec, l *layerRun, st *layerState) (map[string]*format.Array, error) {
+func layerValueArrays(c *format.Case, s oracle.LayerSpec, l *layerRun, st *layerState) (map[string]*format.Array, error) {
 	selected, err := selectedLike(c, "expected.selected", st.writtenSelection(l.res.Selection))
 	if err != nil {
 		return nil, err
 	}
 	res := l.res
 	arrays := map[string]*format.Array{
-		"expected.out":              batchArray(l.out),
-		"expected.router_logits":    fieldArray(res.RouterWeights, s.valid),
+		"expected.out":              oracle.BatchArray(l.out),
+		"expected.router_logits":    oracle.FieldArray(res.RouterWeights, s.Valid),
 		"expected.selected":         selected,
-		"expected.weights":          fieldArray(res.Weights, s.valid),
-		"expected.multipliers":      fieldArray(l.mult, s.valid),
-		"expected.targets":          fieldArray(res.Targets, s.valid),
+		"expected.weights":          oracle.FieldArray(res.Weights, s.Valid),
+		"expected.multipliers":      oracle.FieldArray(l.mult, s.Valid),
+		"expected.targets":          oracle.FieldArray(res.Targets, s.Valid),
 		"expected.aux.router_bce":   format.Scalar(res.RouterBCE),
 		"expected.aux.load_balance": format.Scalar(res.LoadBalance),
 		"expected.aux.total":        format.Scalar(res.AuxLoss),
 	}
-	if s.cfg.HasPredictor() {
-		arrays["expected.predictor_logits"] = fieldArray(res.PredictorLogits, s.valid)
+	if s.Config.HasPredictor() {
+		arrays["expected.predictor_logits"] = oracle.FieldArray(res.PredictorLogits, s.Valid)
 		arrays["expected.predictor_accuracy"] = format.Scalar(res.PredictorAccuracy)
 		arrays["expected.aux.predictor_bce"] = format.Scalar(res.PredictorBCE)
 	}
@@ -56,13 +57,13 @@ func layerValueArrays(c *format.Case, s layerSpec, l *layerRun, st *layerState) 
 // run: the test oracle of the backward passes
 // (TestAnalyticDeviantGradientsAreTheFiniteDifferences), and the way of a
 // deviation that has none yet, at sizes within maxFDWork.
-func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := layerDrawOf(c, s)
+func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
 	st := layerState{written: d.writtenFor("expected.")}
-	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	l, err := d.run(s.Config, dr.P, dr.In, &st)
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +72,11 @@ func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*
 		return nil, err
 	}
 	loss := func() (float64, error) {
-		l, err := d.run(s.cfg, dr.p, dr.in, &st)
+		l, err := d.run(s.Config, dr.P, dr.In, &st)
 		if err != nil {
 			return 0, err
 		}
-		return dot(l.out, dr.u) + l.res.AuxLoss, nil
+		return oracle.Dot(l.out, dr.U) + l.res.AuxLoss, nil
 	}
 	v, err := loss()
 	if err != nil {
@@ -88,9 +89,9 @@ func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*
 	if err != nil {
 		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
-	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
-	for _, t := range dr.p.Tensors("") {
-		g, err := gradient(loss, t.Data, t.Shape)
+	arrays["grad.input.x"] = format.Float(gx, s.Batch, s.SeqLen, s.Config.Block.D)
+	for _, t := range dr.P.Tensors("") {
+		g, err := oracle.Gradient(loss, t.Data, t.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
 		}
@@ -114,16 +115,16 @@ func layerArraysFD(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*
 // same derivative without recomputing, twice per coordinate, a block its
 // perturbation cannot reach (most of layer-capacity-floor's cost, where 71
 // of every 100 tokens are outside the selection).
-func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState, loss func() (float64, error), skipUnseen bool) ([]float64, error) {
-	cfg := s.cfg
+func inputGradient(s oracle.LayerSpec, dr *oracle.LayerDraw, d *layerDeviation, st *layerState, loss func() (float64, error), skipUnseen bool) ([]float64, error) {
+	cfg := s.Config
 	short := skipUnseen && cfg.Compute == spec.ComputeGather && !cfg.MLPOnly && cfg.LoadBalanceWeight == 0
 	aux := func() (float64, error) {
 		fz := st.fz
-		fz.Selection = ref.Selection{S: s.seqLen, Rows: make([][]int, s.batch)}
+		fz.Selection = ref.Selection{S: s.SeqLen, Rows: make([][]int, s.Batch)}
 		if d.feed == feedLiveInput {
-			fz.PredictorInput = dr.in.X
+			fz.PredictorInput = dr.In.X
 		}
-		res, err := ref.LayerForwardFrozen(cfg, dr.p, dr.in, fz)
+		res, err := ref.LayerForwardFrozen(cfg, dr.P, dr.In, fz)
 		if err != nil {
 			return 0, err
 		}
@@ -137,9 +138,9 @@ func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState
 			}
 		}
 	}
-	gx := make([]float64, 0, s.batch*s.seqLen*cfg.Block.D)
-	for b, x := range dr.in.X {
-		for i := 0; i < s.seqLen; i++ {
+	gx := make([]float64, 0, s.Batch*s.SeqLen*cfg.Block.D)
+	for b, x := range dr.In.X {
+		for i := 0; i < s.SeqLen; i++ {
 			if !short || m[b][i] != 0 {
 				g, err := ref.FDGradient(loss, x.RawRowView(i), ref.FDStep)
 				if err != nil {
@@ -152,7 +153,7 @@ func inputGradient(s layerSpec, dr *layerDraw, d *layerDeviation, st *layerState
 			if err != nil {
 				return nil, err
 			}
-			for j, u := range dr.u[b].RawRowView(i) {
+			for j, u := range dr.U[b].RawRowView(i) {
 				g[j] += u
 			}
 			gx = append(gx, g...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -358,7 +359,7 @@ func tanhGate(l *layerRun) {
 	g, mult := make([][]float64, len(r)), make([][]float64, len(r))
 	for b, row := range r {
 		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
-		for i := range validLen(l.in.Valid, b, len(row)) {
+		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
 			g[b][i] = 1 + float64(pmodAlpha*math.Tanh(row[i]))
 			if l.ran[b][i] != 0 {
 				mult[b][i] = g[b][i]
@@ -409,7 +410,7 @@ func skipSkippedScaled(cfg spec.Config) string {
 func scaleSkipped(l *layerRun) {
 	m, g := l.res.Selection.Mask(), l.res.Weights
 	l.out = l.eachRow(func(b, i int, _, out, _ []float64, _ float64) []float64 {
-		if m[b][i] != 0 || i >= validLen(l.in.Valid, b, len(m[b])) {
+		if m[b][i] != 0 || i >= oracle.ValidLen(l.in.Valid, b, len(m[b])) {
 			return out
 		}
 		row := make([]float64, len(out))

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -88,7 +89,7 @@ func TestDeviantOutputsByHand(t *testing.T) {
 func TestUnsortedIndicesByHand(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +103,12 @@ func TestUnsortedIndicesByHand(t *testing.T) {
 				top = p
 			}
 		}
-		xi := mat.NewDense(1, s.cfg.Block.D, append([]float64(nil), dr.in.X[b].RawRowView(top)...))
-		f, err := ref.BlockUpdate(s.cfg.Block, &dr.p.Block, xi, []int{top})
+		xi := mat.NewDense(1, s.Config.Block.D, append([]float64(nil), dr.In.X[b].RawRowView(top)...))
+		f, err := ref.BlockUpdate(s.Config.Block, &dr.P.Block, xi, []int{top})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j := 0; j < s.cfg.Block.D; j++ {
+		for j := 0; j < s.Config.Block.D; j++ {
 			want := xi.At(0, j) + at(g, b, top)*f.At(0, j)
 			if !near(at(got, b, top, j), want, 1e-12) {
 				t.Errorf("row %d, top token %d, [%d]: %v, by hand %v", b, top, j, at(got, b, top, j), want)
@@ -124,7 +125,7 @@ func TestUnsortedIndicesByHand(t *testing.T) {
 func TestWeightMLPOnlyByHand(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestWeightMLPOnlyByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	x, out, g, sel := c.Arrays["input.x"], c.Arrays["expected.out"], c.Arrays["expected.weights"], c.Arrays["expected.selected"]
-	k, d := sel.Shape[1], s.cfg.Block.D
+	k, d := sel.Shape[1], s.Config.Block.D
 	for b := 0; b < 2; b++ {
 		var pos []int
 		for j := 0; j < k; j++ {
@@ -144,13 +145,13 @@ func TestWeightMLPOnlyByHand(t *testing.T) {
 		}
 		xs := mat.NewDense(len(pos), d, nil)
 		for n, p := range pos {
-			xs.SetRow(n, dr.in.X[b].RawRowView(p))
+			xs.SetRow(n, dr.In.X[b].RawRowView(p))
 		}
-		a, err := ref.AttentionUpdate(s.cfg.Block, &dr.p.Block, xs, pos)
+		a, err := ref.AttentionUpdate(s.Config.Block, &dr.P.Block, xs, pos)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < s.seqLen; i++ {
+		for i := 0; i < s.SeqLen; i++ {
 			t0 := slices.Index(pos, i)
 			for j := 0; j < d; j++ {
 				want := at(x, b, i, j)
@@ -176,13 +177,13 @@ func TestWeightMLPOnlyByHand(t *testing.T) {
 func TestGatherFirstKByHand(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := find(t, emulated(t, c), "gather_first_k").arrays
 	x, r, g, sel := c.Arrays["input.x"], c.Arrays["expected.router_logits"], c.Arrays["expected.weights"], c.Arrays["expected.selected"]
-	k, d := sel.Shape[1], s.cfg.Block.D
+	k, d := sel.Shape[1], s.Config.Block.D
 	for b := 0; b < 2; b++ {
 		pos := make([]int, k)
 		for j := range pos {
@@ -200,7 +201,7 @@ func TestGatherFirstKByHand(t *testing.T) {
 				t.Errorf("row %d: multiplier at position %d = %v, want g at selected position %d = %v", b, pi[n], m, p, at(g, b, p))
 			}
 		}
-		for i := k; i < s.seqLen; i++ {
+		for i := k; i < s.SeqLen; i++ {
 			for j := 0; j < d; j++ {
 				if at(got["expected.out"], b, i, j) != at(x, b, i, j) {
 					t.Fatalf("row %d: position %d past k changed", b, i)
@@ -208,8 +209,8 @@ func TestGatherFirstKByHand(t *testing.T) {
 			}
 		}
 		first := pi[0]
-		xi := mat.NewDense(1, d, slices.Clone(dr.in.X[b].RawRowView(first)))
-		f, err := ref.BlockUpdate(s.cfg.Block, &dr.p.Block, xi, []int{first})
+		xi := mat.NewDense(1, d, slices.Clone(dr.In.X[b].RawRowView(first)))
+		f, err := ref.BlockUpdate(s.Config.Block, &dr.P.Block, xi, []int{first})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,18 +231,18 @@ func TestGatherFirstKByHand(t *testing.T) {
 func TestWindowGatheredByHand(t *testing.T) {
 	c := loadCase(t, "layer-window")
 	s := layerSpecOf(c)
-	w := s.cfg.Block.Window
-	dr, err := layerDrawOf(c, s)
+	w := s.Config.Block.Window
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := find(t, emulated(t, c), "window_gathered_indices").arrays["expected.out"]
 	sel, g, want := c.Arrays["expected.selected"], c.Arrays["expected.weights"], c.Arrays["expected.out"]
 	k := sel.Shape[1]
-	unwindowed := s.cfg.Block
+	unwindowed := s.Config.Block
 	unwindowed.Window = 0
 	differ := 0
-	for b := 0; b < s.batch; b++ {
+	for b := 0; b < s.Batch; b++ {
 		var pos []int
 		for j := 0; j < k; j++ {
 			if p := int(sel.I[b*k+j]); p >= 0 {
@@ -250,16 +251,16 @@ func TestWindowGatheredByHand(t *testing.T) {
 		}
 		for ti, p := range pos {
 			last := pos[max(0, ti-w+1) : ti+1]
-			xs := mat.NewDense(len(last), s.cfg.Block.D, nil)
+			xs := mat.NewDense(len(last), s.Config.Block.D, nil)
 			for r, q := range last {
-				xs.SetRow(r, dr.in.X[b].RawRowView(q))
+				xs.SetRow(r, dr.In.X[b].RawRowView(q))
 			}
-			f, err := ref.BlockUpdate(unwindowed, &dr.p.Block, xs, last)
+			f, err := ref.BlockUpdate(unwindowed, &dr.P.Block, xs, last)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for j := 0; j < s.cfg.Block.D; j++ {
-				byHand := dr.in.X[b].At(p, j) + at(g, b, p)*f.At(len(last)-1, j)
+			for j := 0; j < s.Config.Block.D; j++ {
+				byHand := dr.In.X[b].At(p, j) + at(g, b, p)*f.At(len(last)-1, j)
 				if !near(at(got, b, p, j), byHand, 1e-12) {
 					t.Errorf("row %d, token %d (index %d), [%d]: %v, by hand %v", b, p, ti, j, at(got, b, p, j), byHand)
 				}
@@ -280,13 +281,13 @@ func TestWindowGatheredByHand(t *testing.T) {
 func TestScoreOrderRotation(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var oracle layerDeviation
 	var st layerState
-	l, err := oracle.run(s.cfg, dr.p, dr.in, &st)
+	l, err := oracle.run(s.Config, dr.P, dr.In, &st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,21 +308,21 @@ func TestScoreOrderRotation(t *testing.T) {
 func TestRoPEAtIndexRotation(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := layerDeviation{ropeAtIndex: true}
 	var st layerState
-	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	l, err := d.run(s.Config, dr.P, dr.In, &st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	moved := false
-	for b, x := range dr.in.X {
+	for b, x := range dr.In.X {
 		var kv ref.KVCache
 		for t2, i := range l.res.Selection.Rows[b] {
-			f := kv.BlockStep(s.cfg.Block, &dr.p.Block, x.RawRowView(i), t2)
+			f := kv.BlockStep(s.Config.Block, &dr.P.Block, x.RawRowView(i), t2)
 			for j, v := range f {
 				if got := l.upd[b].At(i, j); math.Abs(got-v) > 1e-12 {
 					t.Fatalf("row %d token %d: update %v, the block on the gathered sequence gives %v", b, i, got, v)
@@ -409,7 +410,7 @@ func TestNoWeightingReportsG(t *testing.T) {
 		l := *m.Config.Layer
 		l.Weighting = spec.WeightNone
 		m.Config.Layer = &l
-		cand, err := RefCandidate(&format.Case{Manifest: &m, Arrays: c.Arrays})
+		cand, err := oracle.RefCandidate(&format.Case{Manifest: &m, Arrays: c.Arrays})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,13 +507,13 @@ func TestCapacityOffByOneDropsTies(t *testing.T) {
 func TestNoCausalMaskLastToken(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d, _ := findLayerDeviation("no_causal_mask")
 	var st layerState
-	l, err := d.run(s.cfg, dr.p, dr.in, &st)
+	l, err := d.run(s.Config, dr.P, dr.In, &st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,12 +541,12 @@ func TestUngatedExpertsByHand(t *testing.T) {
 	x, out, dev := c.Arrays["input.x"], c.Arrays["expected.out"], em.arrays["expected.out"]
 	gates, choice := c.Arrays["expected.gates"], c.Arrays["expected.expert_choice"]
 	p := ref.NewMoDEParams(cfg, ref.NewRand(0))
-	if err := loadParams(c, p.Tensors("")); err != nil {
+	if err := oracle.LoadParams(c, p.Tensors("")); err != nil {
 		t.Fatal(err)
 	}
 	s, d, width, ke := c.Manifest.Config.SeqLen, cfg.Block.D, cfg.GateWidth(), choice.Shape[2]
 	none, one := 0, 0
-	for b, xb := range matrices(x) {
+	for b, xb := range oracle.Matrices(x) {
 		a, err := ref.AttentionUpdate(cfg.Block, &p.Block, xb, []int{0, 1, 2, 3, 4, 5, 6, 7})
 		if err != nil {
 			t.Fatal(err)

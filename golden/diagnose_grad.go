@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -327,7 +328,7 @@ func scaledSkippedBackward(l *layerRun, pre, u []*mat.Dense) ([]*mat.Dense, [][]
 	for b, ub := range u {
 		s, _ := ub.Dims()
 		dpre[b], dg[b] = mat.DenseCopyOf(ub), make([]float64, s)
-		for i := range validLen(l.in.Valid, b, s) {
+		for i := range oracle.ValidLen(l.in.Valid, b, s) {
 			if m[b][i] != 0 {
 				continue
 			}
@@ -351,7 +352,7 @@ func tanhGateBackward(l *layerRun, dmult, dw [][]float64) [][]float64 {
 	dr := make([][]float64, len(r))
 	for b, row := range r {
 		dr[b] = make([]float64, len(row))
-		for i := range validLen(l.in.Valid, b, len(row)) {
+		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
 			dg := 0.0
 			if l.ran[b][i] != 0 {
 				dg = dmult[b][i]
@@ -405,13 +406,13 @@ func (ps *passes) backward(g *ref.LayerGrads, dfs []*mat.Dense, weightMLPOnly bo
 }
 
 // layerArraysAnalytic is layerArrays with the gradients by pass's backward.
-func layerArraysAnalytic(c *format.Case, s layerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := layerDrawOf(c, s)
+func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
 	st := layerState{written: d.writtenFor("expected.")}
-	l, back, err := d.pass(s.cfg, dr.p, dr.in, &st)
+	l, back, err := d.pass(s.Config, dr.P, dr.In, &st)
 	if err != nil {
 		return nil, err
 	}
@@ -419,12 +420,12 @@ func layerArraysAnalytic(c *format.Case, s layerSpec, d *layerDeviation) (map[st
 	if err != nil {
 		return nil, err
 	}
-	arrays["expected.loss"] = format.Scalar(dot(l.out, dr.u) + l.res.AuxLoss)
-	g, err := back(dr.u)
+	arrays["expected.loss"] = format.Scalar(oracle.Dot(l.out, dr.U) + l.res.AuxLoss)
+	g, err := back(dr.U)
 	if err != nil {
 		return nil, err
 	}
-	arrays["grad.input.x"] = batchArray(g.X)
+	arrays["grad.input.x"] = oracle.BatchArray(g.X)
 	for _, t := range g.Params.Tensors("") {
 		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)
 	}
@@ -433,13 +434,13 @@ func layerArraysAnalytic(c *format.Case, s layerSpec, d *layerDeviation) (map[st
 
 // modelArraysAnalytic is modelArrays with the gradients by each routed
 // layer's pass through ref.ModelGradientsThrough.
-func modelArraysAnalytic(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	p, in, err := modelDrawOf(c, s)
+func modelArraysAnalytic(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
-	st := d.modelStates(len(s.cfg.Layers))
-	mr := &modelRun{layers: make([]*layerRun, len(s.cfg.Layers))}
+	st := d.modelStates(len(s.Config.Layers))
+	mr := &modelRun{layers: make([]*layerRun, len(s.Config.Layers))}
 	first := -1 // the first routed layer, whose router every one uses under sharedRouter
 	step := func(l int, li ref.LayerInputs) ([]*mat.Dense, float64, ref.LayerBack, error) {
 		lp := p.Layers[l]
@@ -452,14 +453,14 @@ func modelArraysAnalytic(c *format.Case, s modelSpec, d *layerDeviation) (map[st
 				lp = &own
 			}
 		}
-		lr, back, err := d.pass(s.cfg.Layers[l].Config, lp, li, &st[l])
+		lr, back, err := d.pass(s.Config.Layers[l].Config, lp, li, &st[l])
 		if err != nil {
 			return nil, 0, nil, err
 		}
 		mr.layers[l] = lr
 		return lr.out, lr.res.AuxLoss, back, nil
 	}
-	res, g, err := ref.ModelGradientsThrough(s.cfg, p, in, step)
+	res, g, err := ref.ModelGradientsThrough(s.Config, p, in, step)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +468,7 @@ func modelArraysAnalytic(c *format.Case, s modelSpec, d *layerDeviation) (map[st
 	if d.sharedRouter {
 		// The layers after the first used its router: their gradients
 		// are its, and their own routers are unused.
-		for l, ml := range s.cfg.Layers {
+		for l, ml := range s.Config.Layers {
 			if !ml.Routed || l == first {
 				continue
 			}

@@ -224,14 +224,14 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 				var gerr, werr error
 				if c.Manifest.Kind == format.KindLayer {
 					s := layerSpecOf(c)
-					if d.sharedRouter || d.skip(s.cfg) != "" {
+					if d.sharedRouter || d.skip(s.Config) != "" {
 						continue
 					}
 					got, gerr = layerArraysAnalytic(c, s, &d)
 					want, werr = layerArraysFD(c, s, &d)
 				} else {
 					s := modelSpecOf(c)
-					if skipModel(s.cfg, d) != "" {
+					if skipModel(s.Config, d) != "" {
 						continue
 					}
 					got, gerr = modelArraysAnalytic(c, s, &d)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
 
@@ -77,7 +78,7 @@ func TestGenSeparatesLongSequences(t *testing.T) {
 				cfg.Aux = spec.AuxPredictor
 			}
 		}
-		s := layerSpec{name: "long", seed: 1, batch: 2, seqLen: 2048, valid: []int{2048, 1031}, cfg: cfg}
+		s := oracle.LayerSpec{Name: "long", Seed: 1, Batch: 2, SeqLen: 2048, Valid: []int{2048, 1031}, Config: cfg}
 		kase, err := genLayer(s)
 		name := fmt.Sprintf("%s router, causal %s", c.router, c.causal)
 		if !c.ok {
@@ -94,8 +95,8 @@ func TestGenSeparatesLongSequences(t *testing.T) {
 			t.Errorf("%s: the case is the draw of seed %d, want the first (1), separated", name, seed)
 		}
 		for _, row := range kase.Manifest.Routing.Gaps[0] {
-			if row >= 0 && row < minCaseGap {
-				t.Errorf("%s: gaps %v, want each at least %v", name, kase.Manifest.Routing.Gaps[0], minCaseGap)
+			if row >= 0 && row < oracle.MinCaseGap {
+				t.Errorf("%s: gaps %v, want each at least %v", name, kase.Manifest.Routing.Gaps[0], oracle.MinCaseGap)
 				break
 			}
 		}

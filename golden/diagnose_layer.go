@@ -7,6 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -356,7 +357,7 @@ func sameDecision(d decision, fz ref.Frozen) bool {
 func aboveKth(r [][]float64, k []int, valid []int) []int {
 	n := make([]int, len(r))
 	for b, row := range r {
-		v := row[:validLen(valid, b, len(row))]
+		v := row[:oracle.ValidLen(valid, b, len(row))]
 		if k[b] < 1 || k[b] > len(v) {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -17,11 +18,11 @@ import (
 func isMoDEDeviation(name string) bool { return name == "mode_ungated_experts" }
 
 // modeSpecOf is the generator's description of a mode case.
-func modeSpecOf(c *format.Case) modeSpec {
+func modeSpecOf(c *format.Case) oracle.MoDESpec {
 	m := c.Manifest
 	cfg := m.Config
-	return modeSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE}
+	return oracle.MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
 }
 
 // emulateMoDECase recomputes a mode case under each deviation it can show:
@@ -31,12 +32,12 @@ func emulateMoDECase(c *format.Case, progress func(done, total int)) ([]emulatio
 		return nil, fmt.Errorf("mode case without a MoDE configuration")
 	}
 	s := modeSpecOf(c)
-	dr, err := modeDrawOf(c, s)
+	dr, err := oracle.MoDEDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
 	// ref checks the configuration, parameters and inputs once.
-	if _, err := ref.MoDEForward(s.cfg, dr.p, dr.x); err != nil {
+	if _, err := ref.MoDEForward(s.Config, dr.P, dr.X); err != nil {
 		return nil, err
 	}
 	var ems []emulation
@@ -111,7 +112,7 @@ func ungatedForward(cfg spec.MoDEConfig, p *ref.MoDEParams, x []*mat.Dense, fz r
 // gates, expert choice) is the oracle's, which the deviation leaves alone;
 // the output, the loss and the gradients (with the decision frozen, by
 // ungatedBackward) are the deviant layer's.
-func modeArrays(c *format.Case, s modeSpec, name string) (map[string]*format.Array, error) {
+func modeArrays(c *format.Case, s oracle.MoDESpec, name string) (map[string]*format.Array, error) {
 	if name != "mode_ungated_experts" {
 		return nil, fmt.Errorf("no MoDE emulation of %s", name)
 	}
@@ -119,12 +120,12 @@ func modeArrays(c *format.Case, s modeSpec, name string) (map[string]*format.Arr
 	if err != nil {
 		return nil, err
 	}
-	arrays := modeValueArrays(res, out, dr.u)
-	g, gx, err := ungatedBackward(s.cfg, dr.p, dr.x, res.Frozen, dr.u)
+	arrays := modeValueArrays(res, out, dr.U)
+	g, gx, err := ungatedBackward(s.Config, dr.P, dr.X, res.Frozen, dr.U)
 	if err != nil {
 		return nil, err
 	}
-	arrays["grad.input.x"] = batchArray(gx)
+	arrays["grad.input.x"] = oracle.BatchArray(gx)
 	for _, t := range g.Tensors("") {
 		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)
 	}
@@ -134,16 +135,16 @@ func modeArrays(c *format.Case, s modeSpec, name string) (map[string]*format.Arr
 // ungatedCase draws mode case c and evaluates it under
 // mode_ungated_experts at the oracle's decision: the draw, the oracle's
 // result and the deviant output.
-func ungatedCase(c *format.Case, s modeSpec) (modeDraw, *ref.MoDEResult, []*mat.Dense, error) {
-	dr, err := modeDrawOf(c, s)
+func ungatedCase(c *format.Case, s oracle.MoDESpec) (oracle.MoDEDraw, *ref.MoDEResult, []*mat.Dense, error) {
+	dr, err := oracle.MoDEDrawOf(c, s)
 	if err != nil {
 		return dr, nil, nil, err
 	}
-	res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+	res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
 	if err != nil {
 		return dr, nil, nil, err
 	}
-	out, err := ungatedForward(s.cfg, dr.p, dr.x, res.Frozen)
+	out, err := ungatedForward(s.Config, dr.P, dr.X, res.Frozen)
 	return dr, res, out, err
 }
 
@@ -152,14 +153,14 @@ func ungatedCase(c *format.Case, s modeSpec) (modeDraw, *ref.MoDEResult, []*mat.
 // gradient.
 func modeValueArrays(res *ref.MoDEResult, out, u []*mat.Dense) map[string]*format.Array {
 	arrays := map[string]*format.Array{
-		"expected.out":           batchArray(out),
-		"expected.gates":         gatesArray(res.Gates),
-		"expected.expert_choice": expertChoiceArray(res.Experts),
-		"expected.loss":          format.Scalar(dot(out, u)),
+		"expected.out":           oracle.BatchArray(out),
+		"expected.gates":         oracle.GatesArray(res.Gates),
+		"expected.expert_choice": oracle.ExpertChoiceArray(res.Experts),
+		"expected.loss":          format.Scalar(oracle.Dot(out, u)),
 	}
 	if res.RouterWeights != nil {
-		arrays["expected.router_logits"] = fieldArray(res.RouterWeights, nil)
-		arrays["expected.selected"] = selectedArray(res.Selection)
+		arrays["expected.router_logits"] = oracle.FieldArray(res.RouterWeights, nil)
+		arrays["expected.selected"] = oracle.SelectedArray(res.Selection)
 	}
 	return arrays
 }
@@ -271,30 +272,30 @@ func expertBlock(blk, e *ref.BlockParams) *ref.BlockParams {
 // modeArraysFD is modeArrays with the gradients by central differences of
 // ungatedForward: the test oracle of ungatedBackward
 // (TestAnalyticDeviantGradientsAreTheFiniteDifferences).
-func modeArraysFD(c *format.Case, s modeSpec) (map[string]*format.Array, error) {
+func modeArraysFD(c *format.Case, s oracle.MoDESpec) (map[string]*format.Array, error) {
 	dr, res, out, err := ungatedCase(c, s)
 	if err != nil {
 		return nil, err
 	}
-	arrays := modeValueArrays(res, out, dr.u)
+	arrays := modeValueArrays(res, out, dr.U)
 	loss := func() (float64, error) {
-		o, err := ungatedForward(s.cfg, dr.p, dr.x, res.Frozen)
+		o, err := ungatedForward(s.Config, dr.P, dr.X, res.Frozen)
 		if err != nil {
 			return 0, err
 		}
-		return dot(o, dr.u), nil
+		return oracle.Dot(o, dr.U), nil
 	}
-	gx := make([]float64, 0, s.batch*s.seqLen*s.cfg.Block.D)
-	for _, x := range dr.x {
+	gx := make([]float64, 0, s.Batch*s.SeqLen*s.Config.Block.D)
+	for _, x := range dr.X {
 		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
 		if err != nil {
 			return nil, fmt.Errorf("gradient of input.x: %w", err)
 		}
 		gx = append(gx, g...)
 	}
-	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
-	for _, t := range dr.p.Tensors("") {
-		g, err := gradient(loss, t.Data, t.Shape)
+	arrays["grad.input.x"] = format.Float(gx, s.Batch, s.SeqLen, s.Config.Block.D)
+	for _, t := range dr.P.Tensors("") {
+		g, err := oracle.Gradient(loss, t.Data, t.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
 		}

@@ -7,16 +7,17 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
 
 // modelSpecOf is the generator's description of a model or decode case.
-func modelSpecOf(c *format.Case) modelSpec {
+func modelSpecOf(c *format.Case) oracle.ModelSpec {
 	m := c.Manifest
 	cfg := m.Config
-	return modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: m.Kind == format.KindDecode}
+	return oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig(), Decode: m.Kind == format.KindDecode}
 }
 
 // modelRun is one evaluation of a model with every routed layer under a
@@ -76,7 +77,7 @@ func (d *layerDeviation) runModel(cfg spec.ModelConfig, p *ref.ModelParams, in r
 		logits := mat.NewDense(s, cfg.Vocab, nil)
 		for i := 0; i < s; i++ {
 			logits.SetRow(i, ref.HeadLogits(blk, p, xb.RawRowView(i)))
-			if i < validLen(in.Valid, b, s) && in.Targets[b][i] != ref.IgnoreTarget {
+			if i < oracle.ValidLen(in.Valid, b, s) && in.Targets[b][i] != ref.IgnoreTarget {
 				mr.ce += ref.CrossEntropy(logits.RawRowView(i), in.Targets[b][i])
 				n++
 			}
@@ -114,12 +115,12 @@ func emulateModelCase(c *format.Case, w map[string]written, progress func(done, 
 // deviations, as layerEmulations does.
 func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layerDeviation, error) {
 	s := modelSpecOf(c)
-	p, in, err := modelDrawOf(c, s)
+	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
 		return nil, nil, err
 	}
 	// ref checks the configuration, parameters and inputs once.
-	if _, err := ref.ModelForward(s.cfg, p, in); err != nil {
+	if _, err := ref.ModelForward(s.Config, p, in); err != nil {
 		return nil, nil, err
 	}
 	var ems []emulation
@@ -131,8 +132,8 @@ func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 			ems = append(ems, notEmulated(dev.Name, "a model case has no experts (mode cases test it)"))
 		case !ok:
 			ems = append(ems, notEmulated(dev.Name, "a model case has no incremental decoding (decode cases test it)"))
-		case skipModel(s.cfg, ld) != "":
-			ems = append(ems, notEmulated(dev.Name, skipModel(s.cfg, ld)))
+		case skipModel(s.Config, ld) != "":
+			ems = append(ems, notEmulated(dev.Name, skipModel(s.Config, ld)))
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
@@ -141,7 +142,7 @@ func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 	}
 	ems, devs = withTorchTopK(ems, devs)
 	refuseFD(c, devs, ems)
-	if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+	if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 		return nil, nil, err
 	}
 	return ems, devs, nil
@@ -188,7 +189,7 @@ func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
 // model itself, and gradients of the loss with those decisions frozen, by
 // the routed layers' backward passes (modelArraysAnalytic) where d has
 // them, else by finite differences (modelArraysFD).
-func modelArrays(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+func modelArrays(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	if d.hasBackward() {
 		return modelArraysAnalytic(c, s, d)
 	}
@@ -197,9 +198,9 @@ func modelArrays(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*fo
 
 // modelValueArrays are a model case's forward arrays of the evaluation mr
 // under a deviation whose decided routings are st.
-func modelValueArrays(c *format.Case, s modelSpec, mr *modelRun, st []layerState) (map[string]*format.Array, error) {
+func modelValueArrays(c *format.Case, s oracle.ModelSpec, mr *modelRun, st []layerState) (map[string]*format.Array, error) {
 	arrays := map[string]*format.Array{
-		"expected.logits": batchArray(mr.logits),
+		"expected.logits": oracle.BatchArray(mr.logits),
 		"expected.ce":     format.Scalar(mr.ce),
 		"expected.loss":   format.Scalar(mr.loss),
 	}
@@ -213,10 +214,10 @@ func modelValueArrays(c *format.Case, s modelSpec, mr *modelRun, st []layerState
 			return nil, err
 		}
 		arrays[pre+"selected"] = sel
-		arrays[pre+"router_logits"] = fieldArray(lr.res.RouterWeights, s.valid)
+		arrays[pre+"router_logits"] = oracle.FieldArray(lr.res.RouterWeights, s.Valid)
 		arrays[pre+"aux.total"] = format.Scalar(lr.res.AuxLoss)
 		if lr.cfg.HasPredictor() {
-			arrays[pre+"predictor_logits"] = fieldArray(lr.res.PredictorLogits, s.valid)
+			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.res.PredictorLogits, s.Valid)
 		}
 	}
 	return arrays, nil
@@ -235,13 +236,13 @@ func (d *layerDeviation) modelStates(layers int) []layerState {
 // modelArraysFD is modelArrays with the gradients by ref.FDGradient over
 // runModel (the backward passes' test oracle, and the way of a deviation
 // that has none yet, at sizes within maxFDWork).
-func modelArraysFD(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	p, in, err := modelDrawOf(c, s)
+func modelArraysFD(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
-	st := d.modelStates(len(s.cfg.Layers))
-	mr, err := d.runModel(s.cfg, p, in, st)
+	st := d.modelStates(len(s.Config.Layers))
+	mr, err := d.runModel(s.Config, p, in, st)
 	if err != nil {
 		return nil, err
 	}
@@ -250,14 +251,14 @@ func modelArraysFD(c *format.Case, s modelSpec, d *layerDeviation) (map[string]*
 		return nil, err
 	}
 	loss := func() (float64, error) {
-		mr, err := d.runModel(s.cfg, p, in, st)
+		mr, err := d.runModel(s.Config, p, in, st)
 		if err != nil {
 			return 0, err
 		}
 		return mr.loss, nil
 	}
 	for _, t := range p.Tensors() {
-		g, err := gradient(loss, t.Data, t.Shape)
+		g, err := oracle.Gradient(loss, t.Data, t.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("gradient of param.%s: %w", t.Name, err)
 		}
@@ -309,11 +310,11 @@ func hasRoutedWindow(cfg spec.ModelConfig) bool {
 // each decode_mismatch variant; the full causal forward stays the oracle's.
 func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 	s := modelSpecOf(c)
-	p, in, err := modelDrawOf(c, s)
+	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ref.NewDecoder(s.cfg, p); err != nil {
+	if _, err := ref.NewDecoder(s.Config, p); err != nil {
 		return nil, err
 	}
 	var ems []emulation
@@ -321,7 +322,7 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 		switch dev.Name {
 		case "decode_mismatch":
 			for _, v := range decodeVariants() {
-				if v.windowSlots && !hasRoutedWindow(s.cfg) {
+				if v.windowSlots && !hasRoutedWindow(s.Config) {
 					em := notEmulated(dev.Name, "no routed layer attends through a window")
 					em.variant = v.name
 					ems = append(ems, em)
@@ -335,7 +336,7 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 			}
 		case "window_gathered_indices":
 			d, _ := findLayerDeviation(dev.Name)
-			if why := skipModel(s.cfg, d); why != "" {
+			if why := skipModel(s.Config, d); why != "" {
 				ems = append(ems, notEmulated(dev.Name, why))
 				continue
 			}
@@ -358,13 +359,13 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 // tokens (window_gathered_indices, d) in its full forward and, decoding, in
 // slots of each layer's cache: the same mistake made in both, as one
 // windowed kernel called on the gathered tensor and on the cache would.
-func decodeWindowArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
+func decodeWindowArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
 	arrays := expectedArrays(c)
-	mr, err := d.runModel(s.cfg, p, in, make([]layerState, len(s.cfg.Layers)))
+	mr, err := d.runModel(s.Config, p, in, make([]layerState, len(s.Config.Layers)))
 	if err != nil {
 		return nil, err
 	}
-	arrays["expected.logits"] = batchArray(mr.logits)
+	arrays["expected.logits"] = oracle.BatchArray(mr.logits)
 	for l, lr := range mr.layers {
 		if lr == nil {
 			continue
@@ -375,7 +376,7 @@ func decodeWindowArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.
 			return nil, err
 		}
 		arrays[pre+"selected"] = sel
-		arrays[pre+"router_logits"] = fieldArray(lr.res.RouterWeights, s.valid)
+		arrays[pre+"router_logits"] = oracle.FieldArray(lr.res.RouterWeights, s.Valid)
 	}
 	return decodeArrays(c, s, p, in, decodeVariant{windowSlots: true}, arrays)
 }
@@ -383,27 +384,27 @@ func decodeWindowArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.
 // decodeArrays is arrays, a decode case's expected arrays, with
 // expected.decode_logits and expected.L<l>.routed recomputed by a decoder
 // with variant v.
-func decodeArrays(c *format.Case, s modelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
-	vocab := s.cfg.Vocab
-	logits := make([]float64, 0, s.batch*s.seqLen*vocab)
-	routed := make([][][]int, len(s.cfg.Layers))
+func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
+	vocab := s.Config.Vocab
+	logits := make([]float64, 0, s.Batch*s.SeqLen*vocab)
+	routed := make([][][]int, len(s.Config.Layers))
 	for l := range routed {
-		routed[l] = make([][]int, s.batch)
+		routed[l] = make([][]int, s.Batch)
 	}
 	for b, tokens := range in.Tokens {
-		caches := make([]ref.KVCache, len(s.cfg.Layers))
+		caches := make([]ref.KVCache, len(s.Config.Layers))
 		for pos, tok := range tokens {
-			x, err := v.step(s.cfg, p, caches, tok, pos, routed, b)
+			x, err := v.step(s.Config, p, caches, tok, pos, routed, b)
 			if err != nil {
 				return nil, fmt.Errorf("row %d: %w", b, err)
 			}
-			logits = append(logits, ref.HeadLogits(s.cfg.Block(), p, x)...)
+			logits = append(logits, ref.HeadLogits(s.Config.Block(), p, x)...)
 		}
 	}
-	arrays["expected.decode_logits"] = format.Float(logits, s.batch, s.seqLen, vocab)
-	for l, ml := range s.cfg.Layers {
+	arrays["expected.decode_logits"] = format.Float(logits, s.Batch, s.SeqLen, vocab)
+	for l, ml := range s.Config.Layers {
 		if ml.Routed {
-			arrays[fmt.Sprintf("expected.L%d.routed", l)] = intGrid(routed[l])
+			arrays[fmt.Sprintf("expected.L%d.routed", l)] = oracle.IntGrid(routed[l])
 		}
 	}
 	return arrays, nil

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 )
 
@@ -57,17 +58,17 @@ func TestPMoDDeviationsByHand(t *testing.T) {
 func TestAuxOverPaddingByHand(t *testing.T) {
 	c := loadCase(t, "layer-padding-load-balance")
 	s := layerSpecOf(c)
-	dr, err := layerDrawOf(c, s)
+	dr, err := oracle.LayerDrawOf(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
 	if err != nil {
 		t.Fatal(err)
 	}
 	em := find(t, emulated(t, c), "aux_over_padding")
 	var bce, lb float64
-	rows, seq := s.batch, s.seqLen
+	rows, seq := s.Batch, s.SeqLen
 	for i := 0; i < seq; i++ {
 		f, p := 0.0, 0.0
 		for b := 0; b < rows; b++ {
@@ -100,7 +101,7 @@ func TestAuxOverPaddingByHand(t *testing.T) {
 	}
 	// The padded inputs now reach the loss through the router.
 	g := em.arrays["grad.input.x"]
-	d := s.cfg.Block.D
+	d := s.Config.Block.D
 	if v := at(g, 1, 8, d-1); v == 0 {
 		t.Errorf("grad.input.x at a padded position is 0 under aux_over_padding")
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -219,19 +220,19 @@ func TestDiagnoseBadCandidate(t *testing.T) {
 // backward passes, diagnose_grad.go, are ref's with the oracle's output),
 // so a deviation's arrays differ from the case's only by the deviation.
 func TestOracleEmulationReproducesCases(t *testing.T) {
-	var oracle layerDeviation
+	var none layerDeviation // the oracle
 	for _, name := range []string{"layer-mlp-only", "model-every-other", "decode-router"} {
 		c := loadCase(t, name)
 		var arrays map[string]*format.Array
 		var err error
 		switch c.Manifest.Kind {
 		case format.KindLayer:
-			arrays, err = layerArrays(c, layerSpecOf(c), &oracle)
+			arrays, err = layerArrays(c, layerSpecOf(c), &none)
 		case format.KindModel:
-			arrays, err = modelArrays(c, modelSpecOf(c), &oracle)
+			arrays, err = modelArrays(c, modelSpecOf(c), &none)
 		case format.KindDecode:
 			s := modelSpecOf(c)
-			p, in, derr := modelDrawOf(c, s)
+			p, in, derr := oracle.ModelDrawOf(c, s)
 			if derr != nil {
 				t.Fatal(derr)
 			}
@@ -413,17 +414,17 @@ func TestInputGradientShortWay(t *testing.T) {
 		}
 		grads := make([][]float64, 2)
 		for k, skip := range []bool{false, true} {
-			dr, err := layerDrawOf(c, s)
+			dr, err := oracle.LayerDrawOf(c, s)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var st layerState
 			loss := func() (float64, error) {
-				l, err := d.run(s.cfg, dr.p, dr.in, &st)
+				l, err := d.run(s.Config, dr.P, dr.In, &st)
 				if err != nil {
 					return 0, err
 				}
-				return dot(l.out, dr.u) + l.res.AuxLoss, nil
+				return oracle.Dot(l.out, dr.U) + l.res.AuxLoss, nil
 			}
 			if _, err := loss(); err != nil {
 				t.Fatal(err)
@@ -508,33 +509,33 @@ func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
 // of ref.MoDEForwardFrozen with the case's decision frozen.
 func modeFDGradients(c *format.Case) (map[string]*format.Array, error) {
 	s := modeSpecOf(c)
-	dr, err := modeDrawOf(c, s)
+	dr, err := oracle.MoDEDrawOf(c, s)
 	if err != nil {
 		return nil, err
 	}
-	res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+	res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
 	if err != nil {
 		return nil, err
 	}
 	loss := func() (float64, error) {
-		r, err := ref.MoDEForwardFrozen(s.cfg, dr.p, dr.x, res.Frozen)
+		r, err := ref.MoDEForwardFrozen(s.Config, dr.P, dr.X, res.Frozen)
 		if err != nil {
 			return 0, err
 		}
-		return dot(r.Out, dr.u), nil
+		return oracle.Dot(r.Out, dr.U), nil
 	}
 	arrays := map[string]*format.Array{}
 	var gx []float64
-	for _, x := range dr.x {
+	for _, x := range dr.X {
 		g, err := ref.FDGradient(loss, x.RawMatrix().Data, ref.FDStep)
 		if err != nil {
 			return nil, err
 		}
 		gx = append(gx, g...)
 	}
-	arrays["grad.input.x"] = format.Float(gx, s.batch, s.seqLen, s.cfg.Block.D)
-	for _, p := range dr.p.Tensors("") {
-		g, err := gradient(loss, p.Data, p.Shape)
+	arrays["grad.input.x"] = format.Float(gx, s.Batch, s.SeqLen, s.Config.Block.D)
+	for _, p := range dr.P.Tensors("") {
+		g, err := oracle.Gradient(loss, p.Data, p.Shape)
 		if err != nil {
 			return nil, err
 		}

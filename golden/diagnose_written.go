@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 )
 
@@ -53,7 +54,7 @@ func writtenByLayer(c *format.Case, cand map[string]*format.Array) map[string]wr
 		case strings.HasSuffix(info.Name, "multipliers") && !a.IsInt() && a.Shape[1] == c.Manifest.Config.SeqLen:
 			prefix := strings.TrimSuffix(info.Name, "multipliers")
 			w := out[prefix]
-			w.multipliers, w.tol = field(a), *info.Tolerance
+			w.multipliers, w.tol = oracle.Field(a), *info.Tolerance
 			out[prefix] = w
 		}
 	}
@@ -139,7 +140,7 @@ func (w written) showsOrder(c *format.Case) bool {
 		return false
 	}
 	rows := positionRows(sel)
-	_, ok := w.returnedOrder(ref.Selection{S: c.Manifest.Config.SeqLen, Rows: rows}, field(g))
+	_, ok := w.returnedOrder(ref.Selection{S: c.Manifest.Config.SeqLen, Rows: rows}, oracle.Field(g))
 	return ok
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // writtenCandidate is the candidate an implementation with deviation name
@@ -112,7 +113,7 @@ func perfectWith(c *format.Case, name string, a *format.Array) map[string]*forma
 func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	sel := positionRows(c.Arrays["expected.selected"])
-	mult := field(c.Arrays["expected.multipliers"])
+	mult := oracle.Field(c.Arrays["expected.multipliers"])
 	s := c.Manifest.Config.SeqLen
 	m := make([][]float64, len(sel))
 	for b, row := range sel {

@@ -47,7 +47,7 @@
 // Generate computes every case of the catalogue from ref, deterministically
 // from fixed seeds; WriteCorpus writes them (modref gen), and
 // TestCorpusIsRegenerated checks that the committed corpus is exactly what
-// the generator produces. RefCandidate recomputes a case from its own
+// the generator produces. oracle.RefCandidate recomputes a case from its own
 // inputs and parameters. golden/torch checks the corpus against an
 // independent PyTorch implementation of docs/spec.md.
 package golden

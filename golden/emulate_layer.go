@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -28,11 +29,11 @@ func findLayerDeviation(name string) (layerDeviation, bool) {
 }
 
 // layerSpecOf is the generator's description of a layer case.
-func layerSpecOf(c *format.Case) layerSpec {
+func layerSpecOf(c *format.Case) oracle.LayerSpec {
 	m := c.Manifest
 	cfg := m.Config
-	return layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-		batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
+	return oracle.LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
 }
 
 // emulateLayerCase recomputes a layer case under each deviation, with what
@@ -56,7 +57,7 @@ func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 		return nil, nil, fmt.Errorf("layer case without a layer configuration")
 	}
 	s := layerSpecOf(c)
-	if err := s.cfg.Validate(); err != nil {
+	if err := s.Config.Validate(); err != nil {
 		return nil, nil, err
 	}
 	var ems []emulation
@@ -70,8 +71,8 @@ func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 			ems = append(ems, notEmulated(dev.Name, "a layer case has no incremental decoding (decode cases test it)"))
 		case ld.sharedRouter:
 			ems = append(ems, notEmulated(dev.Name, sharedInLayerCase))
-		case ld.skip != nil && ld.skip(s.cfg) != "":
-			ems = append(ems, notEmulated(dev.Name, ld.skip(s.cfg)))
+		case ld.skip != nil && ld.skip(s.Config) != "":
+			ems = append(ems, notEmulated(dev.Name, ld.skip(s.Config)))
 		default:
 			ems = append(ems, emulation{name: dev.Name})
 		}
@@ -82,7 +83,7 @@ func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 		ems, devs = withTorchTopK(ems, devs)
 	}
 	refuseFD(c, devs, ems)
-	if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+	if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 		return nil, nil, err
 	}
 	return ems, devs, nil
@@ -165,7 +166,7 @@ func noTieAtKth(c *format.Case) bool {
 	if err != nil {
 		return false
 	}
-	for b, n := range aboveKth(field(r), k, cfg.ValidLengths) {
+	for b, n := range aboveKth(oracle.Field(r), k, cfg.ValidLengths) {
 		if n != max(k[b]-1, 0) {
 			return false
 		}
@@ -175,7 +176,7 @@ func noTieAtKth(c *format.Case) bool {
 
 // padded reports whether some row of the case has a padded position.
 func padded(c *format.Case) bool {
-	return hasPadding(c.Manifest.Config.ValidLengths, c.Manifest.Config.SeqLen)
+	return oracle.HasPadding(c.Manifest.Config.ValidLengths, c.Manifest.Config.SeqLen)
 }
 
 // weighted reports whether some layer's output weight g is not 1.
@@ -251,11 +252,11 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			case d.sharedRouter:
 				ems[i].reason = sharedInLayerCase
 			case d.skip != nil:
-				ems[i].reason = d.skip(s.cfg)
+				ems[i].reason = d.skip(s.Config)
 			}
 		}
 		refuseFD(c, devs, ems)
-		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
+		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
 		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
@@ -264,10 +265,10 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 	case format.KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {
-			ems[i].reason = skipModel(s.cfg, d)
+			ems[i].reason = skipModel(s.Config, d)
 		}
 		refuseFD(c, devs, ems)
-		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
+		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err
 		}
 		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -214,7 +215,7 @@ func rowBoundary(c *format.Case, prefix, kind string, b int) (boundary, bool) {
 	if scores == nil || len(scores.F) < (b+1)*seqLen {
 		return boundary{}, false
 	}
-	bd := boundary{s: scores.F[b*seqLen : (b+1)*seqLen], causal: causal, valid: validLen(c.Manifest.Config.ValidLengths, b, seqLen)}
+	bd := boundary{s: scores.F[b*seqLen : (b+1)*seqLen], causal: causal, valid: oracle.ValidLen(c.Manifest.Config.ValidLengths, b, seqLen)}
 	if causal {
 		return bd, true
 	}
@@ -320,35 +321,35 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 	var re *format.Case
 	switch m.Kind {
 	case format.KindLayer:
-		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer, ties: m.Routing.Ties}
-		dr, err := layerDrawOf(c, s)
+		s := oracle.LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
+		dr, err := oracle.LayerDrawOf(c, s)
 		if err != nil {
 			return nil, err
 		}
-		fz, err := frozenLayer(c, cand, "expected.", s.cfg, dr.p, dr.in)
+		fz, err := frozenLayer(c, cand, "expected.", s.Config, dr.P, dr.In)
 		if err != nil {
 			return nil, err
 		}
-		res, err := ref.LayerForwardFrozen(s.cfg, dr.p, dr.in, fz)
+		res, err := ref.LayerForwardFrozen(s.Config, dr.P, dr.In, fz)
 		if err != nil {
 			return nil, err
 		}
-		if re, err = layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, cfg.ValidLengths)); err != nil {
+		if re, err = oracle.LayerCase(s, m.Provenance.Seed, dr, res, oracle.LayerGaps(s.Config, res, cfg.ValidLengths)); err != nil {
 			return nil, err
 		}
 	case format.KindModel:
-		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig()}
-		p, in, err := modelDrawOf(c, s)
+		s := oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
+		p, in, err := oracle.ModelDrawOf(c, s)
 		if err != nil {
 			return nil, err
 		}
-		fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.cfg.Layers))}
+		fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.Config.Layers))}
 		x := ref.Embed(p, in.Tokens, in.Valid)
-		for l, ml := range s.cfg.Layers {
+		for l, ml := range s.Config.Layers {
 			if !ml.Routed {
-				if x, err = ref.DenseLayerForward(s.cfg.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
+				if x, err = ref.DenseLayerForward(s.Config.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
 					return nil, err
 				}
 				continue
@@ -363,17 +364,17 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 			}
 			x = r.Out
 		}
-		res, err := ref.ModelForwardFrozen(s.cfg, p, in, fz)
+		res, err := ref.ModelForwardFrozen(s.Config, p, in, fz)
 		if err != nil {
 			return nil, err
 		}
 		var gaps [][]float64
 		for l, lr := range res.Layers {
 			if lr != nil {
-				gaps = append(gaps, layerGaps(s.cfg.Layers[l].Config, lr, cfg.ValidLengths))
+				gaps = append(gaps, oracle.LayerGaps(s.Config.Layers[l].Config, lr, cfg.ValidLengths))
 			}
 		}
-		if re, err = modelCase(s, m.Provenance.Seed, p, in, res, gaps); err != nil {
+		if re, err = oracle.ModelCase(s, m.Provenance.Seed, p, in, res, gaps); err != nil {
 			return nil, err
 		}
 	default:

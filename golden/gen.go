@@ -5,12 +5,9 @@ import (
 	"slices"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
-
-// GeneratorVersion changes whenever the generator would write different
-// cases from the same code of ref.
-const GeneratorVersion = 6
 
 // DefaultDir is the corpus directory, relative to the repository root.
 const DefaultDir = "golden/corpus"
@@ -98,11 +95,11 @@ func with(cfg spec.Config, f func(*spec.Config)) spec.Config {
 }
 
 // layerSpecs is the catalogue of layer cases.
-func layerSpecs() []layerSpec {
-	ls := func(name, desc string, catches []string, cfg spec.Config) layerSpec {
-		return layerSpec{name: name, description: desc, catches: catches, seed: 1, batch: 2, seqLen: 8, cfg: cfg}
+func layerSpecs() []oracle.LayerSpec {
+	ls := func(name, desc string, catches []string, cfg spec.Config) oracle.LayerSpec {
+		return oracle.LayerSpec{Name: name, Description: desc, Catches: catches, Seed: 1, Batch: 2, SeqLen: 8, Config: cfg}
 	}
-	specs := []layerSpec{
+	specs := []oracle.LayerSpec{
 		ls("layer-paper", "The paper's routed layer (Eq. 1): linear router without bias on the raw residual stream, "+
 			"capacity ratio 0.5, top-k per row, gather, pre-norm block with RoPE at original positions, out = x + r·f.",
 			append([]string{"targets_first_row", "no_causal_mask"}, gatherCatches...), paper(0.5)),
@@ -176,17 +173,17 @@ func layerSpecs() []layerSpec {
 	}
 	padding := ls("layer-padding", "Right padding: rows of 10 and 6 valid tokens, ratio 0.5 gives k = 5 and 3; padded positions are never selected and count in no loss.",
 		gatherCatches, with(paper(0.5), func(c *spec.Config) { c.Aux, c.AuxWeight = spec.AuxRouterBCE, 0.1 }))
-	padding.seqLen, padding.valid = 10, []int{10, 6}
+	padding.SeqLen, padding.Valid = 10, []int{10, 6}
 	paddedLB := ls("layer-padding-load-balance", "Right padding under every loss: rows of 10 and 6 valid tokens, sigmoid weighting, router_bce (weight 0.1) and load balancing (weight 0.01); padded positions count in neither loss (F_s and P_s are 0 there, means over all B rows).",
 		append([]string{"targets_first_row"}, gatherCatches...), with(paper(0.5), func(c *spec.Config) {
 			c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1, 0.01
 		}))
-	paddedLB.seqLen, paddedLB.valid = 10, []int{10, 6}
+	paddedLB.SeqLen, paddedLB.Valid = 10, []int{10, 6}
 	// The auxiliary losses under every weighting (docs/spec.md §6, §8), each
 	// with right padding, which no loss may count: with the cases above,
 	// router_bce, the predictor and load balancing each appear under raw,
 	// sigmoid, softmax and no weighting, and under padding.
-	var losses []layerSpec
+	var losses []oracle.LayerSpec
 	for _, x := range []struct {
 		name, what string
 		w          spec.Weighting
@@ -209,34 +206,34 @@ func layerSpecs() []layerSpec {
 		}
 		l := ls(x.name, fmt.Sprintf("The auxiliary losses under %s: %s and load balancing (weight 0.01), with right padding, rows of 10 and 6 valid tokens; padded positions count in neither loss.", x.what, what),
 			x.catches, with(paper(0.5), func(c *spec.Config) { c.Weighting, c.Aux, c.AuxWeight, c.LoadBalanceWeight = x.w, x.aux, 0.1, 0.01 }))
-		l.seqLen, l.valid = 10, []int{10, 6}
+		l.SeqLen, l.Valid = 10, []int{10, 6}
 		losses = append(losses, l)
 	}
 	floor := ls("layer-capacity-floor", "The float-robust capacity floor: c = 0.29 of S = 100 must give k = 29, though 0.29·100 = 28.999999999999996 in float64.",
 		[]string{"capacity_off_by_one", "capacity_floor_zero", "residual_twice"}, paper(0.29))
-	floor.seqLen = 100
+	floor.SeqLen = 100
 	short := ls("layer-short-row", "A short row: ratio 0.25 of rows of 8 and 3 valid tokens gives k = 2 and 1, since k is clamped to at least 1 (docs/spec.md §3); a plain int(c·V) gives 0 for the short row.",
 		[]string{"capacity_floor_zero", "capacity_off_by_one"}, paper(0.25))
-	short.valid = []int{8, 3}
+	short.Valid = []int{8, 3}
 	ties := ls("layer-ties", "The tie rule: in each row the first token left out has exactly the router weight of the last token selected; the lower position wins.",
 		[]string{"capacity_off_by_one"}, paper(0.5))
-	ties.ties = true
+	ties.Ties = true
 	bf16Ties := ls("layer-ties-bf16", "Ties that only bf16 sees: in each row two tokens have router weights 1e-4 apart whose inputs round to the same bf16 values. "+
 		"The float64 truth selects the higher one; a bf16 implementation computes equal weights and, breaking the tie by the lower position, selects the other: "+
 		"a flip within the bf16 near-tie margin, judged at its own decisions (check --precision bf16). A strict '>' against the k-th weight drops both.",
 		[]string{"capacity_off_by_one"}, paper(0.5))
-	bf16Ties.seed, bf16Ties.ties, bf16Ties.roundingTies = 2, true, true
+	bf16Ties.Seed, bf16Ties.Ties, bf16Ties.RoundingTies = 2, true, true
 	threshold := ls("layer-causal-threshold", "Causal routing at its threshold: in each row one token's input is 0, so its router weight is exactly 0, and it is not routed (routed iff r > 0, docs/spec.md §9); router_bce trains the router.",
 		[]string{"residual_twice", "residual_scaled", "no_weighting", "capacity_off_by_one"},
 		with(paper(0.5), func(c *spec.Config) { c.Causal, c.Aux, c.AuxWeight = spec.CausalRouter, spec.AuxRouterBCE, 0.1 }))
-	threshold.threshold = true
+	threshold.Threshold = true
 	specs = append(specs, padding, paddedLB)
 	specs = append(specs, losses...)
 	return append(specs, floor, short, ties, bf16Ties, threshold)
 }
 
 // modelSpecs is the catalogue of model and decode cases.
-func modelSpecs() ([]modelSpec, error) {
+func modelSpecs() ([]oracle.ModelSpec, error) {
 	type m struct {
 		name, desc string
 		catches    []string
@@ -364,18 +361,18 @@ func modelSpecs() ([]modelSpec, error) {
 			routing: with(paper(0.5), func(c *spec.Config) { causal(c); c.Router, c.Weighting = spec.RouterLinearBias, spec.WeightRaw }),
 			pattern: every, decode: true},
 	}
-	var specs []modelSpec
+	var specs []oracle.ModelSpec
 	for _, x := range list {
 		cfg, err := spec.NewModelConfig(16, x.maxLen, x.layers, x.routing, x.pattern, x.capacities)
 		if err != nil {
-			return nil, errorf(x.name, err)
+			return nil, oracle.Errorf(x.name, err)
 		}
 		batch := x.batch
 		if batch == 0 {
 			batch = 2
 		}
-		specs = append(specs, modelSpec{name: x.name, description: x.desc, catches: x.catches, seed: 1,
-			batch: batch, seqLen: 8, valid: x.valid, cfg: cfg, decode: x.decode, distinct: x.distinct, ties: x.ties})
+		specs = append(specs, oracle.ModelSpec{Name: x.name, Description: x.desc, Catches: x.catches, Seed: 1,
+			Batch: batch, SeqLen: 8, Valid: x.valid, Config: cfg, Decode: x.decode, Distinct: x.distinct, Ties: x.ties})
 	}
 	return specs, nil
 }
@@ -409,11 +406,4 @@ func Generate() ([]*format.Case, error) {
 		cases = append(cases, c)
 	}
 	return cases, nil
-}
-
-// writtenOut returns c with the predictor width written out (d/2 unless
-// set), as a manifest holds it, so that a reader need not know the default.
-func writtenOut(c spec.Config) spec.Config {
-	c.PredictorHidden = c.PredictorWidth()
-	return c
 }

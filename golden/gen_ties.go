@@ -3,6 +3,7 @@ package golden
 import (
 	"fmt"
 
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/internal/lowp"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
@@ -24,25 +25,25 @@ const roundingTieGap = 1e-4
 // implementation computes equal weights and, breaking the tie by the lower
 // position, selects it. ok is false when some coordinate would round
 // differently (the caller redraws).
-func makeRoundingTies(s layerSpec, dr layerDraw) (ok bool, err error) {
-	if s.cfg.Router != spec.RouterLinear || s.cfg.Causal != spec.CausalOff {
+func makeRoundingTies(s oracle.LayerSpec, dr oracle.LayerDraw) (ok bool, err error) {
+	if s.Config.Router != spec.RouterLinear || s.Config.Causal != spec.CausalOff {
 		return false, fmt.Errorf("rounding ties need top-k routing by a linear router without bias")
 	}
-	res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
 	if err != nil {
 		return false, err
 	}
-	w := dr.p.Router
+	w := dr.P.Router
 	ww := 0.0
 	for _, v := range w {
 		ww += float64(v * v)
 	}
 	for b, row := range res.RouterWeights {
-		p := tiedSelected(row, res.Selection.Rows[b], validLen(s.valid, b, s.seqLen))
+		p := tiedSelected(row, res.Selection.Rows[b], oracle.ValidLen(s.Valid, b, s.SeqLen))
 		if p < 0 {
 			return false, fmt.Errorf("row %d has no tie to move", b)
 		}
-		x := dr.in.X[b].RawRowView(p)
+		x := dr.In.X[b].RawRowView(p)
 		for j, v := range w {
 			moved := x[j] - float64(roundingTieGap*v)/ww
 			if lowp.BF16.Round(moved) != lowp.BF16.Round(x[j]) {

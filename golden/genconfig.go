@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
 
@@ -149,15 +150,15 @@ func generateCase(g *GenConfig) (*format.Case, error) {
 	var err error
 	switch g.Kind {
 	case format.KindLayer:
-		c, err = genLayer(layerSpec{name: g.Name, description: desc, seed: g.Seed,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: *cfg.Layer,
-			ties: g.Ties != "", roundingTies: g.Ties == "bf16"})
+		c, err = genLayer(oracle.LayerSpec{Name: g.Name, Description: desc, Seed: g.Seed,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer,
+			Ties: g.Ties != "", RoundingTies: g.Ties == "bf16"})
 	case format.KindModel, format.KindDecode:
-		c, err = genModel(modelSpec{name: g.Name, description: desc, seed: g.Seed,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: cfg.ValidLengths, cfg: cfg.ModelConfig(), decode: g.Kind == format.KindDecode})
+		c, err = genModel(oracle.ModelSpec{Name: g.Name, Description: desc, Seed: g.Seed,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig(), Decode: g.Kind == format.KindDecode})
 	case format.KindMoDE:
-		c, err = genMoDE(modeSpec{name: g.Name, description: desc, seed: g.Seed,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE})
+		c, err = genMoDE(oracle.MoDESpec{Name: g.Name, Description: desc, Seed: g.Seed,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE})
 	default:
 		return nil, fmt.Errorf("kind %q", g.Kind)
 	}

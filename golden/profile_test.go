@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 func TestParseProfile(t *testing.T) {
@@ -102,11 +103,11 @@ func TestProfileTolerances(t *testing.T) {
 	if want := flipMarginTols * rl.ATol; !near(jc.Manifest.Routing.Margin, want) || rep.Margin != jc.Manifest.Routing.Margin {
 		t.Errorf("margin %g (reported %g), want %g", jc.Manifest.Routing.Margin, rep.Margin, want)
 	}
-	if c.Manifest.Arrays[0].Tolerance != nil && c.Manifest.Routing.Margin != RoutingMargin {
+	if c.Manifest.Arrays[0].Tolerance != nil && c.Manifest.Routing.Margin != oracle.RoutingMargin {
 		t.Error("Tolerances changed the case's own manifest")
 	}
 	for _, info := range c.Manifest.Arrays {
-		if info.Name == "expected.out" && info.Tolerance.RTol != forwardRTol {
+		if info.Name == "expected.out" && info.Tolerance.RTol != oracle.ForwardRTol {
 			t.Errorf("the case's own out tolerance changed to %+v", info.Tolerance)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // TestRefReproducesEveryCase recomputes every case from its stored inputs and
@@ -16,7 +17,7 @@ func TestRefReproducesEveryCase(t *testing.T) {
 	}
 	for _, name := range names {
 		c := loadCase(t, name)
-		cand, err := RefCandidate(c)
+		cand, err := oracle.RefCandidate(c)
 		if err != nil {
 			t.Fatal(err)
 		}

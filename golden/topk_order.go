@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 )
 
@@ -102,7 +103,7 @@ func torchCPUTopK(r []float64, k int) (order []int, ok bool) {
 func torchTopKOrder(r [][]float64, sel ref.Selection, valid []int, fallback [][]int) [][]int {
 	out := make([][]int, len(sel.Rows))
 	for b, row := range sel.Rows {
-		o, ok := torchCPUTopK(r[b][:validLen(valid, b, len(r[b]))], len(row))
+		o, ok := torchCPUTopK(r[b][:oracle.ValidLen(valid, b, len(r[b]))], len(row))
 		if !ok || !slices.Equal(slices.Sorted(slices.Values(o)), row) {
 			o = fallback[b]
 		}

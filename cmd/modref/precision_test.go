@@ -9,6 +9,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/mod/modcase"
 )
 
@@ -30,7 +31,7 @@ func TestCheckPrecision(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res) != 1 {
 		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
-	if r := res[0]; r.Precision != "bf16" || r.Baseline == nil || len(r.Baseline.Arrays) == 0 || r.Baseline.Margin <= golden.RoutingMargin {
+	if r := res[0]; r.Precision != "bf16" || r.Baseline == nil || len(r.Baseline.Arrays) == 0 || r.Baseline.Margin <= oracle.RoutingMargin {
 		t.Errorf("--json: precision %q, baseline %+v", r.Precision, r.Baseline)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // Emulate runs an emulated implementation of a precision profile on a case
@@ -14,7 +14,7 @@ import (
 // golden.Tolerances measures. The points it rounds
 // (docs/tolerances.md, "Precision profiles"):
 //
-//   - float64: ref itself (golden.RefCandidate), the truth's own
+//   - float64: ref itself (oracle.RefCandidate), the truth's own
 //     arithmetic; its error is 0 and only the floor remains.
 //   - every profile but float64: the rotary angles computed in float32
 //     (nn.RoPE.Float32Angles), as PyTorch and Hugging Face implementations
@@ -42,7 +42,7 @@ func Emulate(c *format.Case, p format.Profile) (map[string]*format.Array, error)
 	case p.IsZero():
 		return nil, fmt.Errorf("the zero profile has no emulation: its tolerances are the manifest's")
 	case p.Name == "float64":
-		return golden.RefCandidate(c)
+		return oracle.RefCandidate(c)
 	}
 	run := c
 	em := emulation{angles32: true}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // roundingTies returns layer-ties with, in every row, the router weight of
@@ -49,7 +50,7 @@ func roundingTies(t *testing.T) (*format.Case, [][2]int) {
 	}
 	nc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 	nc.Arrays["input.x"] = nx
-	truth, err := golden.RefCandidate(nc)
+	truth, err := oracle.RefCandidate(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

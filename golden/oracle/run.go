@@ -1,4 +1,4 @@
-package golden
+package oracle
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // candidate: the expected arrays under their candidate names. A sound corpus
 // and ref give back the expected values exactly.
 func RefCandidate(c *format.Case) (map[string]*format.Array, error) {
-	re, err := recompute(c)
+	re, err := Recompute(c)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -27,61 +27,61 @@ func RefCandidate(c *format.Case) (map[string]*format.Array, error) {
 	return cand, nil
 }
 
-// recompute runs the generator's computation on a case's inputs and
+// Recompute runs the generator's computation on a case's inputs and
 // parameters.
-func recompute(c *format.Case) (*format.Case, error) {
+func Recompute(c *format.Case) (*format.Case, error) {
 	m := c.Manifest
 	cfg := m.Config
 	valid := cfg.ValidLengths
 	switch m.Kind {
 	case format.KindLayer:
-		s := layerSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: *cfg.Layer, ties: m.Routing.Ties}
-		dr, err := layerDrawOf(c, s)
+		s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: valid, Config: *cfg.Layer, Ties: m.Routing.Ties}
+		dr, err := LayerDrawOf(c, s)
 		if err != nil {
 			return nil, err
 		}
-		res, err := ref.LayerForward(s.cfg, dr.p, dr.in)
+		res, err := ref.LayerForward(s.Config, dr.P, dr.In)
 		if err != nil {
 			return nil, err
 		}
-		return layerCase(s, m.Provenance.Seed, dr, res, layerGaps(s.cfg, res, valid))
+		return LayerCase(s, m.Provenance.Seed, dr, res, LayerGaps(s.Config, res, valid))
 	case format.KindModel, format.KindDecode:
-		s := modelSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, valid: valid, cfg: cfg.ModelConfig(), decode: m.Kind == format.KindDecode}
-		p, in, err := modelDrawOf(c, s)
+		s := ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: valid, Config: cfg.ModelConfig(), Decode: m.Kind == format.KindDecode}
+		p, in, err := ModelDrawOf(c, s)
 		if err != nil {
 			return nil, err
 		}
-		res, err := ref.ModelForward(s.cfg, p, in)
+		res, err := ref.ModelForward(s.Config, p, in)
 		if err != nil {
 			return nil, err
 		}
 		var gaps [][]float64
 		for l, lr := range res.Layers {
 			if lr != nil {
-				gaps = append(gaps, layerGaps(s.cfg.Layers[l].Config, lr, valid))
+				gaps = append(gaps, LayerGaps(s.Config.Layers[l].Config, lr, valid))
 			}
 		}
-		return modelCase(s, m.Provenance.Seed, p, in, res, gaps)
+		return ModelCase(s, m.Provenance.Seed, p, in, res, gaps)
 	case format.KindMoDE:
-		s := modeSpec{name: m.Name, description: m.Description, catches: m.Catches,
-			batch: cfg.Batch, seqLen: cfg.SeqLen, cfg: *cfg.MoDE}
-		dr, err := modeDrawOf(c, s)
+		s := MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
+		dr, err := MoDEDrawOf(c, s)
 		if err != nil {
 			return nil, err
 		}
-		res, err := ref.MoDEForward(s.cfg, dr.p, dr.x)
+		res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
 		if err != nil {
 			return nil, err
 		}
-		return modeCase(s, m.Provenance.Seed, dr, res, modeGaps(res))
+		return MoDECase(s, m.Provenance.Seed, dr, res, MoDEGaps(res))
 	}
 	return nil, fmt.Errorf("kind %q", m.Kind)
 }
 
-// matrices splits a B×S×d array into B matrices of S×d (copies).
-func matrices(a *format.Array) []*mat.Dense {
+// Matrices splits a B×S×d array into B matrices of S×d (copies).
+func Matrices(a *format.Array) []*mat.Dense {
 	b, s, d := a.Shape[0], a.Shape[1], a.Shape[2]
 	out := make([]*mat.Dense, b)
 	for i := range out {
@@ -90,8 +90,8 @@ func matrices(a *format.Array) []*mat.Dense {
 	return out
 }
 
-// field splits a B×S array into rows (copies).
-func field(a *format.Array) [][]float64 {
+// Field splits a B×S array into rows (copies).
+func Field(a *format.Array) [][]float64 {
 	b, s := a.Shape[0], a.Shape[1]
 	out := make([][]float64, b)
 	for i := range out {
@@ -100,8 +100,8 @@ func field(a *format.Array) [][]float64 {
 	return out
 }
 
-// ints splits a B×S integer array into rows.
-func ints(a *format.Array) [][]int {
+// Ints splits a B×S integer array into rows.
+func Ints(a *format.Array) [][]int {
 	b, s := a.Shape[0], a.Shape[1]
 	out := make([][]int, b)
 	for i := range out {
@@ -113,8 +113,8 @@ func ints(a *format.Array) [][]int {
 	return out
 }
 
-// loadParams copies the case's param.<prefix><Name> arrays into ts.
-func loadParams(c *format.Case, ts []ref.Tensor) error {
+// LoadParams copies the case's param.<prefix><Name> arrays into ts.
+func LoadParams(c *format.Case, ts []ref.Tensor) error {
 	for _, t := range ts {
 		a, err := c.Array("param." + t.Name)
 		if err != nil {
@@ -128,9 +128,9 @@ func loadParams(c *format.Case, ts []ref.Tensor) error {
 	return nil
 }
 
-// inputAndUpstream reads a layer-level case's input.x and upstream.out,
+// InputAndUpstream reads a layer-level case's input.x and upstream.out,
 // one S×d matrix per batch row each.
-func inputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
+func InputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
 	xa, err := c.Array("input.x")
 	if err != nil {
 		return nil, nil, err
@@ -139,33 +139,33 @@ func inputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return matrices(xa), matrices(ua), nil
+	return Matrices(xa), Matrices(ua), nil
 }
 
-func layerDrawOf(c *format.Case, s layerSpec) (layerDraw, error) {
-	var dr layerDraw
-	dr.p = ref.NewLayerParams(s.cfg, ref.NewRand(0))
-	if err := loadParams(c, dr.p.Tensors("")); err != nil {
+func LayerDrawOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
+	var dr LayerDraw
+	dr.P = ref.NewLayerParams(s.Config, ref.NewRand(0))
+	if err := LoadParams(c, dr.P.Tensors("")); err != nil {
 		return dr, err
 	}
-	x, u, err := inputAndUpstream(c)
+	x, u, err := InputAndUpstream(c)
 	if err != nil {
 		return dr, err
 	}
-	dr.in = ref.LayerInputs{X: x, Valid: s.valid}
-	dr.u = u
+	dr.In = ref.LayerInputs{X: x, Valid: s.Valid}
+	dr.U = u
 	if a, ok := c.Arrays["input.noise"]; ok {
-		dr.in.Noise = field(a)
+		dr.In.Noise = Field(a)
 	}
 	if a, ok := c.Arrays["input.jitter"]; ok {
-		dr.in.Jitter = field(a)
+		dr.In.Jitter = Field(a)
 	}
 	return dr, nil
 }
 
-func modelDrawOf(c *format.Case, s modelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
-	p := ref.NewModelParams(s.cfg, 0)
-	if err := loadParams(c, p.Tensors()); err != nil {
+func ModelDrawOf(c *format.Case, s ModelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
+	p := ref.NewModelParams(s.Config, 0)
+	if err := LoadParams(c, p.Tensors()); err != nil {
 		return nil, ref.ModelInputs{}, err
 	}
 	tok, err := c.Array("input.tokens")
@@ -176,14 +176,14 @@ func modelDrawOf(c *format.Case, s modelSpec) (*ref.ModelParams, ref.ModelInputs
 	if err != nil {
 		return nil, ref.ModelInputs{}, err
 	}
-	in := ref.ModelInputs{Tokens: ints(tok), Targets: ints(tgt), Valid: s.valid}
-	for l := range s.cfg.Layers {
+	in := ref.ModelInputs{Tokens: Ints(tok), Targets: Ints(tgt), Valid: s.Valid}
+	for l := range s.Config.Layers {
 		var noise, jitter [][]float64
 		if a, ok := c.Arrays[fmt.Sprintf("input.noise.L%d", l)]; ok {
-			noise = field(a)
+			noise = Field(a)
 		}
 		if a, ok := c.Arrays[fmt.Sprintf("input.jitter.L%d", l)]; ok {
-			jitter = field(a)
+			jitter = Field(a)
 		}
 		in.Noise = append(in.Noise, noise)
 		in.Jitter = append(in.Jitter, jitter)

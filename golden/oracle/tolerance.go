@@ -1,4 +1,4 @@
-package golden
+package oracle
 
 import (
 	"math"
@@ -12,7 +12,7 @@ import (
 // atol = scaleTol·max(‖e‖∞, 1). docs/tolerances.md gives the measurements
 // behind them.
 const (
-	forwardRTol     = 1e-5
+	ForwardRTol     = 1e-5
 	forwardScaleTol = 1e-5
 	gradRTol        = 1e-4
 	gradScaleTol    = 1e-5
@@ -22,7 +22,7 @@ const (
 	RoutingMargin = 1e-3
 	// minCaseGap is the gap a generated case keeps above the margin unless
 	// it tests ties.
-	minCaseGap = 1e-2
+	MinCaseGap = 1e-2
 )
 
 const (
@@ -37,8 +37,8 @@ const (
 	exactReason = "integers and 0/1 targets must match exactly; a routing mismatch is reported with its near-tie gap"
 )
 
-// toleranceFor returns the tolerance of an expected array by its kind.
-func toleranceFor(name string, a *format.Array) *format.Tolerance {
+// ToleranceFor returns the tolerance of an expected array by its kind.
+func ToleranceFor(name string, a *format.Array) *format.Tolerance {
 	if a.IsInt() || strings.HasSuffix(name, ".targets") {
 		return &format.Tolerance{Reason: exactReason}
 	}
@@ -49,5 +49,5 @@ func toleranceFor(name string, a *format.Array) *format.Tolerance {
 	if strings.HasPrefix(name, "grad.") {
 		return &format.Tolerance{RTol: gradRTol, ATol: gradScaleTol * scale, Reason: gradReason}
 	}
-	return &format.Tolerance{RTol: forwardRTol, ATol: forwardScaleTol * scale, Reason: forwardReason}
+	return &format.Tolerance{RTol: ForwardRTol, ATol: forwardScaleTol * scale, Reason: forwardReason}
 }

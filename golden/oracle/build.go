@@ -1,4 +1,4 @@
-package golden
+package oracle
 
 import (
 	"fmt"
@@ -9,19 +9,20 @@ import (
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/ref"
+	"github.com/modref/modref/spec"
 )
 
-// builder accumulates a case's arrays and their manifest entries.
-type builder struct {
+// Builder accumulates a case's arrays and their manifest entries.
+type Builder struct {
 	m      *format.Manifest
 	arrays map[string]*format.Array
 }
 
-func newBuilder(m *format.Manifest) *builder {
-	return &builder{m: m, arrays: make(map[string]*format.Array)}
+func NewBuilder(m *format.Manifest) *Builder {
+	return &Builder{m: m, arrays: make(map[string]*format.Array)}
 }
 
-func (b *builder) add(name, role string, a *format.Array, tol *format.Tolerance) {
+func (b *Builder) Add(name, role string, a *format.Array, tol *format.Tolerance) {
 	if _, dup := b.arrays[name]; dup {
 		panic("golden: array " + name + " added twice")
 	}
@@ -29,12 +30,12 @@ func (b *builder) add(name, role string, a *format.Array, tol *format.Tolerance)
 	b.m.Arrays = append(b.m.Arrays, format.ArrayInfo{Name: name, Role: role, DType: a.DType, Shape: a.Shape, Tolerance: tol})
 }
 
-// expect adds an expected array with the tolerance its kind calls for.
-func (b *builder) expect(name string, a *format.Array) {
-	b.add(name, format.RoleExpected, a, toleranceFor(name, a))
+// Expect adds an expected array with the tolerance its kind calls for.
+func (b *Builder) Expect(name string, a *format.Array) {
+	b.Add(name, format.RoleExpected, a, ToleranceFor(name, a))
 }
 
-func (b *builder) build() *format.Case {
+func (b *Builder) Build() *format.Case {
 	sort.SliceStable(b.m.Arrays, func(i, j int) bool { return roleOrder(b.m.Arrays[i].Role) < roleOrder(b.m.Arrays[j].Role) })
 	return &format.Case{Manifest: b.m, Arrays: b.arrays}
 }
@@ -51,8 +52,8 @@ func roleOrder(role string) int {
 	return 3
 }
 
-// batchArray flattens B matrices of S×c into a B×S×c array.
-func batchArray(ms []*mat.Dense) *format.Array {
+// BatchArray flattens B matrices of S×c into a B×S×c array.
+func BatchArray(ms []*mat.Dense) *format.Array {
 	r, c := ms[0].Dims()
 	v := make([]float64, 0, len(ms)*r*c)
 	for _, m := range ms {
@@ -63,14 +64,14 @@ func batchArray(ms []*mat.Dense) *format.Array {
 	return format.Float(v, len(ms), r, c)
 }
 
-// fieldArray flattens a B×S per-token field, writing 0 at padded positions
+// FieldArray flattens a B×S per-token field, writing 0 at padded positions
 // (which are judged nowhere).
-func fieldArray(f [][]float64, valid []int) *format.Array {
+func FieldArray(f [][]float64, valid []int) *format.Array {
 	s := len(f[0])
 	v := make([]float64, 0, len(f)*s)
 	for b, row := range f {
 		for i, x := range row {
-			if i >= validLen(valid, b, s) || math.IsNaN(x) {
+			if i >= ValidLen(valid, b, s) || math.IsNaN(x) {
 				x = 0
 			}
 			v = append(v, x)
@@ -79,15 +80,15 @@ func fieldArray(f [][]float64, valid []int) *format.Array {
 	return format.Float(v, len(f), s)
 }
 
-func validLen(valid []int, b, s int) int {
+func ValidLen(valid []int, b, s int) int {
 	if valid == nil {
 		return s
 	}
 	return valid[b]
 }
 
-// selectedArray is B×k_max ascending positions, padded with −1.
-func selectedArray(sel ref.Selection) *format.Array {
+// SelectedArray is B×k_max ascending positions, padded with −1.
+func SelectedArray(sel ref.Selection) *format.Array {
 	kmax := 1
 	for _, row := range sel.Rows {
 		kmax = max(kmax, len(row))
@@ -105,8 +106,8 @@ func selectedArray(sel ref.Selection) *format.Array {
 	return format.Int(v, len(sel.Rows), kmax)
 }
 
-// intsArray returns a 1-D int64 array.
-func intsArray(v []int) *format.Array {
+// IntsArray returns a 1-D int64 array.
+func IntsArray(v []int) *format.Array {
 	out := make([]int64, len(v))
 	for i, x := range v {
 		out[i] = int64(x)
@@ -114,8 +115,8 @@ func intsArray(v []int) *format.Array {
 	return format.Int(out, len(v))
 }
 
-// intGrid returns a B×S int64 array.
-func intGrid(v [][]int) *format.Array {
+// IntGrid returns a B×S int64 array.
+func IntGrid(v [][]int) *format.Array {
 	out := make([]int64, 0, len(v)*len(v[0]))
 	for _, row := range v {
 		for _, x := range row {
@@ -125,14 +126,14 @@ func intGrid(v [][]int) *format.Array {
 	return format.Int(out, len(v), len(v[0]))
 }
 
-// tensorArray returns a parameter as an array of its own shape.
-func tensorArray(t ref.Tensor) *format.Array {
+// TensorArray returns a parameter as an array of its own shape.
+func TensorArray(t ref.Tensor) *format.Array {
 	return format.Float(append([]float64(nil), t.Data...), t.Shape...)
 }
 
-// gradient is the frozen-routing finite-difference gradient of loss with
+// Gradient is the frozen-routing finite-difference gradient of loss with
 // respect to data, shaped like it.
-func gradient(loss func() (float64, error), data []float64, shape []int) (*format.Array, error) {
+func Gradient(loss func() (float64, error), data []float64, shape []int) (*format.Array, error) {
 	g, err := ref.FDGradient(loss, data, ref.FDStep)
 	if err != nil {
 		return nil, err
@@ -140,20 +141,20 @@ func gradient(loss func() (float64, error), data []float64, shape []int) (*forma
 	return format.Float(g, shape...), nil
 }
 
-// expectGradients adds to b the analytic gradients of a layer case:
+// ExpectGradients adds to b the analytic gradients of a layer case:
 // grad.input.x from dx (one S×d matrix per batch row) and grad.param.NAME
 // from grads, which lists the gradients in the order of the parameters
 // params.
-func expectGradients(b *builder, dx []*mat.Dense, params, grads []ref.Tensor) {
-	b.expect("grad.input.x", batchArray(dx))
+func ExpectGradients(b *Builder, dx []*mat.Dense, params, grads []ref.Tensor) {
+	b.Expect("grad.input.x", BatchArray(dx))
 	for k, t := range grads {
-		b.expect("grad.param."+params[k].Name, format.Float(t.Data, t.Shape...))
+		b.Expect("grad.param."+params[k].Name, format.Float(t.Data, t.Shape...))
 	}
 }
 
-// gapsOf converts ref.BoundaryGaps to the manifest's form: −1 where a row
+// GapsOf converts ref.BoundaryGaps to the manifest's form: −1 where a row
 // has no boundary.
-func gapsOf(g []float64) []float64 {
+func GapsOf(g []float64) []float64 {
 	out := make([]float64, len(g))
 	for i, v := range g {
 		if math.IsInf(v, 1) {
@@ -164,8 +165,8 @@ func gapsOf(g []float64) []float64 {
 	return out
 }
 
-// minGap returns the smallest real gap, +Inf if none.
-func minGap(g []float64) float64 {
+// MinGap returns the smallest real gap, +Inf if none.
+func MinGap(g []float64) float64 {
 	m := math.Inf(1)
 	for _, v := range g {
 		if v >= 0 {
@@ -175,17 +176,28 @@ func minGap(g []float64) float64 {
 	return m
 }
 
-// causalGaps returns, per row, the smallest |score| over valid tokens: how
+// CausalGaps returns, per row, the smallest |score| over valid tokens: how
 // far the causal routing rule score > 0 is from flipping.
-func causalGaps(score [][]float64, valid []int) []float64 {
+func CausalGaps(score [][]float64, valid []int) []float64 {
 	out := make([]float64, len(score))
 	for b, row := range score {
 		out[b] = math.Inf(1)
-		for i := 0; i < validLen(valid, b, len(row)); i++ {
+		for i := 0; i < ValidLen(valid, b, len(row)); i++ {
 			out[b] = math.Min(out[b], math.Abs(row[i]))
 		}
 	}
-	return gapsOf(out)
+	return GapsOf(out)
 }
 
-func errorf(name string, err error) error { return fmt.Errorf("generating %s: %w", name, err) }
+func Errorf(name string, err error) error { return fmt.Errorf("generating %s: %w", name, err) }
+
+// GeneratorVersion changes whenever the generator would write different
+// cases from the same code of ref.
+const GeneratorVersion = 6
+
+// WrittenOut returns c with the predictor width written out (d/2 unless
+// set), as a manifest holds it, so that a reader need not know the default.
+func WrittenOut(c spec.Config) spec.Config {
+	c.PredictorHidden = c.PredictorWidth()
+	return c
+}
