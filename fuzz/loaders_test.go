@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,9 +18,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
 )
 
 // corpusDir is the committed golden corpus, relative to this package.
@@ -261,7 +260,7 @@ func selfCandidate(c *format.Case) map[string]*format.Array {
 
 // FuzzLoad: format.Load on a directory holding a fuzzed NAME.json and
 // NAME.npz returns a case or an error, never panics and never writes; a case
-// it returns is judged by golden.Compare without a panic, and its own
+// it returns is judged by judge.Compare without a panic, and its own
 // expected arrays pass against it; a candidate changed from them as mut
 // says is judged without a panic too.
 func FuzzLoad(f *testing.F) {
@@ -279,7 +278,7 @@ func FuzzLoad(f *testing.F) {
 		if err != nil {
 			return
 		}
-		res, err := golden.Compare(c, selfCandidate(c), false)
+		res, err := judge.Compare(c, selfCandidate(c), false)
 		if err != nil {
 			t.Fatalf("Compare of case %s with its own expected arrays: %v", name, err)
 		}
@@ -287,7 +286,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("case %s fails against its own expected arrays: %+v", name, res.Arrays)
 		}
 		cand, changed := mutateCandidate(c, &byteSource{data: mut})
-		res, err = golden.Compare(c, cand, len(mut)%2 == 0)
+		res, err = judge.Compare(c, cand, len(mut)%2 == 0)
 		if err == nil && !changed && !res.Pass {
 			t.Fatalf("case %s: unchanged candidate fails: %+v", name, res.Arrays)
 		}
@@ -429,7 +428,7 @@ func mutateCandidate(c *format.Case, src *byteSource) (map[string]*format.Array,
 	return cand, changed
 }
 
-// FuzzCompare: golden.Compare judges any candidate without a panic: one
+// FuzzCompare: judge.Compare judges any candidate without a panic: one
 // read from arbitrary .npz bytes, or the case's own arrays changed as the
 // bytes say. An unchanged candidate passes, and every verdict is pass, fail
 // or missing.
@@ -454,13 +453,13 @@ func FuzzCompare(f *testing.F) {
 		} else {
 			cand, changed = mutateCandidate(c, &byteSource{data: data})
 		}
-		res, err := golden.Compare(c, cand, allowMissing)
+		res, err := judge.Compare(c, cand, allowMissing)
 		if err != nil {
 			return
 		}
 		for _, a := range res.Arrays {
 			switch a.Status {
-			case golden.StatusPass, golden.StatusFail, golden.StatusMissing:
+			case judge.StatusPass, judge.StatusFail, judge.StatusMissing:
 			default:
 				t.Fatalf("array %q: status %q", a.Name, a.Status)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 )
 
@@ -24,13 +25,13 @@ func squaredWeight(l *layerRun) {
 }
 
 // departureOf is Depart on a candidate, failing the test on an error.
-func departureOf(t *testing.T, c *format.Case, cand map[string]*format.Array) *Departure {
+func departureOf(t *testing.T, c *format.Case, cand map[string]*format.Array) *judge.Departure {
 	t.Helper()
-	res, err := Compare(c, cand, false)
+	res, err := judge.Compare(c, cand, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Depart(c, cand, res)
+	return judge.Depart(c, cand, res)
 }
 
 // TestDepartureReadsUnnamedBugs plants bugs that no deviation names, of
@@ -48,7 +49,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand := without(candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays}), "weights", "multipliers")
+	cand := without((&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate(), "weights", "multipliers")
 	rs, err := Diagnose(c, cand)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 
 	out := *c.Arrays["expected.out"]
 	out.F = slices.Clone(out.F)
-	mask := selectedMask(c, "out")
+	mask := judge.SelectedMask(c, "out")
 	dm := c.Manifest.Config.Layer.Block.D
 	for b := range mask {
 		for i, on := range mask[b] {
@@ -158,7 +159,7 @@ func TestDepartureRunsAndZeros(t *testing.T) {
 	}
 	gx := *c.Arrays["grad.input.x"]
 	gx.F = slices.Clone(gx.F)
-	mask := selectedMask(c, "grad.input.x")
+	mask := judge.SelectedMask(c, "grad.input.x")
 	for b := range cfg.Batch {
 		for i := range cfg.SeqLen {
 			if !mask[b][i] {

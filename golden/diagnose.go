@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // OracleName is the name of the first result of Diagnose: the candidate
@@ -40,7 +41,7 @@ type DeviationResult struct {
 	Total    int  `json:"total"`
 	// Worst is the array furthest outside its tolerance (or, when all match,
 	// closest to leaving it), judged against the deviant values.
-	Worst ArrayResult `json:"worst"`
+	Worst judge.ArrayResult `json:"worst"`
 	// Absent lists the arrays the candidate left out, judged by no result
 	// (CaseResult.Absent).
 	Absent []string `json:"absent,omitempty"`
@@ -83,11 +84,11 @@ type DiagnoseOptions struct {
 
 // DiagnoseWithOptions is Diagnose with options.
 func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o DiagnoseOptions) ([]DeviationResult, error) {
-	rule := refuseMissing
+	rule := judge.RefuseMissing
 	if o.AllowMissing {
-		rule = skipMissing
+		rule = judge.SkipMissing
 	}
-	if _, err := compare(c, cand, rule); err != nil {
+	if _, err := judge.CompareWith(c, cand, rule); err != nil {
 		return nil, err
 	}
 	progress := o.Progress
@@ -110,13 +111,13 @@ func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o Diagno
 // diagnoseWith is Diagnose with the emulations already made, on a
 // candidate already checked: an array it leaves out is not judged.
 func diagnoseWith(c *format.Case, cand map[string]*format.Array, ems []emulation) ([]DeviationResult, error) {
-	oracle, err := compare(c, cand, skipMissing)
+	oracle, err := judge.CompareWith(c, cand, judge.SkipMissing)
 	if err != nil {
 		return nil, err
 	}
 	out := []DeviationResult{summarize(DeviationResult{Name: OracleName, Emulated: true}, oracle)}
 	for _, em := range ems {
-		r, err := judge(c, cand, em)
+		r, err := judgeDeviation(c, cand, em)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 		}
@@ -150,7 +151,7 @@ func DeviantCandidate(c *format.Case, name, variant string) (map[string]*format.
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 		}
-		return candidateOf(dc), nil
+		return dc.Candidate(), nil
 	}
 	return nil, fmt.Errorf("case %s: no deviation %q (variant %q)", c.Manifest.Name, name, variant)
 }
@@ -176,7 +177,7 @@ func combinedCandidate(c *format.Case, name, variant string) (map[string]*format
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
-	return candidateOf(dc), nil
+	return dc.Candidate(), nil
 }
 
 // emulation is a case's expected arrays recomputed under one deviation, or
@@ -241,7 +242,7 @@ func deviantCase(c *format.Case, em emulation) (*format.Case, error) {
 }
 
 // judge compares the candidate with one emulation.
-func judge(c *format.Case, cand map[string]*format.Array, em emulation) (DeviationResult, error) {
+func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation) (DeviationResult, error) {
 	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason}
 	if em.reason != "" {
 		return r, nil
@@ -254,18 +255,18 @@ func judge(c *format.Case, cand map[string]*format.Array, em emulation) (Deviati
 	// The deviant values themselves, judged as a candidate against the case
 	// on the arrays the candidate has, tell whether the case can see the
 	// deviation at all through this candidate.
-	dv := candidateOf(dc)
+	dv := dc.Candidate()
 	for name := range dv {
 		if _, ok := cand[name]; !ok {
 			delete(dv, name)
 		}
 	}
-	vs, err := compare(c, dv, skipMissing)
+	vs, err := judge.CompareWith(c, dv, judge.SkipMissing)
 	if err != nil {
 		return r, fmt.Errorf("emulating %s: %w", em.name, err)
 	}
 	r.Distinct = !vs.Pass
-	res, err := compare(dc, cand, skipMissing)
+	res, err := judge.CompareWith(dc, cand, judge.SkipMissing)
 	if err != nil {
 		return r, err
 	}
@@ -273,11 +274,11 @@ func judge(c *format.Case, cand map[string]*format.Array, em emulation) (Deviati
 }
 
 // summarize fills the match counts and the worst array from a comparison.
-func summarize(r DeviationResult, res *CaseResult) DeviationResult {
+func summarize(r DeviationResult, res *judge.CaseResult) DeviationResult {
 	r.Match, r.Total, r.Absent = res.Pass, len(res.Arrays), res.Absent
 	worst := -1.0
 	for _, a := range res.Arrays {
-		if a.Status == StatusPass {
+		if a.Status == judge.StatusPass {
 			r.Matching++
 		}
 		e := Excess(a)
@@ -299,8 +300,8 @@ const maxExcess = 1e12
 // Excess is how far an array's worst element is from its expected value, in
 // units of the tolerance there: above 1 the array fails. An integer array
 // that differs has infinite excess.
-func Excess(a ArrayResult) float64 {
-	if a.Status == StatusMissing {
+func Excess(a judge.ArrayResult) float64 {
+	if a.Status == judge.StatusMissing {
 		return math.Inf(1)
 	}
 	d := math.Abs(a.Got - a.Want)
@@ -367,17 +368,6 @@ func emulateEach(ems []emulation, progress func(done, total int), cost func(i in
 		}
 	}
 	return nil
-}
-
-// candidateOf returns a case's expected arrays under their candidate names.
-func candidateOf(c *format.Case) map[string]*format.Array {
-	cand := make(map[string]*format.Array)
-	for _, info := range c.Manifest.Arrays {
-		if info.Role == format.RoleExpected {
-			cand[format.CandidateName(info.Name)] = c.Arrays[info.Name]
-		}
-	}
-	return cand
 }
 
 // checkInputShapes checks that the arrays the emulations read have the

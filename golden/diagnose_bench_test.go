@@ -19,7 +19,7 @@ func BenchmarkDiagnose(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			cand := perfect(c)
+			cand := c.Candidate()
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := Diagnose(c, cand); err != nil {
@@ -57,7 +57,7 @@ func BenchmarkDiagnoseAtScale(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			cand := perfect(c)
+			cand := c.Candidate()
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := Diagnose(c, cand); err != nil {

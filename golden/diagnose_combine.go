@@ -257,7 +257,7 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 		if em.reason != "" {
 			continue
 		}
-		r, err := judge(c, cand, em)
+		r, err := judgeDeviation(c, cand, em)
 		if err != nil {
 			return nil, err
 		}

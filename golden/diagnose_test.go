@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
@@ -86,7 +87,7 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs, err := diagnoseWith(c, candidateOf(dc), ems)
+			rs, err := diagnoseWith(c, dc.Candidate(), ems)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +111,7 @@ func TestDiagnoseNamesEachDeviation(t *testing.T) {
 			}
 			for _, em := range ems {
 				if em.name == d && em.reason == "" {
-					r, err := judge(c, perfect(c), em)
+					r, err := judgeDeviation(c, c.Candidate(), em)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -140,11 +141,11 @@ func sameOnCase(t *testing.T, c *format.Case, a, b emulation) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ab, err := Compare(da, candidateOf(db), false)
+	ab, err := judge.Compare(da, db.Candidate(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ba, err := Compare(db, candidateOf(da), false)
+	ba, err := judge.Compare(db, da.Candidate(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func indexOf(ems []emulation, em emulation) int {
 // scaled residual and a weight on the MLP's update alone change nothing).
 func TestDiagnosePerfectCandidate(t *testing.T) {
 	c := loadCase(t, "layer-none")
-	rs, err := Diagnose(c, perfect(c))
+	rs, err := Diagnose(c, c.Candidate())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,12 +196,12 @@ func TestDiagnosePerfectCandidate(t *testing.T) {
 // TestDiagnoseBadCandidate: bad input is an error, as in Compare.
 func TestDiagnoseBadCandidate(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	cand := perfect(c)
+	cand := c.Candidate()
 	delete(cand, "out")
 	if _, err := Diagnose(c, cand); err == nil {
 		t.Error("a candidate without out: no error")
 	}
-	cand = perfect(c)
+	cand = c.Candidate()
 	cand["weights"].F[2] = math.Inf(1)
 	if _, err := Diagnose(c, cand); err == nil {
 		t.Error("a candidate with Inf: no error")
@@ -209,7 +210,7 @@ func TestDiagnoseBadCandidate(t *testing.T) {
 	x := *c.Arrays["input.x"]
 	x.Shape = []int{2, 64}
 	c.Arrays["input.x"] = &x
-	if _, err := Diagnose(c, perfect(c)); err == nil || !strings.Contains(err.Error(), "input.x") {
+	if _, err := Diagnose(c, c.Candidate()); err == nil || !strings.Contains(err.Error(), "input.x") {
 		t.Errorf("input.x of shape [2 64]: error %v", err)
 	}
 }
@@ -335,7 +336,7 @@ func TestSharedEmulations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Compare(c, candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays}), false)
+	res, err := judge.Compare(c, (&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,4 +543,14 @@ func modeFDGradients(c *format.Case) (map[string]*format.Array, error) {
 		arrays["grad.param."+p.Name] = g
 	}
 	return arrays, nil
+}
+
+// loadCase reads a case of the committed corpus.
+func loadCase(t *testing.T, name string) *format.Case {
+	t.Helper()
+	c, err := Embedded().Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

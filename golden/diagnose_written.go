@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 )
@@ -49,7 +50,7 @@ func writtenByLayer(c *format.Case, cand map[string]*format.Array) map[string]wr
 		case strings.HasSuffix(info.Name, "selected") && a.IsInt():
 			prefix := strings.TrimSuffix(info.Name, "selected")
 			w := out[prefix]
-			w.selected = positionRows(a)
+			w.selected = judge.PositionRows(a)
 			out[prefix] = w
 		case strings.HasSuffix(info.Name, "multipliers") && !a.IsInt() && a.Shape[1] == c.Manifest.Config.SeqLen:
 			prefix := strings.TrimSuffix(info.Name, "multipliers")
@@ -59,21 +60,6 @@ func writtenByLayer(c *format.Case, cand map[string]*format.Array) map[string]wr
 		}
 	}
 	return out
-}
-
-// positionRows is a B×k array of positions as rows in the order written,
-// −1 dropped.
-func positionRows(a *format.Array) [][]int {
-	rows := make([][]int, a.Shape[0])
-	for b := range rows {
-		rows[b] = []int{}
-		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
-			if p >= 0 {
-				rows[b] = append(rows[b], int(p))
-			}
-		}
-	}
-	return rows
 }
 
 // unsortedOrder is the order in which unsorted_indices runs each row's
@@ -139,7 +125,7 @@ func (w written) showsOrder(c *format.Case) bool {
 	if w.multipliers == nil || sel == nil || g == nil || len(g.Shape) != 2 {
 		return false
 	}
-	rows := positionRows(sel)
+	rows := judge.PositionRows(sel)
 	_, ok := w.returnedOrder(ref.Selection{S: c.Manifest.Config.SeqLen, Rows: rows}, oracle.Field(g))
 	return ok
 }

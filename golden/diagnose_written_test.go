@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 )
 
@@ -26,7 +27,7 @@ func writtenCandidate(t *testing.T, c *format.Case, name string, w written) map[
 	if err != nil {
 		t.Fatal(err)
 	}
-	return candidateOf(&format.Case{Manifest: c.Manifest, Arrays: arrays})
+	return (&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate()
 }
 
 // matched lists the names of the results that match.
@@ -58,12 +59,12 @@ func matchedLabels(rs []DeviationResult) []string {
 // emulation, all diagnose had before, does not explain that candidate.
 func TestUnsortedIndicesAsWritten(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	order := positionRows(c.Arrays["expected.selected"])
+	order := judge.PositionRows(c.Arrays["expected.selected"])
 	for _, row := range order {
 		slices.Reverse(row)
 	}
 	cand := writtenCandidate(t, c, "unsorted_indices", written{selected: order})
-	if got := positionRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
+	if got := judge.PositionRows(cand["selected"]); !slices.EqualFunc(got, order, slices.Equal) {
 		t.Fatalf("the emulation wrote selected %v, want the order it ran %v", got, order)
 	}
 	rs, err := Diagnose(c, cand)
@@ -83,12 +84,16 @@ func TestUnsortedIndicesAsWritten(t *testing.T) {
 		t.Errorf("with selected written sorted (score order emulated), matched %v", got)
 	}
 	// check: the oracle's values with selected in the written order.
-	res, err := Compare(c, perfectWith(c, "selected", written), false)
+	res, err := judge.Compare(c, perfectWith(c, "selected", written), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := result(t, res, "selected")
-	if r.Status != StatusFail || len(r.Routing) != len(order) {
+	i := slices.IndexFunc(res.Arrays, func(a judge.ArrayResult) bool { return a.Name == "selected" })
+	if i < 0 {
+		t.Fatal("no result for selected")
+	}
+	r := res.Arrays[i]
+	if r.Status != judge.StatusFail || len(r.Routing) != len(order) {
 		t.Fatalf("selected in another order: %+v", r)
 	}
 	for _, m := range r.Routing {
@@ -100,7 +105,7 @@ func TestUnsortedIndicesAsWritten(t *testing.T) {
 
 // perfectWith is the case's own values with one array replaced.
 func perfectWith(c *format.Case, name string, a *format.Array) map[string]*format.Array {
-	cand := perfect(c)
+	cand := c.Candidate()
 	cand[name] = a
 	return cand
 }
@@ -112,7 +117,7 @@ func perfectWith(c *format.Case, name string, a *format.Array) map[string]*forma
 // order, descending weight, does not explain that candidate.
 func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	sel := positionRows(c.Arrays["expected.selected"])
+	sel := judge.PositionRows(c.Arrays["expected.selected"])
 	mult := oracle.Field(c.Arrays["expected.multipliers"])
 	s := c.Manifest.Config.SeqLen
 	m := make([][]float64, len(sel))
@@ -145,7 +150,7 @@ func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := Compare(&format.Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
+	if res, err := judge.Compare(&format.Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
 		t.Errorf("the descending-weight emulation explains the candidate too (err %v): the test shows nothing", err)
 	}
 }
@@ -210,7 +215,7 @@ func TestSharedRouter(t *testing.T) {
 		if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := judge(c, perfect(c), ems[0]); err != nil || !r.Distinct || r.Match {
+		if r, err := judgeDeviation(c, c.Candidate(), ems[0]); err != nil || !r.Distinct || r.Match {
 			t.Errorf("%s claims shared_router: distinct %v, the case's values match it %v (%v)", name, r.Distinct, r.Match, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // Load a case, write a candidate file as an implementation under test would,
@@ -41,7 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	res, err := golden.Compare(c, cand, false)
+	res, err := judge.Compare(c, cand, false)
 	if err != nil {
 		panic(err) // bad input: a missing array, a wrong shape, NaN
 	}
@@ -49,7 +50,7 @@ func Example() {
 	// the output, the loss and the gradients of x and the router are wrong.
 	fmt.Println("pass:", res.Pass)
 	for _, a := range res.Arrays {
-		if a.Status == golden.StatusFail {
+		if a.Status == judge.StatusFail {
 			fmt.Printf("  %s outside its tolerance (rtol %g)\n", a.Name, a.Tolerance.RTol)
 		}
 	}

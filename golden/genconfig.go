@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
@@ -185,7 +186,7 @@ func measuredCatches(c *format.Case) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}
-		res, err := Compare(c, candidateOf(dc), false)
+		res, err := judge.Compare(c, dc.Candidate(), false)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}

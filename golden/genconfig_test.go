@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/spec"
 )
 
@@ -83,7 +84,7 @@ func TestMeasuredCatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := Compare(c, cand, false); err != nil || res.Pass {
+		if res, err := judge.Compare(c, cand, false); err != nil || res.Pass {
 			t.Errorf("%s is measured as caught, but its candidate passes (%v)", name, err)
 		}
 	}

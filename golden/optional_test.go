@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // without returns the candidate with the named arrays left out.
@@ -25,7 +26,7 @@ func without(cand map[string]*format.Array, names ...string) map[string]*format.
 // model case's arrays and everything else stay required.
 func TestCompareOptionalArrays(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	res, err := Compare(c, without(perfect(c), "weights", "multipliers", "targets"), false)
+	res, err := judge.Compare(c, without(c.Candidate(), "weights", "multipliers", "targets"), false)
 	if err != nil || !res.Pass || !slices.Equal(res.Absent, []string{"weights", "multipliers", "targets"}) {
 		t.Fatalf("layer-paper without weights, multipliers, targets: %v, pass %v, absent %v", err, res != nil && res.Pass, res)
 	}
@@ -34,23 +35,23 @@ func TestCompareOptionalArrays(t *testing.T) {
 			t.Errorf("%s is absent and judged", a.Name)
 		}
 	}
-	bad := without(perfect(c), "weights")
+	bad := without(c.Candidate(), "weights")
 	bad["out"].F[0] += 1
-	if res, err := Compare(c, bad, false); err != nil || res.Pass {
+	if res, err := judge.Compare(c, bad, false); err != nil || res.Pass {
 		t.Errorf("a wrong out passes when weights are left out (%v)", err)
 	}
 	bce := loadCase(t, "layer-router-bce")
-	if _, err := Compare(bce, without(perfect(bce), "targets"), false); err == nil || !strings.Contains(err.Error(), `"targets" is missing`) {
+	if _, err := judge.Compare(bce, without(bce.Candidate(), "targets"), false); err == nil || !strings.Contains(err.Error(), `"targets" is missing`) {
 		t.Errorf("layer-router-bce (router_bce, weight 0.1) without targets: error %v, want targets missing", err)
 	}
 	for _, name := range []string{"expected.out", "expected.selected", "expected.router_logits", "grad.input.x"} {
-		if Optional(c, name) {
+		if judge.Optional(c, name) {
 			t.Errorf("%s is optional", name)
 		}
 	}
 	m := loadCase(t, "model-every-other")
 	for _, info := range m.Manifest.Arrays {
-		if Optional(m, info.Name) {
+		if judge.Optional(m, info.Name) {
 			t.Errorf("model case: %s is optional", info.Name)
 		}
 	}
@@ -63,7 +64,7 @@ func TestCompareOptionalArrays(t *testing.T) {
 // out is absent too, and without it, bad input.
 func TestDiagnoseJudgesAbsentArraysAsAbsent(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	rs, err := Diagnose(c, without(perfect(c), "weights", "multipliers", "targets"))
+	rs, err := Diagnose(c, without(c.Candidate(), "weights", "multipliers", "targets"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestDiagnoseJudgesAbsentArraysAsAbsent(t *testing.T) {
 	if got := matched(rs); !slices.Equal(got, []string{"residual_scaled"}) {
 		t.Errorf("residual_scaled without the optional arrays: matched %v", got)
 	}
-	partial := without(perfect(c), "grad.param.Wq", "grad.input.x")
+	partial := without(c.Candidate(), "grad.param.Wq", "grad.input.x")
 	if _, err := Diagnose(c, partial); err == nil || !strings.Contains(err.Error(), "--allow-missing") {
 		t.Errorf("a required array left out: error %v, want one suggesting --allow-missing", err)
 	}

@@ -18,7 +18,7 @@ func TestDiagnoseProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls [][2]int
-	results, err := DiagnoseProgress(c, candidateOf(c), func(done, total int) {
+	results, err := DiagnoseProgress(c, c.Candidate(), func(done, total int) {
 		calls = append(calls, [2]int{done, total})
 	})
 	if err != nil {

@@ -1,20 +1,19 @@
 package mod_test
 
 import (
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/mod/modcase"
 )
 
 // corpusDir is the golden corpus, relative to this package.
 const corpusDir = "../golden/corpus"
 
 // TestCorpus runs mod on every case of the golden corpus (modcase.Candidate) and
-// judges it with golden.Compare, the judge of `modref check`: every expected
+// judges it with judge.Compare, the judge of `modref check`: every expected
 // and gradient array within the tolerance its manifest gives, at valid
 // positions for arrays whose leading dimensions are B×S, selections and
 // routing decisions exactly. With -v it prints the largest
@@ -34,12 +33,12 @@ func TestCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := golden.Compare(c, cand, false)
+			res, err := judge.Compare(c, cand, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, a := range res.Arrays {
-				if a.Status != golden.StatusPass {
+				if a.Status != judge.StatusPass {
 					t.Errorf("%s: %s: max abs %.3g at %v (got %.9g, want %.9g; rtol %g, atol %.3g) %+v",
 						name, a.Name, a.MaxAbs, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol, a.Routing)
 				}
@@ -50,7 +49,7 @@ func TestCorpus(t *testing.T) {
 }
 
 // recordArray notes the scaled error of one array for the -measure report.
-func recordArray(c *format.Case, a golden.ArrayResult) {
+func recordArray(c *format.Case, a judge.ArrayResult) {
 	want := c.Arrays["expected."+a.Name]
 	if want == nil {
 		want = c.Arrays[a.Name]

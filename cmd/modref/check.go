@@ -6,17 +6,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/mod/modcase"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/internal/atomicfile"
-	"github.com/modref/modref/mod/modcase"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).
@@ -110,7 +109,7 @@ flags:
 			return err
 		}
 	}
-	var results []*golden.CaseResult
+	var results []*judge.CaseResult
 	var bad []error
 	for _, name := range names {
 		c, err := corpus().Load(name)
@@ -124,16 +123,16 @@ flags:
 		} else {
 			cand, err = format.ReadCandidate(path, c)
 		}
-		var r *golden.CaseResult
-		var measured *golden.ProfileReport
+		var r *judge.CaseResult
+		var measured *judge.ProfileReport
 		used := profile
 		if err == nil {
 			c, measured, used, err = underProfile(c, profile)
 		}
 		if err == nil {
-			r, err = golden.Compare(c, cand, *allowMissing)
+			r, err = judge.Compare(c, cand, *allowMissing)
 			if err == nil && !r.Pass {
-				r, err = golden.JudgeFlips(c, cand, r, *allowMissing)
+				r, err = judge.JudgeFlips(c, cand, r, *allowMissing)
 			}
 			if err != nil {
 				err = fmt.Errorf("%s (case %s): %w", path, name, err)
@@ -142,7 +141,7 @@ flags:
 		if err != nil {
 			// A bad candidate file is its case's error; the other cases
 			// are still judged.
-			r = &golden.CaseResult{Case: name, Error: err.Error()}
+			r = &judge.CaseResult{Case: name, Error: err.Error()}
 			bad = append(bad, err)
 		}
 		r.Candidate = path
@@ -177,7 +176,7 @@ flags:
 const selfName = "modref's mod/ (float32 autograd)"
 
 // printReport writes the results as JSON or as the table.
-func printReport(stdout io.Writer, results []*golden.CaseResult, asJSON bool, candidate string, profile format.Profile) error {
+func printReport(stdout io.Writer, results []*judge.CaseResult, asJSON bool, candidate string, profile format.Profile) error {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -238,7 +237,7 @@ func selfCandidate(c *format.Case) (map[string]*format.Array, error) {
 //
 // A case judged under a profile other than the flag's (its manifest's
 // precision) has the profile after its name.
-func printResults(w io.Writer, results []*golden.CaseResult, candidate string, profile format.Profile) {
+func printResults(w io.Writer, results []*judge.CaseResult, candidate string, profile format.Profile) {
 	switch fi, err := os.Stat(candidate); {
 	case candidate == "":
 		fmt.Fprintf(w, "implementation: %s, run on each case's inputs and parameters\n", selfName)
@@ -270,9 +269,9 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string, p
 		}
 		for _, a := range ranked {
 			switch a.Status {
-			case golden.StatusMissing:
+			case judge.StatusMissing:
 				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\tmissing\n", name, a.Name)
-			case golden.StatusFail:
+			case judge.StatusFail:
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
 					name, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
@@ -295,18 +294,18 @@ func printResults(w io.Writer, results []*golden.CaseResult, candidate string, p
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
 }
 
-// printFlips writes a flip report (golden.JudgeFlips) under its case: how
+// printFlips writes a flip report (judge.JudgeFlips) under its case: how
 // many decisions flipped, where, by how much, and what was done. Flips
 // beyond the margin are not repeated: the routing lines say why.
-func printFlips(w io.Writer, f *golden.FlipReport) {
-	if f == nil || f.Verdict == golden.FlipsBeyond {
+func printFlips(w io.Writer, f *judge.FlipReport) {
+	if f == nil || f.Verdict == judge.FlipsBeyond {
 		return
 	}
 	switch f.Verdict {
-	case golden.FlipsRejudged:
+	case judge.FlipsRejudged:
 		fmt.Fprintf(w, "    %d routing decisions flipped, each within the near-tie margin %.3g of the truth's boundary (%d of the truth's decisions lie within it, at most %d may flip): judged against the truth recomputed with the candidate's decisions\n",
 			f.Count, f.Margin, f.NearTies, f.Limit)
-	case golden.FlipsTooMany:
+	case judge.FlipsTooMany:
 		fmt.Fprintf(w, "    %d routing decisions flipped within the near-tie margin %.3g, more than the %d that %d decisions within it explain: too many flips (docs/tolerances.md)\n",
 			f.Count, f.Margin, f.Limit, f.NearTies)
 	default:
@@ -329,7 +328,7 @@ func printFlips(w io.Writer, f *golden.FlipReport) {
 // describeFlip says what kind of routing difference a row has: a broken tie
 // rule, a different number of tokens, or a flip and how far it is from a
 // tie.
-func describeFlip(m golden.RowMismatch) string {
+func describeFlip(m judge.RowMismatch) string {
 	if m.Order {
 		return "same positions, wrong order: selected lists a row's positions in ascending order (docs/spec.md §4); a block run in the candidate's order has its causal mask follow it (unsorted_indices)"
 	}
@@ -393,7 +392,7 @@ type junitFailure struct {
 }
 
 // writeJUnit writes one test case per golden case.
-func writeJUnit(path string, results []*golden.CaseResult) error {
+func writeJUnit(path string, results []*judge.CaseResult) error {
 	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
 	for _, r := range results {
 		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
@@ -405,7 +404,7 @@ func writeJUnit(path string, results []*golden.CaseResult) error {
 			suite.Failures++
 			var lines []string
 			for _, a := range r.Arrays {
-				if a.Status != golden.StatusPass {
+				if a.Status != judge.StatusPass {
 					lines = append(lines, fmt.Sprintf("%s: %s, max abs %.3g at %v (got %.8g, want %.8g)", a.Name, a.Status, a.MaxAbs, a.Where, a.Got, a.Want))
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/readfile"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
@@ -169,7 +170,7 @@ flags:
 		if c.Arrays[info.Name].IsInt() {
 			dtype = "int64 (or int32)"
 		}
-		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\n", format.CandidateName(info.Name), info.Shape, dtype, cond(golden.Optional(c, info.Name), "optional: judged only when written"))
+		fmt.Fprintf(tw, "  %s\t%v\t%s\t%s\n", format.CandidateName(info.Name), info.Shape, dtype, cond(judge.Optional(c, info.Name), "optional: judged only when written"))
 	}
 	return tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // runDiagnose implements `modref diagnose`: judge a candidate against a case
@@ -99,12 +100,12 @@ flags:
 	if !*asJSON {
 		printProfile(stdout, profile)
 	}
-	oracle, err := golden.Compare(c, cand, *allowMissing)
+	oracle, err := judge.Compare(c, cand, *allowMissing)
 	if err == nil && !oracle.Pass {
 		// Near-tie flips are judged at the candidate's own decisions
-		// (golden.JudgeFlips): a candidate that passes there is correct.
-		var rejudged *golden.CaseResult
-		if rejudged, err = golden.JudgeFlips(c, cand, oracle, *allowMissing); err == nil && rejudged.Pass {
+		// (judge.JudgeFlips): a candidate that passes there is correct.
+		var rejudged *judge.CaseResult
+		if rejudged, err = judge.JudgeFlips(c, cand, oracle, *allowMissing); err == nil && rejudged.Pass {
 			return printFlipMatch(stdout, name, path, rejudged.Flips, *asJSON)
 		}
 	}
@@ -116,7 +117,7 @@ flags:
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
 	missing := requiredMissing(c, results[0].Absent)
-	departure := golden.Depart(c, cand, oracle)
+	departure := judge.Depart(c, cand, oracle)
 	if *asJSON {
 		if err := printDiagnosisJSON(stdout, name, path, results, missing, departure); err != nil {
 			return err
@@ -158,12 +159,12 @@ func phases(single, combos func(done, total int)) func(done, total int) {
 }
 
 // requiredMissing lists the absent arrays the case requires: those a port
-// may not leave out (golden.Optional), which only --allow-missing lets be
+// may not leave out (judge.Optional), which only --allow-missing lets be
 // absent.
 func requiredMissing(c *format.Case, absent []string) []string {
 	var out []string
 	for _, n := range absent {
-		if !golden.Optional(c, "expected."+n) {
+		if !judge.Optional(c, "expected."+n) {
 			out = append(out, n)
 		}
 	}
@@ -204,7 +205,7 @@ const worstArrays = 3
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
 // worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *golden.CaseResult, missing []string, departure *golden.Departure) {
+func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *judge.CaseResult, missing []string, departure *judge.Departure) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	if len(self.Absent) > 0 {
@@ -285,7 +286,7 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 const shownLater = 6
 
 // printDeparture says where the candidate first departs from the oracle.
-func printDeparture(w io.Writer, d *golden.Departure) {
+func printDeparture(w io.Writer, d *judge.Departure) {
 	at := d.Stage
 	if d.Layer >= 0 {
 		at = fmt.Sprintf("layer %d, %s", d.Layer, d.Stage)
@@ -318,17 +319,17 @@ type diagnosisJSON struct {
 	Missing []string `json:"missing"`
 	// Stage is where the candidate first departs from the oracle; null
 	// when it does not.
-	Stage   *golden.Departure        `json:"stage"`
+	Stage   *judge.Departure         `json:"stage"`
 	Results []golden.DeviationResult `json:"results"`
 	// Flips is set when the candidate matches the oracle at its own
 	// routing decisions, which differ from the truth's at near-ties
-	// (golden.JudgeFlips); no deviation is then searched for.
-	Flips *golden.FlipReport `json:"flips,omitempty"`
+	// (judge.JudgeFlips); no deviation is then searched for.
+	Flips *judge.FlipReport `json:"flips,omitempty"`
 }
 
 // printFlipMatch reports a candidate that matches the oracle once its
 // near-tie flips are judged at its own decisions.
-func printFlipMatch(w io.Writer, name, path string, f *golden.FlipReport, asJSON bool) error {
+func printFlipMatch(w io.Writer, name, path string, f *judge.FlipReport, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -342,7 +343,7 @@ func printFlipMatch(w io.Writer, name, path string, f *golden.FlipReport, asJSON
 }
 
 // printDiagnosisJSON writes the diagnosis as JSON.
-func printDiagnosisJSON(w io.Writer, name, path string, results []golden.DeviationResult, missing []string, d *golden.Departure) error {
+func printDiagnosisJSON(w io.Writer, name, path string, results []golden.DeviationResult, missing []string, d *judge.Departure) error {
 	out := diagnosisJSON{Case: name, Candidate: path, Pass: results[0].Match && len(missing) == 0,
 		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results}
 	for _, r := range results[1:] {
@@ -357,13 +358,13 @@ func printDiagnosisJSON(w io.Writer, name, path string, results []golden.Deviati
 
 // furthest returns up to n arrays of a comparison that failed, the furthest
 // outside their tolerance first.
-func furthest(res *golden.CaseResult, n int) []golden.ArrayResult {
-	var out []golden.ArrayResult
+func furthest(res *judge.CaseResult, n int) []judge.ArrayResult {
+	var out []judge.ArrayResult
 	for _, a := range res.Arrays {
-		if a.Status == golden.StatusFail {
+		if a.Status == judge.StatusFail {
 			out = append(out, a)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b golden.ArrayResult) int { return cmp.Compare(golden.Excess(b), golden.Excess(a)) })
+	slices.SortStableFunc(out, func(a, b judge.ArrayResult) int { return cmp.Compare(golden.Excess(b), golden.Excess(a)) })
 	return out[:min(n, len(out))]
 }

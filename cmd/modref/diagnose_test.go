@@ -7,6 +7,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // writeDeviant writes the candidate an implementation with the deviation
@@ -223,7 +224,7 @@ func TestDiagnoseIndistinguishable(t *testing.T) {
 		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
 	}
 	var b strings.Builder
-	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &golden.CaseResult{}, nil, nil)
+	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &judge.CaseResult{}, nil, nil)
 	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())

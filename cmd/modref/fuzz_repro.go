@@ -13,6 +13,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/atomicfile"
 	"github.com/modref/modref/internal/candidate"
 	"github.com/modref/modref/internal/readfile"
@@ -21,7 +22,7 @@ import (
 // fuzzDiagnosis is diagnose's reading of the smallest failing case.
 type fuzzDiagnosis struct {
 	named   []string
-	stage   *golden.Departure
+	stage   *judge.Departure
 	verdict string
 	// text is what modref diagnose prints; jsonText what --json prints.
 	text, jsonText []byte
@@ -43,7 +44,7 @@ func diagnoseShrunk(oc outcome) *fuzzDiagnosis {
 	}
 	name, path := c.Manifest.Name, "candidate/"+oc.c.Manifest.Name+".npz"
 	missing := requiredMissing(c, results[0].Absent)
-	d.stage = golden.Depart(c, oc.cand, oc.result)
+	d.stage = judge.Depart(c, oc.cand, oc.result)
 	var text, js bytes.Buffer
 	printDiagnosis(&text, name, path, results, oc.result, missing, d.stage)
 	printDiagnosisJSON(&js, name, path, results, missing, d.stage)
@@ -136,8 +137,8 @@ func writeReproducer(o fuzzOptions, g *golden.GenConfig, oc outcome, f *fuzzFail
 	files["config.json"] = append(cfg, '\n')
 	verdict := struct {
 		*fuzzFailure
-		Check     *golden.CaseResult `json:"check,omitempty"`
-		Diagnosis json.RawMessage    `json:"diagnosis,omitempty"`
+		Check     *judge.CaseResult `json:"check,omitempty"`
+		Diagnosis json.RawMessage   `json:"diagnosis,omitempty"`
 	}{fuzzFailure: f, Check: oc.result}
 	if d != nil && d.jsonText != nil {
 		verdict.Diagnosis = d.jsonText

@@ -11,6 +11,7 @@ import (
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/candidate"
 )
 
@@ -50,24 +51,24 @@ type outcome struct {
 	kind, reason string
 	c            *format.Case
 	reply        candidate.Reply
-	result       *golden.CaseResult
+	result       *judge.CaseResult
 	cand         map[string]*format.Array
 	// candFile is where the candidate's output of a failing case is kept.
 	candFile string
 }
 
-// judge judges a candidate's arrays on a case as modref check does: under
+// judgeCandidate judges a candidate's arrays on a case as modref check does: under
 // the precision profile the case's manifest names (fuzz --precision, or
 // "precision" in --config-base), near-tie flips re-judged at the
-// candidate's own decisions (golden.JudgeFlips).
-func judge(c *format.Case, cand map[string]*format.Array) (*golden.CaseResult, error) {
+// candidate's own decisions (judge.JudgeFlips).
+func judgeCandidate(c *format.Case, cand map[string]*format.Array) (*judge.CaseResult, error) {
 	c, _, _, err := underProfile(c, format.Profile{})
 	if err != nil {
 		return nil, err
 	}
-	r, err := golden.Compare(c, cand, false)
+	r, err := judge.Compare(c, cand, false)
 	if err == nil && !r.Pass {
-		r, err = golden.JudgeFlips(c, cand, r, false)
+		r, err = judge.JudgeFlips(c, cand, r, false)
 	}
 	return r, err
 }
@@ -97,7 +98,7 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 	}
 	o.cand, err = format.ReadCandidate(out, c)
 	if err == nil {
-		o.result, err = judge(c, o.cand)
+		o.result, err = judgeCandidate(c, o.cand)
 	}
 	switch {
 	case err != nil:
@@ -341,9 +342,9 @@ type fuzzFailure struct {
 	// Named, Stage and Verdict are diagnose's on the smallest case (a
 	// mismatch): the deviations the candidate matches, where it first
 	// departs from the oracle, and its verdict line.
-	Named   []string          `json:"named,omitempty"`
-	Stage   *golden.Departure `json:"stage,omitempty"`
-	Verdict string            `json:"verdict,omitempty"`
+	Named   []string         `json:"named,omitempty"`
+	Stage   *judge.Departure `json:"stage,omitempty"`
+	Verdict string           `json:"verdict,omitempty"`
 	// Reproducer is the directory written; ReproducerError why none was.
 	Reproducer      string `json:"reproducer,omitempty"`
 	ReproducerError string `json:"reproducer_error,omitempty"`

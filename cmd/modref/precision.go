@@ -2,12 +2,11 @@ package main
 
 import (
 	"fmt"
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 	"io"
 	"strings"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/mod/modcase"
 )
 
 // precisionFlag adds --precision to a command and returns its parser: the
@@ -26,7 +25,7 @@ func precisionFlag(fs *flagSet) func() (format.Profile, error) {
 // tolerances and near-tie margin measured on the profile's emulated
 // implementation, the measurements and the profile used. The zero profile
 // returns the case as it is.
-func underProfile(c *format.Case, p format.Profile) (*format.Case, *golden.ProfileReport, format.Profile, error) {
+func underProfile(c *format.Case, p format.Profile) (*format.Case, *judge.ProfileReport, format.Profile, error) {
 	if p.IsZero() {
 		var err error
 		if p, err = format.ParseProfile(c.Manifest.Precision); err != nil || p.IsZero() {
@@ -37,7 +36,7 @@ func underProfile(c *format.Case, p format.Profile) (*format.Case, *golden.Profi
 	if err != nil {
 		return nil, nil, p, err
 	}
-	jc, rep, err := golden.Tolerances(p, c, base)
+	jc, rep, err := judge.Tolerances(p, c, base)
 	return jc, rep, p, err
 }
 

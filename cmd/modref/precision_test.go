@@ -2,15 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/mod/modcase"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/oracle"
-	"github.com/modref/modref/mod/modcase"
 )
 
 // TestCheckPrecision runs check under each profile on modref's own float32
@@ -27,7 +26,7 @@ func TestCheckPrecision(t *testing.T) {
 		t.Errorf("float32 under --precision float64: exit %d, want 1\n%s", code, out)
 	}
 	code, out, errOut := runCmd("check", "-dir", corpus, "--precision", "bf16", "--json", "layer-paper")
-	var res []golden.CaseResult
+	var res []judge.CaseResult
 	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res) != 1 {
 		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}

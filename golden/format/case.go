@@ -209,3 +209,17 @@ func (c *Case) WriteScratch(dir string) error {
 	}
 	return nil
 }
+
+// Candidate returns a candidate holding the case's own expected values,
+// under their candidate names: copies, which a caller may change.
+func (c *Case) Candidate() map[string]*Array {
+	cand := make(map[string]*Array)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role == RoleExpected {
+			a := *c.Arrays[info.Name]
+			a.F, a.I = slices.Clone(a.F), slices.Clone(a.I)
+			cand[CandidateName(info.Name)] = &a
+		}
+	}
+	return cand
+}

@@ -9,7 +9,7 @@ import (
 
 // Profile is the precision a candidate computes in, as a manifest's
 // "precision" names it, and so the tolerances it is judged by
-// (docs/tolerances.md, "Precision profiles"; golden.Tolerances computes them). Under a
+// (docs/tolerances.md, "Precision profiles"; judge.Tolerances computes them). Under a
 // profile, an array's tolerance is not the manifest's: it comes from a
 // same-precision baseline, the rule of FlashAttention's tests. An emulated
 // implementation of the profile (modcase.Emulate) runs the case; its

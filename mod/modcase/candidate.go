@@ -12,7 +12,7 @@ import (
 // Candidate runs mod on a golden case's inputs and parameters and returns
 // every array the case judges, under the candidate names of
 // docs/golden-format.md (the expected.* names without the prefix, and the
-// grad.* names), for golden.Compare: this is what `modref check` runs when it
+// grad.* names), for judge.Compare: this is what `modref check` runs when it
 // is given no candidate. Float arrays are float32 values (dtype <f4).
 func Candidate(c *format.Case) (map[string]*format.Array, error) {
 	return candidate(c, emulation{})

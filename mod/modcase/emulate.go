@@ -11,7 +11,7 @@ import (
 
 // Emulate runs an emulated implementation of a precision profile on a case
 // and returns its arrays under candidate names: the baseline that
-// golden.Tolerances measures. The points it rounds
+// judge.Tolerances measures. The points it rounds
 // (docs/tolerances.md, "Precision profiles"):
 //
 //   - float64: ref itself (oracle.RefCandidate), the truth's own
@@ -35,7 +35,7 @@ import (
 //     operations stay float32, as autocast keeps them.
 //
 // Where the emulation routes a near-tie otherwise than the truth (a
-// decision within the format's error of a tie), golden.Tolerances
+// decision within the format's error of a tie), judge.Tolerances
 // measures its errors against the truth at its own decisions.
 func Emulate(c *format.Case, p format.Profile) (map[string]*format.Array, error) {
 	switch {

@@ -1,13 +1,12 @@
 package modcase
 
 import (
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
 	"maps"
 	"slices"
 	"testing"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/oracle"
 )
 
 // roundingTies returns layer-ties with, in every row, the router weight of
@@ -75,23 +74,23 @@ func TestFlipsAtRoundingTies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jc, _, err := golden.Tolerances(p, c, base)
+	jc, _, err := judge.Tolerances(p, c, base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	judge := func(cand map[string]*format.Array) *golden.CaseResult {
+	judgeAt := func(cand map[string]*format.Array) *judge.CaseResult {
 		t.Helper()
-		res, err := golden.Compare(jc, cand, false)
+		res, err := judge.Compare(jc, cand, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err = golden.JudgeFlips(jc, cand, res, false); err != nil {
+		if res, err = judge.JudgeFlips(jc, cand, res, false); err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	res := judge(base)
-	if !res.Pass || res.Flips == nil || res.Flips.Verdict != golden.FlipsRejudged {
+	res := judgeAt(base)
+	if !res.Pass || res.Flips == nil || res.Flips.Verdict != judge.FlipsRejudged {
 		t.Fatalf("the bf16 emulation: pass %v, flips %+v", res.Pass, res.Flips)
 	}
 	if f := res.Flips; f.Count != 2*len(moved) || len(f.Flips) != len(moved) || f.NearTies < f.Count {
@@ -113,7 +112,7 @@ func TestFlipsAtRoundingTies(t *testing.T) {
 		dropped.I[b*s.Shape[1]+k] = -1
 	}
 	off["selected"] = dropped
-	if res := judge(off); res.Pass || res.Flips == nil || res.Flips.Verdict != golden.FlipsBeyond {
+	if res := judgeAt(off); res.Pass || res.Flips == nil || res.Flips.Verdict != judge.FlipsBeyond {
 		t.Errorf("fewer tokens routed: pass %v, flips %+v; want a failure beyond the margin", res.Pass, res.Flips)
 	}
 
@@ -131,7 +130,7 @@ func TestFlipsAtRoundingTies(t *testing.T) {
 	swapped.I[0] = int64(low)
 	slices.Sort(swapped.I[:s.Shape[1]])
 	far["selected"] = swapped
-	if res := judge(far); res.Pass || res.Flips.Verdict != golden.FlipsBeyond {
+	if res := judgeAt(far); res.Pass || res.Flips.Verdict != judge.FlipsBeyond {
 		t.Errorf("a decisive flip: pass %v, flips %+v", res.Pass, res.Flips)
 	}
 }

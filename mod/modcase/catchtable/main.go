@@ -19,6 +19,7 @@ package main
 
 import (
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 
 	"flag"
 	"fmt"
@@ -90,7 +91,7 @@ func run(d format.Corpus) error {
 			if err != nil {
 				return err
 			}
-			if judged[i], _, err = golden.Tolerances(p, c, base); err != nil {
+			if judged[i], _, err = judge.Tolerances(p, c, base); err != nil {
 				return err
 			}
 			noise[i] = base
@@ -105,9 +106,9 @@ func run(d format.Corpus) error {
 					continue
 				}
 				cand := withNoise(c, dv, noise[i])
-				res, err := golden.Compare(judged[i], cand, false)
+				res, err := judge.Compare(judged[i], cand, false)
 				if err == nil && !res.Pass {
-					res, err = golden.JudgeFlips(judged[i], cand, res, false)
+					res, err = judge.JudgeFlips(judged[i], cand, res, false)
 				}
 				switch {
 				case err != nil:

@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"encoding/json"

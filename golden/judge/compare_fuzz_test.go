@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"encoding/binary"
@@ -32,7 +32,7 @@ func (b *fuzzBytes) u64() uint64 { return binary.LittleEndian.Uint64(b.take(8)) 
 var fuzzCases = sync.OnceValues(func() ([]*format.Case, error) {
 	var cs []*format.Case
 	for _, n := range []string{"layer-paper", "layer-padding", "layer-causal-router", "layer-ties", "model-every-other", "decode-router"} {
-		c, err := format.Load("corpus", n)
+		c, err := format.Load("../corpus", n)
 		if err != nil {
 			return nil, err
 		}

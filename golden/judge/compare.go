@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"encoding/json"
@@ -116,29 +116,29 @@ var ErrBadValue = errors.New("invalid value")
 // zeros; a selected array of another width is judged as a routing
 // mismatch.
 func Compare(c *format.Case, cand map[string]*format.Array, allowMissing bool) (*CaseResult, error) {
-	rule := refuseMissing
+	rule := RefuseMissing
 	if allowMissing {
-		rule = reportMissing
+		rule = ReportMissing
 	}
-	return compare(c, cand, rule)
+	return CompareWith(c, cand, rule)
 }
 
-// missingRule is what compare does with a required array the candidate
+// MissingRule is what CompareWith does with a required array the candidate
 // left out.
-type missingRule int
+type MissingRule int
 
 const (
-	// refuseMissing makes it bad input.
-	refuseMissing missingRule = iota
-	// reportMissing judges it missing, a failure.
-	reportMissing
-	// skipMissing lists it in Absent, not judged.
-	skipMissing
+	// RefuseMissing makes it bad input.
+	RefuseMissing MissingRule = iota
+	// ReportMissing judges it missing, a failure.
+	ReportMissing
+	// SkipMissing lists it in Absent, not judged.
+	SkipMissing
 )
 
-// compare is Compare with a rule for missing arrays: an optional one is
+// CompareWith is Compare with a rule for missing arrays: an optional one is
 // always listed in Absent.
-func compare(c *format.Case, cand map[string]*format.Array, rule missingRule) (*CaseResult, error) {
+func CompareWith(c *format.Case, cand map[string]*format.Array, rule MissingRule) (*CaseResult, error) {
 	res := &CaseResult{Case: c.Manifest.Name, Pass: true}
 	for _, info := range c.Manifest.Arrays {
 		if info.Role != format.RoleExpected {
@@ -151,12 +151,12 @@ func compare(c *format.Case, cand map[string]*format.Array, rule missingRule) (*
 			// judged as zeros.
 			got, ok = &format.Array{Shape: info.Shape, F: make([]float64, format.Elements(info.Shape)), DType: "<f8"}, true
 		}
-		if !ok && (rule == skipMissing || Optional(c, info.Name)) {
+		if !ok && (rule == SkipMissing || Optional(c, info.Name)) {
 			res.Absent = append(res.Absent, name)
 			continue
 		}
 		if !ok {
-			if rule == refuseMissing {
+			if rule == RefuseMissing {
 				kind := "float32 or float64"
 				if info.DType == "<i8" {
 					kind = "int32 or int64"

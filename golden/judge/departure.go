@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"cmp"
@@ -343,7 +343,7 @@ func wherePattern(c *format.Case, name string, shape []int, wrong func(k int) bo
 		}
 		return false
 	}
-	sel := selectedMask(c, name)
+	sel := SelectedMask(c, name)
 	var rows []string
 	var inSel, inSelAll, outSel, outSelAll int
 	for b := range cfg.Batch {
@@ -401,10 +401,10 @@ func positions(pos []int, n int) string {
 	return fmt.Sprint(pos)
 }
 
-// selectedMask is the oracle's selection of the layer an array belongs to
+// SelectedMask is the oracle's selection of the layer an array belongs to
 // (a layer case's; L<l>'s in a model), by row and position; nil when the
 // case has none there.
-func selectedMask(c *format.Case, name string) [][]bool {
+func SelectedMask(c *format.Case, name string) [][]bool {
 	prefix := "expected."
 	if m := layerArray.FindStringSubmatch(strings.TrimPrefix(name, "grad.")); m != nil && !strings.HasPrefix(name, "grad.") {
 		prefix = "expected.L" + m[1] + "."
@@ -460,7 +460,7 @@ func describeSelection(c *format.Case, got *format.Array, a ArrayResult) string 
 
 // selectedSets is a B×k array of positions as sorted rows, −1 dropped.
 func selectedSets(a *format.Array) [][]int {
-	rows := positionRows(a)
+	rows := PositionRows(a)
 	for _, row := range rows {
 		slices.Sort(row)
 	}
@@ -564,4 +564,19 @@ func selectionScope(c *format.Case, name string, sel [][]int) string {
 		}
 	}
 	return ""
+}
+
+// PositionRows is a B×k array of positions as rows in the order written,
+// −1 dropped.
+func PositionRows(a *format.Array) [][]int {
+	rows := make([][]int, a.Shape[0])
+	for b := range rows {
+		rows[b] = []int{}
+		for _, p := range a.I[b*a.Shape[1] : (b+1)*a.Shape[1]] {
+			if p >= 0 {
+				rows[b] = append(rows[b], int(p))
+			}
+		}
+	}
+	return rows
 }

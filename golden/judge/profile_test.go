@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"math"
@@ -46,7 +46,7 @@ func expectedAsCandidate(c *format.Case) map[string]*format.Array {
 // margin twice the router logits' tolerance, integers exact, and the
 // manifest left as it was.
 func TestProfileTolerances(t *testing.T) {
-	c, err := format.Load("corpus", "layer-paper")
+	c, err := format.Load("../corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestProfileTolerances(t *testing.T) {
 // TestProfileRefusesABadBaseline: a baseline that lacks an array or
 // overflowed is an error naming it, not a tolerance.
 func TestProfileRefusesABadBaseline(t *testing.T) {
-	c, err := format.Load("corpus", "layer-paper")
+	c, err := format.Load("../corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"math"
@@ -9,22 +9,9 @@ import (
 	"github.com/modref/modref/golden/format"
 )
 
-// perfect returns a candidate holding the case's own expected values.
-func perfect(c *format.Case) map[string]*format.Array {
-	cand := make(map[string]*format.Array)
-	for _, info := range c.Manifest.Arrays {
-		if info.Role == format.RoleExpected {
-			a := *c.Arrays[info.Name]
-			a.F, a.I = slices.Clone(a.F), slices.Clone(a.I)
-			cand[format.CandidateName(info.Name)] = &a
-		}
-	}
-	return cand
-}
-
 func loadCase(t *testing.T, name string) *format.Case {
 	t.Helper()
-	c, err := format.Load("corpus", name)
+	c, err := format.Load("../corpus", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +32,7 @@ func result(t *testing.T, r *CaseResult, name string) ArrayResult {
 func TestComparePerfectCandidatePasses(t *testing.T) {
 	for _, name := range []string{"layer-paper", "layer-padding", "model-every-other", "decode-router"} {
 		c := loadCase(t, name)
-		r, err := Compare(c, perfect(c), false)
+		r, err := Compare(c, c.Candidate(), false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,10 +44,10 @@ func TestComparePerfectCandidatePasses(t *testing.T) {
 
 func TestCompareFindsTheWorstElement(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	cand := perfect(c)
+	cand := c.Candidate()
 	out := cand["out"]
 	k := 1*8*8 + 3*8 + 5 // element [1 3 5]
-	tol := result(t, mustCompare(t, c, perfect(c)), "out").Tolerance
+	tol := result(t, mustCompare(t, c, c.Candidate()), "out").Tolerance
 	bound := tol.ATol + tol.RTol*math.Abs(out.F[k])
 	out.F[k] += 2 * bound
 	out.F[0] += 0.5 * (tol.ATol + tol.RTol*math.Abs(out.F[0])) // inside the tolerance
@@ -79,7 +66,7 @@ func TestCompareFindsTheWorstElement(t *testing.T) {
 
 func TestCompareIgnoresPaddedPositions(t *testing.T) {
 	c := loadCase(t, "layer-padding") // row 1 has 6 valid tokens of 10
-	cand := perfect(c)
+	cand := c.Candidate()
 	cand["router_logits"].F[1*10+7] += 100
 	cand["out"].F[(1*10+9)*8] += 100
 	if r := mustCompare(t, c, cand); !r.Pass {
@@ -93,7 +80,7 @@ func TestCompareIgnoresPaddedPositions(t *testing.T) {
 
 func TestCompareReportsRoutingMismatch(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	cand := perfect(c)
+	cand := c.Candidate()
 	sel := cand["selected"]
 	k := sel.Shape[1]
 	want := slices.Clone(sel.I[:k])
@@ -152,14 +139,14 @@ func TestCompareBadCandidates(t *testing.T) {
 			m["targets"].I[3] = 2
 		}, `array "targets" has dtype <i8, want floating point (<f8`},
 	} {
-		cand := perfect(c)
+		cand := c.Candidate()
 		tc.edit(cand)
 		_, err := Compare(c, cand, false)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}
 	}
-	cand := perfect(c)
+	cand := c.Candidate()
 	delete(cand, "grad.param.Wq")
 	r, err := Compare(c, cand, true)
 	if err != nil || r.Pass || result(t, r, "grad.param.Wq").Status != StatusMissing {
@@ -189,7 +176,7 @@ func TestCompareSelectedOfAnotherWidth(t *testing.T) {
 		narrow.I = append(narrow.I, want.I[b*k:b*k+k-1]...)
 		wide.I = append(append(wide.I, want.I[b*k:(b+1)*k]...), -1)
 	}
-	cand := perfect(c)
+	cand := c.Candidate()
 	cand["selected"] = wide
 	if r := result(t, mustCompare(t, c, cand), "selected"); r.Status != StatusPass {
 		t.Errorf("extra -1 padding: %+v", r)
@@ -215,7 +202,7 @@ func TestCompareSelectedOfAnotherWidth(t *testing.T) {
 // candidate may give it as integers 0 and 1, judged the same.
 func TestCompareIntegerTargets(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	cand := perfect(c)
+	cand := c.Candidate()
 	tg := cand["targets"]
 	it := &format.Array{Shape: tg.Shape, DType: "<i4"}
 	for _, v := range tg.F {
@@ -252,7 +239,7 @@ func TestCompareZeroByConfiguration(t *testing.T) {
 		if tc.optional && c.Arrays["expected."+tc.array].F[0] != 0 {
 			t.Errorf("%s %s is optional but %v", tc.name, tc.array, c.Arrays["expected."+tc.array].F[0])
 		}
-		cand := perfect(c)
+		cand := c.Candidate()
 		delete(cand, tc.array)
 		r, err := Compare(c, cand, false)
 		switch {
@@ -268,7 +255,7 @@ func TestCompareZeroByConfiguration(t *testing.T) {
 // boundary to the higher position broke the tie rule; that is no near tie.
 func TestCompareTieRule(t *testing.T) {
 	c := loadCase(t, "layer-ties")
-	cand := perfect(c)
+	cand := c.Candidate()
 	sel, r := cand["selected"], c.Arrays["expected.router_logits"]
 	s, k := r.Shape[1], sel.Shape[1]
 	row := sel.I[:k]
@@ -337,4 +324,11 @@ func TestCompareCausalThreshold(t *testing.T) {
 	if m := a.Routing[0]; !m.Causal || !m.Tie || m.NearTie || !slices.Equal(m.OnlyCandidate, []int{zero}) {
 		t.Errorf("the zero weight routed: %+v, want a causal tie at %d", m, zero)
 	}
+}
+
+// perfectWith is the case's own values with one array replaced.
+func perfectWith(c *format.Case, name string, a *format.Array) map[string]*format.Array {
+	cand := c.Candidate()
+	cand[name] = a
+	return cand
 }

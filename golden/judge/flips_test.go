@@ -1,4 +1,4 @@
-package golden
+package judge
 
 import (
 	"slices"
@@ -19,7 +19,7 @@ func TestFlipLimit(t *testing.T) {
 // margin, swapping one selected token per row for an unselected one is
 // rejudged, and swapping all of them is too many flips.
 func TestJudgeFlipsTooMany(t *testing.T) {
-	c, err := format.Load("corpus", "layer-paper")
+	c, err := format.Load("../corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +66,13 @@ func TestJudgeFlipsTooMany(t *testing.T) {
 // corpus (the per-layer inputs rebuilt from Embed and the layers in order
 // are the model forward's).
 func TestFrozenTruthAtTheTruthsDecisions(t *testing.T) {
-	names, err := format.List("corpus")
+	names, err := format.List("../corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, name := range names {
-		c, err := format.Load("corpus", name)
+		c, err := format.Load("../corpus", name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestFrozenTruthAtTheTruthsDecisions(t *testing.T) {
 // the flip moved: the first layer's router logits (its own input) stay, a
 // later layer's move.
 func TestJudgeFlipsInLayerOrder(t *testing.T) {
-	c, err := format.Load("corpus", "model-every-other")
+	c, err := format.Load("../corpus", "model-every-other")
 	if err != nil {
 		t.Fatal(err)
 	}
