@@ -286,6 +286,8 @@ flags:
 		}
 	}
 	switch {
+	case *printConfig != "" && (*configFile != "" || dir != "" || *keep):
+		return fmt.Errorf("--print-config prints a case's configuration and writes nothing; it cannot be combined with --config, --out or --keep-others")
 	case *printConfig != "":
 		g, err := golden.Embedded().GenConfigOf(*printConfig)
 		if err != nil {

@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"autograd/internal/kernel": {},
 	"nn":                       {"spec", "autograd"},
 	"mod":                      {"spec", "autograd", "nn"},
-	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile", "internal/lowp"},
+	"golden":                   {"spec", "ref", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
 	"internal/lowp":            {},
 	"internal/catchtable":      {"golden", "internal/modcase"},
 	"internal/readfile":        {},

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/modref/modref/golden"
+	"github.com/modref/modref/internal/dirlock"
+)
+
+// The gen regression tests of issue 37 ("Lost records", "gen --out
+// replacing the directory itself", "Cases no reader loads"), through the
+// built binary.
+
+// smallGenConfig writes, in dir, the configuration of a small layer case
+// named name (layer-softmax at B = 2, S = 8, d = 8), edited by edit, and
+// returns its path.
+func smallGenConfig(t *testing.T, dir, name string, edit func(g map[string]any)) string {
+	t.Helper()
+	code, out, errOut := runBin(t, "gen", "--print-config", "layer-softmax")
+	if code != 0 {
+		t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
+	}
+	var g map[string]any
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatal(err)
+	}
+	g["name"] = name
+	if edit != nil {
+		edit(g)
+	}
+	raw, err := json.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, dir, name+".config.json", raw)
+}
+
+// genRecordFiles returns the file names dir's gen record lists.
+func genRecordFiles(t *testing.T, dir string) map[string][]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, golden.GenRecord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ Files map[string][]string }
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Files
+}
+
+// TestGenLocksItsDirectory: gen --config and gen --out into a directory
+// another process holds (internal/dirlock, as train holds its run) are
+// refused at once, "in use", nothing written; gens started together into
+// one directory either finish with their case in the record, loadable, or
+// are refused as "in use", never both exit 0 with a case lost.
+func TestGenLocksItsDirectory(t *testing.T) {
+	work := t.TempDir()
+	dir := filepath.Join(work, "cases")
+	os.Mkdir(dir, 0o755)
+	cfg := smallGenConfig(t, work, "held", nil)
+	l, err := dirlock.Acquire(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectRefused(t, []string{"gen", "--config", cfg, "--out", dir}, []string{dir, "in use"}, dir)
+	expectRefused(t, []string{"gen", "--out", dir}, []string{dir, "in use"}, dir)
+	l.Release()
+
+	const n = 4
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	errs := make([]string, n)
+	for i := range n {
+		cfg := smallGenConfig(t, work, fmt.Sprintf("racer-%d", i), nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], _, errs[i] = runBin(t, "gen", "--config", cfg, "--out", dir)
+		}()
+	}
+	wg.Wait()
+	files := genRecordFiles(t, dir)
+	for i := range n {
+		name := fmt.Sprintf("racer-%d", i)
+		switch {
+		case codes[i] == 0:
+			if files[name+".json"] == nil || files[name+".npz"] == nil {
+				t.Errorf("gen of %s exited 0, and the record does not list its files: %v", name, files)
+			}
+			if code, out, errOut := runBin(t, "check", "--corpus", dir, name); code != 0 {
+				t.Errorf("check of %s: exit %d\n%s%s", name, code, out, errOut)
+			}
+		case codes[i] != 2 || !strings.Contains(errs[i], "in use"):
+			t.Errorf("gen of %s: exit %d, stderr %q; want 0, or 2 and \"in use\"", name, codes[i], errs[i])
+		}
+	}
+}
+
+// TestGenRecordNotALink: a .modref-gen that is a link (here to another
+// directory's record) is refused by gen --config and gen --out, and
+// neither record changes: gen writes its record only as a file of DIR.
+func TestGenRecordNotALink(t *testing.T) {
+	work := t.TempDir()
+	other := filepath.Join(work, "other")
+	os.Mkdir(other, 0o755)
+	cfg := smallGenConfig(t, work, "theirs", nil)
+	if code, _, errOut := runBin(t, "gen", "--config", cfg, "--out", other); code != 0 {
+		t.Fatalf("gen --config: exit %d\n%s", code, errOut)
+	}
+	dir := filepath.Join(work, "mine")
+	os.Mkdir(dir, 0o755)
+	if err := os.Symlink(filepath.Join(other, golden.GenRecord), filepath.Join(dir, golden.GenRecord)); err != nil {
+		t.Fatal(err)
+	}
+	mine := smallGenConfig(t, work, "mine", nil)
+	expectRefused(t, []string{"gen", "--config", mine, "--out", dir}, []string{golden.GenRecord, "a symbolic link", "not a regular file"}, work)
+	expectRefused(t, []string{"gen", "--out", dir}, []string{golden.GenRecord, "a symbolic link"}, work)
+}
+
+// TestGenLeavesLookalikeTemporaries: a user's file named like a
+// temporary that a killed modref left is never removed: gen --out refuses
+// the directory naming it, gen --out --keep-others and gen --config leave
+// it as it is. What a killed gen did leave (SIGKILL at every step of a gen
+// --config's write, from the modref_crashtest build) its record lists, and
+// the next gen removes it and writes the case whole.
+func TestGenLeavesLookalikeTemporaries(t *testing.T) {
+	work := t.TempDir()
+	dir := filepath.Join(work, "corpus")
+	os.Mkdir(dir, 0o755)
+	if code, errOut := genOut(t, dir); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, errOut)
+	}
+	lookalike := ".layer-paper.npz.modref-tmp-2147483646-abcdef123456"
+	writeFile(t, dir, lookalike, []byte("my notes"))
+	expectRefused(t, []string{"gen", "--out", dir}, []string{lookalike, "gen did not write"}, dir)
+	if code, errOut := genOut(t, dir, "--keep-others"); code != 0 {
+		t.Fatalf("gen --keep-others: exit %d\n%s", code, errOut)
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, lookalike)); err != nil || string(raw) != "my notes" {
+		t.Errorf("gen --keep-others: %s is %q (%v), want the user's file kept", lookalike, raw, err)
+	}
+
+	bin := filepath.Join(t.TempDir(), "modref-crashtest")
+	if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building with -tags modref_crashtest: %v\n%s", err, out)
+	}
+	cfg := smallGenConfig(t, work, "killed", nil)
+	// A gen --config into a directory with a record: the record rewritten
+	// (file 1), the case's two files staged (2, 3), renamed (1, 2 of the
+	// renames), the record narrowed (4).
+	var points []string
+	for f := 1; f <= 4; f++ {
+		points = append(points, fmt.Sprintf("file-created:%d", f), fmt.Sprintf("file-written:%d", f), fmt.Sprintf("file-renamed:%d", f))
+	}
+	for _, p := range points {
+		cases := filepath.Join(work, "killed-"+strings.ReplaceAll(p, ":", "-"))
+		os.Mkdir(cases, 0o755)
+		first := smallGenConfig(t, work, "first", nil)
+		if code, _, errOut := runBin(t, "gen", "--config", first, "--out", cases); code != 0 {
+			t.Fatalf("gen --config: exit %d\n%s", code, errOut)
+		}
+		user := ".killed.npz.modref-tmp-2147483646-0123456789ab"
+		writeFile(t, cases, user, []byte("mine"))
+		cmd := exec.Command(bin, "gen", "--config", cfg, "--out", cases)
+		cmd.Env = append(os.Environ(), "MODREF_CRASH_AT="+p)
+		out, err := cmd.CombinedOutput()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: gen was not killed (%v)\n%s", p, err, out)
+		}
+		if code, _, errOut := runBin(t, "gen", "--config", cfg, "--out", cases); code != 0 {
+			t.Errorf("%s: gen --config after the kill: exit %d\n%s", p, code, errOut)
+			continue
+		}
+		ents, _ := os.ReadDir(cases)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		want := []string{user, golden.GenRecord, "first.json", "first.npz", "killed.json", "killed.npz"}
+		if strings.Join(names, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: after the kill and a second gen the directory holds %v, want %v", p, names, want)
+		}
+		if raw, _ := os.ReadFile(filepath.Join(cases, user)); string(raw) != "mine" {
+			t.Errorf("%s: the user's %s changed", p, user)
+		}
+		if code, out, errOut := runBin(t, "check", "--corpus", cases, "first", "killed"); code != 0 {
+			t.Errorf("%s: check: exit %d\n%s%s", p, code, out, errOut)
+		}
+	}
+}
+
+// TestGenOutWritesInside: gen --out writes inside DIR, never replacing it:
+// DIR keeps its inode (so a mount point works), its setgid bit and its
+// owner, and a DIR whose parent gen may not write (gen run as nobody) is
+// written.
+func TestGenOutWritesInside(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to give the directory another owner and to run gen as nobody")
+	}
+	work := t.TempDir()
+	dir := filepath.Join(work, "corpus")
+	os.Mkdir(dir, 0o755)
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o775|os.ModeSetgid)
+	before, _ := os.Stat(dir)
+	if code, errOut := genOut(t, dir); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, errOut)
+	}
+	after, _ := os.Stat(dir)
+	b, a := before.Sys().(*syscall.Stat_t), after.Sys().(*syscall.Stat_t)
+	if a.Ino != b.Ino || a.Uid != 65534 || a.Gid != 65534 || after.Mode() != before.Mode() {
+		t.Errorf("after gen --out the directory is inode %d, owner %d:%d, mode %v; want %d, 65534:65534, %v (kept)", a.Ino, a.Uid, a.Gid, after.Mode(), b.Ino, before.Mode())
+	}
+	ents, _ := os.ReadDir(dir)
+	if fi, err := ents[1].Info(); err != nil || fi.Sys().(*syscall.Stat_t).Gid != 65534 {
+		t.Errorf("%s: group not the directory's (setgid)", ents[1].Name())
+	}
+
+	// A parent nobody may not write.
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed to run gen as nobody: %v", err)
+	}
+	for p := work; p != "/"; p = filepath.Dir(p) {
+		if fi, _ := os.Stat(p); fi.Mode().Perm()&0o005 != 0o005 {
+			os.Chmod(p, fi.Mode().Perm()|0o005)
+			defer os.Chmod(p, fi.Mode().Perm())
+		}
+	}
+	os.Chmod(work, 0o755)
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", modrefBin, "gen", "--out", dir)
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("gen --out as nobody, into its own directory in root's: %v\n%s", err, out)
+	}
+}
+
+// TestGenPrintConfigAlone: --print-config writes nothing, and is refused
+// with --config or --out rather than ignoring them.
+func TestGenPrintConfigAlone(t *testing.T) {
+	work := t.TempDir()
+	cfg := smallGenConfig(t, work, "mine", nil)
+	out := filepath.Join(work, "out")
+	expectRefused(t, []string{"gen", "--print-config", "layer-paper", "--config", cfg, "--out", out}, []string{"--print-config", "--config"}, work)
+	expectRefused(t, []string{"gen", "--print-config", "layer-paper", "--out", out}, []string{"--print-config", "--out"}, work)
+}
