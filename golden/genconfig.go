@@ -76,6 +76,9 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	if err := g.checkTies(); err != nil {
 		return nil, err
 	}
+	if err := g.checkRepresentable(); err != nil {
+		return nil, err
+	}
 	m := &Manifest{Kind: g.Kind, Config: g.Config}
 	if n := 2 * paramCount(m); n > maxCaseElements {
 		return nil, fmt.Errorf("config: the case would hold %d parameter values and as many gradients, more than the %d values a case may hold together (the sizes d_model, d_ff, layers, vocab): %w",
@@ -86,6 +89,80 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 			w, most, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
 	}
 	return &g, nil
+}
+
+// MaxDescriptionBytes bounds a generated case's description, so that its
+// manifest stays far within the 1 MiB a reader reads (maxManifestBytes);
+// the corpus's are under 1 KB.
+const MaxDescriptionBytes = 1 << 16
+
+// maxGenWeight bounds the jitter scale s and the auxiliary and
+// load-balancing weights of a generated case: the self-check computes the
+// case in float32, whose range (3.4e38) a weight of 1e300 overflows (the
+// loss becomes infinite), while 1e15 still passes it. A configuration
+// above it is refused before anything is generated.
+const maxGenWeight = 1e12
+
+// checkRepresentable refuses what would make a case no reader loads: a
+// description longer than MaxDescriptionBytes, and a jitter or a weight
+// above maxGenWeight.
+func (g *GenConfig) checkRepresentable() error {
+	if len(g.Description) > MaxDescriptionBytes {
+		return fmt.Errorf("description: %d bytes, more than the %d a case's description may have (its manifest is read up to 1 MiB): %w", len(g.Description), MaxDescriptionBytes, ErrTooLarge)
+	}
+	type layer struct {
+		where string
+		cfg   spec.Config
+	}
+	var layers []layer
+	if l := g.Config.Layer; l != nil {
+		layers = append(layers, layer{"config.layer", *l})
+	}
+	for i, l := range g.Config.Layers {
+		layers = append(layers, layer{fmt.Sprintf("config.layers[%d]", i), l.Config})
+	}
+	for _, l := range layers {
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"jitter", l.cfg.Jitter}, {"aux_weight", l.cfg.AuxWeight}, {"load_balance_weight", l.cfg.LoadBalanceWeight}} {
+			if f.v > maxGenWeight {
+				return fmt.Errorf("%s.%s = %g: at most %g, so that the case's values stay within float32's range, in which its self-check computes it", l.where, f.name, f.v, maxGenWeight)
+			}
+		}
+	}
+	return nil
+}
+
+// checkLoadable refuses a generated case (before its catches are
+// measured) that a reader would not load or that holds a value float64
+// does not represent: its arrays within maxCaseElements, every value
+// finite, and its manifest, with every deviation as a catch, within
+// maxManifestBytes (per-row routing gaps at a large batch can exceed it).
+func checkLoadable(c *Case) error {
+	if _, err := c.Manifest.checkBounds(); err != nil {
+		return fmt.Errorf("config: the case would not load: %w", err)
+	}
+	for _, info := range c.Manifest.Arrays {
+		if a := c.Arrays[info.Name]; a != nil {
+			if k := a.firstNonFinite(); k >= 0 {
+				return fmt.Errorf("config: the case's %s holds %v at %v, which no reader accepts; lower the weights or sizes", info.Name, a.F[k], a.Index(k))
+			}
+		}
+	}
+	m := *c.Manifest
+	m.Catches = nil
+	for _, d := range Deviations {
+		m.Catches = append(m.Catches, d.Name)
+	}
+	raw, err := m.encode()
+	if err != nil {
+		return err
+	}
+	if len(raw) > maxManifestBytes {
+		return fmt.Errorf("config: the case's manifest would take %d bytes, more than the %d a reader reads (its routing gaps are one per routed layer and row: batch %d): %w", len(raw), maxManifestBytes, c.Manifest.Config.Batch, ErrTooLarge)
+	}
+	return nil
 }
 
 // checkTies checks the Ties field: empty, or "exact" or "bf16" on a layer
@@ -125,11 +202,10 @@ func GenerateFromConfig(g *GenConfig) (*Case, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The case must be one a reader loads: its arrays within
-	// maxCaseElements (DecodeGenConfig refuses early what its parameters
-	// and their gradients alone exceed).
-	if _, err := c.Manifest.checkBounds(); err != nil {
-		return nil, fmt.Errorf("config: the case would not load: %w", err)
+	// The case must be one a reader loads (DecodeGenConfig refuses early
+	// what its parameters and their gradients alone exceed).
+	if err := checkLoadable(c); err != nil {
+		return nil, err
 	}
 	if c.Manifest.Catches, err = measuredCatches(c); err != nil {
 		return nil, err

@@ -255,3 +255,35 @@ func TestGenPrintConfigAlone(t *testing.T) {
 	expectRefused(t, []string{"gen", "--print-config", "layer-paper", "--config", cfg, "--out", out}, []string{"--print-config", "--config"}, work)
 	expectRefused(t, []string{"gen", "--print-config", "layer-paper", "--out", out}, []string{"--print-config", "--out"}, work)
 }
+
+// TestGenRefusesCasesNoReaderLoads: gen --config refuses, exit 2, nothing
+// written, a case no reader would load or whose own self-check would fail:
+// a description past 64 KiB (here 10^6 bytes, whose manifest would pass 1 MiB), a jitter or load-balancing weight of 1e300
+// (infinite in float32), and a manifest past the reader's 1 MiB (per-row
+// routing gaps at B = 40000).
+func TestGenRefusesCasesNoReaderLoads(t *testing.T) {
+	work := t.TempDir()
+	out := filepath.Join(work, "out")
+	os.Mkdir(out, 0o755)
+	layer := func(edit func(l map[string]any)) func(g map[string]any) {
+		return func(g map[string]any) { edit(g["config"].(map[string]any)["layer"].(map[string]any)) }
+	}
+	for _, c := range []struct {
+		name string
+		edit func(g map[string]any)
+		want []string
+	}{
+		{"long-description", func(g map[string]any) { g["description"] = strings.Repeat("long ", 200000) }, []string{"description", "1000000 bytes", "65536"}},
+		{"huge-jitter", layer(func(l map[string]any) { l["jitter"] = 1e300 }), []string{"config.layer.jitter = 1e+300", "float32"}},
+		{"huge-load-balance", layer(func(l map[string]any) { l["load_balance_weight"] = 1e300 }), []string{"config.layer.load_balance_weight = 1e+300"}},
+		{"many-rows", func(g map[string]any) {
+			c := g["config"].(map[string]any)
+			c["batch"], c["seq_len"] = 40000, 2
+			l := c["layer"].(map[string]any)
+			l["d_model"], l["heads"], l["d_ff"], l["predictor_hidden"] = 2, 1, 2, 0
+		}, []string{"manifest would take", "1048576", "batch 40000", "too large"}},
+	} {
+		cfg := smallGenConfig(t, work, c.name, c.edit)
+		expectRefused(t, []string{"gen", "--config", cfg, "--out", out}, c.want, out)
+	}
+}
