@@ -287,3 +287,84 @@ func TestGenRefusesCasesNoReaderLoads(t *testing.T) {
 		expectRefused(t, []string{"gen", "--config", cfg, "--out", out}, c.want, out)
 	}
 }
+
+// TestTrainRecoveryAdvice: what train says after a kill (SIGKILL from the
+// modref_crashtest build) is right and enough. Killed while describing its
+// lock, the run leaves a temporary that no longer blocks a new run; killed
+// in its first save before config.json (the last file) was written, it is
+// told there is nothing to resume and to remove the leftover (not to
+// rename it into place), after which it runs; killed once the save was
+// whole but not in place, renaming the leftover as told resumes it. A run
+// started while another holds the directory and has begun writing there is
+// told the directory is in use, not that it is not new.
+func TestTrainRecoveryAdvice(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "modref-crashtest")
+	if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building with -tags modref_crashtest: %v\n%s", err, out)
+	}
+	work := t.TempDir()
+	data := writeFile(t, work, "text.txt", []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)))
+	kill := func(run, at string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
+		cmd.Env = append(os.Environ(), "MODREF_CRASH_AT="+at)
+		out, err := cmd.CombinedOutput()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: train was not killed (%v)\n%s", at, err, out)
+		}
+	}
+	leftover := func(run string) string {
+		t.Helper()
+		ents, _ := os.ReadDir(run)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".checkpoint.modref-tmp-") {
+				return filepath.Join(run, e.Name())
+			}
+		}
+		t.Fatalf("%s holds no leftover of a checkpoint save: %v", run, ents)
+		return ""
+	}
+
+	// The lock's description is the first file written.
+	run := filepath.Join(work, "lock-description")
+	kill(run, "file-created:1")
+	if code, out, errOut := runBin(t, append([]string{"train", "--out", run, "--data", data}, smallRun...)...); code != 0 {
+		t.Errorf("train after a kill while describing the lock: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// The first save's files are 2 to 6, config.json the last.
+	run = filepath.Join(work, "before-config")
+	kill(run, "file-created:6")
+	left := leftover(run)
+	code, _, errOut := runBin(t, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
+	if code != 2 || !strings.Contains(errOut, filepath.Base(left)) || !strings.Contains(errOut, "nothing to resume; remove it") || strings.Contains(errOut, "rename") {
+		t.Errorf("train after a first save cut before config.json: exit %d, stderr %q; want 2, the leftover named, and to remove it", code, errOut)
+	}
+	os.RemoveAll(left)
+	if code, out, errOut := runBin(t, append([]string{"train", "--out", run, "--data", data}, smallRun...)...); code != 0 {
+		t.Errorf("train once the leftover is removed: exit %d\n%s%s", code, out, errOut)
+	}
+
+	run = filepath.Join(work, "whole")
+	kill(run, "dir-filled:1")
+	left = leftover(run)
+	code, _, errOut = runBin(t, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
+	if code != 2 || !strings.Contains(errOut, "rename it to checkpoint and pass --resume") {
+		t.Errorf("train after a whole first save not put in place: exit %d, stderr %q; want 2 and to rename it", code, errOut)
+	}
+	os.Rename(left, filepath.Join(run, "checkpoint"))
+	if code, out, errOut := runBin(t, "train", "--out", run, "--data", data, "--resume"); code != 0 || checkpointStep(t, run) != 12 {
+		t.Errorf("--resume of the renamed checkpoint: exit %d, step %d\n%s%s", code, checkpointStep(t, run), out, errOut)
+	}
+
+	// Another run holds the directory and has begun its first save.
+	run = filepath.Join(work, "in-use")
+	os.Mkdir(run, 0o755)
+	l, err := dirlock.Acquire(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	os.Mkdir(filepath.Join(run, fmt.Sprintf(".checkpoint.modref-tmp-%d-0123456789ab", os.Getpid())), 0o755)
+	expectRefused(t, append([]string{"train", "--out", run, "--data", data}, smallRun...), []string{run, "in use"}, run)
+}
