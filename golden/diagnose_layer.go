@@ -1026,7 +1026,7 @@ func emulateLayerCase(c *Case, w map[string]written, progress func(done, total i
 		return nil, err
 	}
 	s := layerSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
@@ -1241,7 +1241,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, []spec.Config{s.cfg}); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
+		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return layerArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	case KindModel:
@@ -1253,7 +1253,7 @@ func emulateDeviations(c *Case, devs []layerDeviation, ems []emulation, progress
 		if err := shareEffective(c, devs, ems, routedConfigs(s.cfg)); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	}

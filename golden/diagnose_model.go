@@ -104,7 +104,7 @@ func emulateModelCase(c *Case, w map[string]written, progress func(done, total i
 		return nil, err
 	}
 	s := modelSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*Array, error) { return modelArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }

@@ -84,9 +84,21 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, fmt.Errorf("config: the case would hold %d parameter values and as many gradients, more than the %d values a case may hold together (the sizes d_model, d_ff, layers, vocab): %w",
 			n/2, int64(maxCaseElements), ErrTooLarge)
 	}
+	if n, _ := caseValues(m); n > maxCaseElements {
+		return nil, fmt.Errorf("config: the case would hold at least %.4g values (its parameters and their gradients, and its B×S×d_model or B×S×vocab arrays), more than the %d a case may hold together (batch %d, seq_len %d, the sizes): %w",
+			n, int64(maxCaseElements), g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
+	}
+	if n := minManifestBytes(m); n > maxManifestBytes {
+		return nil, fmt.Errorf("config: the case's manifest would take at least %.4g bytes, more than the %d a reader reads (its routing gaps are one per routed layer and row: batch %d): %w",
+			n, maxManifestBytes, g.Config.Batch, ErrTooLarge)
+	}
 	if w, most := recomputeWork(m), float64(maxRecomputeWork); w > most {
-		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds, more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
+		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds (attention scores counted), more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
 			w, most, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
+	}
+	if fixed, per := genMemory(m); fixed+per > maxGenMemory {
+		return nil, fmt.Errorf("config: generating the case and measuring its catches would take about %.1f GiB of memory, more than the %d GiB gen accepts (batch %d, seq_len %d, the sizes): %w",
+			(fixed+per)/(1<<30), maxGenMemory>>30, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
 	}
 	return &g, nil
 }

@@ -368,3 +368,54 @@ func TestTrainRecoveryAdvice(t *testing.T) {
 	os.Mkdir(filepath.Join(run, fmt.Sprintf(".checkpoint.modref-tmp-%d-0123456789ab", os.Getpid())), 0o755)
 	expectRefused(t, append([]string{"train", "--out", run, "--data", data}, smallRun...), []string{run, "in use"}, run)
 }
+
+// TestGenRefusesBeforeAllocating: configurations inside every size bound
+// of spec whose generation would run out of memory or time are refused by
+// gen --config before anything is allocated, exit 2, in a bounded time and
+// memory (expectBounded), each naming the bound: B = 2^18 rows of a tiny
+// layer (its manifest's routing gaps), vocab 2^20 at B = S = 64 and
+// d = 4 (its logits, 4.3·10^9 values), 8·10^5 tokens of a tiny layer (the memory of measuring its
+// catches), a d = 2 layer at S = 65536 (its attention scores, which took
+// 20 minutes), and a d = 1024 layer with d_ff = 4096 at S = 2048, B = 1
+// (docs/golden-format.md's example: 3.36·10^7 values).
+func TestGenRefusesBeforeAllocating(t *testing.T) {
+	work := t.TempDir()
+	out := filepath.Join(work, "out")
+	os.Mkdir(out, 0o755)
+	sizes := func(b, s, d, heads, dff int) func(g map[string]any) {
+		return func(g map[string]any) {
+			c := g["config"].(map[string]any)
+			c["batch"], c["seq_len"] = b, s
+			l := c["layer"].(map[string]any)
+			l["d_model"], l["heads"], l["d_ff"], l["predictor_hidden"] = d, heads, dff, 0
+		}
+	}
+	model := func() string {
+		code, text, errOut := runBin(t, "gen", "--print-config", "model-every-other")
+		if code != 0 {
+			t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
+		}
+		var g map[string]any
+		json.Unmarshal([]byte(text), &g)
+		c := g["config"].(map[string]any)
+		c["batch"], c["seq_len"], c["vocab"] = 64, 64, 1<<20
+		delete(c, "valid_lengths")
+		for _, l := range c["layers"].([]any) {
+			l := l.(map[string]any)["layer"].(map[string]any)
+			l["d_model"], l["heads"], l["d_ff"], l["predictor_hidden"] = 4, 1, 8, 0
+		}
+		return writeJSON(t, work, "wide-vocab.json", g)
+	}()
+	for _, c := range []struct {
+		cfg  string
+		want []string
+	}{
+		{smallGenConfig(t, work, "many-rows", sizes(1<<18, 2, 2, 1, 2)), []string{"manifest would take at least", "batch 262144"}},
+		{model, []string{"at least", "B×S×vocab"}},
+		{smallGenConfig(t, work, "many-tokens", sizes(100000, 8, 2, 1, 2)), []string{"GiB of memory", "8 GiB"}},
+		{smallGenConfig(t, work, "long-rows", sizes(1, 65536, 2, 1, 2)), []string{"attention scores counted", "seq_len 65536"}},
+		{smallGenConfig(t, work, "d1024-s2048", sizes(1, 2048, 1024, 8, 4096)), []string{"at least 3.356e+07 values", "33554432"}},
+	} {
+		expectBounded(t, []string{"gen", "--config", c.cfg, "--out", out}, append(c.want, "too large"), out)
+	}
+}
