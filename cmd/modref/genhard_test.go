@@ -19,19 +19,61 @@ import (
 // replacing the directory itself", "Cases no reader loads"), through the
 // built binary.
 
-// smallGenConfig writes, in dir, the configuration of a small layer case
-// named name (layer-softmax at B = 2, S = 8, d = 8), edited by edit, and
-// returns its path.
-func smallGenConfig(t *testing.T, dir, name string, edit func(g map[string]any)) string {
+// crashtest is the modref_crashtest build (internal/atomicfile's
+// MODREF_CRASH_AT), built once for the tests that kill modref at a step.
+var crashtest struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// crashtestBin returns the modref_crashtest build, built beside modrefBin.
+func crashtestBin(t *testing.T) string {
 	t.Helper()
-	code, out, errOut := runBin(t, "gen", "--print-config", "layer-softmax")
+	crashtest.once.Do(func() {
+		crashtest.bin = filepath.Join(filepath.Dir(modrefBin), "modref-crashtest")
+		if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", crashtest.bin, ".").CombinedOutput(); err != nil {
+			crashtest.err = fmt.Errorf("building with -tags modref_crashtest: %v\n%s", err, out)
+		}
+	})
+	if crashtest.err != nil {
+		t.Fatal(crashtest.err)
+	}
+	return crashtest.bin
+}
+
+// killedAt runs the crashtest build bin with args, killed (SIGKILL) when
+// it reaches step at (STEP:N), and fails the test unless it was.
+func killedAt(t *testing.T, bin, at string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "MODREF_CRASH_AT="+at)
+	out, err := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("modref %v with MODREF_CRASH_AT=%s was not killed (%v)\n%s", args, at, err, out)
+	}
+}
+
+// printedConfig returns gen --print-config name, decoded and as printed.
+func printedConfig(t *testing.T, name string) (map[string]any, string) {
+	t.Helper()
+	code, out, errOut := runBin(t, "gen", "--print-config", name)
 	if code != 0 {
-		t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
+		t.Fatalf("gen --print-config %s: exit %d\n%s", name, code, errOut)
 	}
 	var g map[string]any
 	if err := json.Unmarshal([]byte(out), &g); err != nil {
 		t.Fatal(err)
 	}
+	return g, out
+}
+
+// smallGenConfig writes, in dir, the configuration of a small layer case
+// named name (layer-softmax at B = 2, S = 8, d = 8), edited by edit, and
+// returns its path.
+func smallGenConfig(t *testing.T, dir, name string, edit func(g map[string]any)) string {
+	t.Helper()
+	g, _ := printedConfig(t, "layer-softmax")
 	g["name"] = name
 	if edit != nil {
 		edit(g)
@@ -149,10 +191,7 @@ func TestGenLeavesLookalikeTemporaries(t *testing.T) {
 		t.Errorf("gen --keep-others: %s is %q (%v), want the user's file kept", lookalike, raw, err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "modref-crashtest")
-	if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building with -tags modref_crashtest: %v\n%s", err, out)
-	}
+	bin := crashtestBin(t)
 	cfg := smallGenConfig(t, work, "killed", nil)
 	// A gen --config into a directory with a record: the record rewritten
 	// (file 1), the case's two files staged (2, 3), renamed (1, 2 of the
@@ -170,12 +209,7 @@ func TestGenLeavesLookalikeTemporaries(t *testing.T) {
 		}
 		user := ".killed.npz.modref-tmp-2147483646-0123456789ab"
 		writeFile(t, cases, user, []byte("mine"))
-		cmd := exec.Command(bin, "gen", "--config", cfg, "--out", cases)
-		cmd.Env = append(os.Environ(), "MODREF_CRASH_AT="+p)
-		out, err := cmd.CombinedOutput()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("%s: gen was not killed (%v)\n%s", p, err, out)
-		}
+		killedAt(t, bin, p, "gen", "--config", cfg, "--out", cases)
 		if code, _, errOut := runBin(t, "gen", "--config", cfg, "--out", cases); code != 0 {
 			t.Errorf("%s: gen --config after the kill: exit %d\n%s", p, code, errOut)
 			continue
@@ -298,20 +332,12 @@ func TestGenRefusesCasesNoReaderLoads(t *testing.T) {
 // started while another holds the directory and has begun writing there is
 // told the directory is in use, not that it is not new.
 func TestTrainRecoveryAdvice(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "modref-crashtest")
-	if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building with -tags modref_crashtest: %v\n%s", err, out)
-	}
+	bin := crashtestBin(t)
 	work := t.TempDir()
 	data := writeFile(t, work, "text.txt", []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)))
 	kill := func(run, at string) {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
-		cmd.Env = append(os.Environ(), "MODREF_CRASH_AT="+at)
-		out, err := cmd.CombinedOutput()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("%s: train was not killed (%v)\n%s", at, err, out)
-		}
+		killedAt(t, bin, at, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
 	}
 	leftover := func(run string) string {
 		t.Helper()
@@ -391,12 +417,7 @@ func TestGenRefusesBeforeAllocating(t *testing.T) {
 		}
 	}
 	model := func() string {
-		code, text, errOut := runBin(t, "gen", "--print-config", "model-every-other")
-		if code != 0 {
-			t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
-		}
-		var g map[string]any
-		json.Unmarshal([]byte(text), &g)
+		g, _ := printedConfig(t, "model-every-other")
 		c := g["config"].(map[string]any)
 		c["batch"], c["seq_len"], c["vocab"] = 64, 64, 1<<20
 		delete(c, "valid_lengths")
