@@ -248,8 +248,10 @@ built into modref changes only when modref is built again.
 
 gen removes only files it wrote: it records them in DIR/.modref-gen, and
 refuses a directory holding anything else (nothing is written) unless
---keep-others, which writes the cases beside the other files. DIR keeps
-its mode.
+--keep-others, which writes the cases beside the other files. gen writes
+inside DIR, which keeps its mode, owner and group (it may be a mount
+point), and locks DIR while it writes: a second gen into DIR meanwhile is
+refused as in use.
 
 With --config FILE, gen generates one case of your own configuration
 instead: FILE is JSON with the case's name, kind (layer, model, decode or
