@@ -104,7 +104,7 @@ func TestHostileGenKeepsUsersFiles(t *testing.T) {
 	// Without --keep-others the user's files are still refused.
 	expectRefused(t, []string{"gen", "--out", dir}, []string{"package.json", "gen did not write"}, dir)
 
-	// A directory of gen's own files only is replaced whole; a file the
+	// A directory of gen's own files only is rewritten whole; a file the
 	// record lists (a case an earlier modref wrote) is removed with it.
 	own := t.TempDir()
 	if code, errOut := genOut(t, own); code != 0 {
