@@ -192,18 +192,18 @@ func caseValues(m *Manifest) (certain, estimate float64) {
 	layers := 1.0
 	switch m.Kind {
 	case KindLayer:
-		certain += 4 * tokens * float64(cfg.Layer.Block.D)
+		certain += float64(4 * tokens * float64(cfg.Layer.Block.D))
 	case KindMoDE:
-		certain += 4 * tokens * float64(cfg.MoDE.Block.D)
+		certain += float64(4 * tokens * float64(cfg.MoDE.Block.D))
 		layers = float64(cfg.MoDE.Experts)
 	case KindModel:
-		certain += tokens * float64(cfg.Vocab)
+		certain += float64(tokens * float64(cfg.Vocab))
 		layers = float64(len(cfg.Layers))
 	default:
-		estimate += tokens * float64(cfg.Vocab)
+		estimate += float64(tokens * float64(cfg.Vocab))
 		layers = float64(len(cfg.Layers))
 	}
-	return certain, estimate + certain + 10*tokens*layers
+	return certain, estimate + certain + float64(10*tokens*layers)
 }
 
 // minGapBytes is the fewest bytes one routing gap takes in a manifest
@@ -256,8 +256,8 @@ func genMemory(m *Manifest) (fixed, perEmulation float64) {
 	if m.Kind == KindModel || m.Kind == KindDecode {
 		layers = float64(len(cfg.Layers))
 	}
-	fixed = 64<<20 + 8*values*retainedCopies
-	perEmulation = 8*values*2 + tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers
+	fixed = 64<<20 + float64(8*values*retainedCopies)
+	perEmulation = float64(8*values*2) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
 	return fixed, perEmulation
 }
 
