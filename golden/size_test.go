@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/spec"
 )
 
 // editManifest copies case name of the committed corpus into a new
@@ -129,5 +132,29 @@ func TestManifestSizeBounds(t *testing.T) {
 	}
 	if w := recomputeWork(&Manifest{Kind: g.Kind, Config: g.Config}); w < 6.0e12 || w > 6.1e12 {
 		t.Errorf("the Llama-3-style example takes %.3g multiply-adds; maxRecomputeWork's comment says 6.1e12", w)
+	}
+}
+
+// TestParallelEmulations: the emulations run one per processor while their
+// estimated memory leaves room under maxGenMemory, fewer when it does not
+// (50000 rows of 8 tokens of a d = 8 layer: one at a time), and never none.
+func TestParallelEmulations(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+	small := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 2, SeqLen: 8, Layer: &layer}}
+	if n := parallelEmulations(small); n != 4 {
+		t.Errorf("a small case runs %d emulations at once, want 4 (GOMAXPROCS)", n)
+	}
+	rows := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 50000, SeqLen: 8, Layer: &layer}}
+	fixed, per := genMemory(rows)
+	if fixed+per > maxGenMemory || fixed+2*per <= maxGenMemory {
+		t.Fatalf("50000 rows of 8 tokens are estimated at %.3g bytes and %.3g per emulation: want room for one emulation, not two", fixed, per)
+	}
+	if n := parallelEmulations(rows); n != 1 {
+		t.Errorf("50000 rows of 8 tokens run %d emulations at once, want 1", n)
+	}
+	huge := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 1 << 20, SeqLen: 8, Layer: &layer}}
+	if n := parallelEmulations(huge); n != 1 {
+		t.Errorf("a case past maxGenMemory (diagnose of a manifest gen would refuse) runs %d emulations at once, want 1", n)
 	}
 }
