@@ -349,4 +349,7 @@ type fuzzFailure struct {
 	// Reproducer is the directory written; ReproducerError why none was.
 	Reproducer      string `json:"reproducer,omitempty"`
 	ReproducerError string `json:"reproducer_error,omitempty"`
+	// CandidateNotKept says why the candidate's output is not in the
+	// reproducer: larger than any output of the case (candidateFileBound).
+	CandidateNotKept string `json:"candidate_not_kept,omitempty"`
 }

@@ -244,10 +244,18 @@ func TestFuzzShrinksAndReproduces(t *testing.T) {
 	if f.Kind != kindMismatch || !strings.Contains(f.Shrunk, " S=6 ") || !strings.Contains(f.Shrunk, "B=1 ") || !strings.HasPrefix(f.Reason, "out:") || f.Stage == nil || f.Stage.Array != "out" {
 		t.Fatalf("failure %+v, want a mismatch of out shrunk to B=1 S=6, diagnosed at out", f)
 	}
-	for _, file := range []string{f.Case + ".json", f.Case + ".npz", "candidate/" + f.Case + ".npz", "config.json", "verdict.json", "diagnose.txt", "stderr.txt", "README.txt"} {
+	for _, file := range []string{f.Case + ".json", f.Case + ".npz", "candidate/" + f.Case + ".npz", "handed/" + f.Case + ".json", "handed/" + f.Case + ".npz", "config.json", "verdict.json", "diagnose.txt", "stderr.txt", "README.txt"} {
 		if _, err := os.Stat(filepath.Join(f.Reproducer, file)); err != nil {
 			t.Errorf("the reproducer lacks %s: %v", file, err)
 		}
+	}
+	// The case as the candidate is handed it holds no answer; the
+	// reproducer's README runs the candidate on it.
+	if handed, err := golden.ReadNPZ(filepath.Join(f.Reproducer, "handed", f.Case+".npz")); err != nil || handed["input.x"] == nil || handed["expected.out"] != nil {
+		t.Errorf("handed/%s.npz: %v, want the inputs without expected.out", f.Case, err)
+	}
+	if readme, _ := os.ReadFile(filepath.Join(f.Reproducer, "README.txt")); !strings.Contains(string(readme), "'handed/"+f.Case+".json'") {
+		t.Errorf("README.txt does not run the candidate on handed/:\n%s", readme)
 	}
 	code, stdout, _ := runBin(t, "check", "--corpus", f.Reproducer, "--candidate", filepath.Join(f.Reproducer, "candidate"), f.Case)
 	if code != 1 || !strings.Contains(stdout, "out ") {
