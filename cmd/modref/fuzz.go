@@ -57,12 +57,15 @@ modref check --corpus DIR --candidate DIR/candidate replays.
 
 CMD is run with /bin/sh. If it names {out} it is run once per case, with
 {manifest}, {arrays} and {out} replaced by the case's manifest, its
-arrays and the candidate file to write (exit 0: written; exit 3:
+arrays (the inputs and parameters: never the expected arrays, which modref
+keeps to judge with) and the candidate file to write (exit 0: written; exit 3:
 unsupported configuration, the last line on stdout saying why). Otherwise
 it is a server: started once, it speaks the line protocol of
 docs/golden-format.md ("Running a candidate") on its stdin and stdout. A
 candidate that hangs, crashes or writes garbage is reported as such, with
-the tail of its stderr; its process group is killed.
+the tail of its stderr (control characters escaped); its process group
+is killed, with what it left behind (docs/fuzzing.md, "Processes and
+files").
 
 Runs are deterministic: the same --seed, --shard and --max-seq draw the same
 cases; --shard i/n runs the cases i, i+n, i+2n, ... of the seed, so n
@@ -79,7 +82,7 @@ flags:
 	fs.StringVar(&o.exec, "exec", "", "the candidate's command `CMD` (a /bin/sh command line)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed `N` of the draws")
 	fs.IntVar(&o.cases, "cases", 0, "run `N` cases (default 100 without --time)")
-	fs.DurationVar(&o.duration, "time", 0, "run for `D` (such as 2m), or until --cases when both are given")
+	fs.DurationVar(&o.duration, "time", 0, "run for `D` (such as 2m; the first case always runs), or until --cases when both are given")
 	shard := fs.String("shard", "0/1", "run shard `i/n` of the cases: i, i+n, i+2n, ...")
 	fs.IntVar(&o.space.MaxSeq, "max-seq", 64, "the longest sequence `S` drawn")
 	fs.StringVar(&o.baseFile, "config-base", "", "pin part of the configuration: a JSON `FILE` in gen --config's vocabulary; only what it leaves out is drawn")
