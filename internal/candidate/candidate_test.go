@@ -178,3 +178,20 @@ func TestServerCommand(t *testing.T) {
 		t.Fatalf("%+v; the server read %q (%v), want the request naming %s", got, b, err, r.Manifest)
 	}
 }
+
+// TestServerRepliesUnread: a server that replies without reading a request
+// too long for the pipe is killed at the time limit, not waited for.
+func TestServerRepliesUnread(t *testing.T) {
+	s := NewServer(`printf '%s\n' `+quote(helloLine)+`; printf '{"id":1,"status":"ok","reason":""}\n'; exec sleep 30`, 700*time.Millisecond, 700*time.Millisecond)
+	defer s.Close()
+	r := req(t)
+	r.Manifest += strings.Repeat("m", 200<<10)
+	start := time.Now()
+	got := s.Run(r)
+	if got.Status != TimedOut || !strings.Contains(got.Reason, "the request was not read") {
+		t.Fatalf("got %+v, want timed out, the request not read", got)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v with a time limit of 0.7 s", d)
+	}
+}

@@ -274,15 +274,15 @@ func (s *server) Run(req Request) Reply {
 	go func(w io.Writer) { _, err := w.Write(append(raw, '\n')); wrote <- err }(s.stdin)
 	l, timedOut := s.next(deadline)
 	r := Reply{Elapsed: time.Since(start)}
-	timeout := func() Reply {
+	timeout := func(what string) Reply {
 		s.kill()
 		<-wrote
-		r.Status, r.Reason, r.Stderr = TimedOut, fmt.Sprintf("no reply within %v; its process group was killed", s.limit), s.errs.take()
+		r.Status, r.Reason, r.Stderr = TimedOut, fmt.Sprintf("%s within %v; its process group was killed", what, s.limit), s.errs.take()
 		return r
 	}
 	switch {
 	case timedOut:
-		return timeout()
+		return timeout("no reply")
 	case l.err != nil:
 		d := s.died("the server", "without replying", l.err, deadline)
 		<-wrote
@@ -296,7 +296,7 @@ func (s *server) Run(req Request) Reply {
 	select {
 	case <-wrote:
 	case <-timer.C:
-		return timeout()
+		return timeout("a reply, but the request was not read")
 	}
 	var rep reply
 	if err := strictJSON(l.text, &rep); err != nil || rep.ID != s.id || (rep.Status != "ok" && rep.Status != "unsupported" && rep.Status != "error") {
