@@ -129,8 +129,8 @@ func (o *output) finish(d time.Duration) {
 }
 
 // closeAll closes both ends of outputs that were made but not used.
-func closeAll(os ...*output) {
-	for _, o := range os {
+func closeAll(outs ...*output) {
+	for _, o := range outs {
 		if o != nil {
 			o.r.Close()
 			o.w.Close()
@@ -149,7 +149,7 @@ type perCase struct {
 // the Placeholders, shell-quoted paths put in their place) once per case,
 // in a process group of its own killed when the case takes longer than
 // limit, and, either way, when the case ends, with every process it left
-// behind (see Sweep). Exit status 0 is OK, UnsupportedExit an unsupported
+// behind (docs/fuzzing.md, "Processes and files"). Exit status 0 is OK, UnsupportedExit an unsupported
 // configuration, anything else a crash.
 func NewPerCase(cmd string, limit time.Duration) Runner {
 	return &perCase{cmd: cmd, limit: limit, mark: newMark()}

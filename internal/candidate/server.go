@@ -77,7 +77,7 @@ type server struct {
 // case from its stdout. The server has startLimit to write its first line
 // and limit per case to reply; a server that overruns, exits, closes its
 // stdout or writes anything but a reply is killed with its process group
-// (and every process it left behind, see Sweep), the case reported as
+// (and every process it left behind), the case reported as
 // such, and a new server started for the next case.
 func NewServer(cmd string, limit, startLimit time.Duration) Runner {
 	return &server{cmd: cmd, limit: limit, start: startLimit, mark: newMark()}
