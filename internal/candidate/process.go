@@ -149,8 +149,8 @@ type perCase struct {
 // the Placeholders, shell-quoted paths put in their place) once per case,
 // in a process group of its own killed when the case takes longer than
 // limit, and, either way, when the case ends, with every process it left
-// behind (docs/fuzzing.md, "Processes and files"). Exit status 0 is OK, UnsupportedExit an unsupported
-// configuration, anything else a crash.
+// behind (docs/fuzzing.md, "Processes and files"). Exit status 0 is OK,
+// UnsupportedExit an unsupported configuration, anything else a crash.
 func NewPerCase(cmd string, limit time.Duration) Runner {
 	return &perCase{cmd: cmd, limit: limit, mark: newMark()}
 }
