@@ -1,8 +1,8 @@
 package golden
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
 )
 
 // GenerateUnmeasured generates the case g describes as GenerateFromConfig
@@ -21,21 +21,44 @@ func GenerateUnmeasured(g *GenConfig) (*Case, error) {
 	return c, nil
 }
 
-// WriteScratch writes the case into dir as Write does, NAME.json and
-// NAME.npz, but with plain writes, neither synced nor renamed into place:
-// for a scratch directory of the caller's own that nothing else reads and
-// that is discarded (modref fuzz writes each drawn case there for the
-// candidate), where a sync would cost more than the rest of the case
-// (15 ms of its 17 on this machine) and buy nothing.
-func (c *Case) WriteScratch(dir string) error {
-	files, err := c.files()
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
-			return err
+// CandidateArrays returns the arrays of c a candidate reads: its inputs
+// (token ids, valid lengths, the random router's noise and the jitter
+// among them), parameters and upstream gradients; never an expected
+// array, which is the answer its output is judged against.
+func (c *Case) CandidateArrays() map[string]*Array {
+	in := make(map[string]*Array, len(c.Arrays))
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != RoleExpected {
+			in[info.Name] = c.Arrays[info.Name]
 		}
 	}
-	return nil
+	return in
+}
+
+// WriteScratch writes into dir what a candidate of the case is handed
+// (`modref fuzz`, docs/fuzzing.md): NAME.json, the whole manifest, which
+// lists the arrays to compute with their shapes and dtypes, and NAME.npz
+// holding CandidateArrays alone, without the answer. It writes with plain
+// writes, neither synced nor renamed into place: for a scratch directory
+// of the caller's own that nothing else reads and that is discarded,
+// where a sync would cost more than the rest of the case (15 ms of its 17
+// on this machine) and buy nothing.
+func (c *Case) WriteScratch(dir string) error {
+	m := c.Manifest
+	if err := m.validate(); err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	raw, err := m.encode()
+	if err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	npz, err := encodeNPZ(c.CandidateArrays())
+	if err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	manifest, arrays := Paths(dir, m.Name)
+	if err := os.WriteFile(arrays, npz, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(manifest, raw, 0o644)
 }
