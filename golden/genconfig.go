@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/modref/modref/spec"
 )
@@ -56,6 +58,12 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	dec.DisallowUnknownFields()
 	var g GenConfig
 	if err := dec.Decode(&g); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// Field is the path of JSON keys, with the embedded
+			// struct that holds a block's keys in it.
+			return nil, fmt.Errorf("%s is a JSON %s, want %s", strings.ReplaceAll(te.Field, "blockJSON.", ""), te.Value, jsonKind(te.Type))
+		}
 		return nil, fmt.Errorf("not a case configuration: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -68,7 +76,7 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, fmt.Errorf("kind = %q: want %s, %s, %s or %s", g.Kind, KindLayer, KindModel, KindDecode, KindMoDE)
 	}
 	if err := g.Config.validate(g.Kind); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	if _, err := ParseProfile(g.Precision); err != nil {
 		return nil, err
@@ -85,7 +93,29 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds, more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
 			w, most, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
 	}
+	// After the bounds, which a fuzzer's draw meets by shortening the
+	// sequence (fuzzcase.Fit).
+	if err := g.Config.fitsSeqLen(g.Kind); err != nil {
+		return nil, err
+	}
 	return &g, nil
+}
+
+// jsonKind names the JSON value a Go type reads.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "an array"
+	}
+	return "an object"
 }
 
 // checkTies checks the Ties field: empty, or "exact" or "bf16" on a layer
