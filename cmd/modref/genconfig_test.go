@@ -294,3 +294,42 @@ func jsonKeys(v any) []string {
 	}
 	return out
 }
+
+// TestGenConfigSaysRoutingMovedApart: at S = 1024 no draw keeps its
+// routing clear of a tie, and gen says that it moved the routing apart and
+// that "ties": "bf16" gives a case holding near-ties; with it, and at the
+// corpus's S = 8, gen says nothing of the kind.
+func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
+	code, out, errOut := runBin(t, "gen", "--print-config", "layer-paper")
+	if code != 0 {
+		t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
+	}
+	var g map[string]any
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	gen := func(name string) string {
+		t.Helper()
+		raw, _ := json.Marshal(g)
+		code, out, errOut := runBin(t, "gen", "--config", writeFile(t, work, name+".json", raw), "--out", filepath.Join(work, name))
+		if code != 0 {
+			t.Fatalf("gen --config %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		return out
+	}
+	if out := gen("short"); strings.Contains(out, "moved") {
+		t.Errorf("at S = 8: %s", out)
+	}
+	g["config"].(map[string]any)["seq_len"] = 1024
+	out = gen("long")
+	for _, want := range []string{"routing moved apart: none of 100 draws kept every routing decision 0.01 clear of a tie (at S = 1024", "moved 0.02 away from its routing decisions", `"ties": "bf16" generates a case that does`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("at S = 1024: no %q in\n%s", want, out)
+		}
+	}
+	g["ties"] = "bf16"
+	if out := gen("ties"); strings.Contains(out, "moved") {
+		t.Errorf("with \"ties\": \"bf16\": %s", out)
+	}
+}
