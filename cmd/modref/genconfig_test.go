@@ -300,14 +300,7 @@ func jsonKeys(v any) []string {
 // that "ties": "bf16" gives a case holding near-ties; with it, and at the
 // corpus's S = 8, gen says nothing of the kind.
 func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
-	code, out, errOut := runBin(t, "gen", "--print-config", "layer-paper")
-	if code != 0 {
-		t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
-	}
-	var g map[string]any
-	if err := json.Unmarshal([]byte(out), &g); err != nil {
-		t.Fatal(err)
-	}
+	g, _ := paperConfig(t)
 	work := t.TempDir()
 	gen := func(name string) string {
 		t.Helper()
@@ -322,7 +315,7 @@ func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
 		t.Errorf("at S = 8: %s", out)
 	}
 	g["config"].(map[string]any)["seq_len"] = 1024
-	out = gen("long")
+	out := gen("long")
 	for _, want := range []string{"routing moved apart: none of 100 draws kept every routing decision 0.01 clear of a tie (at S = 1024", "moved 0.02 away from its routing decisions", `"ties": "bf16" generates a case that does`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("at S = 1024: no %q in\n%s", want, out)
