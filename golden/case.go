@@ -14,6 +14,11 @@ import (
 type Case struct {
 	Manifest *Manifest
 	Arrays   map[string]*Array
+	// Separation says, for a generated layer case whose routing was moved
+	// apart (genLayer), that it was, how, and what the case therefore
+	// does not exercise; "" otherwise. It is not stored: a loaded case
+	// has it empty.
+	Separation string
 }
 
 // ManifestPath returns the manifest file path of case name in dir.

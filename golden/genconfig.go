@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/modref/modref/spec"
 )
@@ -56,6 +58,12 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	dec.DisallowUnknownFields()
 	var g GenConfig
 	if err := dec.Decode(&g); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// Field is the path of JSON keys, with the embedded
+			// struct that holds a block's keys in it.
+			return nil, fmt.Errorf("%s is a JSON %s, want %s", strings.ReplaceAll(te.Field, "blockJSON.", ""), te.Value, jsonKind(te.Type))
+		}
 		return nil, fmt.Errorf("not a case configuration: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -68,7 +76,7 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, fmt.Errorf("kind = %q: want %s, %s, %s or %s", g.Kind, KindLayer, KindModel, KindDecode, KindMoDE)
 	}
 	if err := g.Config.validate(g.Kind); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	if _, err := ParseProfile(g.Precision); err != nil {
 		return nil, err
@@ -99,6 +107,11 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	if fixed, per := genMemory(m); fixed+per > maxGenMemory {
 		return nil, fmt.Errorf("config: generating the case and measuring its catches would take about %.1f GiB of memory, more than the %d GiB gen accepts (batch %d, seq_len %d, the sizes): %w",
 			(fixed+per)/(1<<30), maxGenMemory>>30, g.Config.Batch, g.Config.SeqLen, ErrTooLarge)
+	}
+	// After the bounds, which a fuzzer's draw meets by shortening the
+	// sequence (fuzzcase.Fit).
+	if err := g.Config.fitsSeqLen(g.Kind); err != nil {
+		return nil, err
 	}
 	return &g, nil
 }
@@ -175,6 +188,23 @@ func checkLoadable(c *Case) error {
 		return fmt.Errorf("config: the case's manifest would take %d bytes, more than the %d a reader reads (its routing gaps are one per routed layer and row: batch %d): %w", len(raw), maxManifestBytes, c.Manifest.Config.Batch, ErrTooLarge)
 	}
 	return nil
+}
+
+// jsonKind names the JSON value a Go type reads.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "an array"
+	}
+	return "an object"
 }
 
 // checkTies checks the Ties field: empty, or "exact" or "bf16" on a layer

@@ -116,7 +116,7 @@ func TestDecodeGenConfigRefuses(t *testing.T) {
 		{string(good) + "{}", "more after its JSON object"},
 		{edit(func(m map[string]any) { m["name"] = "../../etc/x" }), `name = "../../etc/x"`},
 		{edit(func(m map[string]any) { m["kind"] = "block" }), `kind = "block"`},
-		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "Heads = 3"},
+		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "config.layer.d_model = 8 is not a multiple of config.layer.heads = 3"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["batch"] = 0 }), "batch = 0"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 16 }), "multiply-adds (attention scores counted)"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }), "at least"},

@@ -147,7 +147,10 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("kind %q: want layer, model, decode or mode", m.Kind)
 	}
 	if err := m.Config.validate(m.Kind); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return err
+	}
+	if err := m.Config.fitsSeqLen(m.Kind); err != nil {
+		return err
 	}
 	if err := m.checkCatches(); err != nil {
 		return err

@@ -67,18 +67,18 @@ func TestManifestSizeBounds(t *testing.T) {
 		want       []string
 		is         error
 	}{
-		{"huge d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 26 }, []string{"DFF = 67108864 exceeds the bound 65536"}, nil},
+		{"huge d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 26 }, []string{"config.layer.d_ff = 67108864 exceeds the bound 65536"}, nil},
 		{"wide d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 16 },
 			[]string{"the configuration has 1048856 parameter values, its param.* arrays hold 536"}, ErrManifestArrays},
-		{"huge d_model", "layer-paper", func(m map[string]any) { layer(m)["d_model"] = 1 << 40 }, []string{"D = 1099511627776 exceeds the bound 16384"}, nil},
+		{"huge d_model", "layer-paper", func(m map[string]any) { layer(m)["d_model"] = 1 << 40 }, []string{"config.layer.d_model = 1099511627776 exceeds the bound 16384"}, nil},
 		{"model d_model", "model-every-other", func(m map[string]any) {
 			for _, l := range m["config"].(map[string]any)["layers"].([]any) {
 				l.(map[string]any)["layer"].(map[string]any)["d_model"] = 1024
 				l.(map[string]any)["layer"].(map[string]any)["heads"] = 2
 			}
 		}, []string{"parameter values, its param.* arrays hold"}, ErrManifestArrays},
-		{"huge vocab", "model-every-other", func(m map[string]any) { m["config"].(map[string]any)["vocab"] = 1 << 30 }, []string{"Vocab = 1073741824 exceeds the bound 1048576"}, nil},
-		{"many experts", "layer-mode-staged", func(m map[string]any) { m["config"].(map[string]any)["mode"].(map[string]any)["experts"] = 1 << 20 }, []string{"Experts = 1048576 exceeds the bound 256"}, nil},
+		{"huge vocab", "model-every-other", func(m map[string]any) { m["config"].(map[string]any)["vocab"] = 1 << 30 }, []string{"config.vocab = 1073741824 exceeds the bound 1048576"}, nil},
+		{"many experts", "layer-mode-staged", func(m map[string]any) { m["config"].(map[string]any)["mode"].(map[string]any)["experts"] = 1 << 20 }, []string{"config.mode.experts = 1048576 exceeds the bound 256"}, nil},
 		// Arrays within maxCaseElements (2·65536·8 values each) whose
 		// sequence length makes the attention's work quadratic: 2·S·d per
 		// token, 1.4e11 multiply-adds per forward.

@@ -347,6 +347,9 @@ func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote case %s to %s (catches %s); judge with: modref check --corpus %s --candidate FILE.npz %s\n",
 		g.Name, dir, strings.Join(c.Manifest.Catches, ", "), dir, g.Name)
+	if c.Separation != "" {
+		fmt.Fprintf(stdout, "routing moved apart: %s\n", c.Separation)
+	}
 	return nil
 }
 
