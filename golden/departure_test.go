@@ -193,3 +193,25 @@ func TestDepartureInAModel(t *testing.T) {
 		t.Errorf("stale selection: %+v", dep)
 	}
 }
+
+// TestPositionList: short lists as they are, long ones as runs, the first
+// few, with their count and range.
+func TestPositionList(t *testing.T) {
+	long := []int{0, 1, 2, 3, 7, 9, 10}
+	for p := 20; p < 60; p += 2 {
+		long = append(long, p)
+	}
+	for _, c := range []struct {
+		pos  []int
+		want string
+	}{
+		{nil, "[]"},
+		{[]int{3, 7, 9}, "[3 7 9]"},
+		{[]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, "[0-16] (17 positions in 1 run, 0 to 16)"},
+		{long, "[0-3 7 9-10 20 22 24 26 28 ...] (27 positions in 23 runs, 0 to 58)"},
+	} {
+		if got := judge.PositionList(c.pos); got != c.want {
+			t.Errorf("PositionList(%v) = %q, want %q", c.pos, got, c.want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package golden
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -317,16 +316,17 @@ func Excess(a judge.ArrayResult) float64 {
 
 // emulateEach fills ems[i].arrays by compute(i) for every emulation that has
 // no reason not to be made and no arrays yet, on up to GOMAXPROCS
-// goroutines (each computation owns its copy of the case's parameters and
+// goroutines, fewer when their memory would pass format.MaxGenMemory
+// (format.ParallelEmulations of case c) (each computation owns its copy of the case's parameters and
 // inputs, so the results do not depend on the schedule), started by
 // descending cost(i), a relative estimate, so that the longest do not come
 // last and leave the other cores idle. The first error in list order is
 // returned.
 // When progress is not nil it is called, one call at a time, with done 0
 // before the computations start and as each finishes: done of total.
-func emulateEach(ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*format.Array, error)) error {
+func emulateEach(c *format.Case, ems []emulation, progress func(done, total int), cost func(i int) int, compute func(i int) (map[string]*format.Array, error)) error {
 	errs := make([]error, len(ems))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	sem := make(chan struct{}, format.ParallelEmulations(c.Manifest))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done, total := 0, 0

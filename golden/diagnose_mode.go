@@ -48,7 +48,7 @@ func emulateMoDECase(c *format.Case, progress func(done, total int)) ([]emulatio
 			ems = append(ems, notEmulated(dev.Name, "a mode case shows only the MoDE deviations; layer, model and decode cases test this one"))
 		}
 	}
-	err = emulateEach(ems, progress, func(int) int { return 1 }, func(i int) (map[string]*format.Array, error) { return modeArrays(c, s, ems[i].name) })
+	err = emulateEach(c, ems, progress, func(int) int { return 1 }, func(i int) (map[string]*format.Array, error) { return modeArrays(c, s, ems[i].name) })
 	return ems, err
 }
 

@@ -106,7 +106,7 @@ func emulateModelCase(c *format.Case, w map[string]written, progress func(done, 
 		return nil, err
 	}
 	s := modelSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
+	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }

@@ -44,7 +44,7 @@ func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, 
 		return nil, err
 	}
 	s := layerSpecOf(c)
-	err = emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
+	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
 }
@@ -259,7 +259,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
+		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	case format.KindModel:
@@ -271,7 +271,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err
 		}
-		err := emulateEach(ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
+		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
 	}

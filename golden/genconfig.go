@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
@@ -59,6 +61,12 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	dec.DisallowUnknownFields()
 	var g GenConfig
 	if err := dec.Decode(&g); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// Field is the path of JSON keys, with the embedded
+			// struct that holds a block's keys in it.
+			return nil, fmt.Errorf("%s is a JSON %s, want %s", strings.ReplaceAll(te.Field, "blockJSON.", ""), te.Value, jsonKind(te.Type))
+		}
 		return nil, fmt.Errorf("not a case configuration: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -71,7 +79,7 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, fmt.Errorf("kind = %q: want %s, %s, %s or %s", g.Kind, format.KindLayer, format.KindModel, format.KindDecode, format.KindMoDE)
 	}
 	if err := g.Config.Validate(g.Kind); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	if _, err := format.ParseProfile(g.Precision); err != nil {
 		return nil, err
@@ -79,16 +87,127 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	if err := g.checkTies(); err != nil {
 		return nil, err
 	}
+	if err := g.checkRepresentable(); err != nil {
+		return nil, err
+	}
 	m := &format.Manifest{Kind: g.Kind, Config: g.Config}
 	if n := 2 * format.ParamCount(m); n > format.MaxCaseElements {
 		return nil, fmt.Errorf("config: the case would hold %d parameter values and as many gradients, more than the %d values a case may hold together (the sizes d_model, d_ff, layers, vocab): %w",
 			n/2, int64(format.MaxCaseElements), format.ErrTooLarge)
 	}
+	if n, _ := format.CaseValues(m); n > format.MaxCaseElements {
+		return nil, fmt.Errorf("config: the case would hold at least %.4g values (its parameters and their gradients, and its B×S×d_model or B×S×vocab arrays), more than the %d a case may hold together (batch %d, seq_len %d, the sizes): %w",
+			n, int64(format.MaxCaseElements), g.Config.Batch, g.Config.SeqLen, format.ErrTooLarge)
+	}
+	if n := format.MinManifestBytes(m); n > format.MaxManifestBytes {
+		return nil, fmt.Errorf("config: the case's manifest would take at least %.4g bytes, more than the %d a reader reads (its routing gaps are one per routed layer and row: batch %d): %w",
+			n, format.MaxManifestBytes, g.Config.Batch, format.ErrTooLarge)
+	}
 	if w, most := format.RecomputeWork(m), float64(format.MaxRecomputeWork); w > most {
-		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds, more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
+		return nil, fmt.Errorf("config: recomputing the case under every deviation would take about %.3g multiply-adds (attention scores counted), more than the %.3g a reader accepts (batch %d, seq_len %d, the sizes): %w",
 			w, most, g.Config.Batch, g.Config.SeqLen, format.ErrTooLarge)
 	}
+	if fixed, per := format.GenMemory(m); fixed+per > format.MaxGenMemory {
+		return nil, fmt.Errorf("config: generating the case and measuring its catches would take about %.1f GiB of memory, more than the %d GiB gen accepts (batch %d, seq_len %d, the sizes): %w",
+			(fixed+per)/(1<<30), format.MaxGenMemory>>30, g.Config.Batch, g.Config.SeqLen, format.ErrTooLarge)
+	}
+	// After the bounds, which a fuzzer's draw meets by shortening the
+	// sequence (fuzzcase.Fit).
+	if err := g.Config.FitsSeqLen(g.Kind); err != nil {
+		return nil, err
+	}
 	return &g, nil
+}
+
+// MaxDescriptionBytes bounds a generated case's description, so that its
+// manifest stays far within the 1 MiB a reader reads (format.MaxManifestBytes);
+// the corpus's are under 1 KB.
+const MaxDescriptionBytes = 1 << 16
+
+// maxGenWeight bounds the jitter scale s and the auxiliary and
+// load-balancing weights of a generated case: the self-check computes the
+// case in float32, whose range (3.4e38) a weight of 1e300 overflows (the
+// loss becomes infinite), while 1e15 still passes it. A configuration
+// above it is refused before anything is generated.
+const maxGenWeight = 1e12
+
+// checkRepresentable refuses what would make a case no reader loads: a
+// description longer than MaxDescriptionBytes, and a jitter or a weight
+// above maxGenWeight.
+func (g *GenConfig) checkRepresentable() error {
+	if len(g.Description) > MaxDescriptionBytes {
+		return fmt.Errorf("description: %d bytes, more than the %d a case's description may have (its manifest is read up to 1 MiB): %w", len(g.Description), MaxDescriptionBytes, format.ErrTooLarge)
+	}
+	type layer struct {
+		where string
+		cfg   spec.Config
+	}
+	var layers []layer
+	if l := g.Config.Layer; l != nil {
+		layers = append(layers, layer{"config.layer", *l})
+	}
+	for i, l := range g.Config.Layers {
+		layers = append(layers, layer{fmt.Sprintf("config.layers[%d]", i), l.Config})
+	}
+	for _, l := range layers {
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"jitter", l.cfg.Jitter}, {"aux_weight", l.cfg.AuxWeight}, {"load_balance_weight", l.cfg.LoadBalanceWeight}} {
+			if f.v > maxGenWeight {
+				return fmt.Errorf("%s.%s = %g: at most %g, so that the case's values stay within float32's range, in which its self-check computes it", l.where, f.name, f.v, maxGenWeight)
+			}
+		}
+	}
+	return nil
+}
+
+// checkLoadable refuses a generated case (before its catches are
+// measured) that a reader would not load or that holds a value float64
+// does not represent: its arrays within maxCaseElements, every value
+// finite, and its manifest, with every deviation as a catch, within
+// format.MaxManifestBytes (per-row routing gaps at a large batch can exceed it).
+func checkLoadable(c *format.Case) error {
+	if _, err := c.Manifest.CheckBounds(); err != nil {
+		return fmt.Errorf("config: the case would not load: %w", err)
+	}
+	for _, info := range c.Manifest.Arrays {
+		if a := c.Arrays[info.Name]; a != nil {
+			if k := a.FirstNonFinite(); k >= 0 {
+				return fmt.Errorf("config: the case's %s holds %v at %v, which no reader accepts; lower the weights or sizes", info.Name, a.F[k], a.Index(k))
+			}
+		}
+	}
+	m := *c.Manifest
+	m.Catches = nil
+	for _, d := range format.Deviations {
+		m.Catches = append(m.Catches, d.Name)
+	}
+	raw, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	if len(raw) > format.MaxManifestBytes {
+		return fmt.Errorf("config: the case's manifest would take %d bytes, more than the %d a reader reads (its routing gaps are one per routed layer and row: batch %d): %w", len(raw), format.MaxManifestBytes, c.Manifest.Config.Batch, format.ErrTooLarge)
+	}
+	return nil
+}
+
+// jsonKind names the JSON value a Go type reads.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Uint64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "an array"
+	}
+	return "an object"
 }
 
 // checkTies checks the Ties field: empty, or "exact" or "bf16" on a layer
@@ -128,11 +247,10 @@ func GenerateFromConfig(g *GenConfig) (*format.Case, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The case must be one a reader loads: its arrays within
-	// maxCaseElements (DecodeGenConfig refuses early what its parameters
-	// and their gradients alone exceed).
-	if _, err := c.Manifest.CheckBounds(); err != nil {
-		return nil, fmt.Errorf("config: the case would not load: %w", err)
+	// The case must be one a reader loads (DecodeGenConfig refuses early
+	// what its parameters and their gradients alone exceed).
+	if err := checkLoadable(c); err != nil {
+		return nil, err
 	}
 	if c.Manifest.Catches, err = measuredCatches(c); err != nil {
 		return nil, err

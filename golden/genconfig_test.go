@@ -118,16 +118,17 @@ func TestDecodeGenConfigRefuses(t *testing.T) {
 		{string(good) + "{}", "more after its JSON object"},
 		{edit(func(m map[string]any) { m["name"] = "../../etc/x" }), `name = "../../etc/x"`},
 		{edit(func(m map[string]any) { m["kind"] = "block" }), `kind = "block"`},
-		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "Heads = 3"},
+		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "config.layer.d_model = 8 is not a multiple of config.layer.heads = 3"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["batch"] = 0 }), "batch = 0"},
-		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }), "multiply-adds"},
+		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 16 }), "multiply-adds (attention scores counted)"},
+		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }), "at least"},
 	} {
 		_, err := DecodeGenConfig([]byte(c.raw))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("DecodeGenConfig(%.80s...): %v, want an error containing %q", c.raw, err, c.want)
 		}
 	}
-	if _, err := DecodeGenConfig([]byte(edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }))); !errors.Is(err, format.ErrTooLarge) {
+	if _, err := DecodeGenConfig([]byte(edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 16 }))); !errors.Is(err, format.ErrTooLarge) {
 		t.Errorf("a case too costly to recompute: %v, want ErrTooLarge", err)
 	}
 }
@@ -185,9 +186,10 @@ func TestGenMatrixConfigs(t *testing.T) {
 }
 
 // TestGenConfigRefusesCasesThatWouldNotLoad checks that gen --config
-// refuses a configuration whose case a reader would refuse for its size:
-// early, when its parameters and their gradients alone exceed
-// maxCaseElements, and after generating, when its arrays together do.
+// refuses a configuration whose case a reader would refuse for its size
+// before anything is generated: when its parameters and their gradients
+// alone exceed maxCaseElements, or with the arrays every case of its kind
+// has (a model's logits).
 func TestGenConfigRefusesCasesThatWouldNotLoad(t *testing.T) {
 	raw, err := os.ReadFile("../docs/examples/llama3-layer-d512-s2048.json")
 	if err != nil {
@@ -212,16 +214,14 @@ func TestGenConfigRefusesCasesThatWouldNotLoad(t *testing.T) {
 		t.Errorf("d_ff 16384: error %v, want too large for its parameters", err)
 	}
 	// A model whose 8.4e6 parameters and gradients are within the bound,
-	// but whose logits, S·vocab = 64·2^19, take the case past it: found
-	// once generated (2 s, 1.2 GB).
+	// but whose logits, S·vocab = 64·2^19, take the case past it: refused
+	// before anything is generated (it took 2 s and 1.2 GB to find once
+	// generated).
 	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
 	wide := &GenConfig{Name: "wide-vocab", Kind: format.KindModel, Seed: 1, Config: format.CaseConfig{Batch: 1, SeqLen: 64, Vocab: 1 << 19,
 		Layers: []spec.ModelLayer{{Routed: true, Config: layer}}}}
 	raw, _ = json.Marshal(wide)
-	if wide, err = DecodeGenConfig(raw); err != nil {
-		t.Fatalf("vocab 2^19: %v", err)
-	}
-	if _, err := GenerateFromConfig(wide); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "would not load") {
-		t.Errorf("vocab 2^19: error %v, want too large to load", err)
+	if _, err = DecodeGenConfig(raw); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "B×S×vocab") {
+		t.Errorf("vocab 2^19: error %v, want too large for its logits", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/internal/dirlock"
 	"github.com/modref/modref/internal/readfile"
 )
 
@@ -32,10 +33,16 @@ const maxGenRecordBytes = 1 << 20
 
 // genRecord is the content of a GenRecord file. Files maps a file's name to
 // the SHA-256 of each content gen wrote under it and has not removed since:
-// two while a --keep-others write is under way, one otherwise.
+// two while a write is under way, one otherwise. Temporaries are the
+// temporary files a write under way creates in the directory, and Next the
+// temporary name through which the next record is written: recorded before
+// they are created, so that the next gen removes what a kill left of them,
+// and no other file, even one named like a temporary (internal/atomicfile).
 type genRecord struct {
-	Format string              `json:"format"`
-	Files  map[string][]string `json:"files"`
+	Format      string              `json:"format"`
+	Files       map[string][]string `json:"files"`
+	Temporaries []string            `json:"temporaries,omitempty"`
+	Next        string              `json:"next,omitempty"`
 }
 
 // WriteOptions say how WriteCorpus treats what a directory already holds.
@@ -55,10 +62,16 @@ type WriteOptions struct {
 // the content it wrote, those that hold exactly what gen writes now under
 // their name, and, with opt.Checkout, every NAME.json and NAME.npz. A
 // directory holding anything else is refused, nothing written, unless
-// opt.KeepOthers. Without other files the directory is replaced whole
-// (internal/atomicfile, keeping its mode), so that a failure or a kill
-// leaves the old corpus or the new one, never a mixture.
+// opt.KeepOthers. dir is locked for the whole of it (internal/dirlock): a
+// second gen into it is refused at once. The files are written inside dir
+// (writeInto), never by replacing dir, so that dir keeps its inode, mode,
+// owner and group, and may be a mount point.
 func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("corpus directory %s: %w", dir, format.UnwrapPath(err))
@@ -77,7 +90,7 @@ func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
 		}
 		var others []string
 		for _, e := range entries {
-			if !keepOut(e.Name()) && cannotBeGens(e, names, rec, opt.Checkout) {
+			if !keepOut(e.Name(), rec, opt.Checkout) && cannotBeGens(e, names, rec, opt.Checkout) {
 				others = append(others, e.Name())
 			}
 		}
@@ -104,7 +117,7 @@ func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
 	var ours, others []string
 	for _, e := range entries {
 		switch name := e.Name(); {
-		case keepOut(name):
+		case keepOut(name, rec, opt.Checkout):
 		case isGens(dir, e, rec, want, opt.Checkout):
 			ours = append(ours, name)
 		default:
@@ -123,45 +136,93 @@ func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
 	for name, data := range want {
 		next.Files[name] = []string{sha256Hex(data)}
 	}
-	if len(others) == 0 {
-		err = atomicfile.ReplaceDir(dir, func(tmp string) error {
-			for _, name := range order {
-				if err := atomicfile.WriteFile(filepath.Join(tmp, name), want[name]); err != nil {
-					return err
-				}
-			}
-			if opt.Checkout {
-				return nil // the checkout's corpus is gen's by construction
-			}
-			return writeGenRecord(tmp, next)
-		})
-	} else {
-		err = writeBeside(dir, rec, next, order, want, ours)
-	}
-	if err != nil {
+	if err := writeInto(dir, rec, next, order, want, ours, opt.Checkout); err != nil {
 		return nil, err
 	}
 	return cases, nil
 }
 
-// writeBeside writes the corpus into dir file by file, beside files gen did
-// not write. The record first lists the old and the new content of every
-// file, so that a kill at any moment leaves each of gen's files known to
-// the next gen; the files gen wrote before and does not write now are then
-// removed, and the record is narrowed to what was written.
-func writeBeside(dir string, rec, next genRecord, order []string, want map[string][]byte, ours []string) error {
+// dirLock is a held lock of a directory gen writes into.
+type dirLock struct{ l *dirlock.Lock }
+
+// lockDir takes dir's lock (internal/dirlock), so that two gens, or a gen
+// and a train, never write into it at once: the second is refused at once,
+// nothing written. Where flock(2) is missing, gen runs unlocked.
+func lockDir(dir string) (dirLock, error) {
+	l, err := dirlock.Acquire(dir)
+	switch {
+	case errors.Is(err, dirlock.ErrUnsupported):
+		return dirLock{}, nil
+	case errors.Is(err, dirlock.ErrHeld):
+		return dirLock{}, fmt.Errorf("gen's directory %w; another modref writes into it: run gen again when it has finished, or choose another directory", err)
+	case err != nil:
+		return dirLock{}, err
+	}
+	return dirLock{l}, nil
+}
+
+// release gives the lock up.
+func (d dirLock) release() {
+	if d.l != nil {
+		d.l.Release()
+	}
+}
+
+// writeInto writes want's files (in order) into dir, removes ours that it
+// does not write, and records what it wrote (unless checkout, whose files
+// are gen's by construction). Everything is written inside dir:
+//
+//  1. the temporaries an earlier, killed gen recorded are removed (in a
+//     checkout, every stale temporary of atomicfile's);
+//  2. the record lists the old and the new content of every file and the
+//     temporaries about to be created, so that a kill at any moment leaves
+//     every file of gen's, and every temporary, known to the next gen;
+//  3. every file is written and synced under its temporary name, and only
+//     then are they all renamed into place (each case's NAME.npz before its
+//     NAME.json), so that a failure while writing (a full disk) changes no
+//     file, and a reader sees a mixture of old and new cases only for the
+//     moment of the renames, each file whole;
+//  4. the files gen wrote before and does not write now are removed, and
+//     the record narrowed to what was written.
+func writeInto(dir string, rec, next genRecord, order []string, want map[string][]byte, ours []string, checkout bool) error {
+	removeLeftovers(dir, rec, checkout)
+	tmps := make(map[string]string, len(order))
 	both := genRecord{Format: genRecordFormat, Files: map[string][]string{}}
 	for name, sums := range rec.Files {
 		both.Files[name] = slices.Clone(sums)
 	}
 	for name, sums := range next.Files {
-		both.Files[name] = append(both.Files[name], sums...)
-	}
-	if err := writeGenRecord(dir, both); err != nil {
-		return err
+		for _, sum := range sums {
+			if !slices.Contains(both.Files[name], sum) {
+				both.Files[name] = append(both.Files[name], sum)
+			}
+		}
 	}
 	for _, name := range order {
-		if err := atomicfile.WriteFile(filepath.Join(dir, name), want[name]); err != nil {
+		tmps[name] = filepath.Base(atomicfile.NewTempName(filepath.Join(dir, name)))
+		both.Temporaries = append(both.Temporaries, tmps[name])
+	}
+	if !checkout {
+		if err := putRecord(dir, &rec, both); err != nil {
+			return err
+		}
+	}
+	staged := make([]*atomicfile.Staged, 0, len(order))
+	for _, name := range order {
+		s, err := atomicfile.Stage(filepath.Join(dir, name), filepath.Join(dir, tmps[name]), want[name])
+		if err != nil {
+			for _, s := range staged {
+				s.Abort()
+			}
+			return err
+		}
+		staged = append(staged, s)
+	}
+	for i, s := range staged {
+		if err := s.Commit(); err != nil {
+			for _, s := range staged[i+1:] {
+				s.Abort()
+			}
 			return err
 		}
 	}
@@ -173,14 +234,85 @@ func writeBeside(dir string, rec, next genRecord, order []string, want map[strin
 			return fmt.Errorf("removing %s, which an earlier gen wrote: %w", filepath.Join(dir, name), err)
 		}
 	}
-	return writeGenRecord(dir, next)
+	if checkout {
+		return nil
+	}
+	return putRecord(dir, &rec, next)
+}
+
+// removeLeftovers removes the temporary files that rec says a gen created
+// in dir (a kill left them), and nothing else: a file named like a
+// temporary that the record does not list may be a user's. In a checkout,
+// whose files are gen's by construction, every stale temporary is removed.
+func removeLeftovers(dir string, rec genRecord, checkout bool) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if name := e.Name(); keepOut(name, rec, checkout) && name != GenRecord && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+}
+
+// putRecord writes rec as dir's GenRecord, through the temporary name the
+// record on disk (*prev) announced, or, when dir has no record yet, by
+// creating it; rec announces the next one. *prev becomes rec.
+func putRecord(dir string, prev *genRecord, rec genRecord) error {
+	path := filepath.Join(dir, GenRecord)
+	rec.Next = filepath.Base(atomicfile.NewTempName(path))
+	raw, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	raw = append(raw, '\n')
+	_, err = os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		err = createRecord(path, raw)
+	case err == nil:
+		tmp := atomicfile.NewTempName(path)
+		if prev.Next != "" {
+			tmp = filepath.Join(dir, prev.Next)
+			os.Remove(tmp) // a kill's leftover, which the record on disk announced
+		}
+		var s *atomicfile.Staged
+		if s, err = atomicfile.Stage(path, tmp, raw); err == nil {
+			err = s.Commit()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("gen's record: %w", err)
+	}
+	*prev = rec
+	return nil
+}
+
+// createRecord creates dir's first GenRecord at path, in one write: no
+// temporary name is recorded yet through which to write it, and a kill
+// leaves no record or the whole one.
+func createRecord(path string, raw []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(raw)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }
 
 // keepOut reports whether an entry of a corpus directory is left out of
 // the question whose it is: gen's record, and the temporary files a killed
-// modref left (atomicfile removes them).
-func keepOut(name string) bool {
-	return name == GenRecord || atomicfile.IsStale(name)
+// gen left that its record lists (writeInto removes them), or in a
+// checkout every stale temporary of atomicfile's.
+func keepOut(name string, rec genRecord, checkout bool) bool {
+	return name == GenRecord || name == rec.Next || slices.Contains(rec.Temporaries, name) || checkout && atomicfile.IsStale(name)
 }
 
 // refuseOthers is WriteCorpus's error for a directory holding files gen did
@@ -206,12 +338,17 @@ func cannotBeGens(e fs.DirEntry, names []string, rec genRecord, checkout bool) b
 
 // WriteGenerated writes one generated case (`modref gen --config`) into
 // dir, which must exist, beside whatever else it holds: its two files are
-// written atomically, and only over files gen wrote (GenRecord lists them
-// with their content, or they hold exactly these bytes); any other file of
-// those names is refused, nothing written. The record gains the case's
-// files, first with their old and new contents, so that a kill at any
-// moment leaves both files known to the next gen.
+// written as writeInto writes, and only over files gen wrote (GenRecord
+// lists them with their content, or they hold exactly these bytes); any
+// other file of those names is refused, nothing written. dir is locked
+// while it is read and written (internal/dirlock): a second gen into it at
+// that moment is refused, and the record keeps every case written.
 func WriteGenerated(dir string, c *format.Case) error {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	rec, err := readGenRecord(dir)
 	if err != nil {
 		return err
@@ -220,29 +357,23 @@ func WriteGenerated(dir string, c *format.Case) error {
 	if err != nil {
 		return err
 	}
+	next := genRecord{Format: genRecordFormat, Files: map[string][]string{}}
+	for name, sums := range rec.Files {
+		next.Files[name] = slices.Clone(sums)
+	}
+	want := map[string][]byte{}
+	var order []string
 	for _, f := range files {
 		path := filepath.Join(dir, f.Name)
 		fi, err := os.Lstat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil || !isGens(dir, fs.FileInfoToDirEntry(fi), rec, map[string][]byte{f.Name: f.Data}, false) {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) || err == nil && !isGens(dir, fs.FileInfoToDirEntry(fi), rec, map[string][]byte{f.Name: f.Data}, false) {
 			return fmt.Errorf("%s exists and gen did not write it; move it away, or choose another name or directory", path)
 		}
+		want[f.Name] = f.Data
+		order = append(order, f.Name)
+		next.Files[f.Name] = []string{sha256Hex(f.Data)}
 	}
-	for _, f := range files {
-		rec.Files[f.Name] = append(rec.Files[f.Name], sha256Hex(f.Data))
-	}
-	if err := writeGenRecord(dir, rec); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := atomicfile.WriteFile(filepath.Join(dir, f.Name), f.Data); err != nil {
-			return err
-		}
-		rec.Files[f.Name] = []string{sha256Hex(f.Data)}
-	}
-	return writeGenRecord(dir, rec)
+	return writeInto(dir, rec, next, order, want, nil, false)
 }
 
 // isGens reports whether the entry e of dir is a file gen wrote.
@@ -266,12 +397,18 @@ func isGens(dir string, e fs.DirEntry, rec genRecord, want map[string][]byte, ch
 }
 
 // readGenRecord reads dir's GenRecord; a directory without one has an
-// empty record.
+// empty record. The record must be a regular file of dir (not a link,
+// through which gen would write into another directory's record), and the
+// temporaries it lists names in dir of the form atomicfile gives them.
 func readGenRecord(dir string) (genRecord, error) {
 	path := filepath.Join(dir, GenRecord)
 	rec := genRecord{Format: genRecordFormat, Files: map[string][]string{}}
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return rec, nil
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return rec, fmt.Errorf("%s is %s, not a regular file: gen writes its record only as a file of its own directory; move it away", path, readfile.Kind(fi.Mode()))
 	}
 	raw, err := readfile.Read(path, maxGenRecordBytes)
 	if err != nil {
@@ -279,19 +416,14 @@ func readGenRecord(dir string) (genRecord, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rec); err != nil || rec.Format != genRecordFormat {
+	bad := dec.Decode(&rec) != nil || rec.Format != genRecordFormat || rec.Files == nil
+	for _, name := range append(slices.Clone(rec.Temporaries), rec.Next) {
+		bad = bad || name != "" && !atomicfile.IsTempName(name)
+	}
+	if bad {
 		return rec, fmt.Errorf("%s is not a record modref gen wrote (want JSON with \"format\": %q); move it away", path, genRecordFormat)
 	}
 	return rec, nil
-}
-
-// writeGenRecord writes rec as dir's GenRecord.
-func writeGenRecord(dir string, rec genRecord) error {
-	raw, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(dir, GenRecord), append(raw, '\n'))
 }
 
 func sha256Hex(b []byte) string {

@@ -1,7 +1,5 @@
 package spec
 
-import "fmt"
-
 // CapacityKind names a capacity rule of docs/spec.md §3.
 type CapacityKind string
 
@@ -26,22 +24,31 @@ type Capacity struct {
 }
 
 // Validate reports an invalid field of the rule (the checks that do not
-// depend on the sequence length).
+// depend on the sequence length), a *FieldError.
 func (c Capacity) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validate is Validate with its error's type.
+func (c Capacity) validate() *FieldError {
+	const cp = "capacity"
 	switch c.Kind {
 	case CapacityRatio, CapacityLog:
 		if !(c.Ratio > 0 && c.Ratio <= 1) {
-			return fmt.Errorf("capacity: Ratio = %v, want c in (0, 1]", c.Ratio)
+			return invalid(cp, "{Ratio|ratio} = %v, want c in (0, 1]", c.Ratio)
 		}
 		if c.Kind == CapacityLog && c.MaxLen < 2 {
-			return fmt.Errorf("capacity: MaxLen = %d for log scaling, want S_max >= 2 (ln S_max is a divisor)", c.MaxLen)
+			return invalid(cp, "{MaxLen|max_len} = %d for log scaling, want S_max >= 2 (ln S_max is a divisor)", c.MaxLen)
 		}
 	case CapacityInteger:
 		if c.Tokens < 1 {
-			return fmt.Errorf("capacity: Tokens = %d, want C >= 1", c.Tokens)
+			return invalid(cp, "{Tokens|tokens} = %d, want C >= 1", c.Tokens)
 		}
 	default:
-		return fmt.Errorf("capacity: Kind = %q, want ratio, integer or log", c.Kind)
+		return invalid(cp, "{Kind|kind} = %q, want ratio, integer or log", c.Kind)
 	}
 	return nil
 }

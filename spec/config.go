@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -154,37 +153,38 @@ func (c BlockConfig) KVHeadCount() int {
 // KVHeadCount·d_h, which is D without grouped-query attention.
 func (c BlockConfig) KVWidth() int { return c.KVHeadCount() * (c.D / c.Heads) }
 
-// Validate reports the first invalid field of c.
+// Validate reports the first invalid field of c (a *FieldError).
 func (c BlockConfig) Validate() error {
+	const b = "block"
 	switch {
 	case c.D < 1:
-		return fmt.Errorf("block: D = %d, want >= 1", c.D)
+		return invalid(b, "{D|d_model} = %d, want >= 1", c.D)
 	case c.D > MaxD:
-		return checkMax("block", "D", c.D, MaxD, "MaxD")
+		return checkMax(b, "D", "d_model", c.D, MaxD, "MaxD")
 	case c.Heads < 1:
-		return fmt.Errorf("block: Heads = %d, want >= 1", c.Heads)
+		return invalid(b, "{Heads|heads} = %d, want >= 1", c.Heads)
 	case c.D%c.Heads != 0:
-		return fmt.Errorf("block: D = %d is not a multiple of Heads = %d", c.D, c.Heads)
+		return invalid(b, "{D|d_model} = %d is not a multiple of {Heads|heads} = %d", c.D, c.Heads)
 	case (c.D/c.Heads)%2 != 0:
-		return fmt.Errorf("block: head width D/Heads = %d is odd; rotary embeddings pair coordinates and need it even", c.D/c.Heads)
+		return invalid(b, "head width {D/Heads|d_model/heads} = %d is odd; rotary embeddings pair coordinates and need it even", c.D/c.Heads)
 	case c.KVHeads < 0 || (c.KVHeads > 0 && c.Heads%c.KVHeads != 0):
-		return fmt.Errorf("block: KVHeads (kv_heads) = %d, want a divisor of Heads = %d (each key and value head serves Heads/KVHeads query heads, docs/spec.md §5), or 0 for Heads", c.KVHeads, c.Heads)
+		return invalid(b, "{KVHeads (kv_heads)|kv_heads} = %d, want a divisor of {Heads|heads} = %d (each key and value head serves {Heads/KVHeads|heads/kv_heads} query heads, docs/spec.md §5), or 0 for {Heads|heads}", c.KVHeads, c.Heads)
 	case c.DFF < 1:
-		return fmt.Errorf("block: DFF = %d, want >= 1", c.DFF)
+		return invalid(b, "{DFF|d_ff} = %d, want >= 1", c.DFF)
 	case c.DFF > MaxDFF:
-		return checkMax("block", "DFF", c.DFF, MaxDFF, "MaxDFF")
+		return checkMax(b, "DFF", "d_ff", c.DFF, MaxDFF, "MaxDFF")
 	case c.Norm != NormRMS && c.Norm != NormLayer:
-		return fmt.Errorf("block: Norm = %q, want %q or %q", c.Norm, NormRMS, NormLayer)
+		return invalid(b, "{Norm|norm} = %q, want %q or %q", c.Norm, NormRMS, NormLayer)
 	case !(c.NormEps > 0) || math.IsInf(c.NormEps, 0):
-		return fmt.Errorf("block: NormEps = %v, want a finite value > 0 (1e-6 is the default)", c.NormEps)
+		return invalid(b, "{NormEps|norm_eps} = %v, want a finite value > 0 (1e-6 is the default)", c.NormEps)
 	case c.MLP != ActGELU && c.MLP != ActSwiGLU:
-		return fmt.Errorf("block: MLP = %q, want %q or %q", c.MLP, ActGELU, ActSwiGLU)
+		return invalid(b, "{MLP|mlp} = %q, want %q or %q", c.MLP, ActGELU, ActSwiGLU)
 	case c.Positions != PositionRoPE && c.Positions != PositionLearned:
-		return fmt.Errorf("block: Positions = %q, want %q or %q", c.Positions, PositionRoPE, PositionLearned)
+		return invalid(b, "{Positions|positions} = %q, want %q or %q", c.Positions, PositionRoPE, PositionLearned)
 	case c.Positions == PositionRoPE && (!(c.RoPEBase > 1) || math.IsInf(c.RoPEBase, 0)):
-		return fmt.Errorf("block: RoPEBase = %v, want a finite value > 1 (10000 in docs/spec.md)", c.RoPEBase)
+		return invalid(b, "{RoPEBase|rope_base} = %v, want a finite value > 1 (10000 in docs/spec.md)", c.RoPEBase)
 	case c.Window < 0:
-		return fmt.Errorf("block: Window = %d, want 0 (no window) or a positive number of positions (docs/spec.md §13)", c.Window)
+		return invalid(b, "{Window|window} = %d, want 0 (no window) or a positive number of positions (docs/spec.md §13)", c.Window)
 	}
 	return nil
 }
@@ -244,65 +244,66 @@ func (c Config) HasPredictor() bool {
 }
 
 // Validate reports the first invalid field of c, naming it, its value and
-// what is allowed.
+// what is allowed (a *FieldError).
 func (c Config) Validate() error {
 	if err := c.Block.Validate(); err != nil {
 		return err
 	}
+	const cf = "config"
 	switch c.Router {
 	case RouterLinear, RouterLinearBias, RouterL2Norm, RouterRandom:
 	default:
-		return fmt.Errorf("config: Router = %q, want one of linear, linear_bias, l2norm, random", c.Router)
+		return invalid(cf, "{Router|router} = %q, want one of linear, linear_bias, l2norm, random", c.Router)
 	}
 	if !(c.Jitter >= 0) || math.IsInf(c.Jitter, 0) {
-		return fmt.Errorf("config: Jitter = %v, want a finite value >= 0", c.Jitter)
+		return invalid(cf, "{Jitter|jitter} = %v, want a finite value >= 0", c.Jitter)
 	}
 	// Causal routing has no capacity limit, but its auxiliary targets are
 	// still the top-k choice under the capacity, so the rule is always needed.
-	if err := c.Capacity.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if err := c.Capacity.validate(); err != nil {
+		return err.in(cf, "capacity.")
 	}
 	switch c.Weighting {
 	case WeightRaw, WeightSigmoid, WeightSoftmax, WeightNone:
 	default:
-		return fmt.Errorf("config: Weighting = %q, want one of raw, sigmoid, softmax, none", c.Weighting)
+		return invalid(cf, "{Weighting|weighting} = %q, want one of raw, sigmoid, softmax, none", c.Weighting)
 	}
 	switch c.Compute {
 	case ComputeGather, ComputeDense:
 	default:
-		return fmt.Errorf("config: Compute = %q, want gather or dense", c.Compute)
+		return invalid(cf, "{Compute|compute} = %q, want gather or dense", c.Compute)
 	}
 	switch c.Aux {
 	case AuxNone, AuxRouterBCE, AuxPredictor:
 	default:
-		return fmt.Errorf("config: Aux = %q, want one of none, router_bce, predictor", c.Aux)
+		return invalid(cf, "{Aux|aux} = %q, want one of none, router_bce, predictor", c.Aux)
 	}
 	if !(c.AuxWeight >= 0) || math.IsInf(c.AuxWeight, 0) {
-		return fmt.Errorf("config: AuxWeight = %v, want a finite value >= 0", c.AuxWeight)
+		return invalid(cf, "{AuxWeight|aux_weight} = %v, want a finite value >= 0", c.AuxWeight)
 	}
 	if c.AuxWeight > 0 && c.Aux == AuxNone {
-		return fmt.Errorf("config: AuxWeight = %v with Aux = none would be ignored; set Aux to router_bce or predictor, or AuxWeight to 0", c.AuxWeight)
+		return invalid(cf, "{AuxWeight|aux_weight} = %v with {Aux|aux} = none would be ignored; set {Aux|aux} to router_bce or predictor, or {AuxWeight|aux_weight} to 0", c.AuxWeight)
 	}
 	if !(c.LoadBalanceWeight >= 0) || math.IsInf(c.LoadBalanceWeight, 0) {
-		return fmt.Errorf("config: LoadBalanceWeight = %v, want a finite value >= 0", c.LoadBalanceWeight)
+		return invalid(cf, "{LoadBalanceWeight|load_balance_weight} = %v, want a finite value >= 0", c.LoadBalanceWeight)
 	}
 	if c.PredictorHidden < 0 {
-		return fmt.Errorf("config: PredictorHidden = %d, want >= 0 (0 means d/2)", c.PredictorHidden)
+		return invalid(cf, "{PredictorHidden|predictor_hidden} = %d, want >= 0 (0 means d/2)", c.PredictorHidden)
 	}
-	if err := checkMax("config", "PredictorHidden", c.PredictorHidden, MaxDFF, "MaxDFF"); err != nil {
+	if err := checkMax(cf, "PredictorHidden", "predictor_hidden", c.PredictorHidden, MaxDFF, "MaxDFF"); err != nil {
 		return err
 	}
 	switch c.Causal {
 	case CausalOff:
 	case CausalRouter, CausalPredictor:
 		if c.Weighting == WeightSoftmax {
-			return fmt.Errorf("config: Weighting = softmax with Causal = %q: softmax over the selected tokens makes a token's output depend on later tokens, so it is rejected in causal routing (docs/spec.md §9); use raw, sigmoid or none", c.Causal)
+			return invalid(cf, "{Weighting|weighting} = softmax with {Causal|causal} = %q: softmax over the selected tokens makes a token's output depend on later tokens, so it is rejected in causal routing (docs/spec.md §9); use raw, sigmoid or none", c.Causal)
 		}
 		if c.Compute == ComputeDense {
-			return fmt.Errorf("config: Compute = dense with Causal = %q: dense compute runs f on every token, so per-layer caches could not hold only the routed tokens (docs/spec.md §9); use gather", c.Causal)
+			return invalid(cf, "{Compute|compute} = dense with {Causal|causal} = %q: dense compute runs f on every token, so per-layer caches could not hold only the routed tokens (docs/spec.md §9); use gather", c.Causal)
 		}
 	default:
-		return fmt.Errorf("config: Causal = %q, want off, router or predictor", c.Causal)
+		return invalid(cf, "{Causal|causal} = %q, want off, router or predictor", c.Causal)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package spec
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 )
 
 // blockJSON is the JSON form of a BlockConfig, under docs/spec.md's names
@@ -83,4 +85,17 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 		PredictorHidden: j.PredictorHidden, Causal: j.Causal,
 	}
 	return nil
+}
+
+// blockDiff is the JSON key of the first field in which blocks a and b
+// differ ("" when they do not).
+func blockDiff(a, b BlockConfig) string {
+	ja, jb := reflect.ValueOf(blockJSONOf(a)), reflect.ValueOf(blockJSONOf(b))
+	for i := range ja.NumField() {
+		if ja.Field(i).Interface() != jb.Field(i).Interface() {
+			key, _, _ := strings.Cut(ja.Type().Field(i).Tag.Get("json"), ",")
+			return key
+		}
+	}
+	return ""
 }

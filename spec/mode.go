@@ -3,7 +3,6 @@ package spec
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 )
 
@@ -49,46 +48,47 @@ type MoDEConfig struct {
 func (c MoDEConfig) GateWidth() int { return c.Experts + c.NoOpExperts }
 
 // Validate reports the first invalid field of c, naming it, its value and
-// what is allowed.
+// what is allowed (a *FieldError).
 func (c MoDEConfig) Validate() error {
 	if err := c.Block.Validate(); err != nil {
-		return fmt.Errorf("mode: %w", err)
+		return err.(*FieldError).in("mode", "")
 	}
-	ratio := func(name string, v float64) error {
+	const m = "mode"
+	ratio := func(field, key string, v float64) error {
 		if !(v > 0 && v <= 1) || math.IsInf(v, 0) {
-			return fmt.Errorf("mode: %s = %v, want a ratio in (0, 1]", name, v)
+			return invalid(m, "{"+field+"|"+key+"} = %v, want a ratio in (0, 1]", v)
 		}
 		return nil
 	}
 	if c.Experts < 1 {
-		return fmt.Errorf("mode: Experts = %d, want E >= 1", c.Experts)
+		return invalid(m, "{Experts|experts} = %d, want E >= 1", c.Experts)
 	}
-	if err := checkMax("mode", "Experts", c.Experts, MaxExperts, "MaxExperts"); err != nil {
+	if err := checkMax(m, "Experts", "experts", c.Experts, MaxExperts, "MaxExperts"); err != nil {
 		return err
 	}
-	if err := checkMax("mode", "NoOpExperts", c.NoOpExperts, MaxExperts, "MaxExperts"); err != nil {
+	if err := checkMax(m, "NoOpExperts", "noop_experts", c.NoOpExperts, MaxExperts, "MaxExperts"); err != nil {
 		return err
 	}
-	if err := ratio("ExpertCapacity", c.ExpertCapacity); err != nil {
+	if err := ratio("ExpertCapacity", "expert_capacity", c.ExpertCapacity); err != nil {
 		return err
 	}
 	switch c.Form {
 	case MoDEStaged:
 		if c.NoOpExperts != 0 {
-			return fmt.Errorf("mode: NoOpExperts = %d with Form = staged, want 0: the staged form skips by its MoD router, no-op experts belong to the integrated form (docs/spec.md §14)", c.NoOpExperts)
+			return invalid(m, "{NoOpExperts|noop_experts} = %d with {Form|form} = staged, want 0: the staged form skips by its MoD router, no-op experts belong to the integrated form (docs/spec.md §14)", c.NoOpExperts)
 		}
-		if err := ratio("Capacity", c.Capacity); err != nil {
+		if err := ratio("Capacity", "capacity", c.Capacity); err != nil {
 			return err
 		}
 	case MoDEIntegrated:
 		if c.NoOpExperts < 1 {
-			return fmt.Errorf("mode: NoOpExperts = %d with Form = integrated, want >= 1 (docs/spec.md §14)", c.NoOpExperts)
+			return invalid(m, "{NoOpExperts|noop_experts} = %d with {Form|form} = integrated, want >= 1 (docs/spec.md §14)", c.NoOpExperts)
 		}
 		if c.Capacity != 0 {
-			return fmt.Errorf("mode: Capacity = %v with Form = integrated, want 0: the integrated form has no MoD router; its experts' capacity is ExpertCapacity", c.Capacity)
+			return invalid(m, "{Capacity|capacity} = %v with {Form|form} = integrated, want 0: the integrated form has no MoD router; its experts' capacity is {ExpertCapacity|expert_capacity}", c.Capacity)
 		}
 	default:
-		return fmt.Errorf("mode: Form = %q, want staged or integrated", c.Form)
+		return invalid(m, "{Form|form} = %q, want staged or integrated", c.Form)
 	}
 	return nil
 }

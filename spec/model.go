@@ -36,7 +36,7 @@ func (p Pattern) Routed(nLayers int) ([]bool, error) {
 	if nLayers < 1 {
 		return nil, fmt.Errorf("pattern: %d layers, want >= 1", nLayers)
 	}
-	if err := checkMax("pattern", "layers", nLayers, MaxLayers, "MaxLayers"); err != nil {
+	if err := checkMax("pattern", "layers", "layers", nLayers, MaxLayers, "MaxLayers"); err != nil {
 		return nil, err
 	}
 	routed := make([]bool, nLayers)
@@ -130,32 +130,35 @@ func NewModelConfig(vocab, maxLen, nLayers int, routing Config, pattern Pattern,
 	return cfg, cfg.Validate()
 }
 
-// Validate reports the first invalid field of the model configuration.
+// Validate reports the first invalid field of the model configuration (a
+// *FieldError).
 func (c ModelConfig) Validate() error {
+	const m = "model"
 	if c.Vocab < 2 {
-		return fmt.Errorf("model: Vocab = %d, want >= 2", c.Vocab)
+		return invalid(m, "{Vocab|vocab} = %d, want >= 2", c.Vocab)
 	}
-	if err := checkMax("model", "Vocab", c.Vocab, MaxVocab, "MaxVocab"); err != nil {
+	if err := checkMax(m, "Vocab", "vocab", c.Vocab, MaxVocab, "MaxVocab"); err != nil {
 		return err
 	}
 	if len(c.Layers) == 0 {
-		return fmt.Errorf("model: no layers, want >= 1")
+		return invalid(m, "no {layers|layers}, want >= 1")
 	}
-	if err := checkMax("model", "layers", len(c.Layers), MaxLayers, "MaxLayers"); err != nil {
+	if err := checkMax(m, "layers", "layers", len(c.Layers), MaxLayers, "MaxLayers"); err != nil {
 		return err
 	}
 	if c.MaxLen < 0 {
-		return fmt.Errorf("model: MaxLen = %d, want >= 0", c.MaxLen)
+		return invalid(m, "{MaxLen|max_len} = %d, want >= 0", c.MaxLen)
 	}
-	if err := checkMax("model", "MaxLen", c.MaxLen, MaxPositions, "MaxPositions"); err != nil {
+	if err := checkMax(m, "MaxLen", "max_len", c.MaxLen, MaxPositions, "MaxPositions"); err != nil {
 		return err
 	}
 	if c.Layers[0].Config.Block.Positions == PositionLearned && c.MaxLen < 1 {
-		return fmt.Errorf("model: MaxLen = %d with learned position embeddings, want the longest sequence length (>= 1)", c.MaxLen)
+		return invalid(m, "{MaxLen|max_len} = %d with learned position embeddings, want the longest sequence length (>= 1)", c.MaxLen)
 	}
 	for l, ml := range c.Layers {
 		if ml.Config.Block != c.Layers[0].Config.Block {
-			return fmt.Errorf("model: layer %d block %+v differs from layer 0's %+v; layers share d and the norm", l, ml.Config.Block, c.Layers[0].Config.Block)
+			key := blockDiff(ml.Config.Block, c.Layers[0].Config.Block)
+			return invalid(m, "{layer %[1]d block %+[2]v|layers[%[1]d].layer.%[4]s} differs from {layer 0's %+[3]v|layers[0].layer.%[4]s}; layers share d and the norm", l, ml.Config.Block, c.Layers[0].Config.Block, key)
 		}
 		var err error
 		if ml.Routed {
@@ -164,7 +167,7 @@ func (c ModelConfig) Validate() error {
 			err = ml.Config.Block.Validate()
 		}
 		if err != nil {
-			return fmt.Errorf("model: layer %d: %w", l, err)
+			return err.(*FieldError).in(fmt.Sprintf("model: layer %d", l), fmt.Sprintf("layers[%d].layer.", l))
 		}
 	}
 	return nil

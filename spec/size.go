@@ -1,7 +1,5 @@
 package spec
 
-import "fmt"
-
 // Size bounds of a configuration. Validate refuses a size above its bound
 // before anything is allocated, so that a configuration from a file or a
 // flag (a training config, a checkpoint, a corpus manifest) cannot ask for
@@ -29,11 +27,11 @@ const (
 	MaxExperts = 1 << 8
 )
 
-// checkMax returns an error naming field, its value and its bound (the
-// constant name) when v > limit.
-func checkMax(what, field string, v, limit int, name string) error {
+// checkMax returns a *FieldError naming the field (by Go name and JSON
+// key), its value and its bound (the constant name) when v > limit.
+func checkMax(what, field, key string, v, limit int, name string) error {
 	if v > limit {
-		return fmt.Errorf("%s: %s = %d exceeds the bound %d (spec.%s)", what, field, v, limit, name)
+		return invalid(what, "{"+field+"|"+key+"} = %d exceeds the bound %d (spec.%s)", v, limit, name)
 	}
 	return nil
 }

@@ -6,16 +6,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
-	"github.com/modref/modref/internal/atomicfile"
-	"github.com/modref/modref/mod/modcase"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/internal/atomicfile"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // errMismatch marks a check that ran and found a candidate wrong (exit 1).
@@ -30,7 +31,8 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 Compares a candidate's arrays with the golden corpus. With --candidate FILE.npz
 it judges one case; with --candidate DIR it judges every named case (all cases
 if none is named) against DIR/CASE.npz, a bad or missing file being that
-case's error. Without --candidate it checks modref's own float32
+case's error; with --present too, only the cases whose file DIR holds, the
+others listed as left out (refused when DIR holds none). Without --candidate it checks modref's own float32
 implementation (mod/) against the corpus; an empty --candidate "" is a usage
 error. Candidates are read as untrusted input: regular files only, sizes
 bounded by the case, every CRC-32 and data length verified
@@ -57,6 +59,7 @@ flags:
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	junit := fs.String("junit", "", "also write the results as a JUnit XML report to `FILE`")
 	allowMissing := fs.Bool("allow-missing", false, "report arrays missing from a candidate instead of failing with exit 2")
+	present := fs.Bool("present", false, "with --candidate DIR, judge only the cases that have a file in DIR; list the others as left out")
 	profileOf := precisionFlag(fs)
 	named, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -88,6 +91,15 @@ flags:
 		single = !fi.IsDir()
 		if single && len(named) != 1 {
 			return fmt.Errorf("--candidate %s is one file: name exactly one case to judge it against", *candidate)
+		}
+	}
+	var leftOut []string
+	if *present {
+		if *candidate == "" || single {
+			return fmt.Errorf("--present judges the cases whose file a --candidate DIR holds; give the directory")
+		}
+		if names, leftOut, err = presentCases(*candidate, names); err != nil {
+			return err
 		}
 	}
 	candPath := func(name string) string {
@@ -151,13 +163,13 @@ flags:
 	if !*asJSON {
 		printProfile(stdout, profile)
 	}
-	if err := printReport(stdout, results, *asJSON, *candidate, profile); err != nil {
+	if err := printReport(stdout, results, leftOut, *present, *asJSON, *candidate, profile); err != nil {
 		return err
 	}
 	// The report comes after the table, so that a report path that cannot
 	// be written does not hide the results.
 	if *junit != "" {
-		if err := writeJUnit(*junit, results); err != nil {
+		if err := writeJUnit(*junit, results, leftOut); err != nil {
 			return err
 		}
 	}
@@ -175,19 +187,57 @@ flags:
 // selfName is what the table and JSON call modref's own implementation.
 const selfName = "modref's mod/ (float32 autograd)"
 
-// printReport writes the results as JSON or as the table.
-func printReport(stdout io.Writer, results []*judge.CaseResult, asJSON bool, candidate string, profile format.Profile) error {
+// presentCases splits names into the cases whose candidate file dir holds
+// (anything named NAME.npz there, judged and refused if it is not a
+// regular file) and those it does not; none present is an error.
+func presentCases(dir string, names []string) (judged, leftOut []string, err error) {
+	for _, name := range names {
+		if _, err := os.Lstat(filepath.Join(dir, name+".npz")); errors.Is(err, fs.ErrNotExist) {
+			leftOut = append(leftOut, name)
+			continue
+		}
+		judged = append(judged, name)
+	}
+	if len(judged) == 0 {
+		return nil, nil, fmt.Errorf("--present: %s holds no candidate file for any of the %d cases asked for (NAME.npz, such as %s.npz)", dir, len(names), names[0])
+	}
+	return judged, leftOut, nil
+}
+
+// presentReport is what check --present --json prints: the results of the
+// cases judged, and the cases left out for want of a file.
+type presentReport struct {
+	Results []*judge.CaseResult `json:"results"`
+	LeftOut []string            `json:"left_out"`
+}
+
+// printReport writes the results as JSON or as the table, and with
+// --present the cases left out: in JSON, an object holding both.
+func printReport(stdout io.Writer, results []*judge.CaseResult, leftOut []string, present, asJSON bool, candidate string, profile format.Profile) error {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
-			return err
+		var v any = results
+		if present {
+			v = presentReport{Results: results, LeftOut: append([]string{}, leftOut...)}
 		}
-	} else {
-		printResults(stdout, results, candidate, profile)
+		return enc.Encode(v)
+	}
+	printResults(stdout, results, candidate, profile)
+	if len(leftOut) > 0 {
+		shown := leftOut[:min(len(leftOut), shownLeftOut)]
+		more := ""
+		if len(leftOut) > len(shown) {
+			more = fmt.Sprintf(" and %d more (--json lists them all)", len(leftOut)-len(shown))
+		}
+		fmt.Fprintf(stdout, "left out, no file in %s: %d cases: %s%s\n", candidate, len(leftOut), strings.Join(shown, ", "), more)
 	}
 	return nil
 }
+
+// shownLeftOut is how many of the cases --present left out the table
+// names.
+const shownLeftOut = 12
 
 // refuseEmpty makes a flag given an empty value a usage error: an unset
 // variable in a script (--candidate "$CAND") must not quietly mean the
@@ -233,21 +283,15 @@ func selfCandidate(c *format.Case) (map[string]*format.Array, error) {
 
 // printResults writes the table a person reads: one line per case with its
 // worst array by error over tolerance, or, for a failing case, one line per
-// array that failed or is missing, worst first, with where and by how much.
+// array that failed or is missing, worst first, with where and by how much;
+// a routing mismatch's or a flip report's lines under their case.
 //
 // A case judged under a profile other than the flag's (its manifest's
 // precision) has the profile after its name.
 func printResults(w io.Writer, results []*judge.CaseResult, candidate string, profile format.Profile) {
-	switch fi, err := os.Stat(candidate); {
-	case candidate == "":
-		fmt.Fprintf(w, "implementation: %s, run on each case's inputs and parameters\n", selfName)
-	case err == nil && fi.IsDir():
-		fmt.Fprintf(w, "candidate: %s/CASE.npz (CRC-32, lengths and sizes of every array verified)\n", candidate)
-	default:
-		fmt.Fprintf(w, "candidate: %s (CRC-32, lengths and sizes of every array verified)\n", candidate)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
+	fmt.Fprintln(w, candidateHeader(results, candidate))
+	var t table
+	t.row("case\tarray\terror/tol\tmax abs\tmax rel\twhere\tgot\twant\tresult")
 	passed, bad := 0, 0
 	for _, r := range results {
 		name := r.Case
@@ -256,37 +300,37 @@ func printResults(w io.Writer, results []*judge.CaseResult, candidate string, pr
 		}
 		if r.Error != "" {
 			bad++
-			fmt.Fprintf(tw, "%s\t(bad input)\t\t\t\t\t\t\tERROR: %s\n", name, r.Error)
+			t.row("%s\t(bad input)\t\t\t\t\t\t\tERROR: %s", name, r.Error)
 			continue
 		}
 		ranked := byExcess(r)
 		if r.Pass {
 			passed++
 			worst := ranked[0]
-			fmt.Fprintf(tw, "%s\t(%d arrays, worst %s)\t%s\t%.2e\t%.2e\t%v\t\t\tpass\n", name, len(r.Arrays), worst.Name, excessText(worst), worst.MaxAbs, worst.MaxRel, worst.Where)
-			printFlips(tw, r.Flips)
+			t.row("%s\t(%d arrays, worst %s)\t%s\t%.2e\t%.2e\t%v\t\t\tpass", name, len(r.Arrays), worst.Name, excessText(worst), worst.MaxAbs, worst.MaxRel, worst.Where)
+			t.notes(flipLines(r.Flips))
 			continue
 		}
 		for _, a := range ranked {
 			switch a.Status {
 			case judge.StatusMissing:
-				fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\tmissing\n", name, a.Name)
+				t.row("%s\t%s\t\t\t\t\t\t\tmissing", name, a.Name)
 			case judge.StatusFail:
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)\n",
+				t.row("%s\t%s\t%s\t%.2e\t%.2e\t%v\t%.8g\t%.8g\tFAIL (rtol %.0e, atol %.1e)",
 					name, a.Name, excessText(a), a.MaxAbs, a.MaxRel, a.Where, a.Got, a.Want, a.Tolerance.RTol, a.Tolerance.ATol)
 				for _, m := range a.Routing {
 					if m.Order {
-						fmt.Fprintf(tw, "    row %d: %s\n", m.Row, describeFlip(m))
+						t.notes([]string{fmt.Sprintf("    row %d: %s", m.Row, describeFlip(m))})
 						continue
 					}
-					fmt.Fprintf(tw, "    row %d: routed only by the candidate %v, only by the oracle %v; %s\n",
-						m.Row, m.OnlyCandidate, m.OnlyOracle, describeFlip(m))
+					t.notes([]string{fmt.Sprintf("    row %d: routed only by the candidate %s, only by the oracle %s; %s",
+						m.Row, judge.PositionList(m.OnlyCandidate), judge.PositionList(m.OnlyOracle), describeFlip(m))})
 				}
 			}
 		}
-		printFlips(tw, r.Flips)
+		t.notes(flipLines(r.Flips))
 	}
-	tw.Flush()
+	t.write(w)
 	if bad > 0 {
 		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
 		return
@@ -294,22 +338,47 @@ func printResults(w io.Writer, results []*judge.CaseResult, candidate string, pr
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, len(results)-passed)
 }
 
-// printFlips writes a flip report (judge.JudgeFlips) under its case: how
-// many decisions flipped, where, by how much, and what was done. Flips
-// beyond the margin are not repeated: the routing lines say why.
-func printFlips(w io.Writer, f *judge.FlipReport) {
-	if f == nil || f.Verdict == judge.FlipsBeyond {
-		return
+// candidateHeader says what the table judges: modref's own
+// implementation, a candidate file, or a directory's files, named by the
+// paths read (the first two, and how many more).
+func candidateHeader(results []*judge.CaseResult, candidate string) string {
+	const verified = "(CRC-32, lengths and sizes of every array verified)"
+	if candidate == "" {
+		return fmt.Sprintf("implementation: %s, run on each case's inputs and parameters", selfName)
 	}
+	if fi, err := os.Stat(candidate); err != nil || !fi.IsDir() {
+		return fmt.Sprintf("candidate: %s %s", candidate, verified)
+	}
+	var paths []string
+	for _, r := range results {
+		paths = append(paths, r.Candidate)
+	}
+	switch {
+	case len(paths) == 1:
+		return fmt.Sprintf("candidate: %s %s", paths[0], verified)
+	case len(paths) == 2:
+		return fmt.Sprintf("candidates: %s and %s, one per case %s", paths[0], paths[1], verified)
+	}
+	return fmt.Sprintf("candidates: %s, %s and %d more in %s, one per case %s", paths[0], paths[1], len(paths)-2, filepath.Clean(candidate), verified)
+}
+
+// flipLines is a flip report (judge.JudgeFlips) as lines under its case:
+// how many decisions flipped, where, by how much, and what was done. Flips
+// beyond the margin are not repeated: the routing lines say why.
+func flipLines(f *judge.FlipReport) []string {
+	if f == nil || f.Verdict == judge.FlipsBeyond {
+		return nil
+	}
+	var out []string
 	switch f.Verdict {
 	case judge.FlipsRejudged:
-		fmt.Fprintf(w, "    %d routing decisions flipped, each within the near-tie margin %.3g of the truth's boundary (%d of the truth's decisions lie within it, at most %d may flip): judged against the truth recomputed with the candidate's decisions\n",
-			f.Count, f.Margin, f.NearTies, f.Limit)
+		out = append(out, fmt.Sprintf("    %d routing decisions flipped, each within the near-tie margin %.3g of the truth's boundary (%d of the truth's decisions lie within it, at most %d may flip): judged against the truth recomputed with the candidate's decisions",
+			f.Count, f.Margin, f.NearTies, f.Limit))
 	case judge.FlipsTooMany:
-		fmt.Fprintf(w, "    %d routing decisions flipped within the near-tie margin %.3g, more than the %d that %d decisions within it explain: too many flips (docs/tolerances.md)\n",
-			f.Count, f.Margin, f.Limit, f.NearTies)
+		out = append(out, fmt.Sprintf("    %d routing decisions flipped within the near-tie margin %.3g, more than the %d that %d decisions within it explain: too many flips (docs/tolerances.md)",
+			f.Count, f.Margin, f.Limit, f.NearTies))
 	default:
-		fmt.Fprintf(w, "    %d routing decisions flipped, not rejudged: %s (near-tie margin %.3g)\n", f.Count, f.Verdict, f.Margin)
+		out = append(out, fmt.Sprintf("    %d routing decisions flipped, not rejudged: %s (near-tie margin %.3g)", f.Count, f.Verdict, f.Margin))
 	}
 	for _, x := range f.Flips {
 		layer := ""
@@ -320,9 +389,10 @@ func printFlips(w io.Writer, f *judge.FlipReport) {
 		if !x.Within {
 			within = "NOT within the margin"
 		}
-		fmt.Fprintf(w, "    %srow %d: routed only by the candidate %v, only by the truth %v; furthest %.3g from the boundary, %s\n",
-			layer, x.Row, x.OnlyCandidate, x.OnlyOracle, x.Distance, within)
+		out = append(out, fmt.Sprintf("    %srow %d: routed only by the candidate %s, only by the truth %s; furthest %.3g from the boundary, %s",
+			layer, x.Row, judge.PositionList(x.OnlyCandidate), judge.PositionList(x.OnlyOracle), x.Distance, within))
 	}
+	return out
 }
 
 // describeFlip says what kind of routing difference a row has: a broken tie
@@ -376,6 +446,7 @@ type junitSuite struct {
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
 	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr,omitempty"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -384,6 +455,7 @@ type junitCase struct {
 	ClassName string        `xml:"classname,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
 	Error     *junitFailure `xml:"error,omitempty"`
+	Skipped   *junitFailure `xml:"skipped,omitempty"`
 }
 
 type junitFailure struct {
@@ -391,9 +463,10 @@ type junitFailure struct {
 	Text    string `xml:",chardata"`
 }
 
-// writeJUnit writes one test case per golden case.
-func writeJUnit(path string, results []*judge.CaseResult) error {
-	suite := junitSuite{Name: "modref golden corpus", Tests: len(results)}
+// writeJUnit writes one test case per golden case, those --present left
+// out as skipped.
+func writeJUnit(path string, results []*judge.CaseResult, leftOut []string) error {
+	suite := junitSuite{Name: "modref golden corpus", Tests: len(results) + len(leftOut), Skipped: len(leftOut)}
 	for _, r := range results {
 		jc := junitCase{Name: r.Case, ClassName: "modref.check"}
 		switch {
@@ -411,6 +484,9 @@ func writeJUnit(path string, results []*judge.CaseResult) error {
 			jc.Failure = &junitFailure{Message: fmt.Sprintf("%d arrays outside tolerance", len(lines)), Text: strings.Join(lines, "\n")}
 		}
 		suite.Cases = append(suite.Cases, jc)
+	}
+	for _, name := range leftOut {
+		suite.Cases = append(suite.Cases, junitCase{Name: name, ClassName: "modref.check", Skipped: &junitFailure{Message: "no candidate file (--present)"}})
 	}
 	raw, err := xml.MarshalIndent(suite, "", "  ")
 	if err != nil {

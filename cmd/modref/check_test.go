@@ -1,18 +1,23 @@
 package main
 
 import (
+	"github.com/modref/modref/golden"
+
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 const corpus = "../../golden/corpus"
@@ -296,4 +301,81 @@ func TestCheckRoutingMessages(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "the candidate routes all 8 tokens, the oracle") || strings.Contains(out, "flip") {
 		t.Errorf("every token routed: exit %d\n%s", code, out)
 	}
+}
+
+// TestCheckPresent: check --present --candidate DIR judges the cases whose
+// file DIR holds and says which it left out (text, --json, --junit); the
+// default still judges every case, a missing file being bad input;
+// --present is refused without a directory, or with one holding no
+// candidate. The table stays aligned across a flip report's lines, and its
+// header names the files read, not DIR//CASE.npz.
+func TestCheckPresent(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"layer-paper", "layer-softmax", "layer-window"} {
+		if err := os.Rename(writeCandidate(t, name, nil), filepath.Join(dir, name+".npz")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ties, err := format.Load(corpus, "layer-ties-bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(writeBF16Emulation(t, ties), filepath.Join(dir, "layer-ties-bf16.npz")); err != nil {
+		t.Fatal(err)
+	}
+	all, err := golden.Embedded().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := len(all) - 4
+
+	code, out, errOut := runBin(t, "check", "--present", "--precision", "bf16", "--candidate", dir+"/")
+	if code != 0 || !strings.Contains(out, "4 passed, 0 failed") || !strings.Contains(out, "routing decisions flipped, each within the near-tie margin") {
+		t.Fatalf("check --present: exit %d\n%s%s", code, out, errOut)
+	}
+	header := fmt.Sprintf("candidates: %s, %s and 2 more in %s, one per case", filepath.Join(dir, "layer-paper.npz"), filepath.Join(dir, "layer-softmax.npz"), dir)
+	if !strings.Contains(out, header) || strings.Contains(out, "//") || strings.Contains(out, "CASE.npz") {
+		t.Errorf("header: want %q, no DIR//CASE.npz, in\n%s", header, out)
+	}
+	if want := fmt.Sprintf("left out, no file in %s/: %d cases: decode-", dir, left); !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf(" and %d more (--json lists them all)", left-shownLeftOut)) {
+		t.Errorf("want %q and how many more in\n%s", want, out)
+	}
+	// Every row of the table has its result where the header has
+	// "result", the flip report's lines under layer-ties-bf16, before
+	// layer-window's row, notwithstanding.
+	col := -1
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "case "):
+			col = strings.Index(line, "result")
+		case strings.HasPrefix(line, "layer-"):
+			if i := strings.LastIndex(line, "pass"); i != col {
+				t.Errorf("row %q has its result at column %d, the header at %d:\n%s", line, i, col, out)
+			}
+		}
+	}
+
+	junit := filepath.Join(t.TempDir(), "report.xml")
+	code, out, errOut = runBin(t, "check", "--present", "--json", "--junit", junit, "--precision", "bf16", "--candidate", dir)
+	var report struct {
+		Results []*judge.CaseResult `json:"results"`
+		LeftOut []string            `json:"left_out"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); code != 0 || err != nil || len(report.Results) != 4 || len(report.LeftOut) != left ||
+		slices.Contains(report.LeftOut, "layer-paper") || !slices.Contains(report.LeftOut, "model-gqa") {
+		t.Errorf("--present --json: exit %d, %v, %d results, %d left out, want 4 and %d\n%s", code, err, len(report.Results), len(report.LeftOut), left, errOut)
+	}
+	raw, _ := os.ReadFile(junit)
+	var suite junitSuite
+	if err := xml.Unmarshal(raw, &suite); err != nil || suite.Tests != len(all) || suite.Skipped != left || suite.Failures+suite.Errors != 0 {
+		t.Errorf("--present --junit: %v, %d tests, %d skipped, want %d and %d", err, suite.Tests, suite.Skipped, len(all), left)
+	}
+
+	// The default judges every case: the others are bad input.
+	code, out, _ = runBin(t, "check", "--precision", "bf16", "--candidate", dir)
+	if code != 2 || !strings.Contains(out, fmt.Sprintf("4 passed, 0 failed, %d bad input", left)) {
+		t.Errorf("without --present: exit %d, want 2 and %d bad input\n%s", code, left, out)
+	}
+	expectRefused(t, []string{"check", "--present", "--candidate", t.TempDir()}, []string{"--present:", "holds no candidate file for any of the"})
+	expectRefused(t, []string{"check", "--present", "--candidate", filepath.Join(dir, "layer-paper.npz"), "layer-paper"}, []string{"--present judges the cases whose file a --candidate DIR holds"})
 }

@@ -250,8 +250,10 @@ built into modref changes only when modref is built again.
 
 gen removes only files it wrote: it records them in DIR/.modref-gen, and
 refuses a directory holding anything else (nothing is written) unless
---keep-others, which writes the cases beside the other files. DIR keeps
-its mode.
+--keep-others, which writes the cases beside the other files. gen writes
+inside DIR, which keeps its mode, owner and group (it may be a mount
+point), and locks DIR while it writes: a second gen into DIR meanwhile is
+refused as in use.
 
 With --config FILE, gen generates one case of your own configuration
 instead: FILE is JSON with the case's name, kind (layer, model, decode or
@@ -288,6 +290,8 @@ flags:
 		}
 	}
 	switch {
+	case *printConfig != "" && (*configFile != "" || dir != "" || *keep):
+		return fmt.Errorf("--print-config prints a case's configuration and writes nothing; it cannot be combined with --config, --out or --keep-others")
 	case *printConfig != "":
 		g, err := golden.GenConfigOf(golden.Embedded(), *printConfig)
 		if err != nil {
@@ -345,6 +349,9 @@ func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote case %s to %s (catches %s); judge with: modref check --corpus %s --candidate FILE.npz %s\n",
 		g.Name, dir, strings.Join(c.Manifest.Catches, ", "), dir, g.Name)
+	if c.Separation != "" {
+		fmt.Fprintf(stdout, "routing moved apart: %s\n", c.Separation)
+	}
 	return nil
 }
 

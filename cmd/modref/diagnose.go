@@ -337,7 +337,9 @@ func printFlipMatch(w io.Writer, name, path string, f *judge.FlipReport, asJSON 
 	}
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	fmt.Fprintln(w, "oracle: matches at the candidate's own routing decisions")
-	printFlips(w, f)
+	for _, l := range flipLines(f) {
+		fmt.Fprintln(w, l)
+	}
 	fmt.Fprintln(w, "verdict: the candidate matches the oracle; its routing differs from the truth's only at near-ties its precision cannot resolve")
 	return nil
 }

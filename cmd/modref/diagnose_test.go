@@ -2,6 +2,8 @@ package main
 
 import (
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -228,5 +230,41 @@ func TestDiagnoseIndistinguishable(t *testing.T) {
 	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
+
+// TestDiagnoseSummarisesPositions: a stage wrong at all 29 selected
+// tokens of each row of layer-capacity-floor (S = 100) is reported with
+// each row's positions summarised (runs, the first few, count and range),
+// not listed one by one, and with the selected tokens counted.
+func TestDiagnoseSummarisesPositions(t *testing.T) {
+	c, err := format.Load(corpus, "layer-capacity-floor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := c.Arrays["expected.selected"]
+	cand := writeCandidate(t, "layer-capacity-floor", func(m map[string]*format.Array) {
+		o := m["out"]
+		f := slices.Clone(o.F)
+		s, d := o.Shape[1], o.Shape[2]
+		for b := range sel.Shape[0] {
+			for _, i := range sel.I[b*sel.Shape[1] : (b+1)*sel.Shape[1]] {
+				for j := range d {
+					f[(b*s+int(i))*d+j] += 1
+				}
+			}
+		}
+		m["out"] = format.Float(f, o.Shape...)
+	})
+	code, out, errOut := runBin(t, "diagnose", "--corpus", absCorpus(t), "--candidate", cand, "layer-capacity-floor")
+	stage := regexp.MustCompile(`(?m)^where it first departs.*$`).FindString(out)
+	if code != 1 || !strings.Contains(stage, "output (out): wrong in row 0 at [") || strings.Count(stage, "(29 positions in ") != 2 ||
+		!strings.Contains(stage, "(58 of 58 selected tokens, 0 of 142 others): at every selected token, and only there") {
+		t.Fatalf("diagnose: exit %d, stage %q\n%s%s", code, stage, out, errOut)
+	}
+	for _, list := range regexp.MustCompile(`\[[^\]]*\]`).FindAllString(stage, -1) {
+		if n := len(strings.Fields(list)); n > 9 {
+			t.Errorf("a list of %d entries in the stage line: %s", n, list)
+		}
 	}
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modref/modref/golden"
@@ -55,12 +58,15 @@ modref check --corpus DIR --candidate DIR/candidate replays.
 
 CMD is run with /bin/sh. If it names {out} it is run once per case, with
 {manifest}, {arrays} and {out} replaced by the case's manifest, its
-arrays and the candidate file to write (exit 0: written; exit 3:
+arrays (the inputs and parameters: never the expected arrays, which modref
+keeps to judge with) and the candidate file to write (exit 0: written; exit 3:
 unsupported configuration, the last line on stdout saying why). Otherwise
 it is a server: started once, it speaks the line protocol of
 docs/golden-format.md ("Running a candidate") on its stdin and stdout. A
 candidate that hangs, crashes or writes garbage is reported as such, with
-the tail of its stderr; its process group is killed.
+the tail of its stderr (control characters escaped); its process group
+is killed, with what it left behind (docs/fuzzing.md, "Processes and
+files").
 
 Runs are deterministic: the same --seed, --shard and --max-seq draw the same
 cases; --shard i/n runs the cases i, i+n, i+2n, ... of the seed, so n
@@ -77,7 +83,7 @@ flags:
 	fs.StringVar(&o.exec, "exec", "", "the candidate's command `CMD` (a /bin/sh command line)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed `N` of the draws")
 	fs.IntVar(&o.cases, "cases", 0, "run `N` cases (default 100 without --time)")
-	fs.DurationVar(&o.duration, "time", 0, "run for `D` (such as 2m), or until --cases when both are given")
+	fs.DurationVar(&o.duration, "time", 0, "run for `D` (such as 2m; the first case always runs), or until --cases when both are given")
 	shard := fs.String("shard", "0/1", "run shard `i/n` of the cases: i, i+n, i+2n, ...")
 	fs.IntVar(&o.space.MaxSeq, "max-seq", 64, "the longest sequence `S` drawn")
 	fs.StringVar(&o.baseFile, "config-base", "", "pin part of the configuration: a JSON `FILE` in gen --config's vocabulary; only what it leaves out is drawn")
@@ -101,6 +107,10 @@ flags:
 	}
 	if err := refuseEmpty(fs, "config-base"); err != nil {
 		return err
+	}
+	if isSet(fs, "precision") && *precision == "" {
+		fmt.Fprintf(stderr, "modref fuzz: --precision is empty; give one of %s, or leave the flag out\n", strings.Join(format.ProfileNames(), ", "))
+		return errUsage
 	}
 	if o.exec == "" {
 		fmt.Fprintln(stderr, "modref fuzz: --exec CMD is required: the command that runs your implementation")
@@ -155,6 +165,10 @@ flags:
 	return fuzz(o, stdout, stderr)
 }
 
+// maxShards bounds n of --shard i/n, so that a case index i + k·n stays
+// far inside an int for any run (k < 2^40 cases).
+const maxShards = 1 << 20
+
 // parseShard reads --shard i/n.
 func parseShard(s string) (i, n int, err error) {
 	a, b, ok := strings.Cut(s, "/")
@@ -163,12 +177,22 @@ func parseShard(s string) (i, n int, err error) {
 	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
 		return 0, 0, errors.New("want i/n with 0 <= i < n, such as 0/4")
 	}
+	if n > maxShards {
+		return 0, 0, fmt.Errorf("n = %d: want at most %d shards", n, maxShards)
+	}
 	return i, n, nil
+}
+
+// isSet reports whether flag name was given.
+func isSet(fs *flagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // fuzz runs the cases and reports them.
 func fuzz(o fuzzOptions, stdout, stderr io.Writer) error {
-	scratch, err := os.MkdirTemp("", "modref-fuzz-")
+	scratch, err := newScratch()
 	if err != nil {
 		return err
 	}
@@ -225,3 +249,59 @@ var errReported = errors.New("reported")
 func fuzzScratch(scratch string) (caseDir, out string) {
 	return filepath.Join(scratch, "case"), filepath.Join(scratch, "out", "candidate.npz")
 }
+
+// scratchOwner is the file of a run's scratch directory that names the
+// run's process (candidate.Owner), by which a later run tells a directory
+// left by a run killed with SIGKILL, which no handler of its saw.
+const scratchOwner = "owner"
+
+// newScratch removes what runs killed before left behind (their
+// candidates' processes, then their scratch directories), and makes the
+// run's own scratch directory, under the system's temporary directory.
+func newScratch() (string, error) {
+	candidate.ReapOrphans()
+	if old, err := filepath.Glob(filepath.Join(os.TempDir(), "modref-fuzz-*")); err == nil {
+		for _, dir := range old {
+			if staleScratch(dir) {
+				os.RemoveAll(dir)
+			}
+		}
+	}
+	dir, err := os.MkdirTemp("", "modref-fuzz-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, scratchOwner), []byte(candidate.Owner()+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// staleScratch reports whether dir is a scratch directory a modref fuzz
+// made (a directory, not a link, of this user's, mode 0700 as
+// os.MkdirTemp makes it, holding a regular file scratchOwner that names a
+// process) and whose run no longer runs. A directory it cannot tell for
+// sure is not stale: nothing but a run's own scratch directory is ever
+// removed.
+func staleScratch(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		return false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return false
+	}
+	owner := filepath.Join(dir, scratchOwner)
+	if fi, err := os.Lstat(owner); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	raw, err := readfile.Read(owner, 64)
+	if err != nil || !scratchOwnerText.Match(raw) {
+		return false
+	}
+	return !candidate.Alive(strings.TrimSpace(string(raw)))
+}
+
+// scratchOwnerText is what newScratch writes into scratchOwner.
+var scratchOwnerText = regexp.MustCompile(`^[0-9]+\.[0-9]*\n$`)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
@@ -67,6 +69,7 @@ const reproducerReadme = `A case on which the candidate fails, found and shrunk 
 
   %[1]s.json, %[1]s.npz   the case (docs/golden-format.md); this directory is a corpus
   candidate/%[1]s.npz     the candidate's output on it (when it wrote one)
+  handed/%[1]s.json, .npz the case as the candidate is handed it: the arrays without the expected ones
   config.json              the case's configuration: modref gen --config config.json --out DIR makes the case again
   verdict.json             the failure: its kind, the sizes before and after shrinking, check's and diagnose's results
   diagnose.txt             modref diagnose's report (for a mismatch)
@@ -116,19 +119,34 @@ func writeReproducer(o fuzzOptions, g *golden.GenConfig, oc outcome, f *fuzzFail
 		return dir, err
 	}
 	name := g.Name
-	req := candidate.Request{Manifest: name + ".json", Arrays: name + ".npz", Out: filepath.Join("candidate", name+".npz")}
+	req := candidate.Request{Manifest: filepath.Join(handedDir, name+".json"), Arrays: filepath.Join(handedDir, name+".npz"), Out: filepath.Join("candidate", name+".npz")}
 	files := map[string][]byte{}
 	// candidate/ is made even when the candidate wrote nothing, for the
-	// command that runs it again to write into.
-	if err := os.Mkdir(filepath.Join(dir, "candidate"), 0o755); err != nil {
+	// command that runs it again to write into; handedDir holds the case
+	// as the candidate is handed it, without the expected arrays.
+	for _, sub := range []string{"candidate", handedDir} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			return dir, err
+		}
+	}
+	manifest, err := readfile.Read(filepath.Join(dir, name+".json"), maxManifestCopy)
+	if err != nil {
+		return dir, err
+	}
+	files[req.Manifest] = manifest
+	if err := format.WriteNPZ(filepath.Join(dir, req.Arrays), oc.c.CandidateArrays()); err != nil {
 		return dir, err
 	}
 	if oc.candFile != "" {
-		raw, err := readfile.Read(oc.candFile, 1<<30)
-		if err != nil {
+		raw, err := readfile.Read(oc.candFile, candidateFileBound(oc.c))
+		switch {
+		case errors.Is(err, readfile.ErrTooLarge):
+			f.CandidateNotKept = err.Error()
+		case err != nil:
 			return dir, err
+		default:
+			files[req.Out] = raw
 		}
-		files[req.Out] = raw
 	}
 	cfg, err := json.MarshalIndent(g, "", "  ")
 	if err != nil {
@@ -165,6 +183,56 @@ func writeReproducer(o fuzzOptions, g *golden.GenConfig, oc outcome, f *fuzzFail
 	return dir, nil
 }
 
+// handedDir is the reproducer's directory of the case as the candidate
+// is handed it: the manifest, and the arrays without the expected ones.
+const handedDir = "handed"
+
+// maxManifestCopy bounds the manifest the reproducer copies into
+// handedDir: the bound a reader of manifests holds them to
+// (docs/golden-format.md, "Reading untrusted files").
+const maxManifestCopy = 1 << 20
+
+// candidateFileBound is the largest candidate file the reproducer of case
+// c keeps: twice what the arrays the case judges take as float64 (a
+// selection as wide as the sequence), and 1 MiB for the archive's
+// headers. A larger file (a sparse file of 900 MiB, say) is not copied:
+// it is not a candidate of the case.
+func candidateFileBound(c *format.Case) int64 {
+	n := int64(0)
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != format.RoleExpected {
+			continue
+		}
+		k := int64(1)
+		for _, d := range info.Shape {
+			k *= int64(d)
+		}
+		if strings.HasSuffix(info.Name, "selected") && len(info.Shape) == 2 {
+			k = max(k, int64(info.Shape[0])*int64(c.Manifest.Config.SeqLen))
+		}
+		n += 8 * k
+	}
+	return 2*n + 1<<20
+}
+
+// printable returns s with its control characters escaped as Go writes
+// them (\x1b, \u009b; tabs kept), so that what a candidate wrote cannot
+// drive the terminal the summary is printed on (--json escapes them too).
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\t' || r >= 0x20 && r < 0x7f || r >= 0xa0 && r != utf8.RuneError && unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x80:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
 // shellJoin quotes args for a POSIX shell where they need it.
 func shellJoin(args []string) string {
 	out := make([]string, len(args))
@@ -196,7 +264,7 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 	}
 	reasons := s.skipReasons()
 	for _, r := range reasons[:min(len(reasons), shownSkipReasons)] {
-		fmt.Fprintf(w, "skipped %d: %s\n", s.Skipped[r], r)
+		fmt.Fprintf(w, "skipped %d: %s\n", s.Skipped[r], printable(r))
 	}
 	if len(reasons) > shownSkipReasons {
 		fmt.Fprintf(w, "skipped for %d other reasons (--json lists them all)\n", len(reasons)-shownSkipReasons)
@@ -205,7 +273,7 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 		fmt.Fprintf(w, "redrawn: %d draws had no case (no draw clear of a routing tie, or a configuration ref refuses)\n", s.Redrawn)
 	}
 	for _, f := range s.Failures {
-		fmt.Fprintf(w, "\nFAIL %s (case %d): %s: %s\n", f.Case, f.Index, f.Kind, f.Reason)
+		fmt.Fprintf(w, "\nFAIL %s (case %d): %s: %s\n", f.Case, f.Index, f.Kind, printable(f.Reason))
 		if f.Tried > 0 {
 			fmt.Fprintf(w, "  shrunk from %s\n           to %s (%d steps kept of %d tried)\n", f.Original, f.Shrunk, len(f.ShrinkSteps), f.Tried)
 		} else {
@@ -220,7 +288,7 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 			fmt.Fprintf(w, "  candidate's stderr (tail):\n")
 			lines := strings.Split(strings.TrimRight(f.Stderr, "\n"), "\n")
 			for _, l := range lines[max(0, len(lines)-8):] {
-				fmt.Fprintf(w, "    %s\n", l)
+				fmt.Fprintf(w, "    %s\n", printable(l))
 			}
 		}
 		switch {
@@ -230,6 +298,9 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 			fmt.Fprintf(w, "  reproducer: %s (its README.txt runs the candidate on the case again)\n", f.Reproducer)
 		default:
 			fmt.Fprintf(w, "  no reproducer: %s\n", f.ReproducerError)
+		}
+		if f.CandidateNotKept != "" {
+			fmt.Fprintf(w, "  the candidate's file is not kept: %s\n", f.CandidateNotKept)
 		}
 	}
 	return nil

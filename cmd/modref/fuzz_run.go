@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -161,7 +162,9 @@ func (r *fuzzRun) loop() *fuzzSummary {
 		r.status(fmt.Sprintf("fuzz: the first case (%s)", o.exec))
 	}
 	for k := 0; ; k++ {
-		if o.cases > 0 && k >= o.cases || o.duration > 0 && time.Since(start) >= o.duration {
+		// --time bounds the run, but the first case always runs: a run
+		// that judged nothing tells nothing (docs/fuzzing.md).
+		if o.cases > 0 && k >= o.cases || k > 0 && o.duration > 0 && time.Since(start) >= o.duration || k > (math.MaxInt-o.shard)/o.shards {
 			return sum
 		}
 		idx := o.shard + k*o.shards
@@ -348,4 +351,7 @@ type fuzzFailure struct {
 	// Reproducer is the directory written; ReproducerError why none was.
 	Reproducer      string `json:"reproducer,omitempty"`
 	ReproducerError string `json:"reproducer_error,omitempty"`
+	// CandidateNotKept says why the candidate's output is not in the
+	// reproducer: larger than any output of the case (candidateFileBound).
+	CandidateNotKept string `json:"candidate_not_kept,omitempty"`
 }

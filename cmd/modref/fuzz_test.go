@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/lowp"
 )
@@ -21,7 +22,9 @@ import (
 // fakeCandidate is the test binary as a candidate for modref fuzz
 // (MODREF_FAKE_CANDIDATE=mode): with two arguments, MANIFEST OUT, one
 // process per case; with none, a line-protocol server. It writes the
-// case's own expected arrays (a perfect candidate), changed as mode says:
+// case's expected arrays (a perfect candidate; it generates the case again
+// from the manifest, since the arrays it is handed hold no answer, which
+// it checks), changed as mode says:
 //
 //	perfect   as they are
 //	long      out times 1.5 when seq_len > 5 (a bug of long sequences)
@@ -73,7 +76,22 @@ func fakeCandidate(mode string, args []string) int {
 // an error.
 func fakeCase(mode, manifest, out string) (string, error) {
 	name := strings.TrimSuffix(filepath.Base(manifest), ".json")
-	c, err := format.Load(filepath.Dir(manifest), name)
+	// The case as handed: no expected array. The answer the fake writes
+	// is the case generated again from its manifest, bit for bit.
+	handed, err := format.ReadNPZ(strings.TrimSuffix(manifest, ".json") + ".npz")
+	if err != nil {
+		return "", err
+	}
+	for n := range handed {
+		if strings.HasPrefix(n, "expected.") || strings.HasPrefix(n, "grad.") {
+			return "", fmt.Errorf("fake: the case's arrays hold %s, the answer", n)
+		}
+	}
+	g, err := golden.GenConfigOf(format.Dir(filepath.Dir(manifest)), name)
+	if err != nil {
+		return "", err
+	}
+	c, err := golden.GenerateUnmeasured(g)
 	if err != nil {
 		return "", err
 	}
@@ -227,10 +245,18 @@ func TestFuzzShrinksAndReproduces(t *testing.T) {
 	if f.Kind != kindMismatch || !strings.Contains(f.Shrunk, " S=6 ") || !strings.Contains(f.Shrunk, "B=1 ") || !strings.HasPrefix(f.Reason, "out:") || f.Stage == nil || f.Stage.Array != "out" {
 		t.Fatalf("failure %+v, want a mismatch of out shrunk to B=1 S=6, diagnosed at out", f)
 	}
-	for _, file := range []string{f.Case + ".json", f.Case + ".npz", "candidate/" + f.Case + ".npz", "config.json", "verdict.json", "diagnose.txt", "stderr.txt", "README.txt"} {
+	for _, file := range []string{f.Case + ".json", f.Case + ".npz", "candidate/" + f.Case + ".npz", "handed/" + f.Case + ".json", "handed/" + f.Case + ".npz", "config.json", "verdict.json", "diagnose.txt", "stderr.txt", "README.txt"} {
 		if _, err := os.Stat(filepath.Join(f.Reproducer, file)); err != nil {
 			t.Errorf("the reproducer lacks %s: %v", file, err)
 		}
+	}
+	// The case as the candidate is handed it holds no answer; the
+	// reproducer's README runs the candidate on it.
+	if handed, err := format.ReadNPZ(filepath.Join(f.Reproducer, "handed", f.Case+".npz")); err != nil || handed["input.x"] == nil || handed["expected.out"] != nil {
+		t.Errorf("handed/%s.npz: %v, want the inputs without expected.out", f.Case, err)
+	}
+	if readme, _ := os.ReadFile(filepath.Join(f.Reproducer, "README.txt")); !strings.Contains(string(readme), "'handed/"+f.Case+".json'") {
+		t.Errorf("README.txt does not run the candidate on handed/:\n%s", readme)
 	}
 	code, stdout, _ := runBin(t, "check", "--corpus", f.Reproducer, "--candidate", filepath.Join(f.Reproducer, "candidate"), f.Case)
 	if code != 1 || !strings.Contains(stdout, "out ") {

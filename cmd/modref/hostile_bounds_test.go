@@ -261,8 +261,8 @@ func TestHostileCorpusSizes(t *testing.T) {
 		edit func(m map[string]any)
 		want []string
 	}{
-		{"d_ff 2^26", func(m map[string]any) { layerOf(m)["d_ff"] = 1 << 26 }, []string{"DFF = 67108864 exceeds the bound 65536"}},
-		{"d_model 2^20", func(m map[string]any) { layerOf(m)["d_model"] = 1 << 20 }, []string{"D = 1048576 exceeds the bound 16384"}},
+		{"d_ff 2^26", func(m map[string]any) { layerOf(m)["d_ff"] = 1 << 26 }, []string{"config.layer.d_ff = 67108864 exceeds the bound 65536"}},
+		{"d_model 2^20", func(m map[string]any) { layerOf(m)["d_model"] = 1 << 20 }, []string{"config.layer.d_model = 1048576 exceeds the bound 16384"}},
 		{"d_ff 2^16", func(m map[string]any) { layerOf(m)["d_ff"] = 1 << 16 },
 			[]string{"disagrees with its arrays", "the configuration has 1048856 parameter values, its param.* arrays hold 536"}},
 		{"d_model 1024", func(m map[string]any) { layerOf(m)["d_model"] = 1024 },

@@ -104,7 +104,7 @@ func TestHostileGenKeepsUsersFiles(t *testing.T) {
 	// Without --keep-others the user's files are still refused.
 	expectRefused(t, []string{"gen", "--out", dir}, []string{"package.json", "gen did not write"}, dir)
 
-	// A directory of gen's own files only is replaced whole; a file the
+	// A directory of gen's own files only is rewritten whole; a file the
 	// record lists (a case an earlier modref wrote) is removed with it.
 	own := t.TempDir()
 	if code, errOut := genOut(t, own); code != 0 {
@@ -188,10 +188,7 @@ func TestHostileTrainOthersFiles(t *testing.T) {
 // a plain re-run refuses the directory and changes nothing, and --resume
 // finishes the run from the checkpoint that survived.
 func TestHostileTrainCrashAtEveryStep(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "modref-crashtest")
-	if out, err := exec.Command("go", "build", "-tags", "modref_crashtest", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building with -tags modref_crashtest: %v\n%s", err, out)
-	}
+	bin := crashtestBin(t)
 	work := t.TempDir()
 	data := writeFile(t, work, "text.txt", []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100)))
 	type point struct {
@@ -215,12 +212,7 @@ func TestHostileTrainCrashAtEveryStep(t *testing.T) {
 	}
 	for _, p := range points {
 		run := filepath.Join(work, fmt.Sprintf("%s-%d", p.step, p.n))
-		cmd := exec.Command(bin, append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("MODREF_CRASH_AT=%s:%d", p.step, p.n))
-		out, err := cmd.CombinedOutput()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("%s:%d: the run was not killed (%v)\n%s", p.step, p.n, err, out)
-		}
+		killedAt(t, bin, fmt.Sprintf("%s:%d", p.step, p.n), append([]string{"train", "--out", run, "--data", data}, smallRun...)...)
 		step := checkpointStep(t, run)
 		firstSave := p.n == 1 || strings.HasPrefix(p.step, "file") && p.n <= before+5
 		switch {

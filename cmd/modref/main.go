@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	modref check [--corpus DIR] [--candidate FILE.npz|DIR] [--json] [--junit FILE] [--allow-missing] [CASE...]
+//	modref check [--corpus DIR] [--candidate FILE.npz|DIR [--present]] [--json] [--junit FILE] [--allow-missing] [CASE...]
 //	modref diagnose [--corpus DIR] --candidate FILE.npz CASE
 //	modref list [--corpus DIR]
 //	modref explain [--corpus DIR] CASE

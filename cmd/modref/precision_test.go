@@ -64,15 +64,7 @@ func TestPrecisionBadFlag(t *testing.T) {
 // printed.
 func paperConfig(t *testing.T) (map[string]any, string) {
 	t.Helper()
-	code, out, errOut := runBin(t, "gen", "--print-config", "layer-paper")
-	if code != 0 {
-		t.Fatalf("gen --print-config: exit %d\n%s", code, errOut)
-	}
-	var g map[string]any
-	if err := json.Unmarshal([]byte(out), &g); err != nil {
-		t.Fatal(err)
-	}
-	return g, out
+	return printedConfig(t, "layer-paper")
 }
 
 // writeBF16Emulation writes the bf16 profile's emulated implementation of

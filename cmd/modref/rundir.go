@@ -36,15 +36,28 @@ func checkNewRun(out string) error {
 		return fmt.Errorf("--out %s: %w", out, err)
 	}
 	var held []string
+	_, err = os.Lstat(filepath.Join(out, checkpointName))
+	hasCheckpoint := err == nil
 	for _, e := range ents {
 		switch name := e.Name(); {
 		case name == dirlock.Name:
+		case strings.HasPrefix(name, "."+dirlock.Name+".") && atomicfile.IsStale(name):
+			// What a kill left of the lock's description: the next
+			// description (lock.Describe) replaces it.
 		case name == checkpointName && train.CheckCheckpoint(filepath.Join(out, name)) == nil:
 			return fmt.Errorf("%s already holds a checkpoint; pass --resume to continue it, or choose another --out", out)
 		case name == checkpointName:
 			return fmt.Errorf("%s is not a modref checkpoint (it holds no modref config.json), and modref train writes its checkpoint there; choose another --out", filepath.Join(out, name))
+		case strings.HasPrefix(name, "."+checkpointName+".") && atomicfile.IsStale(name) && hasCheckpoint:
+			// A later save cut off: --resume replaces it (and says so
+			// above when the checkpoint is one).
+			held = append(held, name)
+		case strings.HasPrefix(name, "."+checkpointName+".") && atomicfile.IsStale(name) && train.CheckCheckpoint(filepath.Join(out, name)) == nil:
+			return fmt.Errorf("%s holds %s, a whole checkpoint that a save cut off before putting it in place (%s is missing): rename it to %s and pass --resume, or choose another --out", out, name, checkpointName, checkpointName)
 		case strings.HasPrefix(name, "."+checkpointName+".") && atomicfile.IsStale(name):
-			return fmt.Errorf("%s holds %s, left by a checkpoint save that was cut off; if %s is missing, that is the checkpoint: rename it to %s and pass --resume, else remove it; or choose another --out", out, name, checkpointName, checkpointName)
+			// config.json is written last: without it the save was cut
+			// off before it was whole, and no save had finished before.
+			return fmt.Errorf("%s holds %s, the first checkpoint save of a run that was cut off before it was whole (it holds no config.json): there is nothing to resume; remove it and run again, or choose another --out", out, name)
 		case name == checkpointName+".old" || name == checkpointName+".new":
 			return fmt.Errorf("%s holds %s, left by an interrupted save of an earlier modref; rename it to %s and pass --resume, or choose another --out", out, name, checkpointName)
 		default:
@@ -55,6 +68,19 @@ func checkNewRun(out string) error {
 		return fmt.Errorf("--out %s holds %s; a new run writes only into a new or empty directory (or continue a run with --resume)", out, listNames(held))
 	}
 	return nil
+}
+
+// inUse returns, for a run directory that checkNewRun refused with err,
+// the error of its lock when another process holds it: a run started at
+// the same moment has begun to write there, and "in use" is what the user
+// needs to hear, not that the directory is not new. Otherwise err.
+func inUse(out string, err error) error {
+	if l, lerr := dirlock.Acquire(out); errors.Is(lerr, dirlock.ErrHeld) {
+		return fmt.Errorf("--out %w", lerr)
+	} else if lerr == nil {
+		l.Release()
+	}
+	return err
 }
 
 // lockRun takes the run directory's lock, creating the directory for a new

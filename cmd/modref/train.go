@@ -112,7 +112,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		if err := checkNewRun(*out); err != nil {
-			return err
+			return inUse(*out, err)
 		}
 		cfg := def
 		if *configFile != "" {

@@ -16,6 +16,11 @@ import (
 type Case struct {
 	Manifest *Manifest
 	Arrays   map[string]*Array
+	// Separation says, for a generated layer case whose routing was moved
+	// apart (genLayer), that it was, how, and what the case therefore
+	// does not exercise; "" otherwise. It is not stored: a loaded case
+	// has it empty.
+	Separation string
 }
 
 // ManifestPath returns the manifest file path of case name in dir.
@@ -157,7 +162,7 @@ func (c *Case) Files() ([]File, error) {
 			return nil, errors.New("case " + m.Name + ": array " + info.Name + " does not match its manifest entry")
 		}
 	}
-	raw, err := m.encode()
+	raw, err := m.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
@@ -191,25 +196,6 @@ func (c *Case) Array(name string) (*Array, error) {
 	return a, nil
 }
 
-// WriteScratch writes the case into dir as Write does, NAME.json and
-// NAME.npz, but with plain writes, neither synced nor renamed into place:
-// for a scratch directory of the caller's own that nothing else reads and
-// that is discarded (modref fuzz writes each drawn case there for the
-// candidate), where a sync would cost more than the rest of the case
-// (15 ms of its 17 on this machine) and buy nothing.
-func (c *Case) WriteScratch(dir string) error {
-	files, err := c.Files()
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Candidate returns a candidate holding the case's own expected values,
 // under their candidate names: copies, which a caller may change.
 func (c *Case) Candidate() map[string]*Array {
@@ -222,4 +208,46 @@ func (c *Case) Candidate() map[string]*Array {
 		}
 	}
 	return cand
+}
+
+// CandidateArrays returns the arrays of c a candidate reads: its inputs
+// (token ids, valid lengths, the random router's noise and the jitter
+// among them), parameters and upstream gradients; never an expected
+// array, which is the answer its output is judged against.
+func (c *Case) CandidateArrays() map[string]*Array {
+	in := make(map[string]*Array, len(c.Arrays))
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != RoleExpected {
+			in[info.Name] = c.Arrays[info.Name]
+		}
+	}
+	return in
+}
+
+// WriteScratch writes into dir what a candidate of the case is handed
+// (`modref fuzz`, docs/fuzzing.md): NAME.json, the whole manifest, which
+// lists the arrays to compute with their shapes and dtypes, and NAME.npz
+// holding CandidateArrays alone, without the answer. It writes with plain
+// writes, neither synced nor renamed into place: for a scratch directory
+// of the caller's own that nothing else reads and that is discarded,
+// where a sync would cost more than the rest of the case (15 ms of its 17
+// on this machine) and buy nothing.
+func (c *Case) WriteScratch(dir string) error {
+	m := c.Manifest
+	if err := m.validate(); err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	raw, err := m.Encode()
+	if err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	npz, err := encodeNPZ(c.CandidateArrays())
+	if err != nil {
+		return fmt.Errorf("case %s: %w", m.Name, err)
+	}
+	manifest, arrays := Paths(dir, m.Name)
+	if err := os.WriteFile(arrays, npz, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(manifest, raw, 0o644)
 }

@@ -125,7 +125,7 @@ func (c Corpus) Manifest(name string) (*Manifest, error) {
 	if !fs.ValidPath(file) || strings.Contains(name, "/") {
 		return nil, c.unknown(name)
 	}
-	raw, err := c.readFile(file, maxManifestBytes)
+	raw, err := c.readFile(file, MaxManifestBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, c.unknown(name)
 	}

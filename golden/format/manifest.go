@@ -102,7 +102,7 @@ func ValidCaseName(name string) bool { return caseName.MatchString(name) }
 // ReadManifest reads and validates a manifest. Errors name the file and the
 // field.
 func ReadManifest(path string) (*Manifest, error) {
-	raw, err := readfile.Read(path, maxManifestBytes)
+	raw, err := readfile.Read(path, MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,10 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("kind %q: want layer, model, decode or mode", m.Kind)
 	}
 	if err := m.Config.Validate(m.Kind); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return err
+	}
+	if err := m.Config.FitsSeqLen(m.Kind); err != nil {
+		return err
 	}
 	if err := m.checkCatches(); err != nil {
 		return err
@@ -194,9 +197,9 @@ func (m *Manifest) validate() error {
 	return nil
 }
 
-// encode returns the manifest as indented JSON with a final newline, with
+// Encode returns the manifest as indented JSON with a final newline, with
 // '<' and '>' left as they are (dtypes are "<f8").
-func (m *Manifest) encode() ([]byte, error) {
+func (m *Manifest) Encode() ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

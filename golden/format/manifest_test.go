@@ -44,7 +44,7 @@ func TestManifestRejectsBadConfig(t *testing.T) {
 	edited = strings.Replace(edited, `"causal": "off"
     }`, `"causal": "off"
     }}]`, 1)
-	if _, err := decodeManifest([]byte(edited)); err == nil || !strings.Contains(err.Error(), `a layer case needs "layer"`) {
+	if _, err := decodeManifest([]byte(edited)); err == nil || !strings.Contains(err.Error(), "a layer case needs config.layer") {
 		t.Errorf("layer case with a null layer: error %v", err)
 	}
 }

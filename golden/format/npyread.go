@@ -39,8 +39,8 @@ const (
 	// MaxFileBytes bounds any .npz file a reader opens; the corpus's largest
 	// is under 100 KB.
 	MaxFileBytes = 1 << 30
-	// maxManifestBytes bounds a manifest file.
-	maxManifestBytes = 1 << 20
+	// MaxManifestBytes bounds a manifest file.
+	MaxManifestBytes = 1 << 20
 	// maxMembers bounds the members of an archive; the largest case has
 	// under 100 arrays.
 	maxMembers = 4096

@@ -2,6 +2,7 @@ package format
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/modref/modref/spec"
@@ -13,7 +14,7 @@ import (
 // forward and a backward pass each (golden/diagnose_grad.go). 2^43 (8.8e12)
 // multiply-adds: it accepts a production-shaped case with room to spare,
 // the Llama-3-style layer of docs/examples/llama3-layer-d512-s2048.json
-// (d = 512, 4 heads of 128, SwiGLU d_ff = 1792, S = 2048, B = 3) at 5.8e12,
+// (d = 512, 4 heads of 128, SwiGLU d_ff = 1792, S = 2048, B = 3) at 6.1e12,
 // on which, measured on 2 loaded cores (docs/performance.md, "The oracle at
 // production shapes"), diagnose takes 10 s of CPU and 2.6 GB and gen
 // --config 37 s and 2.3 GB. The count takes every token through the block
@@ -24,15 +25,35 @@ const MaxRecomputeWork = 1 << 43
 
 // RecomputeWork is the estimate of the multiply-adds of recomputing a case
 // under every deviation: recomputePasses forwards, each
-// B·S·(4d² + 2·S·d + m·d·d_ff) per layer (m = 2, or 3 for SwiGLU, times E
-// experts in a MoDE layer), plus B·S·d·vocab for a model's head (a MoDE
-// case's one deviation, mode_ungated_experts, takes far fewer: its forward
-// and a backward of one block pass per expert). The configuration must
-// have been validated (spec's size bounds), so that no term overflows a
-// float64's exact integers by much.
+// B·S·(4d² + 2·S·d + scoreCost·h·S + m·d·d_ff) per layer (h heads; m = 2,
+// or 3 for SwiGLU, times E experts in a MoDE layer), plus B·S·d·vocab for
+// a model's head (a MoDE case's one deviation, mode_ungated_experts, takes
+// far fewer: its forward and a backward of one block pass per expert). The
+// configuration must have been validated (spec's size bounds), so that no
+// term overflows a float64's exact integers by much.
 func RecomputeWork(m *Manifest) float64 {
 	fwd, _ := forwardWork(m)
-	return fwd * recomputePasses
+	return (fwd + scoreWork(m)) * recomputePasses
+}
+
+// scoreWork is the scoreCost·h·S per token and layer of recomputeWork:
+// what attention costs beyond forwardWork's multiply-adds, which
+// finite-difference gradients (fdWork, whose bound the corpus's catches
+// depend on) leave out.
+func scoreWork(m *Manifest) float64 {
+	cfg := m.Config
+	tokens := float64(cfg.Batch) * float64(cfg.SeqLen)
+	perLayer := func(b spec.BlockConfig) float64 {
+		return float64(tokens*scoreCost) * float64(b.Heads) * float64(cfg.SeqLen)
+	}
+	switch m.Kind {
+	case KindLayer:
+		return perLayer(cfg.Layer.Block)
+	case KindMoDE:
+		return perLayer(cfg.MoDE.Block)
+	}
+	mc := cfg.ModelConfig()
+	return float64(len(mc.Layers)) * perLayer(mc.Block())
 }
 
 // recomputePasses is the number of forward passes that recomputing a case
@@ -76,8 +97,17 @@ func forwardWork(m *Manifest) (fwd, coords float64) {
 	return fwd, coords
 }
 
-// MaxFDWork bounds FDWork: a deviation with no backward pass
-// (golden/diagnose_grad.go's backwardNames) is emulated by finite differences
+// scoreCost is what one attention score costs in multiply-adds beyond the
+// 2·d_h of its dot product and of its share of the weighted sum: its
+// scaling, mask, exponential and normalisation, forward and backward, in
+// ref's float64 code. Measured (gen --config of a layer with d = 2, one
+// head, S = 2048, capacity 1: 2.7 s of CPU for 4.2e6 scores, against 7e9
+// counted multiply-adds a second for a d = 256 layer) at about 28; without
+// it, a d = 2 layer at S = 65536 counted 2.7e12 and took 20 minutes.
+const scoreCost = 32
+
+// maxFDWork bounds fdWork: a deviation with no backward pass
+// (diagnose_grad.go's backwardNames) is emulated by finite differences
 // only up to it, and refused above it (refuseFD). 2^31 multiply-adds: the
 // slowest committed case, layer-capacity-floor, needed 1.8e9 when every
 // deviation took finite differences (diagnose took 8-9 s of CPU on it).
@@ -146,4 +176,97 @@ func (m *Manifest) checkConfigSizes(counts map[string]int) error {
 			ErrTooLarge, w, int64(most), m.Config.Batch, m.Config.SeqLen)
 	}
 	return nil
+}
+
+// CaseValues estimates the values a case of m's configuration holds.
+// certain counts only arrays every case of its kind has: its parameters and
+// their gradients, a layer case's input.x, upstream.out, expected.out and
+// grad.input.x, a model case's expected.logits; a lower bound, which
+// DecodeGenConfig holds to maxCaseElements before anything is generated.
+// estimate adds about ten B×S arrays per layer (routing values, tokens and
+// targets, noise), for the memory estimate.
+func CaseValues(m *Manifest) (certain, estimate float64) {
+	cfg := m.Config
+	tokens := float64(cfg.Batch) * float64(cfg.SeqLen)
+	certain = 2 * float64(ParamCount(m))
+	layers := 1.0
+	switch m.Kind {
+	case KindLayer:
+		certain += float64(4 * tokens * float64(cfg.Layer.Block.D))
+	case KindMoDE:
+		certain += float64(4 * tokens * float64(cfg.MoDE.Block.D))
+		layers = float64(cfg.MoDE.Experts)
+	case KindModel:
+		certain += float64(tokens * float64(cfg.Vocab))
+		layers = float64(len(cfg.Layers))
+	default:
+		estimate += float64(tokens * float64(cfg.Vocab))
+		layers = float64(len(cfg.Layers))
+	}
+	return certain, estimate + certain + float64(10*tokens*layers)
+}
+
+// minGapBytes is the fewest bytes one routing gap takes in a manifest
+// (Manifest.encode: its indent, a digit, a comma and a newline).
+const minGapBytes = 9
+
+// MinManifestBytes is the fewest bytes the routing gaps of a case of m's
+// configuration take in its manifest: one per batch row and routed layer.
+func MinManifestBytes(m *Manifest) float64 {
+	cfg := m.Config
+	routed := 1
+	if m.Kind == KindModel || m.Kind == KindDecode {
+		routed = 0
+		for _, l := range cfg.Layers {
+			if l.Routed {
+				routed++
+			}
+		}
+	}
+	return float64(cfg.Batch) * float64(routed) * minGapBytes
+}
+
+// MaxGenMemory bounds the memory estimated (genMemory) for generating a
+// case and measuring its catches (`modref gen --config`): 8 GiB. The
+// Llama-3-style example of maxRecomputeWork is estimated at 4.2 GiB and
+// takes 2.3 GB; a case of maxCaseElements values at 6.5 GiB, and more
+// tokens than 1e6 or so pass it.
+const MaxGenMemory = 8 << 30
+
+// retainedCopies and tokenBytes are genMemory's model of measuring a case's
+// catches, fitted with room to spare to peak RSS measured on gen --config
+// (2 emulations at once): the case's values are held about 20 times over
+// (the case, and each emulation's expected arrays until all are done: 984
+// MB for a model of 6.3e6 values at vocab 2^16, 191 MB for a d = 256
+// layer of 1.6e6), and an emulation's forward and backward state takes
+// about 3.5 KB per token and layer besides (324 MB for a d = 2 layer at
+// B = 16384, S = 2).
+const (
+	retainedCopies = 24
+	tokenBytes     = 8 << 10
+)
+
+// GenMemory is the estimate, in bytes, of the memory of generating a case
+// of m's configuration and measuring its catches: fixed for the case and
+// the arrays held, and perEmulation for each emulation computed at once.
+func GenMemory(m *Manifest) (fixed, perEmulation float64) {
+	_, values := CaseValues(m)
+	cfg := m.Config
+	layers := 1.0
+	if m.Kind == KindModel || m.Kind == KindDecode {
+		layers = float64(len(cfg.Layers))
+	}
+	fixed = 64<<20 + float64(8*values*retainedCopies)
+	perEmulation = float64(8*values*2) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
+	return fixed, perEmulation
+}
+
+// ParallelEmulations is how many emulations of a case of m's
+// configuration emulateEach computes at once: one per processor
+// (GOMAXPROCS), fewer when their memory (genMemory) would take the total
+// past maxGenMemory, and at least one. The results do not depend on it.
+func ParallelEmulations(m *Manifest) int {
+	fixed, per := GenMemory(m)
+	n := min(float64(runtime.GOMAXPROCS(0)), (MaxGenMemory-fixed)/per)
+	return max(int(n), 1)
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/spec"
 )
 
 // editManifest copies case name of the committed corpus into a new
@@ -64,18 +67,18 @@ func TestManifestSizeBounds(t *testing.T) {
 		want       []string
 		is         error
 	}{
-		{"huge d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 26 }, []string{"DFF = 67108864 exceeds the bound 65536"}, nil},
+		{"huge d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 26 }, []string{"config.layer.d_ff = 67108864 exceeds the bound 65536"}, nil},
 		{"wide d_ff", "layer-paper", func(m map[string]any) { layer(m)["d_ff"] = 1 << 16 },
 			[]string{"the configuration has 1048856 parameter values, its param.* arrays hold 536"}, ErrManifestArrays},
-		{"huge d_model", "layer-paper", func(m map[string]any) { layer(m)["d_model"] = 1 << 40 }, []string{"D = 1099511627776 exceeds the bound 16384"}, nil},
+		{"huge d_model", "layer-paper", func(m map[string]any) { layer(m)["d_model"] = 1 << 40 }, []string{"config.layer.d_model = 1099511627776 exceeds the bound 16384"}, nil},
 		{"model d_model", "model-every-other", func(m map[string]any) {
 			for _, l := range m["config"].(map[string]any)["layers"].([]any) {
 				l.(map[string]any)["layer"].(map[string]any)["d_model"] = 1024
 				l.(map[string]any)["layer"].(map[string]any)["heads"] = 2
 			}
 		}, []string{"parameter values, its param.* arrays hold"}, ErrManifestArrays},
-		{"huge vocab", "model-every-other", func(m map[string]any) { m["config"].(map[string]any)["vocab"] = 1 << 30 }, []string{"Vocab = 1073741824 exceeds the bound 1048576"}, nil},
-		{"many experts", "layer-mode-staged", func(m map[string]any) { m["config"].(map[string]any)["mode"].(map[string]any)["experts"] = 1 << 20 }, []string{"Experts = 1048576 exceeds the bound 256"}, nil},
+		{"huge vocab", "model-every-other", func(m map[string]any) { m["config"].(map[string]any)["vocab"] = 1 << 30 }, []string{"config.vocab = 1073741824 exceeds the bound 1048576"}, nil},
+		{"many experts", "layer-mode-staged", func(m map[string]any) { m["config"].(map[string]any)["mode"].(map[string]any)["experts"] = 1 << 20 }, []string{"config.mode.experts = 1048576 exceeds the bound 256"}, nil},
 		// Arrays within maxCaseElements (2·65536·8 values each) whose
 		// sequence length makes the attention's work quadratic: 2·S·d per
 		// token, 1.4e11 multiply-adds per forward.
@@ -130,7 +133,31 @@ func TestManifestSizeBounds(t *testing.T) {
 	if err := json.Unmarshal(raw, &g); err != nil {
 		t.Fatal(err)
 	}
-	if w := RecomputeWork(&Manifest{Kind: g.Kind, Config: g.Config}); w < 5.7e12 || w > 5.9e12 {
-		t.Errorf("the Llama-3-style example takes %.3g multiply-adds; maxRecomputeWork's comment says 5.8e12", w)
+	if w := RecomputeWork(&Manifest{Kind: g.Kind, Config: g.Config}); w < 6.0e12 || w > 6.1e12 {
+		t.Errorf("the Llama-3-style example takes %.3g multiply-adds; maxRecomputeWork's comment says 6.1e12", w)
+	}
+}
+
+// TestParallelEmulations: the emulations run one per processor while their
+// estimated memory leaves room under maxGenMemory, fewer when it does not
+// (50000 rows of 8 tokens of a d = 8 layer: one at a time), and never none.
+func TestParallelEmulations(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
+	small := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 2, SeqLen: 8, Layer: &layer}}
+	if n := ParallelEmulations(small); n != 4 {
+		t.Errorf("a small case runs %d emulations at once, want 4 (GOMAXPROCS)", n)
+	}
+	rows := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 50000, SeqLen: 8, Layer: &layer}}
+	fixed, per := GenMemory(rows)
+	if fixed+per > MaxGenMemory || fixed+2*per <= MaxGenMemory {
+		t.Fatalf("50000 rows of 8 tokens are estimated at %.3g bytes and %.3g per emulation: want room for one emulation, not two", fixed, per)
+	}
+	if n := ParallelEmulations(rows); n != 1 {
+		t.Errorf("50000 rows of 8 tokens run %d emulations at once, want 1", n)
+	}
+	huge := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 1 << 20, SeqLen: 8, Layer: &layer}}
+	if n := ParallelEmulations(huge); n != 1 {
+		t.Errorf("a case past maxGenMemory (diagnose of a manifest gen would refuse) runs %d emulations at once, want 1", n)
 	}
 }

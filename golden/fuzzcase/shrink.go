@@ -351,33 +351,134 @@ func key(g *golden.GenConfig) string {
 	return string(raw)
 }
 
-// Size describes g's sizes in a line: kind, batch, sequence length (and
-// the valid lengths), width, heads, MLP width, layers, experts.
+// Size describes g in a line: kind, batch, sequence length (and the valid
+// lengths), width, heads, head width and MLP width, then every other size
+// and choice that is not its default (docs/spec.md's, spec.DefaultConfig's),
+// so that a shrunk case shows what it still needs: kv_heads=2 for a
+// grouped-query case, the capacity rule, a model's layers and vocabulary,
+// a MoDE layer's experts. A model whose routed layers choose differently
+// lists each one's choices as L<l>{...}.
 func Size(g *golden.GenConfig) string {
 	c := g.Config
 	var b spec.BlockConfig
-	extra := ""
+	var extra []string
 	switch {
 	case c.Layer != nil:
 		b = c.Layer.Block
+		extra = routingChoices(*c.Layer)
 	case c.MoDE != nil:
 		b = c.MoDE.Block
-		extra = fmt.Sprintf(" experts=%d", c.MoDE.Experts)
+		m := c.MoDE
+		extra = []string{fmt.Sprintf("form=%s experts=%d", m.Form, m.Experts)}
+		if m.NoOpExperts != 0 {
+			extra = append(extra, fmt.Sprintf("noop_experts=%d", m.NoOpExperts))
+		}
+		if m.Capacity != 0 {
+			extra = append(extra, fmt.Sprintf("capacity=%g", m.Capacity))
+		}
+		extra = append(extra, fmt.Sprintf("expert_capacity=%g", m.ExpertCapacity))
 	case len(c.Layers) > 0:
 		b = c.Layers[0].Config.Block
-		routed := 0
-		for _, l := range c.Layers {
-			if l.Routed {
-				routed++
-			}
-		}
-		extra = fmt.Sprintf(" layers=%d (%d routed) vocab=%d", len(c.Layers), routed, c.Vocab)
+		extra = modelChoices(c)
 	}
 	valid := ""
 	if c.ValidLengths != nil {
 		valid = fmt.Sprintf(" valid=%v", c.ValidLengths)
 	}
-	return fmt.Sprintf("%s B=%d S=%d%s d=%d heads=%d d_h=%d d_ff=%d%s", g.Kind, c.Batch, c.SeqLen, valid, b.D, b.Heads, b.D/max(1, b.Heads), b.DFF, extra)
+	s := fmt.Sprintf("%s B=%d S=%d%s d=%d heads=%d d_h=%d d_ff=%d", g.Kind, c.Batch, c.SeqLen, valid, b.D, b.Heads, b.D/max(1, b.Heads), b.DFF)
+	extra = append(blockChoices(b), extra...)
+	if g.Precision != "" {
+		extra = append(extra, "precision="+g.Precision)
+	}
+	if g.Ties != "" {
+		extra = append(extra, "ties="+g.Ties)
+	}
+	if len(extra) > 0 {
+		s += " " + strings.Join(extra, " ")
+	}
+	return s
+}
+
+// blockChoices lists the block's sizes and choices other than its width,
+// heads and MLP width that are not spec.DefaultBlockConfig's, as key=value
+// in the configuration's JSON names.
+func blockChoices(b spec.BlockConfig) []string {
+	def := spec.DefaultBlockConfig(b.D, b.Heads, b.DFF)
+	var out []string
+	add := func(differs bool, key string, v any) {
+		if differs {
+			out = append(out, fmt.Sprintf("%s=%v", key, v))
+		}
+	}
+	add(b.KVHeadCount() != b.Heads, "kv_heads", b.KVHeads)
+	add(b.QKVBias, "qkv_bias", b.QKVBias)
+	add(b.Norm != def.Norm, "norm", b.Norm)
+	add(b.NormEps != def.NormEps, "norm_eps", b.NormEps)
+	add(b.MLP != def.MLP, "mlp", b.MLP)
+	add(b.Positions != def.Positions, "positions", b.Positions)
+	add(b.Positions == spec.PositionRoPE && b.RoPEBase != def.RoPEBase, "rope_base", b.RoPEBase)
+	add(b.Window != 0, "window", b.Window)
+	return out
+}
+
+// routingChoices lists a routed layer's capacity rule (which has no
+// default) and every routing choice that is not spec.DefaultConfig's.
+func routingChoices(l spec.Config) []string {
+	def := spec.DefaultConfig(l.Block, l.Capacity.Ratio)
+	cp := l.Capacity
+	out := []string{"capacity=" + string(cp.Kind)}
+	switch cp.Kind {
+	case spec.CapacityInteger:
+		out[0] += fmt.Sprintf(":%d", cp.Tokens)
+	case spec.CapacityLog:
+		out[0] += fmt.Sprintf(":%g,max_len=%d", cp.Ratio, cp.MaxLen)
+	default:
+		out[0] += fmt.Sprintf(":%g", cp.Ratio)
+	}
+	add := func(differs bool, key string, v any) {
+		if differs {
+			out = append(out, fmt.Sprintf("%s=%v", key, v))
+		}
+	}
+	add(l.Router != def.Router, "router", l.Router)
+	add(l.Jitter != 0, "jitter", l.Jitter)
+	add(l.Weighting != def.Weighting, "weighting", l.Weighting)
+	add(l.Compute != def.Compute, "compute", l.Compute)
+	add(l.MLPOnly, "mlp_only", l.MLPOnly)
+	add(l.Aux != def.Aux, "aux", l.Aux)
+	add(l.AuxWeight != 0, "aux_weight", l.AuxWeight)
+	add(l.LoadBalanceWeight != 0, "load_balance_weight", l.LoadBalanceWeight)
+	add(l.HasPredictor() && l.PredictorWidth() != def.PredictorWidth(), "predictor_hidden", l.PredictorHidden)
+	add(l.Causal != def.Causal, "causal", l.Causal)
+	return out
+}
+
+// modelChoices lists a model's layers, vocabulary and learned positions,
+// and its routed layers' choices: once when they all choose alike, else
+// per layer.
+func modelChoices(c format.CaseConfig) []string {
+	var routed []int
+	var choices []string
+	for l, ml := range c.Layers {
+		if ml.Routed {
+			routed = append(routed, l)
+			choices = append(choices, strings.Join(routingChoices(ml.Config), " "))
+		}
+	}
+	out := []string{fmt.Sprintf("layers=%d routed=%v vocab=%d", len(c.Layers), routed, c.Vocab)}
+	if c.MaxLen != 0 {
+		out = append(out, fmt.Sprintf("max_len=%d", c.MaxLen))
+	}
+	switch {
+	case len(choices) == 0:
+	case slices.Equal(choices, slices.Repeat(choices[:1], len(choices))):
+		out = append(out, choices[0])
+	default:
+		for i, l := range routed {
+			out = append(out, fmt.Sprintf("L%d{%s}", l, choices[i]))
+		}
+	}
+	return out
 }
 
 // Signature names g's choices, without its sizes: the kind and, per

@@ -398,7 +398,50 @@ func positions(pos []int, n int) string {
 	case len(pos) > 1 && pos[len(pos)-1] == n-1 && pos[len(pos)-1]-pos[0] == len(pos)-1:
 		return fmt.Sprintf("every position from %d on (right before it)", pos[0])
 	}
-	return fmt.Sprint(pos)
+	return PositionList(pos)
+}
+
+// listedPositions is the most positions PositionList writes out one by
+// one, and shownRuns how many runs of a longer list it writes.
+const (
+	listedPositions = 16
+	shownRuns       = 8
+)
+
+// PositionList writes token positions for a person to read: up to
+// listedPositions of them as they are, "[3 7 9]"; a longer list (a row of
+// S = 2048 selects hundreds) as its runs of consecutive positions, the
+// first shownRuns of them, its count and its range: "[0-3 7 9-12 ...]
+// (512 positions in 301 runs, 0 to 2045)".
+func PositionList(pos []int) string {
+	if len(pos) <= listedPositions {
+		return fmt.Sprint(pos)
+	}
+	var runs []string
+	lo, hi := slices.Min(pos), slices.Max(pos)
+	n := 0
+	for i := 0; i < len(pos); {
+		j := i
+		for j+1 < len(pos) && pos[j+1] == pos[j]+1 {
+			j++
+		}
+		if n++; len(runs) < shownRuns {
+			if j == i {
+				runs = append(runs, fmt.Sprint(pos[i]))
+			} else {
+				runs = append(runs, fmt.Sprintf("%d-%d", pos[i], pos[j]))
+			}
+		}
+		i = j + 1
+	}
+	more, plural := "", "s"
+	if n > shownRuns {
+		more = " ..."
+	}
+	if n == 1 {
+		plural = ""
+	}
+	return fmt.Sprintf("[%s%s] (%d positions in %d run%s, %d to %d)", strings.Join(runs, " "), more, len(pos), n, plural, lo, hi)
 }
 
 // SelectedMask is the oracle's selection of the layer an array belongs to
@@ -452,7 +495,7 @@ func describeSelection(c *format.Case, got *format.Array, a ArrayResult) string 
 	}
 	for _, m := range a.Routing {
 		if !m.Order {
-			parts = append(parts, fmt.Sprintf("row %d: only the candidate %v, only the oracle %v", m.Row, m.OnlyCandidate, m.OnlyOracle))
+			parts = append(parts, fmt.Sprintf("row %d: only the candidate %s, only the oracle %s", m.Row, PositionList(m.OnlyCandidate), PositionList(m.OnlyOracle)))
 		}
 	}
 	return strings.Join(parts, "; ")

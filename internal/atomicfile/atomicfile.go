@@ -46,9 +46,7 @@ var commit sync.Mutex
 func tempName(path string) string {
 	dir, base := filepath.Split(path)
 	removeStale(dir, base)
-	var r [6]byte
-	rand.Read(r[:])
-	return filepath.Join(dir, "."+base+tmpTag+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:]))
+	return NewTempName(path)
 }
 
 // removeStale removes temporary names for base in dir whose process no
@@ -148,12 +146,63 @@ func WriteFile(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	tmp := tempName(real)
-	pending.Store(tmp, true)
-	defer pending.Delete(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	s, err := stage(path, real, mode, tempName(real), data)
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return err
+	}
+	return s.Commit()
+}
+
+// Staged is data written and synced under a temporary name in the
+// directory of its target, not yet in place: Commit renames it over the
+// target, Abort removes it. Until then the signal handler of HandleSignals
+// removes it.
+type Staged struct {
+	path, real, tmp string
+}
+
+// NewTempName returns a fresh temporary name for path, in its directory,
+// and removes nothing: a caller that stages through it (Stage) and records
+// the name before can tell its own leftovers from a user's file of a
+// similar name, which WriteFile's removal of stale temporaries cannot.
+func NewTempName(path string) string {
+	dir, base := filepath.Split(path)
+	var r [6]byte
+	rand.Read(r[:])
+	return filepath.Join(dir, "."+base+tmpTag+strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:]))
+}
+
+// Stage writes data to tmp (created, so it must not exist), synced, for
+// Commit to rename over path. path must be a regular file or new, not a
+// link: the new file gets its mode, or 0644 less the umask. On any error
+// nothing is left at tmp.
+func Stage(path, tmp string, data []byte) (*Staged, error) {
+	fi, err := os.Lstat(path)
+	var mode os.FileMode
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is %s, %w; modref writes only regular files and leaves it as it is", path, readfile.Kind(fi.Mode()), ErrNotRegular)
+	default:
+		mode = fi.Mode().Perm()
+	}
+	return stage(path, path, mode, tmp, data)
+}
+
+// stage writes data to tmp with mode (0: the default) for a Staged that
+// renames it over real, the file path names.
+func stage(path, real string, mode os.FileMode, tmp string, data []byte) (*Staged, error) {
+	// Created under commit, so that once the signal handler holds it no
+	// temporary is created that it would not remove.
+	commit.Lock()
+	pending.Store(tmp, true)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	commit.Unlock()
+	if err != nil {
+		pending.Delete(tmp)
+		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
 	reached("file-created")
 	if mode != 0 {
@@ -168,18 +217,34 @@ func WriteFile(path string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		reached("file-written")
-		commit.Lock()
-		err = os.Rename(tmp, real)
-		commit.Unlock()
-	}
+	s := &Staged{path: path, real: real, tmp: tmp}
 	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
+		s.Abort()
+		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
+	reached("file-written")
+	return s, nil
+}
+
+// Commit renames the staged data over its target. On an error the
+// temporary file is removed and the target is unchanged.
+func (s *Staged) Commit() error {
+	commit.Lock()
+	err := os.Rename(s.tmp, s.real)
+	commit.Unlock()
+	if err != nil {
+		s.Abort()
+		return fmt.Errorf("writing %s: %w", s.path, err)
+	}
+	pending.Delete(s.tmp)
 	reached("file-renamed")
 	return nil
+}
+
+// Abort removes the staged data; the target is unchanged.
+func (s *Staged) Abort() {
+	os.Remove(s.tmp)
+	pending.Delete(s.tmp)
 }
 
 // ReplaceDir replaces the directory dir by a new one with the same mode,
@@ -320,4 +385,10 @@ func removeAll(path string) {
 			return
 		}
 	}
+}
+
+// IsTempName reports whether name (a base name) has the form of the
+// temporary names this package makes, whether or not its process runs.
+func IsTempName(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, tmpTag) && filepath.Base(name) == name
 }

@@ -47,6 +47,9 @@ func TestPerCase(t *testing.T) {
 		{"crashes", `echo 'Traceback: boom' >&2; exit 1`, Crashed, "exit status 1", "Traceback: boom"},
 		{"killed", `kill -SEGV $$`, Crashed, "killed by signal segmentation fault", ""},
 		{"hangs", `sleep 30`, TimedOut, "no exit within", ""},
+		// A child in a session of its own holding stdout and stderr is
+		// killed, and does not make the candidate's exit a crash.
+		{"leaves a child", `setsid sleep 30 & cat {manifest} > {out}`, OK, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := req(t)
@@ -113,6 +116,10 @@ func TestServer(t *testing.T) {
 		{"exits", `printf '%s\n' ` + quote(helloLine) + `; read -r line; echo dying >&2; exit 4`, Crashed, "exit status 4"},
 		{"hangs", `printf '%s\n' ` + quote(helloLine) + `; sleep 30`, TimedOut, "no reply within"},
 		{"never starts", `sleep 30`, TimedOut, "no first line"},
+		// Alive after a line too long, or its stdout closed, reading
+		// nothing: killed within the limit, and not said to have ended.
+		{"long line", `printf '%s\n' ` + quote(helloLine) + `; head -c 2000000 /dev/zero | tr '\0' a; exec sleep 30`, Garbage, "a line longer than 1048576 bytes without replying"},
+		{"closes stdout", `printf '%s\n' ` + quote(helloLine) + `; exec >&-; exec sleep 30`, Crashed, "closed its stdout without replying and was still running"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewServer(tc.cmd, 700*time.Millisecond, 700*time.Millisecond)
@@ -169,5 +176,22 @@ func TestServerCommand(t *testing.T) {
 	b, err := os.ReadFile(r.Out)
 	if got.Status != OK || err != nil || !strings.Contains(string(b), `"manifest":"`+r.Manifest+`"`) {
 		t.Fatalf("%+v; the server read %q (%v), want the request naming %s", got, b, err, r.Manifest)
+	}
+}
+
+// TestServerRepliesUnread: a server that replies without reading a request
+// too long for the pipe is killed at the time limit, not waited for.
+func TestServerRepliesUnread(t *testing.T) {
+	s := NewServer(`printf '%s\n' `+quote(helloLine)+`; printf '{"id":1,"status":"ok","reason":""}\n'; exec sleep 30`, 700*time.Millisecond, 700*time.Millisecond)
+	defer s.Close()
+	r := req(t)
+	r.Manifest += strings.Repeat("m", 200<<10)
+	start := time.Now()
+	got := s.Run(r)
+	if got.Status != TimedOut || !strings.Contains(got.Reason, "the request was not read") {
+		t.Fatalf("got %+v, want timed out, the request not read", got)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v with a time limit of 0.7 s", d)
 	}
 }

@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 	"golden/format":            {"spec", "internal/atomicfile", "internal/readfile", "internal/lowp"},
 	"golden/oracle":            {"spec", "ref", "golden/format"},
 	"golden/judge":             {"spec", "ref", "golden/format", "golden/oracle"},
-	"golden":                   {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "internal/atomicfile", "internal/readfile", "internal/lowp"},
+	"golden":                   {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
 	"internal/lowp":            {},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},

@@ -33,6 +33,11 @@ const maxHolderBytes = 4096
 // when another process holds the directory.
 var ErrHeld = errors.New("held by another process")
 
+// ErrUnsupported is what Acquire returns on a system without flock(2),
+// where a lock that a killed process left behind could not be told from a
+// held one.
+var ErrUnsupported = errors.New("directory locks need flock(2), which this system lacks")
+
 // Lock is a held directory lock.
 type Lock struct {
 	dir *os.File
