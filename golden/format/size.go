@@ -36,9 +36,9 @@ func RecomputeWork(m *Manifest) float64 {
 	return (fwd + scoreWork(m)) * recomputePasses
 }
 
-// scoreWork is the scoreCost·h·S per token and layer of recomputeWork:
+// scoreWork is the scoreCost·h·S per token and layer of RecomputeWork:
 // what attention costs beyond forwardWork's multiply-adds, which
-// finite-difference gradients (fdWork, whose bound the corpus's catches
+// finite-difference gradients (FDWork, whose bound the corpus's catches
 // depend on) leave out.
 func scoreWork(m *Manifest) float64 {
 	cfg := m.Config
@@ -106,8 +106,8 @@ func forwardWork(m *Manifest) (fwd, coords float64) {
 // it, a d = 2 layer at S = 65536 counted 2.7e12 and took 20 minutes.
 const scoreCost = 32
 
-// maxFDWork bounds fdWork: a deviation with no backward pass
-// (diagnose_grad.go's backwardNames) is emulated by finite differences
+// MaxFDWork bounds FDWork: a deviation with no backward pass
+// (golden/diagnose_grad.go's backwardNames) is emulated by finite differences
 // only up to it, and refused above it (refuseFD). 2^31 multiply-adds: the
 // slowest committed case, layer-capacity-floor, needed 1.8e9 when every
 // deviation took finite differences (diagnose took 8-9 s of CPU on it).

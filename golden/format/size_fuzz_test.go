@@ -106,7 +106,7 @@ func genManifest(t testing.TB, s *bytesSource) ([]byte, string) {
 // reader (decodeManifest and checkBounds, all Load does before it reads
 // the arrays) never panics, and what it accepts keeps every bound: spec's
 // size bounds, maxCaseElements values together, exactly the configuration's
-// parameter count in param.* arrays, and recomputeWork within
+// parameter count in param.* arrays, and RecomputeWork within
 // maxRecomputeWork. It returns the reader's error.
 func checkManifestBounds(t testing.TB, raw []byte) error {
 	m, err := decodeManifest(raw)
