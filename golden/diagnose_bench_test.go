@@ -5,30 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/diagnose"
 )
-
-// BenchmarkDiagnose times Diagnose on the corpus's slowest case for it
-// (layer-capacity-floor: S = 100, every emulated deviation recomputed with
-// finite-difference gradients) and on layer-paper, with the oracle's own
-// arrays as the candidate. docs/performance.md ("The oracle") records it.
-func BenchmarkDiagnose(b *testing.B) {
-	for _, name := range []string{"layer-paper", "layer-capacity-floor"} {
-		b.Run(name, func(b *testing.B) {
-			c, err := format.Load("corpus", name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cand := c.Candidate()
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := Diagnose(c, cand); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
 
 // BenchmarkDiagnoseAtScale times Diagnose on the production-shaped example
 // of docs/examples/llama3-layer-d512-s2048.json (d = 512, 4 heads of 128,
@@ -60,7 +38,7 @@ func BenchmarkDiagnoseAtScale(b *testing.B) {
 			cand := c.Candidate()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Diagnose(c, cand); err != nil {
+				if _, err := diagnose.Diagnose(c, cand); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,12 +1,12 @@
 // Package golden is modref's answer key for Mixture-of-Depths
-// implementations: the generator that draws the golden corpus's cases and
-// the diagnosis that names the deviation a failing implementation makes, as
-// the command modref does with gen and diagnose, on three packages below
-// it: golden/format (the case format and the corpus reader), golden/oracle
-// (a case's expected values computed from package ref) and golden/judge
-// (the comparison of a candidate with a case, modref check)
-// (docs/design.md, "Dependencies"). Embedded returns the corpus this
-// package carries, and DefaultDir is where it lives in this repository.
+// implementations: the generator that draws the golden corpus's cases
+// (modref gen), and the corpus itself. It composes four packages below it
+// (docs/design.md, "Dependencies"): golden/format (the case format and the
+// corpus reader), golden/oracle (a case's expected values computed from
+// package ref), golden/judge (the comparison of a candidate with a case,
+// modref check) and golden/diagnose (the deviation a failing candidate
+// makes, modref diagnose). Embedded returns the corpus this package
+// carries, and DefaultDir is where it lives in this repository.
 //
 // # Candidates
 //
@@ -37,10 +37,10 @@
 //
 // # Diagnosis
 //
-// Diagnose recomputes a case as an implementation with each known deviation
+// diagnose.Diagnose recomputes a case as an implementation with each known deviation
 // of docs/spec.md §11 would compute it (format.Deviations lists them) and judges
 // the candidate against each, so that a failing implementation learns which
-// mistake it makes. DeviantCandidate returns one such deviant
+// mistake it makes. diagnose.DeviantCandidate returns one such deviant
 // implementation's candidate.
 //
 // # Generation

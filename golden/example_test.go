@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 )
@@ -23,7 +23,7 @@ func Example() {
 
 	// An implementation writes its arrays under the candidate names:
 	// "out", "selected", "grad.param.Wq", ...
-	arrays, err := golden.DeviantCandidate(c, "residual_twice", "")
+	arrays, err := diagnose.DeviantCandidate(c, "residual_twice", "")
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +56,7 @@ func Example() {
 	}
 
 	// What modref diagnose does with it.
-	results, err := golden.Diagnose(c, cand)
+	results, err := diagnose.Diagnose(c, cand)
 	if err != nil {
 		panic(err)
 	}

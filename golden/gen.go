@@ -2,7 +2,6 @@ package golden
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
@@ -21,47 +20,6 @@ const (
 
 // All deviations a gather-compute layer case with raw weights exposes.
 var gatherCatches = []string{"residual_twice", "residual_scaled", "unsorted_indices", "no_weighting", "capacity_off_by_one", "rope_gathered_indices"}
-
-// withComputedCatches is catches with the deviations whose effect on a case
-// follows from its routed layers' configurations cfgs and whether it has
-// padding alone, each added once (golden/torch/audit_catches.py checks
-// every claim): weight_mlp_only wherever some layer gathers its whole
-// block with a weight other than 1 (docs/spec.md §11; its emulation's skip
-// rules), gather_first_k wherever some layer gathers by top-k,
-// no_causal_mask wherever some layer gathers its whole block without a
-// window, tanh_gate wherever some layer gathers, skipped_scaled wherever
-// some layer gathers with a weight defined at a skipped token and not 1,
-// and aux_over_padding wherever the case is padded and some layer trains
-// an auxiliary loss.
-func withComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string {
-	out := slices.Clone(catches)
-	add := func(name string) {
-		if !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	for _, cfg := range cfgs {
-		if skipWeightMLPOnly(cfg) == "" && cfg.Weighting != spec.WeightNone {
-			add("weight_mlp_only")
-		}
-		if skipFirstK(cfg) == "" {
-			add("gather_first_k")
-		}
-		if skipNoCausalMask(cfg) == "" {
-			add("no_causal_mask")
-		}
-		if skipTanhGate(cfg) == "" {
-			add("tanh_gate")
-		}
-		if skipSkippedScaled(cfg) == "" {
-			add("skipped_scaled")
-		}
-		if padded && (cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 || cfg.LoadBalanceWeight != 0) {
-			add("aux_over_padding")
-		}
-	}
-	return out
-}
 
 func block() spec.BlockConfig { return spec.DefaultBlockConfig(caseD, caseHeads, caseDFF) }
 

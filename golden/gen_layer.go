@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
@@ -122,7 +123,7 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 	if err := s.Config.Validate(); err != nil {
 		return nil, oracle.Errorf(s.Name, err)
 	}
-	s.Catches = withComputedCatches(s.Catches, []spec.Config{s.Config}, oracle.HasPadding(s.Valid, s.SeqLen))
+	s.Catches = diagnose.ComputedCatches(s.Catches, []spec.Config{s.Config}, oracle.HasPadding(s.Valid, s.SeqLen))
 	var first *oracle.LayerDraw
 	var firstSeed uint64
 	for attempt := uint64(0); attempt < 100; attempt++ {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
@@ -40,7 +41,7 @@ func genModel(s oracle.ModelSpec) (*format.Case, error) {
 	if err := s.Config.Validate(); err != nil {
 		return nil, oracle.Errorf(s.Name, err)
 	}
-	s.Catches = modelCatches(s)
+	s.Catches = diagnose.ModelCatches(s)
 	for attempt := uint64(0); attempt < 100; attempt++ {
 		seed := s.Seed + attempt
 		p, in := drawModel(s, seed)
@@ -121,19 +122,4 @@ func rowsDiffer(res *ref.ModelResult) bool {
 		}
 	}
 	return true
-}
-
-// modelCatches is s's catches with those that follow from its routed
-// layers' configurations (withComputedCatches) and shared_router wherever
-// two or more routed layers each have a router of their own; a decode case
-// tests the decoding, not the forward, and claims only its own.
-func modelCatches(s oracle.ModelSpec) []string {
-	if s.Decode {
-		return s.Catches
-	}
-	catches := withComputedCatches(s.Catches, routedConfigs(s.Config), oracle.HasPadding(s.Valid, s.SeqLen))
-	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.Config, shared) == "" && !slices.Contains(catches, shared.name) {
-		catches = append(catches, shared.name)
-	}
-	return catches
 }

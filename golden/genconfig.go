@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/spec"
 )
@@ -252,7 +252,7 @@ func GenerateFromConfig(g *GenConfig) (*format.Case, error) {
 	if err := checkLoadable(c); err != nil {
 		return nil, err
 	}
-	if c.Manifest.Catches, err = measuredCatches(c); err != nil {
+	if c.Manifest.Catches, err = diagnose.MeasuredCatches(c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -285,32 +285,4 @@ func generateCase(g *GenConfig) (*format.Case, error) {
 		c.Manifest.Precision = g.Precision
 	}
 	return c, err
-}
-
-// measuredCatches returns the deviations of docs/spec.md §11 that case c
-// tells apart: those emulated for it whose recomputed values fail the
-// case's own comparison, in the order of Deviations.
-func measuredCatches(c *format.Case) ([]string, error) {
-	ems, err := emulate(c, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
-	}
-	var out []string
-	for _, em := range ems {
-		if em.reason != "" || slices.Contains(out, em.name) {
-			continue
-		}
-		dc, err := deviantCase(c, em)
-		if err != nil {
-			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
-		}
-		res, err := judge.Compare(c, dc.Candidate(), false)
-		if err != nil {
-			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
-		}
-		if !res.Pass {
-			out = append(out, em.name)
-		}
-	}
-	return out, nil
 }

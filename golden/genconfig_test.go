@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/spec"
@@ -70,7 +71,7 @@ func TestMeasuredCatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := measuredCatches(c)
+	got, err := diagnose.MeasuredCatches(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestMeasuredCatches(t *testing.T) {
 		}
 	}
 	for _, name := range got {
-		cand, err := DeviantCandidate(c, name, "")
+		cand, err := diagnose.DeviantCandidate(c, name, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,3 +41,13 @@ func TestRefReproducesEveryCase(t *testing.T) {
 		}
 	}
 }
+
+// loadCase reads a case of the embedded corpus (the committed one).
+func loadCase(t *testing.T, name string) *format.Case {
+	t.Helper()
+	c, err := Embedded().Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 )
@@ -112,7 +112,7 @@ flags:
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
-	results, err := golden.DiagnoseWithOptions(c, cand, golden.DiagnoseOptions{AllowMissing: *allowMissing, Progress: phasedProgress(stderr, name)})
+	results, err := diagnose.DiagnoseWithOptions(c, cand, diagnose.DiagnoseOptions{AllowMissing: *allowMissing, Progress: phasedProgress(stderr, name)})
 	if err != nil {
 		return fmt.Errorf("%s (case %s): %w", path, name, err)
 	}
@@ -141,7 +141,7 @@ func phasedProgress(stderr io.Writer, name string) func(done, total int) {
 	return phases(single, progressLine(stderr, "diagnose "+name+": combinations of deviations recomputed"))
 }
 
-// phases passes golden.DiagnoseProgress's first series of calls to single
+// phases passes diagnose.DiagnoseProgress's first series of calls to single
 // and the later ones (one per size of combination), each starting again
 // from done 0, to combos.
 func phases(single, combos func(done, total int)) func(done, total int) {
@@ -172,7 +172,7 @@ func requiredMissing(c *format.Case, absent []string) []string {
 }
 
 // deviationLabel is a deviation's name with its variant.
-func deviationLabel(r golden.DeviationResult) string {
+func deviationLabel(r diagnose.DeviationResult) string {
 	if r.Variant != "" {
 		return r.Name + " (" + r.Variant + ")"
 	}
@@ -180,12 +180,12 @@ func deviationLabel(r golden.DeviationResult) string {
 }
 
 // worstText describes the worst array of a result.
-func worstText(r golden.DeviationResult) string {
+func worstText(r diagnose.DeviationResult) string {
 	a := r.Worst
 	if a.Name == "" {
 		return ""
 	}
-	e := golden.Excess(a)
+	e := diagnose.Excess(a)
 	if math.IsInf(e, 1) {
 		return fmt.Sprintf("%s\tdiffers at %v (got %.8g, want %.8g; must match exactly)", a.Name, a.Where, a.Got, a.Want)
 	}
@@ -205,7 +205,7 @@ const worstArrays = 3
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
 // worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationResult, oracle *judge.CaseResult, missing []string, departure *judge.Departure) {
+func printDiagnosis(w io.Writer, name, path string, results []diagnose.DeviationResult, oracle *judge.CaseResult, missing []string, departure *judge.Departure) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	if len(self.Absent) > 0 {
@@ -261,19 +261,19 @@ func printDiagnosis(w io.Writer, name, path string, results []golden.DeviationRe
 				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), format.DeviationDescription(r.Name))
 			}
 		}
-	case closest.Name != golden.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
+	case closest.Name != diagnose.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
 		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; closest is %s (%d/%d arrays)\n",
 			deviationLabel(closest), closest.Matching, closest.Total)
 		fmt.Fprintf(w, "array furthest from %s: %s\n", deviationLabel(closest), strings.ReplaceAll(worstText(closest), "\t", ": "))
 		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")
 		for _, a := range furthest(oracle, worstArrays) {
-			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(diagnose.DeviationResult{Worst: a}), "\t", ": "))
 		}
 	default:
 		fmt.Fprintln(w, "verdict: the candidate matches neither the oracle nor any emulated deviation, and no known deviation explains it")
 		fmt.Fprintln(w, "arrays furthest from the oracle (error over tolerance):")
 		for _, a := range furthest(oracle, worstArrays) {
-			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(golden.DeviationResult{Worst: a}), "\t", ": "))
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(worstText(diagnose.DeviationResult{Worst: a}), "\t", ": "))
 		}
 	}
 	if len(matched) == 0 && departure != nil {
@@ -319,8 +319,8 @@ type diagnosisJSON struct {
 	Missing []string `json:"missing"`
 	// Stage is where the candidate first departs from the oracle; null
 	// when it does not.
-	Stage   *judge.Departure         `json:"stage"`
-	Results []golden.DeviationResult `json:"results"`
+	Stage   *judge.Departure           `json:"stage"`
+	Results []diagnose.DeviationResult `json:"results"`
 	// Flips is set when the candidate matches the oracle at its own
 	// routing decisions, which differ from the truth's at near-ties
 	// (judge.JudgeFlips); no deviation is then searched for.
@@ -333,7 +333,7 @@ func printFlipMatch(w io.Writer, name, path string, f *judge.FlipReport, asJSON 
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(diagnosisJSON{Case: name, Candidate: path, Pass: true, Named: []string{}, Missing: []string{}, Results: []golden.DeviationResult{}, Flips: f})
+		return enc.Encode(diagnosisJSON{Case: name, Candidate: path, Pass: true, Named: []string{}, Missing: []string{}, Results: []diagnose.DeviationResult{}, Flips: f})
 	}
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	fmt.Fprintln(w, "oracle: matches at the candidate's own routing decisions")
@@ -345,7 +345,7 @@ func printFlipMatch(w io.Writer, name, path string, f *judge.FlipReport, asJSON 
 }
 
 // printDiagnosisJSON writes the diagnosis as JSON.
-func printDiagnosisJSON(w io.Writer, name, path string, results []golden.DeviationResult, missing []string, d *judge.Departure) error {
+func printDiagnosisJSON(w io.Writer, name, path string, results []diagnose.DeviationResult, missing []string, d *judge.Departure) error {
 	out := diagnosisJSON{Case: name, Candidate: path, Pass: results[0].Match && len(missing) == 0,
 		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results}
 	for _, r := range results[1:] {
@@ -367,6 +367,6 @@ func furthest(res *judge.CaseResult, n int) []judge.ArrayResult {
 			out = append(out, a)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b judge.ArrayResult) int { return cmp.Compare(golden.Excess(b), golden.Excess(a)) })
+	slices.SortStableFunc(out, func(a, b judge.ArrayResult) int { return cmp.Compare(diagnose.Excess(b), diagnose.Excess(a)) })
 	return out[:min(n, len(out))]
 }

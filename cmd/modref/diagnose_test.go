@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 )
@@ -20,7 +20,7 @@ func writeDeviant(t *testing.T, name, deviation string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand, err := golden.DeviantCandidate(c, deviation, "")
+	cand, err := diagnose.DeviantCandidate(c, deviation, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestDiagnoseWeakLead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := golden.DeviantCandidate(c, "no_weighting", "")
+	dev, err := diagnose.DeviantCandidate(c, "no_weighting", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +220,8 @@ func TestDiagnoseNoneExplains(t *testing.T) {
 // (capacity_off_by_one and capacity_floor_zero on layer-capacity-floor,
 // where 0.29·100 floors to 28 either way).
 func TestDiagnoseIndistinguishable(t *testing.T) {
-	results := []golden.DeviationResult{
-		{Name: golden.OracleName, Emulated: true, Matching: 3, Total: 18},
+	results := []diagnose.DeviationResult{
+		{Name: diagnose.OracleName, Emulated: true, Matching: 3, Total: 18},
 		{Name: "capacity_off_by_one", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
 		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
 	}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/atomicfile"
@@ -36,9 +37,9 @@ type fuzzDiagnosis struct {
 func diagnoseShrunk(oc outcome) *fuzzDiagnosis {
 	d := &fuzzDiagnosis{}
 	c, _, _, err := underProfile(oc.c, format.Profile{})
-	var results []golden.DeviationResult
+	var results []diagnose.DeviationResult
 	if err == nil {
-		results, err = golden.Diagnose(c, oc.cand)
+		results, err = diagnose.Diagnose(c, oc.cand)
 	}
 	if err != nil {
 		d.err, d.verdict = err, "diagnose: "+err.Error()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/golden/judge"
@@ -109,7 +110,7 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 	default:
 		o.kind = kindMismatch
 		if w := furthest(o.result, 1); len(w) > 0 {
-			o.reason = w[0].Name + ": " + worstText(golden.DeviationResult{Worst: w[0]})
+			o.reason = w[0].Name + ": " + worstText(diagnose.DeviationResult{Worst: w[0]})
 		}
 	}
 	if o.kind != kindPass {

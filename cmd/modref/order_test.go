@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 )
 
@@ -96,7 +96,7 @@ func TestDiagnoseSaysWhereItDeparts(t *testing.T) {
 		t.Fatalf("--json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 	if got.Pass || len(got.Named) != 0 || got.Stage.Stage != "gradients" || got.Stage.Array != "grad.param.Router" || got.Stage.Layer != -1 ||
-		len(got.Results) == 0 || got.Results[0].Name != golden.OracleName {
+		len(got.Results) == 0 || got.Results[0].Name != diagnose.OracleName {
 		t.Errorf("--json: %+v", got)
 	}
 }

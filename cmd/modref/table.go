@@ -9,17 +9,17 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/judge"
 )
 
 // byExcess returns a case's arrays ranked by error over tolerance
-// (golden.Excess, the number that decides pass or fail: above 1 the array
+// (diagnose.Excess, the number that decides pass or fail: above 1 the array
 // fails), worst first; ties keep the manifest's order.
 func byExcess(r *judge.CaseResult) []judge.ArrayResult {
 	ranked := slices.Clone(r.Arrays)
 	slices.SortStableFunc(ranked, func(a, b judge.ArrayResult) int {
-		return -cmpExcess(golden.Excess(a), golden.Excess(b))
+		return -cmpExcess(diagnose.Excess(a), diagnose.Excess(b))
 	})
 	return ranked
 }
@@ -37,7 +37,7 @@ func cmpExcess(a, b float64) int {
 // excessText formats an error over tolerance for the table: "0.31", "4.2e+03",
 // or "inf" for an array that must match exactly and does not.
 func excessText(a judge.ArrayResult) string {
-	e := golden.Excess(a)
+	e := diagnose.Excess(a)
 	if math.IsInf(e, 1) {
 		return "inf"
 	}

@@ -25,6 +25,7 @@ var layers = [][]string{
 	// The truth and the fast path, side by side and blind to each other.
 	{"golden/oracle", "mod"},
 	{"golden/judge"},
+	{"golden/diagnose"},
 	{"golden"},
 	{"golden/fuzzcase"},
 	// Adapters between mod and golden/ref, and mod's training.
@@ -59,7 +60,8 @@ var allowed = map[string][]string{
 	"golden/format":            {"spec", "internal/atomicfile", "internal/readfile", "internal/lowp"},
 	"golden/oracle":            {"spec", "ref", "golden/format"},
 	"golden/judge":             {"spec", "ref", "golden/format", "golden/oracle"},
-	"golden":                   {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
+	"golden/diagnose":          {"spec", "ref", "golden/format", "golden/oracle", "golden/judge"},
+	"golden":                   {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
 	"internal/lowp":            {},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},
@@ -69,13 +71,13 @@ var allowed = map[string][]string{
 	"internal/deps":            {},
 	"internal/candidate":       {},
 	"golden/fuzzcase":          {"spec", "golden", "golden/format"},
-	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/judge", "golden/oracle", "internal/lowp"},
-	"mod/modcase/catchtable":   {"golden", "golden/format", "golden/judge", "mod/modcase"},
+	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "internal/lowp"},
+	"mod/modcase/catchtable":   {"golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase"},
 	"mod/train":                {"spec", "autograd", "nn", "mod", "golden/format", "internal/atomicfile", "internal/readfile"},
 	"mod/train/plot":           {"mod/train", "internal/atomicfile"},
 	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
-	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/judge", "golden/oracle", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
-	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/judge", "mod/modcase"},
+	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
+	"fuzz":                     {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase"},
 }
 
 // allowedInTests extends allowed for a package's tests (in-package and
@@ -88,7 +90,7 @@ var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
 	"ref/internal/prod": {"internal/fmacheck"},
-	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/judge", "golden/oracle", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
+	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 }
 
 // TestImportRule checks every package of the module against allowed, and

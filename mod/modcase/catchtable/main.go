@@ -6,7 +6,7 @@
 //	go run ./mod/modcase/catchtable [-corpus DIR] > table.md
 //
 // A deviant candidate at a profile is the deviation's values
-// (golden.DeviantCandidate, float64) plus the profile's rounding error on
+// (diagnose.DeviantCandidate, float64) plus the profile's rounding error on
 // the case, the emulated implementation's arrays minus the truth's
 // (modcase.Emulate): an implementation with the bug, computed in that
 // precision. check catches it on a case when the case judged under the
@@ -18,17 +18,16 @@
 package main
 
 import (
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 
 	"flag"
 	"fmt"
+	"github.com/modref/modref/mod/modcase"
 	"os"
 	"slices"
 	"strings"
-
-	"github.com/modref/modref/golden"
-	"github.com/modref/modref/mod/modcase"
 )
 
 func main() {
@@ -97,7 +96,7 @@ func run(d format.Corpus) error {
 			noise[i] = base
 		}
 		for _, dev := range c.Manifest.Catches {
-			dv, err := golden.DeviantCandidate(c, dev, "")
+			dv, err := diagnose.DeviantCandidate(c, dev, "")
 			for i := range profiles {
 				cl := &cells[dev][i]
 				cl.claimed++
@@ -122,7 +121,7 @@ func run(d format.Corpus) error {
 					continue
 				}
 				cl.namedOn = name
-				rs, err := golden.Diagnose(judged[i], cand)
+				rs, err := diagnose.Diagnose(judged[i], cand)
 				if err != nil {
 					cl.err = err.Error()
 					continue

@@ -1,4 +1,4 @@
-package golden
+package diagnose
 
 import (
 	"cmp"
@@ -199,7 +199,7 @@ func TestSharedRouter(t *testing.T) {
 	}
 	// Every case that claims it (golden/torch/audit_catches.py checks the
 	// claims with PyTorch) tells it from the oracle here too.
-	names, err := format.List("corpus")
+	names, err := format.List("../corpus")
 	if err != nil {
 		t.Fatal(err)
 	}

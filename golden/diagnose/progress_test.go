@@ -1,4 +1,4 @@
-package golden
+package diagnose
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // floor; aux_over_padding: layer-paper has no padding), which are not
 // recomputed.
 func TestDiagnoseProgress(t *testing.T) {
-	c, err := format.Load("corpus", "layer-paper")
+	c, err := format.Load("../corpus", "layer-paper")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package golden
+package diagnose
 
 import (
 	"math"
@@ -459,7 +459,7 @@ func TestCorpusGradientsAreTheFiniteDifferences(t *testing.T) {
 	if testing.Short() {
 		t.Skip("central differences of every case take seconds; -short skips them")
 	}
-	names, err := format.List("corpus")
+	names, err := format.List("../corpus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +548,7 @@ func modeFDGradients(c *format.Case) (map[string]*format.Array, error) {
 // loadCase reads a case of the committed corpus.
 func loadCase(t *testing.T, name string) *format.Case {
 	t.Helper()
-	c, err := Embedded().Load(name)
+	c, err := format.Load("../corpus", name)
 	if err != nil {
 		t.Fatal(err)
 	}

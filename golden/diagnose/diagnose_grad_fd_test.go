@@ -4,7 +4,7 @@
 // bits; this test compares with tolerances, and its finite differences
 // take a minute of CPU, so it runs once, in the default build.
 
-package golden
+package diagnose
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func TestAnalyticDeviantGradientsAreTheFiniteDifferences(t *testing.T) {
 	if testing.Short() {
 		t.Skip("finite differences of every deviation on every layer and model case: a minute of CPU")
 	}
-	names, err := format.List("corpus")
+	names, err := format.List("../corpus")
 	if err != nil {
 		t.Fatal(err)
 	}

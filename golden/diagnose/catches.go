@@ -1,0 +1,100 @@
+package diagnose
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/spec"
+)
+
+// The catches a case claims: the deviations of docs/spec.md §11 that it
+// tells apart, computed from its configuration by the deviations' rules
+// (ComputedCatches, ModelCatches) or measured by emulating each
+// (MeasuredCatches).
+
+// ComputedCatches is catches with the deviations whose effect on a case
+// follows from its routed layers' configurations cfgs and whether it has
+// padding alone, each added once (golden/torch/audit_catches.py checks
+// every claim): weight_mlp_only wherever some layer gathers its whole
+// block with a weight other than 1 (docs/spec.md §11; its emulation's skip
+// rules), gather_first_k wherever some layer gathers by top-k,
+// no_causal_mask wherever some layer gathers its whole block without a
+// window, tanh_gate wherever some layer gathers, skipped_scaled wherever
+// some layer gathers with a weight defined at a skipped token and not 1,
+// and aux_over_padding wherever the case is padded and some layer trains
+// an auxiliary loss.
+func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string {
+	out := slices.Clone(catches)
+	add := func(name string) {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, cfg := range cfgs {
+		if skipWeightMLPOnly(cfg) == "" && cfg.Weighting != spec.WeightNone {
+			add("weight_mlp_only")
+		}
+		if skipFirstK(cfg) == "" {
+			add("gather_first_k")
+		}
+		if skipNoCausalMask(cfg) == "" {
+			add("no_causal_mask")
+		}
+		if skipTanhGate(cfg) == "" {
+			add("tanh_gate")
+		}
+		if skipSkippedScaled(cfg) == "" {
+			add("skipped_scaled")
+		}
+		if padded && (cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 || cfg.LoadBalanceWeight != 0) {
+			add("aux_over_padding")
+		}
+	}
+	return out
+}
+
+// ModelCatches is s's catches with those that follow from its routed
+// layers' configurations (ComputedCatches) and shared_router wherever
+// two or more routed layers each have a router of their own; a decode case
+// tests the decoding, not the forward, and claims only its own.
+func ModelCatches(s oracle.ModelSpec) []string {
+	if s.Decode {
+		return s.Catches
+	}
+	catches := ComputedCatches(s.Catches, routedConfigs(s.Config), oracle.HasPadding(s.Valid, s.SeqLen))
+	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.Config, shared) == "" && !slices.Contains(catches, shared.name) {
+		catches = append(catches, shared.name)
+	}
+	return catches
+}
+
+// MeasuredCatches returns the deviations of docs/spec.md §11 that case c
+// tells apart: those emulated for it whose recomputed values fail the
+// case's own comparison, in the order of Deviations.
+func MeasuredCatches(c *format.Case) ([]string, error) {
+	ems, err := emulate(c, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	var out []string
+	for _, em := range ems {
+		if em.reason != "" || slices.Contains(out, em.name) {
+			continue
+		}
+		dc, err := deviantCase(c, em)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
+		}
+		res, err := judge.Compare(c, dc.Candidate(), false)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
+		}
+		if !res.Pass {
+			out = append(out, em.name)
+		}
+	}
+	return out, nil
+}
