@@ -8,13 +8,13 @@
 # (execs and execs/sec). .ci/run calls it; FUZZTIME overrides the time per
 # target (default 5s), e.g. FUZZTIME=1h bash fuzz/run.sh on a bigger machine;
 # FUZZTARGETS="FuzzSelection FuzzLoad" runs only those (in each package
-# that has them); FUZZPACKAGES="./golden" only that package.
+# that has them); FUZZPACKAGES="./golden/format" only that package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-5s}
 failed=()
-for pkg in ${FUZZPACKAGES:-./fuzz ./golden ./mod/train}; do
+for pkg in ${FUZZPACKAGES:-./fuzz ./golden/format ./golden/judge ./mod/train}; do
 available=$(go test "$pkg" -list '^Fuzz' | grep '^Fuzz' || true)
 targets=$available
 if [ -n "${FUZZTARGETS:-}" ]; then
