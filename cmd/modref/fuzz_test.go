@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,14 +149,18 @@ func fuzzJSON(t *testing.T, args ...string) (int, fuzzSummary, string) {
 }
 
 // TestFuzzPerfectCandidate: a candidate that writes the truth passes every
-// case, as a server and run per case, and the same seed runs the same
-// cases again. Seed 1's 25 cases hold every kind and three redraws; they
-// take a third of the CPU of seed 4's, which drew wider layers (6 s
-// against 18 s a run, issue 36).
+// case, as a server (25 cases) and run per case (8: a process start each),
+// and the same seed runs the same cases again. Seed 1's first 25 cases
+// hold every kind and three redraws, its first 8 every kind; they take a
+// third of the CPU of seed 4's, which drew wider layers (6 s against 18 s
+// for 25 cases as a server; 8 cases per case take 1.7 s, 25 took 8.5 s:
+// issue 36).
 func TestFuzzPerfectCandidate(t *testing.T) {
 	for _, perCase := range []bool{false, true} {
-		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", "25", "--seed", "1")
-		if code != 0 || s.Cases != 25 || s.Judged != 25 || s.Passed != 25 || len(s.Failures) != 0 || s.Configurations < 20 {
+		n := map[bool]int{false: 25, true: 8}[perCase]
+		cases := strconv.Itoa(n)
+		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", cases, "--seed", "1")
+		if code != 0 || s.Cases != n || s.Judged != n || s.Passed != n || len(s.Failures) != 0 || s.Configurations < n*4/5 {
 			t.Fatalf("per case %v: exit %d, %+v\n%s", perCase, code, s, stderr)
 		}
 		if want := map[bool]int{false: 1, true: 0}[perCase]; s.ServerStarts != want {
@@ -164,7 +169,7 @@ func TestFuzzPerfectCandidate(t *testing.T) {
 		if len(s.Kinds) < 3 {
 			t.Errorf("kinds judged %v, want most of layer, model, decode, mode", s.Kinds)
 		}
-		_, again, _ := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", "25", "--seed", "1")
+		_, again, _ := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", cases, "--seed", "1")
 		if again.Configurations != s.Configurations || !reflect.DeepEqual(again.Kinds, s.Kinds) || again.Redrawn != s.Redrawn {
 			t.Errorf("the same seed ran other cases: %+v, then %+v", s, again)
 		}
@@ -385,8 +390,10 @@ func TestFuzzInterrupted(t *testing.T) {
 func TestFuzzTime(t *testing.T) {
 	start := time.Now()
 	code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", false), "--time", "2s", "--max-seq", "8")
-	if code != 0 || s.Cases < 5 || s.Passed != s.Cases {
-		t.Errorf("exit %d, %+v, want several cases in 2 s, all passing\n%s", code, s, stderr)
+	// At least two cases: the run went on past its first. Not a rate: on a
+	// loaded 2-core machine 3 cases took the 2 s (issue 36).
+	if code != 0 || s.Cases < 2 || s.Passed != s.Cases {
+		t.Errorf("exit %d, %+v, want cases for 2 s, all passing\n%s", code, s, stderr)
 	}
 	if d := time.Since(start); d > 20*time.Second || s.Seconds < 2 || s.Seconds > 10 {
 		t.Errorf("a run of --time 2s took %v (its summary says %.1f s)", d, s.Seconds)
