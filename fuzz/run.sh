@@ -27,10 +27,10 @@ for t in $targets; do
   corpus=${pkg#./}/testdata/fuzz/$t
   before=$(ls "$corpus" 2>/dev/null | sort)
   # Minimising a new interesting input defaults to 60 s, which would eat a
-  # short run. Even 200 executions took most of a 15 s run of FuzzDecoder
-  # (55-65 execs/s against 200-230 at 20 or none, issue 37, load 14): 20
-  # is the default; FUZZMINIMIZETIME=200x (or 60s) for long runs, whose
-  # cached inputs it keeps small.
+  # short run. At 20 executions (the default here) a 10 s run finds more
+  # new inputs than at 200 (docs/fuzzing.md, "Speed": FuzzDecoder 27
+  # against 2, at twice the execs/s); FUZZMINIMIZETIME=200x (or 60s) for
+  # long runs, whose cached inputs it keeps small.
   if go test "$pkg" -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime="$minimize" >"$log" 2>&1; then
     status=ok
   else
