@@ -27,7 +27,7 @@ import (
 // backwardNames is compared on some case.
 func TestAnalyticDeviantGradientsAreTheFiniteDifferences(t *testing.T) {
 	if !*long {
-		t.Skip("finite differences of every deviation on every layer and model case: 4 minutes of CPU; -long runs them (.ci/run does)")
+		t.Skip("finite differences of every deviation on every layer and model case (with the combinations, about 4 minutes of CPU): -long runs them (.ci/run does)")
 	}
 	names, err := List("corpus")
 	if err != nil {
@@ -178,7 +178,7 @@ const (
 // cases where each can be emulated.
 func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 	if !*long {
-		t.Skip("finite differences of combined deviations on several cases: a minute of CPU; -long runs them (.ci/run does)")
+		t.Skip("finite differences of combined deviations on several cases (with every deviation on every case, about 4 minutes of CPU): -long runs them (.ci/run does)")
 	}
 	combos := []string{
 		"residual_twice+unsorted_indices",
