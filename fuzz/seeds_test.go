@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 )
 
@@ -61,7 +62,12 @@ func TestWriteSeeds(t *testing.T) {
 		return c
 	}
 	npz, npz2 := read("layer-paper.npz"), read("decode-router.npz")
-	seeds["FuzzReadNPZ"] = [][]any{{npz}, {npz2}, {npz[:len(npz)/2]}, {npz[:64]}, {corrupt(npz, len(npz)/3)}, {corrupt(npz, len(npz)-40)}, {[]byte("PK\x03\x04")}, {[]byte{}}}
+	// A few seeds are a tiny case's files (2 kB against the corpus's 20-60
+	// kB), on which the loader targets run many times faster: in a short
+	// -fuzztime most executions are mutations of them (issue 37).
+	tinyJS, tinyNPZ := tinyCase(t)
+	seeds["FuzzReadNPZ"] = [][]any{{npz}, {npz2}, {npz[:len(npz)/2]}, {npz[:64]}, {corrupt(npz, len(npz)/3)}, {corrupt(npz, len(npz)-40)}, {[]byte("PK\x03\x04")}, {[]byte{}},
+		{tinyNPZ}, {tinyNPZ[:len(tinyNPZ)/2]}, {corrupt(tinyNPZ, len(tinyNPZ)/3)}}
 
 	js, js2 := read("layer-paper.json"), read("model-every-other.json")
 	seeds["FuzzManifest"] = [][]any{{js}, {js2}, {js[:len(js)/2]},
@@ -70,6 +76,7 @@ func TestWriteSeeds(t *testing.T) {
 		{[]byte(strings.Replace(string(js), `"format"`, `"extra": 1, "format"`, 1))},
 		{[]byte(strings.Replace(string(js), `"rtol": `, `"rtol": -`, 1))},
 		{[]byte(`{"format":"modref-golden","version":1,"name":"x","kind":"layer"}`)},
+		{tinyJS}, {tinyJS[:len(tinyJS)/2]},
 	}
 	pad, padNPZ := read("layer-padding.json"), read("layer-padding.npz")
 	mut := seedBytes(4000, 64)
@@ -77,7 +84,9 @@ func TestWriteSeeds(t *testing.T) {
 		{"layer-paper", js, npz[:len(npz)/2], mut}, {"layer-paper", js[:len(js)-10], npz, mut},
 		{"layer-padding", []byte(strings.Replace(string(pad), "\"valid_lengths\": [", "\"valid_lengths\": [0, ", 1)), padNPZ, mut},
 		{"layer-padding", []byte(strings.Replace(string(pad), "\"seq_len\": 10", "\"seq_len\": 12", 1)), padNPZ, seedBytes(4001, 64)},
-		{"model-every-other", js2, read("model-every-other.npz"), seedBytes(4002, 64)}}
+		{"model-every-other", js2, read("model-every-other.npz"), seedBytes(4002, 64)},
+		{"tiny", tinyJS, tinyNPZ, mut}, {"tiny", tinyJS, tinyNPZ, seedBytes(4003, 64)}, {"tiny", tinyJS, tinyNPZ[:len(tinyNPZ)/2], mut},
+		{"tiny", []byte(strings.Replace(string(tinyJS), "\"valid_lengths\": [", "\"valid_lengths\": [0, ", 1)), tinyNPZ, mut}}
 
 	cases, err := loadCases()
 	if err != nil {
@@ -128,4 +137,32 @@ func TestWriteSeeds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tinyCase returns the manifest and arrays of a tiny generated layer case
+// (two rows of 3 and 2 tokens, d_model 2): the smallest seeds of the loader
+// targets.
+func tinyCase(t *testing.T) (manifest, arrays []byte) {
+	t.Helper()
+	g, err := golden.DecodeGenConfig([]byte(`{"name": "tiny", "kind": "layer", "seed": 1, "config": {"batch": 2, "seq_len": 3, "valid_lengths": [3, 2],
+		"layer": {"d_model": 2, "heads": 1, "d_ff": 2, "norm": "rmsnorm", "norm_eps": 1e-6, "mlp": "gelu", "positions": "rope", "rope_base": 10000,
+		"router": "linear", "capacity": {"kind": "ratio", "ratio": 0.5}, "weighting": "raw", "compute": "gather", "aux": "none", "causal": "off"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := golden.GenerateUnmeasured(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if manifest, err = os.ReadFile(filepath.Join(dir, "tiny.json")); err != nil {
+		t.Fatal(err)
+	}
+	if arrays, err = os.ReadFile(filepath.Join(dir, "tiny.npz")); err != nil {
+		t.Fatal(err)
+	}
+	return manifest, arrays
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -165,10 +166,19 @@ func fuzzJSON(t *testing.T, args ...string) (int, fuzzSummary, string) {
 	return code, s, stderr
 }
 
+// TestFuzzPerfectCandidate: a candidate that writes the truth passes every
+// case, as a server (25 cases) and run per case (8: a process start each),
+// and the same seed runs the same cases again, per case or as a server.
+// Seed 1's first 25 cases hold every kind and three redraws, its first 8
+// every kind; they take a third of the CPU of seed 4's, which drew wider
+// layers (6 s against 18 s for 25 cases as a server; 8 cases per case take
+// 1.7 s, 25 took 8.5 s: issue 36).
 func TestFuzzPerfectCandidate(t *testing.T) {
+	runs := map[bool]fuzzSummary{}
 	for _, perCase := range []bool{false, true} {
-		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", "25", "--seed", "4")
-		if code != 0 || s.Cases != 25 || s.Judged != 25 || s.Passed != 25 || len(s.Failures) != 0 || s.Configurations < 20 {
+		n := map[bool]int{false: 25, true: 8}[perCase]
+		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", strconv.Itoa(n), "--seed", "1")
+		if code != 0 || s.Cases != n || s.Judged != n || s.Passed != n || len(s.Failures) != 0 || s.Configurations < n*4/5 {
 			t.Fatalf("per case %v: exit %d, %+v\n%s", perCase, code, s, stderr)
 		}
 		if want := map[bool]int{false: 1, true: 0}[perCase]; s.ServerStarts != want {
@@ -177,10 +187,12 @@ func TestFuzzPerfectCandidate(t *testing.T) {
 		if len(s.Kinds) < 3 {
 			t.Errorf("kinds judged %v, want most of layer, model, decode, mode", s.Kinds)
 		}
-		_, again, _ := fuzzJSON(t, "--exec", fakeExec("perfect", perCase), "--cases", "25", "--seed", "4")
-		if again.Configurations != s.Configurations || !reflect.DeepEqual(again.Kinds, s.Kinds) || again.Redrawn != s.Redrawn {
-			t.Errorf("the same seed ran other cases: %+v, then %+v", s, again)
-		}
+		runs[perCase] = s
+	}
+	// The per-case run's 8 cases again, as a server.
+	_, again, _ := fuzzJSON(t, "--exec", fakeExec("perfect", false), "--cases", "8", "--seed", "1")
+	if s := runs[true]; again.Configurations != s.Configurations || !reflect.DeepEqual(again.Kinds, s.Kinds) || again.Redrawn != s.Redrawn {
+		t.Errorf("the same seed ran other cases: %+v, then %+v", s, again)
 	}
 }
 
@@ -294,8 +306,15 @@ func TestFuzzBrokenCandidates(t *testing.T) {
 		{"hang", false, kindTimedOut, "no reply within 1s"},
 		{"garbage", true, kindBadOutput, "not a readable .npz"},
 	} {
+		// A limit of 1 s for the candidate that hangs; the others finish on
+		// their own, and under -race on a loaded machine the fake
+		// candidate's start alone has taken over 1 s (issue 37).
+		limit := "1m"
+		if tc.mode == "hang" {
+			limit = "1s"
+		}
 		start := time.Now()
-		code, s, stderr := fuzzJSON(t, "--exec", fakeExec(tc.mode, tc.perCase), "--cases", "3", "--timeout", "1s", "--shrink-tries", "2", "--out", t.TempDir())
+		code, s, stderr := fuzzJSON(t, "--exec", fakeExec(tc.mode, tc.perCase), "--cases", "3", "--timeout", limit, "--shrink-tries", "2", "--out", t.TempDir())
 		if code != 2 || len(s.Failures) != 1 || s.Failures[0].Kind != tc.kind || !strings.Contains(s.Failures[0].Reason, tc.text) {
 			t.Errorf("%s (per case %v): exit %d, %+v, want exit 2 and one failure %q with %q\n%s", tc.mode, tc.perCase, code, s.Failures, tc.kind, tc.text, stderr)
 			continue
@@ -312,9 +331,11 @@ func TestFuzzBrokenCandidates(t *testing.T) {
 // TestFuzzUnsupported: declined cases are skipped and counted; a run in
 // which every case is declined judged nothing, which is exit status 2.
 func TestFuzzUnsupported(t *testing.T) {
+	// The default seed's first 8 cases hold a MoDE case (40 cases took 9 s
+	// of CPU a run, 8 take 1 s: issue 36).
 	for _, perCase := range []bool{false, true} {
-		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("nomode", perCase), "--cases", "40")
-		if code != 0 || s.Skipped["no MoDE here"] == 0 || s.Judged+s.Skipped["no MoDE here"] != 40 || s.Kinds[format.KindMoDE] != 0 {
+		code, s, stderr := fuzzJSON(t, "--exec", fakeExec("nomode", perCase), "--cases", "8")
+		if code != 0 || s.Skipped["no MoDE here"] == 0 || s.Judged+s.Skipped["no MoDE here"] != 8 || s.Kinds[format.KindMoDE] != 0 {
 			t.Errorf("per case %v: exit %d, %+v, want MoDE cases skipped and counted\n%s", perCase, code, s, stderr)
 		}
 	}
@@ -397,8 +418,10 @@ func TestFuzzInterrupted(t *testing.T) {
 func TestFuzzTime(t *testing.T) {
 	start := time.Now()
 	code, s, stderr := fuzzJSON(t, "--exec", fakeExec("perfect", false), "--time", "2s", "--max-seq", "8")
-	if code != 0 || s.Cases < 5 || s.Passed != s.Cases {
-		t.Errorf("exit %d, %+v, want several cases in 2 s, all passing\n%s", code, s, stderr)
+	// At least two cases: the run went on past its first. Not a rate: on a
+	// loaded 2-core machine 3 cases took the 2 s (issue 36).
+	if code != 0 || s.Cases < 2 || s.Passed != s.Cases {
+		t.Errorf("exit %d, %+v, want cases for 2 s, all passing\n%s", code, s, stderr)
 	}
 	if d := time.Since(start); d > 20*time.Second || s.Seconds < 2 || s.Seconds > 10 {
 		t.Errorf("a run of --time 2s took %v (its summary says %.1f s)", d, s.Seconds)

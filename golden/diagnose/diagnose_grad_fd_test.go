@@ -1,8 +1,9 @@
 //go:build !amd64.v3
 
 // The GOAMD64=v3 and v4 runs of .ci/run (build tag amd64.v3) are about
-// bits; this test compares with tolerances, and its finite differences
-// take a minute of CPU, so it runs once, in the default build.
+// bits; these tests compare with tolerances, and their finite differences
+// take minutes of CPU, so they run once, in the default build, and only
+// with -long (long_test.go), which .ci/run sets.
 
 package diagnose
 
@@ -27,8 +28,8 @@ import (
 // deviantGradTol, each relative to max(‖e‖∞, 1); and every deviation of
 // backwardNames is compared on some case.
 func TestAnalyticDeviantGradientsAreTheFiniteDifferences(t *testing.T) {
-	if testing.Short() {
-		t.Skip("finite differences of every deviation on every layer and model case: a minute of CPU")
+	if !*long {
+		t.Skip("finite differences of every deviation on every layer and model case (with the combinations, about 4 minutes of CPU): -long runs them (.ci/run does)")
 	}
 	names, err := format.List("../corpus")
 	if err != nil {
@@ -178,8 +179,8 @@ const (
 // and others that put each output formula with a regathered block, on the
 // cases where each can be emulated.
 func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
-	if testing.Short() {
-		t.Skip("finite differences of combined deviations on several cases: seconds of CPU")
+	if !*long {
+		t.Skip("finite differences of combined deviations on several cases (with every deviation on every case, about 4 minutes of CPU): -long runs them (.ci/run does)")
 	}
 	combos := []string{
 		"residual_twice+unsorted_indices",
