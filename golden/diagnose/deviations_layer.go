@@ -206,9 +206,18 @@ var devWindowGatheredIndices = layerDeviation{name: "window_gathered_indices", s
 // skipUnlessGatheredWindow says why window_gathered_indices does not apply
 // to a routed layer of configuration cfg, or returns "".
 func skipUnlessGatheredWindow(cfg spec.Config) string {
-	switch {
-	case cfg.Block.Window == 0:
+	if cfg.Block.Window == 0 {
 		return "the block has no attention window"
+	}
+	return skipUngathered(cfg)
+}
+
+// skipUngathered says why a routed layer of configuration cfg runs
+// attention over every valid token, whose indices are their positions (so
+// that a deviation counting in gathered indices changes nothing), or
+// returns "".
+func skipUngathered(cfg spec.Config) string {
+	switch {
 	case cfg.Compute == spec.ComputeDense:
 		return "dense compute runs the block on every valid token, whose indices are their positions"
 	case cfg.MLPOnly:
@@ -227,15 +236,10 @@ var devRoPEGatheredIndices = layerDeviation{name: "rope_gathered_indices", skip:
 // skipUnlessGatheredRoPE says why rope_gathered_indices does not apply to a
 // routed layer of configuration cfg, or returns "".
 func skipUnlessGatheredRoPE(cfg spec.Config) string {
-	switch {
-	case cfg.Block.Positions != spec.PositionRoPE:
+	if cfg.Block.Positions != spec.PositionRoPE {
 		return "the block has no rotary embeddings"
-	case cfg.Compute == spec.ComputeDense:
-		return "dense compute runs the block on every valid token, whose indices are their positions"
-	case cfg.MLPOnly:
-		return "MLP-only routing runs attention over every valid token, whose indices are their positions"
 	}
-	return ""
+	return skipUngathered(cfg)
 }
 
 // targets_first_row: auxiliary targets scattered into a flat B·S vector by
