@@ -8,7 +8,24 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modref/modref/internal/race"
 )
+
+// The time limits of these tests. short is for the candidate whose
+// outcome is the limit: it hangs (sleeps 30 s or more), so the limit only
+// sets how long the test waits. long is for every candidate that ends on
+// its own, whose outcome must not depend on the machine's speed: under
+// -race on a loaded 2-core machine a shell's start alone has taken longer
+// than 1 s (issue 37). A run must end within quick, scaled under -race
+// (race.Limit: 20 s) and still well below the 30 s a hanging candidate or
+// a child left behind sleeps, so that waiting for either fails the test.
+const (
+	short = 700 * time.Millisecond
+	long  = time.Minute
+)
+
+var quick = race.Limit(5 * time.Second)
 
 // req returns a request whose paths are in a fresh directory, the
 // manifest holding text.
@@ -38,28 +55,30 @@ func gone(pid int) bool {
 func TestPerCase(t *testing.T) {
 	for _, tc := range []struct {
 		name, cmd string
+		limit     time.Duration
 		want      Status
 		reason    string
 		stderr    string
 	}{
-		{"writes", `cat {manifest} > {out}; echo note >&2`, OK, "", "note"},
-		{"unsupported", `echo considering; echo "no swiglu here"; exit 3`, Unsupported, "no swiglu here", ""},
-		{"crashes", `echo 'Traceback: boom' >&2; exit 1`, Crashed, "exit status 1", "Traceback: boom"},
-		{"killed", `kill -SEGV $$`, Crashed, "killed by signal segmentation fault", ""},
-		{"hangs", `sleep 30`, TimedOut, "no exit within", ""},
+		{"writes", `cat {manifest} > {out}; echo note >&2`, long, OK, "", "note"},
+		{"unsupported", `echo considering; echo "no swiglu here"; exit 3`, long, Unsupported, "no swiglu here", ""},
+		{"crashes", `echo 'Traceback: boom' >&2; exit 1`, long, Crashed, "exit status 1", "Traceback: boom"},
+		{"killed", `kill -SEGV $$`, long, Crashed, "killed by signal segmentation fault", ""},
+		{"hangs", `sleep 30`, short, TimedOut, "no exit within", ""},
 		// A child in a session of its own holding stdout and stderr is
-		// killed, and does not make the candidate's exit a crash.
-		{"leaves a child", `setsid sleep 30 & cat {manifest} > {out}`, OK, "", ""},
+		// killed, and does not make the candidate's exit a crash, nor
+		// wait for the child.
+		{"leaves a child", `setsid sleep 30 & cat {manifest} > {out}`, long, OK, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := req(t)
 			start := time.Now()
-			got := NewPerCase(tc.cmd, time.Second).Run(r)
+			got := NewPerCase(tc.cmd, tc.limit).Run(r)
 			if got.Status != tc.want || !strings.Contains(got.Reason, tc.reason) || !strings.Contains(got.Stderr, tc.stderr) {
 				t.Fatalf("got %+v, want status %q, reason with %q, stderr with %q", got, tc.want, tc.reason, tc.stderr)
 			}
-			if time.Since(start) > 5*time.Second {
-				t.Errorf("took %v with a time limit of 1 s", time.Since(start))
+			if d := time.Since(start); d > quick {
+				t.Errorf("took %v with a time limit of %v, want at most %v", d, tc.limit, quick)
 			}
 			if tc.want == OK {
 				if b, err := os.ReadFile(r.Out); err != nil || string(b) != "the manifest" {
@@ -75,7 +94,9 @@ func TestPerCase(t *testing.T) {
 func TestPerCaseKillsTheGroup(t *testing.T) {
 	r := req(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	got := NewPerCase(`sleep 30 & echo $! > `+quote(pidFile)+`; wait`, 500*time.Millisecond).Run(r)
+	// The limit must let the shell write the child's pid first: 2 s (8 s
+	// under -race) for what takes milliseconds.
+	got := NewPerCase(`sleep 30 & echo $! > `+quote(pidFile)+`; wait`, race.Limit(2*time.Second)).Run(r)
 	if got.Status != TimedOut {
 		t.Fatalf("got %+v, want timed out", got)
 	}
@@ -103,34 +124,36 @@ const helloLine = `{"protocol":"modref-fuzz","version":1}`
 
 func TestServer(t *testing.T) {
 	for _, tc := range []struct {
-		name, cmd string
-		want      Status
-		reason    string
+		name, cmd    string
+		limit, start time.Duration // per case, and to the first line
+		want         Status
+		reason       string
 	}{
-		{"ok", serverCmd(helloLine, `{"id":%s,"status":"ok","reason":""}`), OK, ""},
-		{"unsupported", serverCmd(helloLine, `{"id":%s,"status":"unsupported","reason":"no MoDE"}`), Unsupported, "no MoDE"},
-		{"error", serverCmd(helloLine, `{"id":%s,"status":"error","reason":"ValueError: shapes"}`), Crashed, "ValueError: shapes"},
-		{"wrong id", serverCmd(helloLine, `{"id":7%s,"status":"ok"}`), Garbage, "reply to request 1"},
-		{"garbage", serverCmd(helloLine, `loading weights... %s`), Garbage, "loading weights"},
-		{"no helloLine", serverCmd(`ready`, `{"id":%s,"status":"ok"}`), Garbage, "first line"},
-		{"exits", `printf '%s\n' ` + quote(helloLine) + `; read -r line; echo dying >&2; exit 4`, Crashed, "exit status 4"},
-		{"hangs", `printf '%s\n' ` + quote(helloLine) + `; sleep 30`, TimedOut, "no reply within"},
-		{"never starts", `sleep 30`, TimedOut, "no first line"},
+		{"ok", serverCmd(helloLine, `{"id":%s,"status":"ok","reason":""}`), long, long, OK, ""},
+		{"unsupported", serverCmd(helloLine, `{"id":%s,"status":"unsupported","reason":"no MoDE"}`), long, long, Unsupported, "no MoDE"},
+		{"error", serverCmd(helloLine, `{"id":%s,"status":"error","reason":"ValueError: shapes"}`), long, long, Crashed, "ValueError: shapes"},
+		{"wrong id", serverCmd(helloLine, `{"id":7%s,"status":"ok"}`), long, long, Garbage, "reply to request 1"},
+		{"garbage", serverCmd(helloLine, `loading weights... %s`), long, long, Garbage, "loading weights"},
+		{"no helloLine", serverCmd(`ready`, `{"id":%s,"status":"ok"}`), long, long, Garbage, "first line"},
+		{"exits", `printf '%s\n' ` + quote(helloLine) + `; read -r line; echo dying >&2; exit 4`, long, long, Crashed, "exit status 4"},
+		{"hangs", `printf '%s\n' ` + quote(helloLine) + `; sleep 30`, short, long, TimedOut, "no reply within"},
+		{"never starts", `sleep 30`, long, short, TimedOut, "no first line"},
 		// Alive after a line too long, or its stdout closed, reading
-		// nothing: killed within the limit, and not said to have ended.
-		{"long line", `printf '%s\n' ` + quote(helloLine) + `; head -c 2000000 /dev/zero | tr '\0' a; exec sleep 30`, Garbage, "a line longer than 1048576 bytes without replying"},
-		{"closes stdout", `printf '%s\n' ` + quote(helloLine) + `; exec >&-; exec sleep 30`, Crashed, "closed its stdout without replying and was still running"},
+		// nothing: killed at once, or at the limit, and not said to have
+		// ended.
+		{"long line", `printf '%s\n' ` + quote(helloLine) + `; head -c 2000000 /dev/zero | tr '\0' a; exec sleep 30`, long, long, Garbage, "a line longer than 1048576 bytes without replying"},
+		{"closes stdout", `printf '%s\n' ` + quote(helloLine) + `; exec >&-; exec sleep 30`, short, long, Crashed, "closed its stdout without replying and was still running"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewServer(tc.cmd, 700*time.Millisecond, 700*time.Millisecond)
+			s := NewServer(tc.cmd, tc.limit, tc.start)
 			defer s.Close()
 			start := time.Now()
 			got := s.Run(req(t))
 			if got.Status != tc.want || !strings.Contains(got.Reason, tc.reason) {
 				t.Fatalf("got %+v, want status %q, reason with %q", got, tc.want, tc.reason)
 			}
-			if time.Since(start) > 5*time.Second {
-				t.Errorf("took %v with time limits of 0.7 s", time.Since(start))
+			if d := time.Since(start); d > quick {
+				t.Errorf("took %v with time limits of %v and %v (to the first line), want at most %v", d, tc.limit, tc.start, quick)
 			}
 			if tc.name == "exits" && !strings.Contains(got.Stderr, "dying") {
 				t.Errorf("stderr %q, want its tail", got.Stderr)
@@ -145,7 +168,7 @@ func TestServerLivesOn(t *testing.T) {
 	flag := filepath.Join(t.TempDir(), "flag")
 	// Answers ok, except once: garbage to the third request.
 	cmd := `printf '%s\n' ` + quote(helloLine) + `; while read -r line; do id=$(printf '%s' "$line" | sed 's/^{"id":\([0-9]*\).*/\1/'); if [ "$id" = 3 ] && [ ! -e ` + quote(flag) + ` ]; then touch ` + quote(flag) + `; echo oops; else printf '{"id":%s,"status":"ok","reason":""}\n' "$id"; fi; done`
-	s := NewServer(cmd, 2*time.Second, 2*time.Second)
+	s := NewServer(cmd, long, long)
 	defer s.Close()
 	var got []Status
 	for range 5 {
@@ -172,7 +195,7 @@ func TestServerCommand(t *testing.T) {
 	// The reproducer's command runs the server on the one request.
 	r := req(t)
 	cmd := ServerCommand(`read -r first; printf '%s\n' "$first" > `+quote(r.Out), r)
-	got := NewPerCase(cmd+` #{out}`, 2*time.Second).Run(r)
+	got := NewPerCase(cmd+` #{out}`, long).Run(r)
 	b, err := os.ReadFile(r.Out)
 	if got.Status != OK || err != nil || !strings.Contains(string(b), `"manifest":"`+r.Manifest+`"`) {
 		t.Fatalf("%+v; the server read %q (%v), want the request naming %s", got, b, err, r.Manifest)
@@ -182,7 +205,7 @@ func TestServerCommand(t *testing.T) {
 // TestServerRepliesUnread: a server that replies without reading a request
 // too long for the pipe is killed at the time limit, not waited for.
 func TestServerRepliesUnread(t *testing.T) {
-	s := NewServer(`printf '%s\n' `+quote(helloLine)+`; printf '{"id":1,"status":"ok","reason":""}\n'; exec sleep 30`, 700*time.Millisecond, 700*time.Millisecond)
+	s := NewServer(`printf '%s\n' `+quote(helloLine)+`; printf '{"id":1,"status":"ok","reason":""}\n'; exec sleep 30`, short, long)
 	defer s.Close()
 	r := req(t)
 	r.Manifest += strings.Repeat("m", 200<<10)
@@ -191,7 +214,7 @@ func TestServerRepliesUnread(t *testing.T) {
 	if got.Status != TimedOut || !strings.Contains(got.Reason, "the request was not read") {
 		t.Fatalf("got %+v, want timed out, the request not read", got)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %v with a time limit of 0.7 s", d)
+	if d := time.Since(start); d > quick {
+		t.Errorf("took %v with a time limit of %v, want at most %v", d, short, quick)
 	}
 }

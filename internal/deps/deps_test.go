@@ -18,7 +18,7 @@ const module = "github.com/modref/modref"
 var layers = [][]string{
 	// Leaves: the vocabulary and the utilities that know no model.
 	{"spec", "internal/readfile", "internal/lowp", "internal/fmacheck", "internal/benchcpu",
-		"internal/candidate", "internal/deps", "bench/peak", "ref/internal/elem", "ref/internal/prod",
+		"internal/candidate", "internal/deps", "internal/race", "bench/peak", "ref/internal/elem", "ref/internal/prod",
 		"autograd/internal/kernel"},
 	{"internal/atomicfile", "autograd"},
 	{"internal/dirlock", "ref", "nn", "golden/format"},
@@ -70,6 +70,7 @@ var allowed = map[string][]string{
 	"internal/benchcpu":        {},
 	"internal/deps":            {},
 	"internal/candidate":       {},
+	"internal/race":            {},
 	"golden/fuzzcase":          {"spec", "golden", "golden/format"},
 	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "internal/lowp"},
 	"mod/modcase/catchtable":   {"golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase"},
@@ -84,8 +85,9 @@ var allowed = map[string][]string{
 // external): tests may use the oracle and the adapters, but ref's tests, like
 // ref, stay clear of the implementations under test. Every other package's
 // tests may also use internal/fmacheck, internal/benchcpu (a benchmark's CPU
-// time) and internal/lowp (values rounded to a low precision, as a bf16
-// candidate writes them).
+// time), internal/lowp (values rounded to a low precision, as a bf16
+// candidate writes them) and internal/race (whether the race detector is
+// on, and time bounds scaled for it).
 var allowedInTests = map[string][]string{
 	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
 	"ref/internal/elem": {"internal/fmacheck"},
@@ -118,7 +120,7 @@ func TestImportRule(t *testing.T) {
 		check(t, pkg, "", strings.Fields(fields[1]), rule)
 		testRule, ok := allowedInTests[pkg]
 		if !ok {
-			testRule = append(slices.Clone(rule), "internal/fmacheck", "internal/benchcpu", "internal/lowp")
+			testRule = append(slices.Clone(rule), "internal/fmacheck", "internal/benchcpu", "internal/lowp", "internal/race")
 		}
 		check(t, pkg, " (tests)", strings.Fields(fields[2]), testRule)
 		if pkg == "spec" {
