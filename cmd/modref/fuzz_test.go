@@ -148,7 +148,7 @@ func fakeCase(mode, manifest, out string) (string, error) {
 // fakeExec is the --exec command of the fake candidate in mode, one
 // process per case or a server.
 func fakeExec(mode string, perCase bool) string {
-	cmd := "MODREF_FAKE_CANDIDATE=" + mode + " " + os.Args[0]
+	cmd := "MODREF_FAKE_CANDIDATE=" + mode + " " + fakeBin
 	if perCase {
 		cmd += " {manifest} {out}"
 	}
@@ -174,6 +174,7 @@ func fuzzJSON(t *testing.T, args ...string) (int, fuzzSummary, string) {
 // layers (6 s against 18 s for 25 cases as a server; 8 cases per case take
 // 1.7 s, 25 took 8.5 s: issue 36).
 func TestFuzzPerfectCandidate(t *testing.T) {
+	skipRaceShort(t, "modrefBin fuzzes the fake candidate on 41 cases (71 s at a load of 25-30)")
 	runs := map[bool]fuzzSummary{}
 	for _, perCase := range []bool{false, true} {
 		n := map[bool]int{false: 25, true: 8}[perCase]
@@ -219,6 +220,7 @@ func TestFuzzPrecision(t *testing.T) {
 
 // TestFuzzShards: the shards of a seed split its cases with no overlap.
 func TestFuzzShards(t *testing.T) {
+	skipRaceShort(t, "modrefBin fuzzes the fake candidate in shards (26 s at a load of 25-30)")
 	names := func(args ...string) []string {
 		t.Helper()
 		log := filepath.Join(t.TempDir(), "log")
@@ -244,6 +246,7 @@ func TestFuzzShards(t *testing.T) {
 // shrunk to seq_len 6, and written as a reproducer that check replays;
 // a second run writes beside the first's, touching nothing of it.
 func TestFuzzShrinksAndReproduces(t *testing.T) {
+	skipRaceShort(t, "modrefBin finds, shrinks and reproduces failures of the fake candidate (100 s at a load of 25-30)")
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.json")
 	os.WriteFile(base, []byte(`{"kind": "layer"}`), 0o644)
@@ -331,6 +334,7 @@ func TestFuzzBrokenCandidates(t *testing.T) {
 // TestFuzzUnsupported: declined cases are skipped and counted; a run in
 // which every case is declined judged nothing, which is exit status 2.
 func TestFuzzUnsupported(t *testing.T) {
+	skipRaceShort(t, "modrefBin fuzzes the fake candidate on 19 cases (45 s at a load of 25-30)")
 	// The default seed's first 8 cases hold a MoDE case (40 cases took 9 s
 	// of CPU a run, 8 take 1 s: issue 36).
 	for _, perCase := range []bool{false, true} {

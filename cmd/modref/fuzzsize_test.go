@@ -13,6 +13,7 @@ import (
 // and the summary's "to" line still shows kv_heads=2 and the block's other
 // choices that are not their defaults.
 func TestFuzzSummaryShowsWhatIsNotDefault(t *testing.T) {
+	skipRaceShort(t, "modrefBin fuzzes and shrinks the fake candidate on 20 cases (59 s at a load of 25-30)")
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.json")
 	os.WriteFile(base, []byte(`{"kind": "layer", "config": {"layer": {"heads": 4, "kv_heads": 2, "mlp": "swiglu", "rope_base": 500000}}}`), 0o644)

@@ -110,6 +110,7 @@ func TestGenConfigLlama3Example(t *testing.T) {
 // its value and what is allowed; every key of the three kinds' forms is
 // in the table, or listed as one that nothing validates.
 func TestGenConfigNamesTheField(t *testing.T) {
+	skipRaceShort(t, "modrefBin runs gen --config on edited configurations (23 s at a load of 25-30)")
 	base := map[string]string{}
 	for name, kase := range map[string]string{"layer": "layer-paper", "model": "model-every-other", "mode": "layer-mode-staged"} {
 		code, out, errOut := runBin(t, "gen", "--print-config", kase)
@@ -300,6 +301,7 @@ func jsonKeys(v any) []string {
 // that "ties": "bf16" gives a case holding near-ties; with it, and at the
 // corpus's S = 8, gen says nothing of the kind.
 func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
+	skipRaceShort(t, "modrefBin generates and measures cases (17 s at a load of 25-30)")
 	g, _ := paperConfig(t)
 	work := t.TempDir()
 	gen := func(name string) string {

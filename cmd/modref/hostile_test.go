@@ -22,6 +22,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/internal/race"
 )
 
 // The hostile-candidate regression tests (issue 16) run the built binary
@@ -30,6 +31,11 @@ import (
 // named error and that no file changed.
 
 var modrefBin string
+
+// fakeBin is the program fakeExec runs as the candidate: this test binary
+// (TestMain runs fakeCandidate when MODREF_FAKE_CANDIDATE is set), or,
+// under -race, this package's tests built without the race detector.
+var fakeBin = os.Args[0]
 
 func TestMain(m *testing.M) {
 	if os.Getenv("MODREF_LIMITED_LAUNCH") != "" {
@@ -48,9 +54,37 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building modref: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	if race.Enabled {
+		// The fake candidate plays the user's implementation, which the
+		// race detector is not here to check (modrefBin is built without
+		// it too): it generates every case again with golden, which under
+		// -race on a loaded 2-core machine made cmd/modref's TestFuzz*
+		// take 431 s (issue 37). Built without -race it runs as it does
+		// in go test ./cmd/modref.
+		fakeBin = filepath.Join(dir, "fake")
+		if out, err := exec.Command("go", "test", "-c", "-o", fakeBin, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building the fake candidate: %v\n%s", err, out)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// skipRaceShort skips t under go test -race -short, saying why: t is one
+// of cmd/modref's heaviest tests, and its work runs where the race
+// detector does not look. modrefBin and the fake candidate are built
+// without it (TestMain), so a test that runs them checks under -race what
+// it checks without, while its wall time grows with the load: cmd/modref's
+// tests under -race took 1184 s at a load average of 9-26 (issue 37),
+// past go test's 10-minute timeout. go test ./cmd/modref, which .ci/run
+// runs, runs them all; so does -race without -short.
+func skipRaceShort(t *testing.T, why string) {
+	t.Helper()
+	if race.Enabled && testing.Short() {
+		t.Skip("skipped under -race -short: " + why + "; go test ./cmd/modref runs it")
+	}
 }
 
 // absCorpus is the committed corpus as an absolute path.
@@ -329,6 +363,7 @@ func TestHostileBadCRC(t *testing.T) {
 // Class 4: memory from tiny files: arrays declaring 1 GiB, a declared size
 // larger than the member, a deflate bomb.
 func TestHostileMemory(t *testing.T) {
+	skipRaceShort(t, "it deflates 256 MiB of crafted bombs in the test process, slowed by the race detector, to test modrefBin, not")
 	dir := t.TempDir()
 	// 40 judged arrays declaring 1 GiB each.
 	var huge []member
@@ -621,6 +656,7 @@ const maxRSSBytes = 32 << 20
 // fork and exec, so a child of the test process itself would report the
 // test's own memory.
 func TestHostileMemoryBound(t *testing.T) {
+	skipRaceShort(t, "it deflates 312 MiB of crafted bombs and zips 200,000 members in the test process, slowed by the race detector (252 s at a load of 10-12), to test modrefBin, not")
 	dir := absCorpus(t)
 	cands := t.TempDir()
 	var huge, hugeExtra []member
