@@ -28,6 +28,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/internal/race"
 )
 
 // Finding is one expression a compiler could fuse.
@@ -120,8 +122,16 @@ func Check(dir string) ([]Finding, error) {
 
 // Require fails t for every fusable expression Check finds in the package in
 // dir, naming where it is; each package calls it from a test.
+//
+// Under go test -race -short it skips: what a lint of the source finds
+// does not depend on the race detector, and type-checking the package's
+// imports from source under it took 138 s for golden at a load of 30
+// (issue 37). go test runs it, as does -race without -short.
 func Require(t testing.TB, dir string) {
 	t.Helper()
+	if race.Enabled && testing.Short() {
+		t.Skip("fmacheck: skipped under -race -short (a lint of the source, which the race detector only slows); go test runs it")
+	}
 	found, err := Check(dir)
 	if err != nil {
 		t.Fatal(err)
