@@ -297,6 +297,7 @@ func TestGenPrintConfigAlone(t *testing.T) {
 // (infinite in float32), and a manifest past the reader's 1 MiB (per-row
 // routing gaps at B = 40000).
 func TestGenRefusesCasesNoReaderLoads(t *testing.T) {
+	skipRaceShort(t, "modrefBin generates and refuses cases (47 s at a load of 17-31)")
 	work := t.TempDir()
 	out := filepath.Join(work, "out")
 	os.Mkdir(out, 0o755)

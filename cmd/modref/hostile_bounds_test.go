@@ -128,6 +128,7 @@ func withBlock(cfg train.Config, f func(*spec.BlockConfig)) train.Config {
 // Training sizes from flags and from a --config file: each beyond its bound,
 // and sizes each within bounds whose memory together is not.
 func TestHostileTrainSizes(t *testing.T) {
+	skipRaceShort(t, "modrefBin refuses hostile training sizes (33 s at a load of 17-31)")
 	dir := t.TempDir()
 	data := textFile(t, dir)
 	out := filepath.Join(dir, "run")
@@ -184,6 +185,7 @@ func tinyRun(t *testing.T, dir string) (run, data string) {
 // parameters or moments hold a NaN or an infinity, is refused by train
 // --resume and by sample.
 func TestHostileCheckpointSizes(t *testing.T) {
+	skipRaceShort(t, "modrefBin refuses hostile checkpoints (37 s at a load of 17-31)")
 	dir := t.TempDir()
 	run, data := tinyRun(t, dir)
 	ck := filepath.Join(run, "checkpoint")
@@ -251,6 +253,7 @@ func TestHostileCheckpointSizes(t *testing.T) {
 // check's self-check, by check of a candidate and by diagnose, before its
 // arrays are read.
 func TestHostileCorpusSizes(t *testing.T) {
+	skipRaceShort(t, "modrefBin refuses hostile corpora (34 s at a load of 17-31)")
 	cand := writeFile(t, t.TempDir(), "c.npz", craft(t, caseMembers(t, nil)))
 	raw, err := os.ReadFile(filepath.Join(corpus, "layer-paper.json"))
 	if err != nil {
