@@ -17,9 +17,7 @@ import (
 // an input to move and under causal routing by the router; under causal
 // routing by the predictor it is refused, with the reason.
 func TestGenSeparatesLongSequences(t *testing.T) {
-	if race.Enabled && testing.Short() {
-		t.Skip("skipped under -race -short: generation at S = 2048 runs on one goroutine, where the race detector has nothing to watch, and it slows it to minutes (193 s at a load of 30, issue 37); go test ./golden runs it")
-	}
+	race.SkipShort(t, "generation at S = 2048 runs on one goroutine, where the race detector has nothing to watch, and it slows it to minutes (193 s at a load of 30); go test ./golden runs it")
 	for _, c := range []struct {
 		router spec.RouterKind
 		causal spec.CausalRouting

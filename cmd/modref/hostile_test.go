@@ -83,9 +83,7 @@ func TestMain(m *testing.M) {
 // runs, runs them all; so does -race without -short.
 func skipRaceShort(t *testing.T, why string) {
 	t.Helper()
-	if race.Enabled && testing.Short() {
-		t.Skip("skipped under -race -short: " + why + "; go test ./cmd/modref runs it")
-	}
+	race.SkipShort(t, why+"; go test ./cmd/modref runs it")
 }
 
 // absCorpus is the committed corpus as an absolute path.

@@ -129,9 +129,7 @@ func Check(dir string) ([]Finding, error) {
 // (issue 37). go test runs it, as does -race without -short.
 func Require(t testing.TB, dir string) {
 	t.Helper()
-	if race.Enabled && testing.Short() {
-		t.Skip("fmacheck: skipped under -race -short (a lint of the source, which the race detector only slows); go test runs it")
-	}
+	race.SkipShort(t, "fmacheck's lint of the source, which the race detector only slows; go test runs it")
 	found, err := Check(dir)
 	if err != nil {
 		t.Fatal(err)

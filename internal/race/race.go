@@ -1,6 +1,7 @@
-// Package race tells tests whether the race detector is on, and scales the
-// wall-time bounds they put on work that must end on its own, for the
-// detector's slowdown.
+// Package race tells tests whether the race detector is on, scales the
+// wall-time bounds they put on work that must end on its own for the
+// detector's slowdown, and skips under -race -short the tests it only
+// slows (SkipShort).
 //
 // A test that catches a hang gives the hanging program a short limit and
 // then checks that the run ended within a bound well below the hang
@@ -12,7 +13,10 @@
 // is still caught.
 package race
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // Factor is how many times longer than without the race detector a test
 // allows work that must end on its own to take under it: the detector
@@ -26,4 +30,15 @@ func Limit(d time.Duration) time.Duration {
 		return d * Factor
 	}
 	return d
+}
+
+// SkipShort skips t under go test -race -short, saying why: for a test
+// the race detector slows to minutes while watching no goroutine that
+// cheaper tests do not (issue 37). go test, and -race without -short, run
+// it.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if Enabled && testing.Short() {
+		t.Skip("skipped under -race -short: " + why)
+	}
 }

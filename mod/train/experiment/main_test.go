@@ -12,8 +12,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/cpu"
 
+	"github.com/modref/modref/internal/race"
 	"github.com/modref/modref/mod/train"
 )
+
+// raceShort is why -race -short skips the training runs: the race
+// detector slows training to minutes (TestShortRun 343 s,
+// TestCommittedResultsReproduce 246 s, 592 s for the package at a load of
+// 16-26), and the goroutines it would watch, the matrix kernels' pool and
+// autograd's parallel attention, are those autograd's own -race tests run.
+const raceShort = "training under the race detector takes minutes, and autograd's -race tests watch its goroutines; go test ./mod/train/experiment runs it"
 
 var update = flag.Bool("update", false, "rewrite testdata/short.json from a fresh shortened run")
 
@@ -55,6 +63,7 @@ func readResults(t *testing.T, path string) Results {
 // timings. Without -long (or with -short) it trains each run only to its
 // first evaluation (a tenth of the run).
 func TestCommittedResultsReproduce(t *testing.T) {
+	race.SkipShort(t, raceShort)
 	sameBitsAsCommitted(t)
 	res := readResults(t, filepath.Join("..", "..", "..", "docs", "results", "results.json"))
 	if len(res.Seeds) == 0 || res.Seeds[0].Seed != 1 {
@@ -116,6 +125,7 @@ func TestCommittedResultsReproduce(t *testing.T) {
 // first evaluations do not reach. go test -run TestShortRun -update
 // rewrites the expectation after a deliberate change.
 func TestShortRun(t *testing.T) {
+	race.SkipShort(t, raceShort)
 	sameBitsAsCommitted(t)
 	out := t.TempDir()
 	if err := run([]string{"-out", out, "-seeds", "1", "-steps", "100"}, io.Discard, io.Discard); err != nil {
