@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/internal/race"
 	"github.com/modref/modref/spec"
 )
 
@@ -171,6 +172,7 @@ func FuzzManifestBounds(f *testing.F) {
 // past them, manifests refused for their parameter count, for their
 // arrays' size and for their recomputation, and manifests accepted.
 func TestGeneratedManifestsReachBounds(t *testing.T) {
+	race.SkipShort(t, "3000 manifests read on one goroutine, where the race detector has nothing to watch (150 s at a load of 28-30); go test ./golden/format runs it")
 	rng := rand.New(rand.NewPCG(22, 16))
 	count := map[string]int{}
 	for range 3000 {
