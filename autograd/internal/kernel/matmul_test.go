@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/modref/modref/internal/race"
 )
 
 // tol bounds the error of every kernel on every path:
@@ -111,6 +113,7 @@ func worstRatio(c []float32, c64, mag []float64) float64 {
 // path and k, the largest observed error relative to Σ|ab| (also in units of
 // u = 2⁻²⁴), and fails if one exceeds tol.
 func TestMeasureError(t *testing.T) {
+	race.SkipShort(t, "20 products for each kernel, path and k, checked against float64 sums in the test, which the race detector slows (90 s of the package's 170 at a load of 4-9); the pool's goroutines run under it in TestChains, TestSplits and TestGOMAXPROCS; go test ./autograd/internal/kernel runs it")
 	const m, n, trials = 37, 41, 20
 	rng := rand.New(rand.NewPCG(17, 7))
 	for _, kn := range kernels {
