@@ -407,7 +407,7 @@ func (ps *passes) backward(g *ref.LayerGrads, dfs []*mat.Dense, weightMLPOnly bo
 
 // layerArraysAnalytic is layerArrays with the gradients by pass's backward.
 func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := oracle.LayerDrawOf(c, s)
+	dr, err := oracle.LayerDrawViewOf(c, s)
 	if err != nil {
 		return nil, err
 	}
