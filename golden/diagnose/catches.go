@@ -88,7 +88,7 @@ func MeasuredCatches(c *format.Case) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}
-		res, err := judge.Compare(c, dc.Candidate(), false)
+		res, err := judge.Compare(c, deviantValues(dc), false)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}
