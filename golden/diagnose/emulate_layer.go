@@ -44,6 +44,10 @@ func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, 
 		return nil, err
 	}
 	s := layerSpecOf(c)
+	forward := new(sharedForward)
+	for i := range devs {
+		devs[i].forward = forward
+	}
 	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
 	return ems, err
