@@ -421,6 +421,11 @@ func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) 
 		return nil, err
 	}
 	arrays["expected.loss"] = format.Scalar(oracle.Dot(l.out, dr.U) + l.res.AuxLoss)
+	if d.caught != nil {
+		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+			return arrays, err
+		}
+	}
 	g, err := back(dr.U)
 	if err != nil {
 		return nil, err

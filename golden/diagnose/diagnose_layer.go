@@ -98,7 +98,16 @@ type layerDeviation struct {
 	// inputs, computed once for every deviation emulated on it (decide
 	// reads it and writes nothing to it); nil, decide computes it.
 	forward *sharedForward
+	// caught, when set, asks for the gradients only where the forward
+	// arrays do not already fail the case's comparison (MeasuredCatches):
+	// caught.byForward records that they did, and the emulation then
+	// holds the forward arrays alone.
+	caught *forwardCatch
 }
+
+// forwardCatch is whether a deviation's forward arrays alone fail the
+// case's comparison.
+type forwardCatch struct{ byForward bool }
 
 // sharedForward is ref.LayerForward of one layer case, computed by the
 // first deviation that needs it.
