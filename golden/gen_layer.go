@@ -267,7 +267,7 @@ func clearChance(r [][]float64, k []int, valid []int) float64 {
 				n++
 			}
 		}
-		exponent += float64(n) / (2 * w) * width
+		exponent += float64(float64(n) / (2 * w) * width)
 	}
 	return math.Exp(-exponent)
 }
