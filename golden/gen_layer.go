@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 
 	"github.com/modref/modref/golden/diagnose"
@@ -128,9 +129,24 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 	var first *oracle.LayerDraw
 	var firstSeed uint64
 	tried := fmt.Sprintf("none of 100 draws kept every routing decision %g clear of a tie", oracle.MinCaseGap)
+	var next chan oracle.LayerDraw // the next seed's draw, under way
 	for attempt := uint64(0); attempt < 100; attempt++ {
 		seed := s.Seed + attempt
-		dr := drawLayer(s, seed)
+		var dr oracle.LayerDraw
+		if next != nil {
+			dr = <-next
+		} else {
+			dr = drawLayer(s, seed)
+		}
+		next = nil
+		if attempt > 0 && attempt+1 < 100 && runtime.GOMAXPROCS(0) > 1 {
+			// Redrawing: the next draw on another core while this one
+			// is measured (a draw is a function of its seed alone, so
+			// the bits are those of drawing in turn).
+			ch := make(chan oracle.LayerDraw, 1)
+			go func() { ch <- drawLayer(s, seed+1) }()
+			next = ch
+		}
 		if s.Ties {
 			if err := makeTies(s, dr); err != nil {
 				return nil, oracle.Errorf(s.Name, err)

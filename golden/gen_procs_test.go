@@ -10,9 +10,10 @@ import (
 )
 
 // TestGenIndependentOfGOMAXPROCS generates a layer case whose products are
-// split between goroutines and whose catches are measured by emulations
-// run side by side (gen --config's work) on one core and on four: every
-// array has the same bits and the catches are the same.
+// split between goroutines, whose redraws are drawn ahead on another core
+// (its fourth draw is the first clear one) and whose catches are measured
+// by emulations run side by side (gen --config's work) on one core and on
+// four: every array has the same bits and the catches are the same.
 func TestGenIndependentOfGOMAXPROCS(t *testing.T) {
 	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(64, 4, 128), 0.25)
 	cfg.Weighting, cfg.Aux, cfg.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.01
@@ -29,6 +30,9 @@ func TestGenIndependentOfGOMAXPROCS(t *testing.T) {
 	four, err := GenerateFromConfig(g)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if seed := four.Manifest.Provenance.Seed; seed < 3 {
+		t.Errorf("the case is the draw of seed %d: no redraw was made ahead on another core", seed)
 	}
 	sameBits(t, s.Name, "on one core", one, "on four", four)
 	if !slices.Equal(one.Manifest.Catches, four.Manifest.Catches) || len(one.Manifest.Catches) == 0 {
