@@ -2,6 +2,8 @@ package golden
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
@@ -337,31 +339,40 @@ func modelSpecs() ([]oracle.ModelSpec, error) {
 
 // Generate computes every case of the catalogue from ref.
 func Generate() ([]*format.Case, error) {
-	var cases []*format.Case
+	var jobs []func() (*format.Case, error)
 	for _, s := range layerSpecs() {
-		c, err := genLayer(s)
-		if err != nil {
-			return nil, err
-		}
-		cases = append(cases, c)
+		jobs = append(jobs, func() (*format.Case, error) { return genLayer(s) })
 	}
 	ms, err := modelSpecs()
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range ms {
-		c, err := genModel(s)
-		if err != nil {
-			return nil, err
-		}
-		cases = append(cases, c)
+		jobs = append(jobs, func() (*format.Case, error) { return genModel(s) })
 	}
 	for _, s := range modeSpecs() {
-		c, err := genMoDE(s)
+		jobs = append(jobs, func() (*format.Case, error) { return genMoDE(s) })
+	}
+	// The cases are independent: generated on every core, each the same
+	// bits as alone, and returned in order.
+	cases := make([]*format.Case, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cases[i], errs[i] = job()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		cases = append(cases, c)
 	}
 	return cases, nil
 }

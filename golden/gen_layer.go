@@ -1,8 +1,10 @@
 package golden
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 
 	"github.com/modref/modref/golden/diagnose"
@@ -126,9 +128,25 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 	s.Catches = diagnose.ComputedCatches(s.Catches, []spec.Config{s.Config}, oracle.HasPadding(s.Valid, s.SeqLen))
 	var first *oracle.LayerDraw
 	var firstSeed uint64
+	tried := fmt.Sprintf("none of 100 draws kept every routing decision %g clear of a tie", oracle.MinCaseGap)
+	var next chan oracle.LayerDraw // the next seed's draw, under way
 	for attempt := uint64(0); attempt < 100; attempt++ {
 		seed := s.Seed + attempt
-		dr := drawLayer(s, seed)
+		var dr oracle.LayerDraw
+		if next != nil {
+			dr = <-next
+		} else {
+			dr = drawLayer(s, seed)
+		}
+		next = nil
+		if attempt > 0 && attempt+1 < 100 && runtime.GOMAXPROCS(0) > 1 {
+			// Redrawing: the next draw on another core while this one
+			// is measured (a draw is a function of its seed alone, so
+			// the bits are those of drawing in turn).
+			ch := make(chan oracle.LayerDraw, 1)
+			go func() { ch <- drawLayer(s, seed+1) }()
+			next = ch
+		}
 		if s.Ties {
 			if err := makeTies(s, dr); err != nil {
 				return nil, oracle.Errorf(s.Name, err)
@@ -148,13 +166,19 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 		}
 		if !s.Ties && !s.Threshold {
 			// The gaps from the router alone, before the whole forward.
-			gaps, err := drawGaps(s, dr)
+			gaps, chance, err := drawGaps(s, dr)
 			if err != nil {
 				return nil, oracle.Errorf(s.Name, err)
 			}
 			if oracle.MinGap(gaps) < oracle.MinCaseGap {
 				if first == nil {
 					first, firstSeed = &dr, seed
+					if s.Config.Causal != spec.CausalPredictor && 99*chance < maxRedrawChance {
+						// Out of reach: the redraws would end
+						// where this does, at separateRouting.
+						tried = fmt.Sprintf("the first draw did not keep every routing decision %g clear of a tie, and its router weights put the chance that any of the next 99 is at %.2g, under %g, so none was drawn", oracle.MinCaseGap, 99*chance, maxRedrawChance)
+						break
+					}
 				}
 				continue
 			}
@@ -169,8 +193,8 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 		}
 		if c, ok, err := clearCase(s, firstSeed, *first); err != nil || ok {
 			if ok {
-				c.Separation = fmt.Sprintf("none of 100 draws kept every routing decision %g clear of a tie (at S = %d the gap between the k-th and (k+1)-th router weight is about 1/(S·density)), so the first draw's router weights were moved %g away from its routing decisions, its selection kept; the case holds none of the near-ties a real row of this length has, which an implementation in bf16 may flip: \"ties\": \"bf16\" generates a case that does (docs/workflow.md, \"At your own configuration and shapes\")",
-					oracle.MinCaseGap, s.SeqLen, 2*oracle.MinCaseGap)
+				c.Separation = fmt.Sprintf("%s (at S = %d the gap between the k-th and (k+1)-th router weight is about 1/(S·density)), so the first draw's router weights were moved %g away from its routing decisions, its selection kept; the case holds none of the near-ties a real row of this length has, which an implementation in bf16 may flip: \"ties\": \"bf16\" generates a case that does (docs/workflow.md, \"At your own configuration and shapes\")",
+					tried, s.SeqLen, 2*oracle.MinCaseGap)
 			}
 			return c, err
 		}
@@ -196,25 +220,72 @@ func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Ca
 	return c, true, nil
 }
 
+// maxRedrawChance is the chance below which gen does not redraw a layer
+// case whose first draw is too close to a tie: when the first draw's
+// router weights put the chance that any of the other 99 draws is clear
+// of the margin below it (clearChance), the first draw's routing is
+// separated at once, as it would be after 99 redraws that failed. At
+// S = 2048 and 12.5 % capacity the estimate is about 1 % for three rows,
+// and each redraw costs as much as drawing the case.
+const maxRedrawChance = 0.05
+
 // drawGaps is layerGaps of draw dr computed from the router (or the
-// predictor) alone.
-func drawGaps(s oracle.LayerSpec, dr oracle.LayerDraw) ([]float64, error) {
+// predictor) alone, and the chance that a draw like it is clear of the
+// margin (clearChance; 1 under routing by the predictor).
+func drawGaps(s oracle.LayerSpec, dr oracle.LayerDraw) (gaps []float64, chance float64, err error) {
 	cfg := s.Config
 	if cfg.Causal == spec.CausalPredictor {
-		return oracle.CausalGaps(ref.PredictorLogits(dr.P, dr.In.X), s.Valid), nil
+		return oracle.CausalGaps(ref.PredictorLogits(dr.P, dr.In.X), s.Valid), 1, nil
 	}
 	r, err := ref.RouterWeights(cfg, dr.P, dr.In.X, dr.In.Noise, dr.In.Jitter)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if cfg.Causal == spec.CausalRouter {
-		return oracle.CausalGaps(r, s.Valid), nil
+		return oracle.CausalGaps(r, s.Valid), clearChance(r, nil, s.Valid), nil
 	}
 	k, err := ref.RowCapacities(cfg.Capacity, s.Batch, s.SeqLen, s.Valid)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return oracle.GapsOf(ref.BoundaryGaps(r, k, s.Valid)), nil
+	return oracle.GapsOf(ref.BoundaryGaps(r, k, s.Valid)), clearChance(r, k, s.Valid), nil
+}
+
+// clearChance estimates, from one draw's router weights r, the chance
+// that a draw of the same distribution keeps every routing decision
+// oracle.MinCaseGap clear of a tie. Near a decision boundary t the
+// weights of a row are locally a Poisson process whose rate λ is
+// estimated from the n weights within w = 10·MinCaseGap of t (λ = n/2w).
+// Under top-k routing (k[b] of row b selected; t midway between the k-th
+// and (k+1)-th weight) the row is clear when the gap between those two is
+// at least MinCaseGap, chance exp(−λ·MinCaseGap); under causal routing
+// (k nil; t = 0) when no weight is within MinCaseGap of 0, chance
+// exp(−2λ·MinCaseGap). Rows are drawn independently, so the chances
+// multiply. Rows with nothing to decide count as clear.
+func clearChance(r [][]float64, k []int, valid []int) float64 {
+	const m = oracle.MinCaseGap
+	const w = 10 * m
+	var exponent float64
+	for b, row := range r {
+		row = row[:oracle.ValidLen(valid, b, len(row))]
+		t, width := 0.0, 2*m
+		if k != nil {
+			if k[b] == 0 || k[b] >= len(row) {
+				continue
+			}
+			sorted := slices.Clone(row)
+			slices.SortFunc(sorted, func(a, b float64) int { return cmp.Compare(b, a) })
+			t, width = (sorted[k[b]-1]+sorted[k[b]])/2, m
+		}
+		n := 0
+		for _, v := range row {
+			if math.Abs(v-t) < w {
+				n++
+			}
+		}
+		exponent += float64(float64(n) / (2 * w) * width)
+	}
+	return math.Exp(-exponent)
 }
 
 // separateRouting moves router weights of draw dr away from the routing

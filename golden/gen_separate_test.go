@@ -2,11 +2,13 @@ package golden
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/internal/race"
+	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
 
@@ -59,6 +61,40 @@ func TestGenSeparatesLongSequences(t *testing.T) {
 				t.Errorf("%s: gaps %v, want each at least %v", name, kase.Manifest.Routing.Gaps[0], oracle.MinCaseGap)
 				break
 			}
+		}
+	}
+}
+
+// TestClearChanceMatchesDraws checks clearChance's estimate against the
+// fraction of draws that are clear: rows of S N(0, 1) router weights, the
+// top k of each selected (top-k) or each weight's sign deciding (causal),
+// over enough draws that the fraction is known to a few percent.
+func TestClearChanceMatchesDraws(t *testing.T) {
+	rng := ref.NewRand(7)
+	for _, c := range []struct {
+		s, k int
+	}{{512, 64}, {128, 16}, {64, 0}} {
+		const draws = 2000
+		clear, estimate := 0, 0.0
+		for range draws {
+			row := ref.RandomVector(rng, c.s, 0, 1)
+			r := [][]float64{row}
+			var k []int
+			var gaps []float64
+			if c.k > 0 {
+				k = []int{c.k}
+				gaps = oracle.GapsOf(ref.BoundaryGaps(r, k, nil))
+			} else {
+				gaps = oracle.CausalGaps(r, nil)
+			}
+			if oracle.MinGap(gaps) >= oracle.MinCaseGap {
+				clear++
+			}
+			estimate += clearChance(r, k, nil)
+		}
+		got, want := estimate/draws, float64(clear)/draws
+		if math.Abs(got-want) > 0.15*want+0.01 {
+			t.Errorf("S = %d, k = %d: estimated chance %.3f, %d of %d draws clear (%.3f)", c.s, c.k, got, clear, draws, want)
 		}
 	}
 }

@@ -109,9 +109,13 @@ func NewRand(seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
-// RandomMatrix returns an r×c matrix of N(0, std^2) draws from rng.
+// RandomMatrix returns an r×c matrix of N(0, std^2) draws from rng; a nil
+// rng gives the matrix of zeros.
 func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 	m := mat.NewDense(r, c, nil)
+	if rng == nil {
+		return m
+	}
 	for i := 0; i < r; i++ {
 		for j := 0; j < c; j++ {
 			m.Set(i, j, std*normal(rng))
@@ -120,10 +124,15 @@ func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
 	return m
 }
 
-// RandomVector returns n draws of mean + std*N(0,1) from rng.
+// RandomVector returns n draws of mean + std*N(0,1) from rng; a nil rng
+// gives n values of mean.
 func RandomVector(rng *rand.Rand, n int, mean, std float64) []float64 {
 	v := make([]float64, n)
 	for i := range v {
+		if rng == nil {
+			v[i] = mean
+			continue
+		}
 		v[i] = mean + float64(std*normal(rng))
 	}
 	return v
@@ -186,7 +195,9 @@ func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
 
 // NewLayerParams draws a routed layer's parameters: the block as in
 // NewBlockParams, router w ~ N(0, 1/d), router bias ~ N(0, 0.1^2), and the
-// predictor's weights N(0, 1/d_in) with biases N(0, 0.1^2).
+// predictor's weights N(0, 1/d_in) with biases N(0, 0.1^2). A nil rng
+// draws nothing: each parameter is its distribution's mean (gains 1, the
+// rest 0), the shapes to load a case's values into.
 func NewLayerParams(c spec.Config, rng *rand.Rand) *LayerParams {
 	d := c.Block.D
 	p := &LayerParams{Block: NewBlockParams(c.Block, rng)}

@@ -4,9 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/internal/candidate"
 )
@@ -63,3 +67,70 @@ func benchmarkFuzzTorch(b *testing.B, perCase bool) {
 
 func BenchmarkFuzzTorchServer(b *testing.B)  { benchmarkFuzzTorch(b, false) }
 func BenchmarkFuzzTorchPerCase(b *testing.B) { benchmarkFuzzTorch(b, true) }
+
+// BenchmarkFuzzOwnCPU measures modref fuzz's own work per case, without a
+// candidate: each case of the default draws (every kind, --max-seq 64,
+// seed 1) drawn, generated, written to the scratch directory, its
+// candidate's output (the truth, written outside the timing, as a
+// candidate would) read back and judged. It reports the median and mean
+// process CPU time per case of modref's part (user + system, from
+// getrusage; goroutines on both cores count), which is what a user waits
+// for beside the candidate (docs/performance.md, "Fuzzing").
+func BenchmarkFuzzOwnCPU(b *testing.B) {
+	scratch := b.TempDir()
+	caseDir, out := fuzzScratch(scratch)
+	o := fuzzOptions{seed: 1, space: fuzzcase.Space{MaxSeq: 64}}
+	var cpu []float64
+	next := 0
+	b.ResetTimer()
+	for range b.N {
+		for attempt := 0; ; attempt++ {
+			t0 := processCPU()
+			g, err := fuzzcase.Draw(o.seed, next, attempt, o.space)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := golden.GenerateUnmeasured(g)
+			if err != nil {
+				continue
+			}
+			if err := writeScratchCase(c, caseDir, filepath.Dir(out)); err != nil {
+				b.Fatal(err)
+			}
+			spent := processCPU() - t0
+			b.StopTimer()
+			if err := format.WriteNPZ(out, c.Candidate()); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			t0 = processCPU()
+			cand, err := format.ReadCandidate(out, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := judgeCandidate(c, cand)
+			if err != nil || !r.Pass {
+				b.Fatalf("case %s (%s): the truth does not pass: %v", g.Name, fuzzcase.Size(g), err)
+			}
+			cpu = append(cpu, spent+processCPU()-t0)
+			next++
+			break
+		}
+	}
+	slices.Sort(cpu)
+	var sum float64
+	for _, v := range cpu {
+		sum += v
+	}
+	b.ReportMetric(1e3*cpu[len(cpu)/2], "median-cpu-ms/case")
+	b.ReportMetric(1e3*sum/float64(len(cpu)), "mean-cpu-ms/case")
+}
+
+// processCPU is the process's user and system CPU time so far, in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}

@@ -296,8 +296,9 @@ func jsonKeys(v any) []string {
 	return out
 }
 
-// TestGenConfigSaysRoutingMovedApart: at S = 1024 no draw keeps its
-// routing clear of a tie, and gen says that it moved the routing apart and
+// TestGenConfigSaysRoutingMovedApart: at S = 1024 no draw is likely to
+// keep its routing clear of a tie, and gen says that it moved the first
+// draw's routing apart without redrawing and
 // that "ties": "bf16" gives a case holding near-ties; with it, and at the
 // corpus's S = 8, gen says nothing of the kind.
 func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
@@ -318,7 +319,7 @@ func TestGenConfigSaysRoutingMovedApart(t *testing.T) {
 	}
 	g["config"].(map[string]any)["seq_len"] = 1024
 	out := gen("long")
-	for _, want := range []string{"routing moved apart: none of 100 draws kept every routing decision 0.01 clear of a tie (at S = 1024", "moved 0.02 away from its routing decisions", `"ties": "bf16" generates a case that does`} {
+	for _, want := range []string{"routing moved apart: the first draw did not keep every routing decision 0.01 clear of a tie, and its router weights put the chance that any of the next 99 is at ", "(at S = 1024", "moved 0.02 away from its routing decisions", `"ties": "bf16" generates a case that does`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("at S = 1024: no %q in\n%s", want, out)
 		}

@@ -75,20 +75,39 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
-	ems, err := emulate(c, nil, nil)
+	var ems []emulation
+	var caught []*forwardCatch
+	var err error
+	if c.Manifest.Kind == format.KindLayer {
+		if err = checkInputShapes(c); err == nil {
+			ems, caught, err = emulateLayer(c, nil, nil, true)
+		}
+	} else {
+		ems, err = emulate(c, nil, nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	var out []string
-	for _, em := range ems {
+	for i, em := range ems {
 		if em.reason != "" || slices.Contains(out, em.name) {
 			continue
+		}
+		if caught != nil {
+			first := i
+			if em.repeats > 0 {
+				first = em.repeats - 1
+			}
+			if caught[first].byForward {
+				out = append(out, em.name)
+				continue
+			}
 		}
 		dc, err := deviantCase(c, em)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}
-		res, err := judge.Compare(c, dc.Candidate(), false)
+		res, err := judge.Compare(c, deviantValues(dc), false)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
 		}
@@ -97,4 +116,18 @@ func MeasuredCatches(c *format.Case) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// failsOn reports whether the deviant arrays (expected names; some of the
+// case's) fail the case's comparison on the arrays they hold.
+func failsOn(c *format.Case, arrays map[string]*format.Array) (bool, error) {
+	cand := make(map[string]*format.Array, len(arrays))
+	for name, a := range arrays {
+		cand[format.CandidateName(name)] = a
+	}
+	res, err := judge.CompareWith(c, cand, judge.SkipMissing)
+	if err != nil {
+		return false, err
+	}
+	return !res.Pass, nil
 }

@@ -240,6 +240,19 @@ func deviantCase(c *format.Case, em emulation) (*format.Case, error) {
 	return &format.Case{Manifest: c.Manifest, Arrays: arrays}, nil
 }
 
+// deviantValues is a deviant case's expected arrays under their candidate
+// names, as Case.Candidate gives them but not copied: judging reads them
+// only, and at production shapes each copy is the case's size.
+func deviantValues(dc *format.Case) map[string]*format.Array {
+	cand := make(map[string]*format.Array)
+	for _, info := range dc.Manifest.Arrays {
+		if info.Role == format.RoleExpected {
+			cand[format.CandidateName(info.Name)] = dc.Arrays[info.Name]
+		}
+	}
+	return cand
+}
+
 // judge compares the candidate with one emulation.
 func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation) (DeviationResult, error) {
 	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason}
@@ -254,7 +267,7 @@ func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation)
 	// The deviant values themselves, judged as a candidate against the case
 	// on the arrays the candidate has, tell whether the case can see the
 	// deviation at all through this candidate.
-	dv := dc.Candidate()
+	dv := deviantValues(dc)
 	for name := range dv {
 		if _, ok := cand[name]; !ok {
 			delete(dv, name)

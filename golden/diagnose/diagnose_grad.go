@@ -407,7 +407,7 @@ func (ps *passes) backward(g *ref.LayerGrads, dfs []*mat.Dense, weightMLPOnly bo
 
 // layerArraysAnalytic is layerArrays with the gradients by pass's backward.
 func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := oracle.LayerDrawOf(c, s)
+	dr, err := oracle.LayerDrawViewOf(c, s)
 	if err != nil {
 		return nil, err
 	}
@@ -421,6 +421,11 @@ func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) 
 		return nil, err
 	}
 	arrays["expected.loss"] = format.Scalar(oracle.Dot(l.out, dr.U) + l.res.AuxLoss)
+	if d.caught != nil {
+		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+			return arrays, err
+		}
+	}
 	g, err := back(dr.U)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"sync"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -93,6 +94,38 @@ type layerDeviation struct {
 	// output replaces the layer's output (and the multipliers it reports)
 	// from the live ref result; nil keeps ref's.
 	output func(l *layerRun)
+	// forward, when set, is ref's forward of the layer case at its own
+	// inputs, computed once for every deviation emulated on it (decide
+	// reads it and writes nothing to it); nil, decide computes it.
+	forward *sharedForward
+	// caught, when set, asks for the gradients only where the forward
+	// arrays do not already fail the case's comparison (MeasuredCatches):
+	// caught.byForward records that they did, and the emulation then
+	// holds the forward arrays alone.
+	caught *forwardCatch
+}
+
+// forwardCatch is whether a deviation's forward arrays alone fail the
+// case's comparison.
+type forwardCatch struct{ byForward bool }
+
+// sharedForward is ref.LayerForward of one layer case, computed by the
+// first deviation that needs it.
+type sharedForward struct {
+	once sync.Once
+	res  *ref.LayerResult
+	err  error
+}
+
+// layerForward is ref.LayerForward(cfg, p, in), shared through d.forward
+// when set: every deviation of a layer case starts from the same
+// parameters and inputs.
+func (d *layerDeviation) layerForward(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (*ref.LayerResult, error) {
+	if d.forward == nil {
+		return ref.LayerForward(cfg, p, in)
+	}
+	d.forward.once.Do(func() { d.forward.res, d.forward.err = ref.LayerForward(cfg, p, in) })
+	return d.forward.res, d.forward.err
 }
 
 // capacityRule is how a deviant layer computes each row's capacity k.
@@ -243,7 +276,7 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 // decide makes the routing decision at the current (unperturbed) point, as
 // the deviant implementation would, and freezes it with its constants.
 func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) error {
-	res, err := ref.LayerForward(cfg, p, in)
+	res, err := d.layerForward(cfg, p, in)
 	if err != nil {
 		return err
 	}

@@ -39,14 +39,36 @@ func layerSpecOf(c *format.Case) oracle.LayerSpec {
 // emulateLayerCase recomputes a layer case under each deviation, with what
 // the candidate wrote (w).
 func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
+	ems, _, err := emulateLayer(c, w, progress, false)
+	return ems, err
+}
+
+// emulateLayer is emulateLayerCase, every deviation starting from ref's
+// forward computed once (sharedForward). With measure (MeasuredCatches),
+// a deviation's gradients are computed only where its forward arrays do
+// not already fail the case's comparison, which tells it apart as surely
+// as the whole case would: caught[i].byForward says so, and emulation i
+// then holds the forward arrays alone.
+func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool) (ems []emulation, caught []*forwardCatch, err error) {
 	ems, devs, err := layerEmulations(c, w)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := layerSpecOf(c)
+	forward := new(sharedForward)
+	if measure {
+		caught = make([]*forwardCatch, len(devs))
+	}
+	for i := range devs {
+		devs[i].forward = forward
+		if measure {
+			caught[i] = new(forwardCatch)
+			devs[i].caught = caught[i]
+		}
+	}
 	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
 	shareArrays(ems)
-	return ems, err
+	return ems, caught, err
 }
 
 // layerEmulations lists the emulations of a layer case and their

@@ -166,7 +166,7 @@ func (c *Case) Files() ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
-	npz, err := encodeNPZ(c.Arrays)
+	npz, err := encodeNPZ(c.Arrays, false)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", m.Name, err)
 	}
@@ -241,7 +241,7 @@ func (c *Case) WriteScratch(dir string) error {
 	if err != nil {
 		return fmt.Errorf("case %s: %w", m.Name, err)
 	}
-	npz, err := encodeNPZ(c.CandidateArrays())
+	npz, err := encodeNPZ(c.CandidateArrays(), true)
 	if err != nil {
 		return fmt.Errorf("case %s: %w", m.Name, err)
 	}

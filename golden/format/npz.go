@@ -1,14 +1,16 @@
 package format
 
 import (
+	"archive/zip"
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"math"
 	"os"
-	"reflect"
 	"sort"
+	"strconv"
 	"strings"
-
-	"github.com/sbinet/npyio/npz"
 
 	"github.com/modref/modref/internal/atomicfile"
 )
@@ -60,28 +62,56 @@ func UnwrapPath(err error) error {
 // directory and renames it into place (internal/atomicfile), so that an
 // existing file is never left half written.
 func WriteNPZ(path string, arrays map[string]*Array) error {
-	raw, err := encodeNPZ(arrays)
+	raw, err := encodeNPZ(arrays, false)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return atomicfile.WriteFile(path, raw)
 }
 
-// encodeNPZ returns the bytes of the .npz archive WriteNPZ writes.
-func encodeNPZ(arrays map[string]*Array) ([]byte, error) {
+// storeAbove is the size in bytes of an array's .npy entry above which the
+// entry is stored in the archive uncompressed: a case's float64 values are
+// random bits that deflate hardly shrinks (the 155 MB of arrays of the
+// d = 512, S = 2048 example deflate to 137 MB, mostly its padded rows'
+// zeros) at 7 s of CPU, more than computing them took. Every array of the
+// corpus is far below it (12.9 KB at most), so its entries stay deflated
+// and its bytes what they were.
+const storeAbove = 1 << 16
+
+// encodeNPZ returns the bytes of the .npz archive WriteNPZ writes: a zip of
+// NAME.npy entries in name order, each a version 2.0 .npy (the header
+// sbinet/npyio writes, which the corpus was first written with) deflated,
+// or stored when above storeAbove bytes or when store is set (a scratch
+// case read once, `modref fuzz`).
+func encodeNPZ(arrays map[string]*Array, store bool) ([]byte, error) {
 	names := make([]string, 0, len(arrays))
-	for name := range arrays {
+	size := 0
+	for name, a := range arrays {
 		names = append(names, name)
+		size += 8*(len(a.F)+len(a.I)) + 256
 	}
 	sort.Strings(names)
 	var buf bytes.Buffer
-	w := npz.NewWriter(&buf)
+	buf.Grow(size)
+	w := zip.NewWriter(&buf)
 	for _, name := range names {
-		v, err := nested(arrays[name])
+		a := arrays[name]
+		header, err := encodeHeader(a)
 		if err != nil {
 			return nil, fmt.Errorf("array %q: %w", name, err)
 		}
-		if err := w.Write(name+".npy", v); err != nil {
+		method := zip.Deflate
+		if store || len(header)+8*(len(a.F)+len(a.I)) > storeAbove {
+			method = zip.Store
+		}
+		e, err := w.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := e.Write(header); err != nil {
+			return nil, err
+		}
+		if err := writeValues(e, a); err != nil {
 			return nil, err
 		}
 	}
@@ -91,16 +121,18 @@ func encodeNPZ(arrays map[string]*Array) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// nested returns the array as a value npyio writes with its shape: a float64
-// or int64 for shape [], a slice for one dimension, and a Go array of arrays
-// ([d0][d1]...T, fixed-size so that encoding/binary can write it) for more.
-func nested(a *Array) (any, error) {
-	var flat reflect.Value
+// encodeHeader is the .npy version 2.0 header of a float64 or int64 array a:
+// the magic string, the version, the header's length and its dictionary,
+// padded with spaces as sbinet/npyio pads it, so that the corpus's bytes
+// do not change. An array whose shape does not hold exactly its data is an
+// error.
+func encodeHeader(a *Array) ([]byte, error) {
+	var n int
 	switch {
 	case a.I != nil && a.DType == "<i8":
-		flat = reflect.ValueOf(a.I)
+		n = len(a.I)
 	case a.F != nil && a.DType == "<f8":
-		flat = reflect.ValueOf(a.F)
+		n = len(a.F)
 	default:
 		return nil, fmt.Errorf("only float64 and int64 arrays are written, have dtype %q", a.DType)
 	}
@@ -109,37 +141,52 @@ func nested(a *Array) (any, error) {
 			return nil, fmt.Errorf("shape %v has a negative dimension", a.Shape)
 		}
 	}
-	if n := Elements(a.Shape); flat.Len() != n {
-		return nil, fmt.Errorf("shape %v holds %d values, the data has %d", a.Shape, n, flat.Len())
+	if m := Elements(a.Shape); n != m {
+		return nil, fmt.Errorf("shape %v holds %d values, the data has %d", a.Shape, m, n)
 	}
+	var shape string
 	switch len(a.Shape) {
 	case 0:
-		return flat.Index(0).Interface(), nil
+		shape = "()"
 	case 1:
-		return flat.Interface(), nil
-	}
-	for _, d := range a.Shape {
-		if d < 1 {
-			return nil, fmt.Errorf("shape %v has an empty dimension, which npyio cannot write", a.Shape)
+		shape = fmt.Sprintf("(%d,)", a.Shape[0])
+	default:
+		for _, d := range a.Shape {
+			if d < 1 {
+				return nil, fmt.Errorf("shape %v has an empty dimension, which npyio cannot write", a.Shape)
+			}
 		}
+		dims := make([]string, len(a.Shape))
+		for i, d := range a.Shape {
+			dims[i] = strconv.Itoa(d)
+		}
+		shape = "(" + strings.Join(dims, ", ") + ")"
 	}
-	t := flat.Type().Elem()
-	for d := len(a.Shape) - 1; d >= 0; d-- {
-		t = reflect.ArrayOf(a.Shape[d], t)
-	}
-	v := reflect.New(t).Elem()
-	fill(v, flat)
-	return v.Interface(), nil
+	dict := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", a.DType, shape)
+	const prefix = 6 + 2 + 4 // magic, version, header length
+	dict += strings.Repeat(" ", (prefix+len(dict)+1)%16) + "\n"
+	h := append([]byte("\x93NUMPY\x02\x00"), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(dict)))
+	return append(h, dict...), nil
 }
 
-// fill copies flat, in row-major order, into the nested array v.
-func fill(v, flat reflect.Value) {
-	if v.Type().Elem().Kind() != reflect.Array {
-		reflect.Copy(v, flat)
-		return
+// writeValues writes a's values little-endian, a block at a time.
+func writeValues(w io.Writer, a *Array) error {
+	var block [4096]byte
+	n := len(a.F) + len(a.I)
+	for start := 0; start < n; start += len(block) / 8 {
+		end := min(start+len(block)/8, n)
+		b := block[:0]
+		for k := start; k < end; k++ {
+			if a.I != nil {
+				b = binary.LittleEndian.AppendUint64(b, uint64(a.I[k]))
+			} else {
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(a.F[k]))
+			}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
 	}
-	inner := flat.Len() / v.Len()
-	for i := 0; i < v.Len(); i++ {
-		fill(v.Index(i), flat.Slice(i*inner, (i+1)*inner))
-	}
+	return nil
 }

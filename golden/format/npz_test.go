@@ -62,6 +62,43 @@ func TestNPZLargeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestNPZStoresLargeArrays checks how each entry is kept: deflated up to
+// storeAbove bytes, stored (uncompressed) above it and in a scratch case,
+// and every value read back as written, integers among them.
+func TestNPZStoresLargeArrays(t *testing.T) {
+	big := make([]int64, storeAbove/8)
+	for i := range big {
+		big[i] = int64(i) - 7
+	}
+	arrays := map[string]*Array{"small": Float([]float64{1, -2.5}, 2), "big": Int(big, len(big))}
+	for _, store := range []bool{false, true} {
+		raw, err := encodeNPZ(arrays, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range zr.File {
+			want := zip.Deflate
+			if store || f.Name == "big.npy" {
+				want = zip.Store
+			}
+			if f.Method != want {
+				t.Errorf("store = %t: %s has method %d, want %d", store, f.Name, f.Method, want)
+			}
+		}
+		got, err := readNPZ(bytes.NewReader(raw), int64(len(raw)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(arrays, got); diff != "" {
+			t.Errorf("store = %t: round trip (-want +got):\n%s", store, diff)
+		}
+	}
+}
+
 // TestNPZReadByNumPy checks that numpy.load reads what WriteNPZ writes, and
 // that ReadNPZ reads what numpy.savez writes, including float32 and int32. It
 // needs Python with NumPy ($MODREF_PYTHON, else python3 on PATH); .ci/run

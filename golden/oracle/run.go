@@ -37,7 +37,7 @@ func Recompute(c *format.Case) (*format.Case, error) {
 	case format.KindLayer:
 		s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
 			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: valid, Config: *cfg.Layer, Ties: m.Routing.Ties}
-		dr, err := LayerDrawOf(c, s)
+		dr, err := LayerDrawViewOf(c, s)
 		if err != nil {
 			return nil, err
 		}
@@ -90,6 +90,17 @@ func Matrices(a *format.Array) []*mat.Dense {
 	return out
 }
 
+// views splits a B×S×d array into one S×d matrix per batch row, each a
+// view of a's values (no copy): for reading only.
+func views(a *format.Array) []*mat.Dense {
+	b, s, d := a.Shape[0], a.Shape[1], a.Shape[2]
+	out := make([]*mat.Dense, b)
+	for i := range out {
+		out[i] = mat.NewDense(s, d, a.F[i*s*d:(i+1)*s*d:(i+1)*s*d])
+	}
+	return out
+}
+
 // Field splits a B×S array into rows (copies).
 func Field(a *format.Array) [][]float64 {
 	b, s := a.Shape[0], a.Shape[1]
@@ -129,8 +140,12 @@ func LoadParams(c *format.Case, ts []ref.Tensor) error {
 }
 
 // InputAndUpstream reads a layer-level case's input.x and upstream.out,
-// one S×d matrix per batch row each.
+// one S×d matrix per batch row each (copies).
 func InputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
+	return inputAndUpstream(c, Matrices)
+}
+
+func inputAndUpstream(c *format.Case, split func(*format.Array) []*mat.Dense) (x, u []*mat.Dense, err error) {
 	xa, err := c.Array("input.x")
 	if err != nil {
 		return nil, nil, err
@@ -139,16 +154,31 @@ func InputAndUpstream(c *format.Case) (x, u []*mat.Dense, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return Matrices(xa), Matrices(ua), nil
+	return split(xa), split(ua), nil
 }
 
+// LayerDrawOf is a layer case's draw: its parameters, inputs and upstream
+// gradient, copied from the case.
 func LayerDrawOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
+	return layerDrawOf(c, s, Matrices)
+}
+
+// LayerDrawViewOf is LayerDrawOf with input.x and upstream.out as views of
+// the case's values (no copy), for a recomputation that reads them only:
+// at production shapes each copy is tens of MB per deviation emulated.
+// Nothing may write to them (finite differences perturb their input:
+// they take LayerDrawOf).
+func LayerDrawViewOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
+	return layerDrawOf(c, s, views)
+}
+
+func layerDrawOf(c *format.Case, s LayerSpec, split func(*format.Array) []*mat.Dense) (LayerDraw, error) {
 	var dr LayerDraw
-	dr.P = ref.NewLayerParams(s.Config, ref.NewRand(0))
+	dr.P = ref.NewLayerParams(s.Config, nil)
 	if err := LoadParams(c, dr.P.Tensors("")); err != nil {
 		return dr, err
 	}
-	x, u, err := InputAndUpstream(c)
+	x, u, err := inputAndUpstream(c, split)
 	if err != nil {
 		return dr, err
 	}
