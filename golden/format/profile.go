@@ -98,5 +98,17 @@ func (p Profile) FloorUnits() float64 {
 	return FloorUnits
 }
 
+// AbsUnit returns the unit of the floor's absolute part: float32's unit
+// roundoff 2⁻²⁴ (float64's 2⁻⁵³ for the float64 profile), the rounding
+// of values of order one in the float32 sums every profile but float64
+// accumulates in, which an array that is small by cancellation carries
+// from the values that cancelled.
+func (p Profile) AbsUnit() float64 {
+	if p.Name == "float64" {
+		return 0x1p-53
+	}
+	return 0x1p-24
+}
+
 // IsZero reports whether p is the zero Profile, the manifests' tolerances.
 func (p Profile) IsZero() bool { return p.Name == "" }

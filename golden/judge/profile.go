@@ -59,47 +59,34 @@ type ProfileReport struct {
 }
 
 // Tolerances returns a copy of c judged under profile p: every expected
-// float array's tolerance is Multiple × the baseline's largest error plus
-// FloorUnits × Unit × max(‖e‖∞, 1), absolute (rtol 0, as FlashAttention's
-// rule), and the near-tie margin of the routing is flipMarginTols times the
-// router scores' tolerance (the largest over the routed layers). baseline
-// holds the arrays the profile's emulation computed on c, under candidate
-// names. Integer arrays stay exact. The measurements are returned in the
-// case's array order, with the margin.
-func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Array) (*format.Case, *ProfileReport, error) {
+// float array's tolerance is Multiple × the family's largest error plus
+// FloorUnits × Unit × its scale (profileScale), absolute (rtol 0, as
+// FlashAttention's rule), and the near-tie margin of the routing is
+// flipMarginTols times the router scores' tolerance (the largest over the
+// routed layers). family holds the arrays each emulated implementation of
+// the profile computed on c (mod/modcase.EmulateFamily), under candidate
+// names; an array's error is the largest over the members. Integer arrays
+// stay exact. The measurements are returned in the case's array order,
+// with the margin.
+func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.Array) (*format.Case, *ProfileReport, error) {
 	if p.IsZero() {
 		return c, nil, nil
+	}
+	if len(family) == 0 {
+		return nil, nil, fmt.Errorf("precision %s: no emulated implementation to measure", p.Name)
 	}
 	m := *c.Manifest
 	m.Arrays = slices.Clone(m.Arrays)
 	var out []BaselineError
 	errs := map[string]float64{}
-	truth, err := truthAtDecisions(c, baseline)
-	if err != nil {
-		return nil, nil, fmt.Errorf("precision %s: %w", p.Name, err)
-	}
-	for _, info := range m.Arrays {
-		if info.Role != format.RoleExpected || info.DType == "<i8" || strings.HasSuffix(info.Name, ".targets") {
-			continue
+	for _, baseline := range family {
+		e, err := memberErrors(p, c, baseline)
+		if err != nil {
+			return nil, nil, err
 		}
-		name := format.CandidateName(info.Name)
-		b, ok := baseline[name]
-		want := truth.Arrays[info.Name]
-		if !ok || b.F == nil || len(b.F) != len(want.F) {
-			return nil, nil, fmt.Errorf("precision %s: the emulated implementation did not compute %q", p.Name, name)
+		for name, v := range e {
+			errs[name] = math.Max(errs[name], v)
 		}
-		worst := 0.0
-		for k, e := range want.F {
-			if !judged(c, want.Shape, k) {
-				continue
-			}
-			d := math.Abs(b.F[k] - e)
-			if math.IsNaN(d) || math.IsInf(d, 0) {
-				return nil, nil, fmt.Errorf("precision %s: the emulated implementation gives %v for %s at %v (overflow of the format?)", p.Name, b.F[k], name, want.Index(k))
-			}
-			worst = math.Max(worst, d)
-		}
-		errs[name] = worst
 	}
 	if e, ok := errs["decode_logits"]; ok {
 		errs["decode_logits"] = math.Max(e, errs["logits"])
@@ -112,13 +99,13 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 	for _, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
 		if e, ok := errs[name]; ok && format.Elements(info.Shape) > 1 && !strings.HasPrefix(name, "grad.") {
-			rel = math.Max(rel, e/profileScale(c, info.Name))
+			rel = math.Max(rel, e/profileScale(p, c, info.Name))
 		}
 	}
 	for _, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
-		if e, ok := errs[name]; ok && format.Elements(info.Shape) == 1 {
-			errs[name] = math.Max(e, rel*profileScale(c, info.Name))
+		if e, ok := errs[name]; ok && format.Elements(info.Shape) == 1 && !strings.HasPrefix(name, "grad.") {
+			errs[name] = math.Max(e, rel*profileScale(p, c, info.Name))
 		}
 	}
 	margin := 0.0
@@ -128,11 +115,11 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 		if !ok {
 			continue
 		}
-		scale := profileScale(c, info.Name)
+		scale := profileScale(p, c, info.Name)
 		tol := format.Tolerance{
-			ATol: float64(format.Multiple*e) + float64(p.FloorUnits()*p.Unit*scale),
-			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of an emulated %s implementation (docs/tolerances.md, \"Precision profiles\") + %g roundings (unit %.3g) of the scale %.3g",
-				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale),
+			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+p.AbsUnit()),
+			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g + %.3g)",
+				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, p.AbsUnit()),
 		}
 		m.Arrays[i].Tolerance = &tol
 		out = append(out, BaselineError{Array: name, Err: e, Tolerance: tol})
@@ -149,6 +136,41 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 	return &format.Case{Manifest: &m, Arrays: c.Arrays}, &ProfileReport{Margin: margin, Arrays: out}, nil
 }
 
+// memberErrors returns one emulated implementation's largest error on
+// each expected float array of c, against the truth at its own decisions
+// (truthAtDecisions).
+func memberErrors(p format.Profile, c *format.Case, baseline map[string]*format.Array) (map[string]float64, error) {
+	truth, err := truthAtDecisions(c, baseline)
+	if err != nil {
+		return nil, fmt.Errorf("precision %s: %w", p.Name, err)
+	}
+	errs := map[string]float64{}
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != format.RoleExpected || info.DType == "<i8" || strings.HasSuffix(info.Name, ".targets") {
+			continue
+		}
+		name := format.CandidateName(info.Name)
+		b, ok := baseline[name]
+		want := truth.Arrays[info.Name]
+		if !ok || b.F == nil || len(b.F) != len(want.F) {
+			return nil, fmt.Errorf("precision %s: the emulated implementation did not compute %q", p.Name, name)
+		}
+		worst := 0.0
+		for k, e := range want.F {
+			if !judged(c, want.Shape, k) {
+				continue
+			}
+			d := math.Abs(b.F[k] - e)
+			if math.IsNaN(d) || math.IsInf(d, 0) {
+				return nil, fmt.Errorf("precision %s: the emulated implementation gives %v for %s at %v (overflow of the format?)", p.Name, b.F[k], name, want.Index(k))
+			}
+			worst = math.Max(worst, d)
+		}
+		errs[name] = worst
+	}
+	return errs, nil
+}
+
 // profileScale is the scale of an expected array that the floor is a
 // number of roundings of: max(‖e‖∞, 1), except for the loss of a layer or
 // MoDE case, Σ upstream.out ⊙ out (+ aux.total), a sum of B·S·d terms that
@@ -157,8 +179,8 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 // roundings add as a random walk; docs/tolerances.md), when that is
 // larger. A single sum is one draw of its error, which the emulation may
 // happen to get nearly right (it did, by 70 times, on layer-log-capacity).
-func profileScale(c *format.Case, name string) float64 {
-	scale := 1.0
+func profileScale(p format.Profile, c *format.Case, name string) float64 {
+	scale := 0.0
 	for _, v := range c.Arrays[name].F {
 		scale = math.Max(scale, math.Abs(v))
 	}
@@ -173,5 +195,8 @@ func profileScale(c *format.Case, name string) float64 {
 			ss += float64(t * t)
 		}
 	}
-	return math.Max(scale, math.Sqrt(ss))
+	// One rounding of the terms' norm: each term rounded by at most a
+	// unit, a random walk of σ ≈ 0.29·unit·‖t‖₂; the family's members
+	// (float32 sums, random rounding) measure the rest.
+	return math.Max(scale, math.Sqrt(ss)/p.FloorUnits())
 }

@@ -86,14 +86,14 @@ func run(d format.Corpus) error {
 				judged[i] = c
 				continue
 			}
-			base, err := modcase.Emulate(c, p)
+			fam, err := modcase.EmulateFamily(c, p)
 			if err != nil {
 				return err
 			}
-			if judged[i], _, err = judge.Tolerances(p, c, base); err != nil {
+			if judged[i], _, err = judge.Tolerances(p, c, modcase.FamilyArrays(fam)...); err != nil {
 				return err
 			}
-			noise[i] = base
+			noise[i] = fam[0].Arrays
 		}
 		for _, dev := range c.Manifest.Catches {
 			dv, err := diagnose.DeviantCandidate(c, dev, "")
