@@ -335,8 +335,28 @@ func modelSpecs() ([]oracle.ModelSpec, error) {
 	return specs, nil
 }
 
-// Generate computes every case of the catalogue from ref.
-func Generate() ([]*format.Case, error) {
+// Tolerancer sets a generated case's float32 tolerances from the
+// implementations of the float32 precision profile's family, where they
+// need more than the manifests' constants (docs/tolerances.md, "The
+// golden corpus"). golden computes its cases from ref and does not import
+// mod, which runs the family: modref's commands and the corpus's test pass
+// mod/modcase.Float32Tolerances. A nil Tolerancer leaves the constants.
+type Tolerancer func(*format.Case) error
+
+// apply runs tol on c, if it is set.
+func (tol Tolerancer) apply(c *format.Case) error {
+	if tol == nil {
+		return nil
+	}
+	if err := tol(c); err != nil {
+		return fmt.Errorf("case %s: float32 tolerances: %w", c.Manifest.Name, err)
+	}
+	return nil
+}
+
+// Generate computes every case of the catalogue from ref, its float32
+// tolerances set by tol.
+func Generate(tol Tolerancer) ([]*format.Case, error) {
 	var cases []*format.Case
 	for _, s := range layerSpecs() {
 		c, err := genLayer(s)
@@ -362,6 +382,11 @@ func Generate() ([]*format.Case, error) {
 			return nil, err
 		}
 		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		if err := tol.apply(c); err != nil {
+			return nil, err
+		}
 	}
 	return cases, nil
 }
