@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -146,5 +147,49 @@ func TestProfileRefusesABadBaseline(t *testing.T) {
 	base["out"].F[0] = math.Inf(1)
 	if _, _, err := Tolerances(p, c, base); err == nil || !strings.Contains(err.Error(), "overflow") {
 		t.Errorf("infinite baseline: %v", err)
+	}
+}
+
+// TestPredictorAccuracyNearTies: a predictor logit within the near-tie
+// margin of 0 is a token whose sign a correct implementation may get
+// either way, and the accuracy allows it: one such token of count widens
+// the accuracy's atol to 1/count; none leaves it.
+func TestPredictorAccuracyNearTies(t *testing.T) {
+	c, err := format.Load("../corpus", "layer-predictor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := format.ParseProfile("float32")
+	accuracyTol := func(c *format.Case) float64 {
+		jc, _, err := Tolerances(p, c, expectedAsCandidate(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range jc.Manifest.Arrays {
+			if info.Name == "expected.predictor_accuracy" {
+				return info.Tolerance.ATol
+			}
+		}
+		t.Fatal("no predictor_accuracy")
+		return 0
+	}
+	q := c.Arrays["expected.predictor_logits"]
+	before := accuracyTol(c)
+	count := 0
+	for k := range q.F {
+		if judged(c, q.Shape, k) {
+			count++
+		}
+	}
+	if before >= 1/float64(count) {
+		t.Fatalf("layer-predictor's accuracy allows %g already: pick a case without near-zero predictor logits", before)
+	}
+	near := *c
+	near.Arrays = maps.Clone(c.Arrays)
+	nq := &format.Array{Shape: q.Shape, F: slices.Clone(q.F), DType: q.DType}
+	nq.F[0] = 1e-9
+	near.Arrays["expected.predictor_logits"] = nq
+	if got, want := accuracyTol(&near), 1/float64(count); got != want {
+		t.Errorf("one predictor logit 1e-9 from 0: accuracy atol %g, want 1/%d", got, count)
 	}
 }
