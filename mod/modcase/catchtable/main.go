@@ -24,6 +24,8 @@ import (
 
 	"flag"
 	"fmt"
+	"math"
+
 	"github.com/modref/modref/mod/modcase"
 	"os"
 	"slices"
@@ -43,6 +45,32 @@ func main() {
 // (the zero profile), then each profile below float64.
 var profiles = []string{"", "float32", "tf32", "bf16", "fp16"}
 
+// separation is, for one profile, the caught deviation that came nearest
+// its tolerance: the smallest, over the deviations and cases check
+// catches, of the case's worst error/tolerance ratio (docs/tolerances.md
+// sets it beside the largest ratio of a correct implementation).
+type separation struct {
+	ratio     float64
+	dev, name string
+}
+
+// worstRatio returns a failed comparison's largest error/tolerance ratio
+// over its float arrays: +Inf when only routing or missing arrays failed.
+func worstRatio(res *judge.CaseResult) float64 {
+	worst := 0.0
+	for _, a := range res.Arrays {
+		bound := a.Tolerance.ATol + a.Tolerance.RTol*math.Abs(a.Want)
+		if a.Routing != nil || bound == 0 {
+			continue
+		}
+		worst = math.Max(worst, math.Abs(a.Got-a.Want)/bound)
+	}
+	if worst == 0 {
+		return math.Inf(1)
+	}
+	return worst
+}
+
 // cell is one deviation under one profile.
 type cell struct {
 	claimed, caught int
@@ -58,6 +86,10 @@ func run(d format.Corpus) error {
 		return err
 	}
 	cells := map[string][]cell{}
+	seps := make([]separation, len(profiles))
+	for i := range seps {
+		seps[i].ratio = math.Inf(1)
+	}
 	for _, dev := range format.Deviations {
 		cells[dev.Name] = make([]cell, len(profiles))
 	}
@@ -116,6 +148,9 @@ func run(d format.Corpus) error {
 					cl.missed = append(cl.missed, name)
 				default:
 					cl.caught++
+					if r := worstRatio(res); r < seps[i].ratio {
+						seps[i] = separation{r, dev, name}
+					}
 				}
 				if first[dev] != name {
 					continue
@@ -135,6 +170,9 @@ func run(d format.Corpus) error {
 		}
 	}
 	printTable(cells)
+	for i, sp := range seps {
+		fmt.Fprintf(os.Stderr, "separation %q: smallest caught deviation %.3g × its tolerance (%s on %s)\n", profiles[i], sp.ratio, sp.dev, sp.name)
+	}
 	return nil
 }
 
