@@ -38,7 +38,12 @@ func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
 		nd.saved = append(nd.saved, l)
 		sum += l - float64(x[c])
 		if tp.sums32() {
-			terms = append(terms, float32(l-float64(x[c])))
+			term := float32(l - float64(x[c]))
+			if f := tp.rounding.Store; f != nil {
+				// log-sum-exp stored in the format, then the difference.
+				term = f(f(float32(l)) - x[c])
+			}
+			terms = append(terms, term)
 		}
 		count++
 	}
@@ -114,6 +119,17 @@ func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tenso
 		z, t := float64(v), float64(targets[i])
 		l := math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
 		sum += l
+		if f := tp.rounding.Store; f != nil {
+			// PyTorch's form, (1 − t)·z + m + log(e^−m + e^(−z−m)) with
+			// m = max(−z, 0), each operation in the format, as
+			// binary_cross_entropy_with_logits computes it on tensors in
+			// the format: the log of 1 + e^−|z| rounds to 0 once e^−|z|
+			// is below the format's unit.
+			m := max(-v, 0)
+			a := f(f(float32((1-t)*z)) + m)
+			e := f(f(float32(math.Exp(float64(-m)))) + f(float32(math.Exp(float64(f(-v-m))))))
+			l = float64(f(a + f(float32(math.Log(float64(e))))))
+		}
 		if tp.sums32() {
 			terms = append(terms, float32(l))
 		}

@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -27,6 +28,10 @@ type BaselineError struct {
 	Tolerance format.Tolerance `json:"tolerance"`
 }
 
+// errNotRecomputable marks a case the truth cannot be recomputed under at
+// another implementation's decisions (decode and MoDE cases).
+var errNotRecomputable = errors.New("not recomputable at other decisions")
+
 // truthAtDecisions returns the truth the baseline's errors are measured
 // against: the case itself, or, when the emulation routed some decision
 // otherwise (a near-tie its precision cannot resolve), the truth
@@ -44,7 +49,7 @@ func truthAtDecisions(c *format.Case, baseline map[string]*format.Array) (*forma
 			continue
 		}
 		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
-			return nil, fmt.Errorf("the emulated implementation's %s differs from the truth's (a decision within the format's error of a tie), which a %s case cannot be recomputed under", format.CandidateName(info.Name), c.Manifest.Kind)
+			return nil, fmt.Errorf("the emulated implementation's %s differs from the truth's (a decision within the format's error of a tie), which a %s case cannot be recomputed under: %w", format.CandidateName(info.Name), c.Manifest.Kind, errNotRecomputable)
 		}
 		return frozenTruth(c, baseline)
 	}
@@ -79,8 +84,14 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 	m.Arrays = slices.Clone(m.Arrays)
 	var out []BaselineError
 	errs := map[string]float64{}
-	for _, baseline := range family {
+	for i, baseline := range family {
 		e, err := memberErrors(p, c, baseline)
+		if errors.Is(err, errNotRecomputable) && i > 0 {
+			// Another member that flipped a near-tie in a case the truth
+			// cannot be recomputed under measures the flip: the first
+			// member's errors stand.
+			continue
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -116,10 +127,11 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 			continue
 		}
 		scale := profileScale(p, c, info.Name)
+		abs := p.AbsUnit()
 		tol := format.Tolerance{
-			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+p.AbsUnit()),
+			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+abs),
 			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g + %.3g)",
-				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, p.AbsUnit()),
+				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, abs),
 		}
 		m.Arrays[i].Tolerance = &tol
 		out = append(out, BaselineError{Array: name, Err: e, Tolerance: tol})
@@ -242,8 +254,10 @@ func profileScale(p format.Profile, c *format.Case, name string) float64 {
 			ss += float64(t * t)
 		}
 	}
-	// One rounding of the terms' norm: each term rounded by at most a
-	// unit, a random walk of σ ≈ 0.29·unit·‖t‖₂; the family's members
-	// (float32 sums, random rounding) measure the rest.
-	return math.Max(scale, math.Sqrt(ss)/p.FloorUnits())
+	// Two roundings of the terms' norm: each term rounded by at most a
+	// unit, a random walk of σ ≈ 0.29·unit·‖t‖₂, and the out's own error
+	// beside it; the family's members (float32 sums, random rounding)
+	// measure the rest. With one, PyTorch in emulated fp16 came to 1.04
+	// of layer-gqa's loss tolerance.
+	return math.Max(scale, 2*math.Sqrt(ss)/p.FloorUnits())
 }
