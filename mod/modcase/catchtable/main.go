@@ -55,12 +55,16 @@ type separation struct {
 }
 
 // worstRatio returns a failed comparison's largest error/tolerance ratio
-// over its float arrays: +Inf when only routing or missing arrays failed.
+// over its float arrays: +Inf when an exact array (a routing decision, a
+// 0/1 target) failed, which no tolerance excuses.
 func worstRatio(res *judge.CaseResult) float64 {
 	worst := 0.0
 	for _, a := range res.Arrays {
 		bound := a.Tolerance.ATol + a.Tolerance.RTol*math.Abs(a.Want)
-		if a.Routing != nil || bound == 0 {
+		if (a.Routing != nil || bound == 0) && a.Status != judge.StatusPass {
+			return math.Inf(1) // caught exactly: a routing decision, a target
+		}
+		if bound == 0 {
 			continue
 		}
 		worst = math.Max(worst, math.Abs(a.Got-a.Want)/bound)
