@@ -231,12 +231,12 @@ func memberErrors(p format.Profile, c *format.Case, baseline map[string]*format.
 }
 
 // profileScale is the scale of an expected array that the floor is a
-// number of roundings of: max(‖e‖∞, 1), except for the loss of a layer or
-// MoDE case, Σ upstream.out ⊙ out (+ aux.total), a sum of B·S·d terms that
-// a low-precision implementation holds each to a rounding or so: its
-// scale is the norm ‖upstream.out ⊙ out‖₂ of its terms (independent
-// roundings add as a random walk; docs/tolerances.md), when that is
-// larger. A single sum is one draw of its error, which the emulation may
+// number of roundings of: ‖e‖∞, except for the loss of a layer or MoDE
+// case, Σ upstream.out ⊙ out (+ aux.total), a sum of B·S·d terms that a
+// low-precision implementation holds each to a rounding or so: its scale
+// is then two roundings' share of the norm ‖upstream.out ⊙ out‖₂ of its
+// terms (independent roundings add as a random walk; docs/tolerances.md),
+// when that is larger. A single sum is one draw of its error, which the emulation may
 // happen to get nearly right (it did, by 70 times, on layer-log-capacity).
 func profileScale(p format.Profile, c *format.Case, name string) float64 {
 	scale := 0.0
