@@ -45,6 +45,6 @@ func printProfile(w io.Writer, p format.Profile) {
 	if p.IsZero() {
 		return
 	}
-	fmt.Fprintf(w, "precision %s: each array's tolerance is %d × the largest error of a family of emulated %s implementations + %g roundings (%.3g) of its scale (docs/tolerances.md, \"Precision profiles\")\n",
-		p.Name, format.Multiple, p.Name, p.FloorUnits(), p.Unit)
+	fmt.Fprintf(w, "precision %s: each array's tolerance is %d × the largest error of a family of emulated %s implementations + %g roundings (%.3g) of its scale and %g of %.3g (docs/tolerances.md, \"Precision profiles\")\n",
+		p.Name, format.Multiple, p.Name, p.FloorUnits(), p.Unit, p.FloorUnits(), p.AbsUnit())
 }
