@@ -725,7 +725,7 @@ func (tp *Tape) RotateHalf(x, cos, sin *Tensor, pos []int) *Tensor {
 		nd.list = append(nd.list, sin)
 		nd.idx = append(nd.idx, pos...)
 	}
-	return out
+	return tp.store(out)
 }
 
 // backwardRotateHalf adds dx_j += g_j·cos[p, j] and then

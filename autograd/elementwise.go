@@ -82,7 +82,7 @@ func (tp *Tape) binary(op opcode, name string, a, b *Tensor) *Tensor {
 	if out.Grad != nil {
 		tp.push(op, out, a, b).arg = int(bc)
 	}
-	return out
+	return tp.store(out)
 }
 
 // backwardBinary differentiates Add, Sub and Mul.
@@ -152,7 +152,7 @@ func (tp *Tape) Scale(a *Tensor, s float32) *Tensor {
 	if out.Grad != nil {
 		tp.push(opScale, out, a, nil).scale = s
 	}
-	return out
+	return tp.store(out)
 }
 
 // AddScalar returns a + s elementwise.
@@ -162,7 +162,7 @@ func (tp *Tape) AddScalar(a *Tensor, s float32) *Tensor {
 	if out.Grad != nil {
 		tp.push(opAddScalar, out, a, nil)
 	}
-	return out
+	return tp.store(out)
 }
 
 // Exp returns eˣ elementwise.
@@ -201,7 +201,7 @@ func (tp *Tape) unary(op opcode, a *Tensor) *Tensor {
 	if out.Grad != nil {
 		tp.push(op, out, a, nil)
 	}
-	return out
+	return tp.store(out)
 }
 
 // sigmoid is the logistic function, evaluated without overflow.

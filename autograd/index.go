@@ -40,7 +40,7 @@ func (tp *Tape) ScatterAddRows(base, src *Tensor, idx []int) *Tensor {
 		nd := tp.push(opScatterAddRows, out, base, src)
 		nd.idx = append(nd.idx, idx...)
 	}
-	return out
+	return tp.store(out)
 }
 
 func checkRows(op string, a *Tensor, idx []int) {

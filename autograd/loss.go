@@ -22,6 +22,7 @@ func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
 	nd := tp.push(opCrossEntropy, out, logits, nil)
 	e := tp.f64(logits.Cols)
 	var sum float64
+	var terms []float32 // the rows' losses, when summed in float32
 	count := 0
 	for i, c := range targets {
 		if c == IgnoreIndex {
@@ -36,16 +37,27 @@ func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
 		// The row's log-sum-exp, kept in float64 for the backward pass.
 		nd.saved = append(nd.saved, l)
 		sum += l - float64(x[c])
+		if tp.sums32() {
+			term := float32(l - float64(x[c]))
+			if f := tp.rounding.Store; f != nil {
+				// log-sum-exp stored in the format, then the difference.
+				term = f(f(float32(l)) - x[c])
+			}
+			terms = append(terms, term)
+		}
 		count++
 	}
 	out.Data[0] = float32(meanOf(sum, count))
+	if tp.sums32() && count > 0 {
+		out.Data[0] = pairwise32(terms) / float32(count)
+	}
 	if out.Grad == nil {
 		tp.pop()
-		return out
+		return tp.store(out)
 	}
 	nd.count = count
 	nd.idx = append(nd.idx, targets...)
-	return out
+	return tp.store(out)
 }
 
 func meanOf(sum float64, count int) float64 {
@@ -98,16 +110,35 @@ func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tenso
 	}
 	out := tp.alloc(1, 1, needsGrad(x))
 	var sum float64
+	var terms []float32 // the elements' losses, when summed in float32
 	count := 0
 	for i, v := range x.Data {
 		if valid != nil && !valid[i] {
 			continue
 		}
 		z, t := float64(v), float64(targets[i])
-		sum += math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+		l := math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+		sum += l
+		if f := tp.rounding.Store; f != nil {
+			// PyTorch's form, (1 − t)·z + m + log(e^−m + e^(−z−m)) with
+			// m = max(−z, 0), each operation in the format, as
+			// binary_cross_entropy_with_logits computes it on tensors in
+			// the format: the log of 1 + e^−|z| rounds to 0 once e^−|z|
+			// is below the format's unit.
+			m := max(-v, 0)
+			a := f(f(float32((1-t)*z)) + m)
+			e := f(f(float32(math.Exp(float64(-m)))) + f(float32(math.Exp(float64(f(-v-m))))))
+			l = float64(f(a + f(float32(math.Log(float64(e))))))
+		}
+		if tp.sums32() {
+			terms = append(terms, float32(l))
+		}
 		count++
 	}
 	out.Data[0] = float32(meanOf(sum, count))
+	if tp.sums32() && count > 0 {
+		out.Data[0] = pairwise32(terms) / float32(count)
+	}
 	if out.Grad != nil {
 		nd := tp.push(opBCEWithLogits, out, x, nil)
 		nd.count = count
@@ -116,7 +147,7 @@ func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tenso
 			nd.mask = append(nd.mask, valid...)
 		}
 	}
-	return out
+	return tp.store(out)
 }
 
 func (tp *Tape) backwardBCE(nd *node) {

@@ -24,15 +24,45 @@ func (tp *Tape) Standardize(a *Tensor, eps float64) *Tensor {
 	n := a.Cols
 	for i := 0; i < a.Rows; i++ {
 		x, y := a.Data[i*n:(i+1)*n], out.Data[i*n:(i+1)*n]
-		mu, rstd := standardizeRow(x, eps)
-		for j, v := range x {
-			y[j] = float32((float64(v) - mu) * rstd)
+		var mu, rstd float64
+		if tp.rounding.Stats == StatsFloat64 {
+			mu, rstd = standardizeRow(x, eps)
+			for j, v := range x {
+				y[j] = float32((float64(v) - mu) * rstd)
+			}
+		} else {
+			m, r := tp.standardizeRow32(x, eps)
+			for j, v := range x {
+				y[j] = (v - m) * r
+			}
+			mu, rstd = float64(m), float64(r)
 		}
 		if nd != nil {
 			nd.saved = append(nd.saved, mu, rstd)
 		}
 	}
-	return out
+	return tp.store(out)
+}
+
+// standardizeRow32 returns the mean of x and 1/sqrt(σ² + eps) computed in
+// float32 as Rounding.Stats says: pairwise sums, the variance in two
+// passes or in one (mean(x²) − mean(x)², clamped at 0).
+func (tp *Tape) standardizeRow32(x []float32, eps float64) (mu, rstd float32) {
+	n := float32(len(x))
+	mu = pairwise32(x) / n
+	sq := tp.f32(len(x))
+	for j, v := range x {
+		if tp.rounding.Stats == StatsOnePass32 {
+			sq[j] = v * v
+		} else {
+			sq[j] = (v - mu) * (v - mu)
+		}
+	}
+	v := pairwise32(sq) / n
+	if tp.rounding.Stats == StatsOnePass32 {
+		v = max(v-float32(mu*mu), 0)
+	}
+	return mu, float32(1 / math.Sqrt(float64(v+float32(eps))))
 }
 
 // standardizeRow returns the mean of x and 1/sqrt(σ² + eps), accumulated in
@@ -58,6 +88,10 @@ func (tp *Tape) backwardStandardize(nd *node) {
 		return
 	}
 	n := a.Cols
+	if tp.rounding.Stats != StatsFloat64 {
+		tp.backwardStandardize32(nd)
+		return
+	}
 	for i := 0; i < a.Rows; i++ {
 		x, gi, da := a.Data[i*n:(i+1)*n], g[i*n:(i+1)*n], a.Grad[i*n:(i+1)*n]
 		mu, rstd := nd.saved[2*i], nd.saved[2*i+1]
@@ -71,6 +105,27 @@ func (tp *Tape) backwardStandardize(nd *node) {
 		for j := range da {
 			yh := (float64(x[j]) - mu) * rstd
 			da[j] += float32(rstd * (float64(gi[j]) - mg - float64(yh*mgy)))
+		}
+	}
+}
+
+// backwardStandardize32 is backwardStandardize in float32 (Rounding.Stats),
+// from the saved float32 mean and 1/σ, with pairwise sums.
+func (tp *Tape) backwardStandardize32(nd *node) {
+	a, g := nd.a, nd.out.Grad
+	n := a.Cols
+	buf := tp.f32(2 * n)
+	yh, gy := buf[:n], buf[n:]
+	for i := 0; i < a.Rows; i++ {
+		x, gi, da := a.Data[i*n:(i+1)*n], g[i*n:(i+1)*n], a.Grad[i*n:(i+1)*n]
+		mu, rstd := float32(nd.saved[2*i]), float32(nd.saved[2*i+1])
+		for j, v := range x {
+			yh[j] = (v - mu) * rstd
+			gy[j] = gi[j] * yh[j]
+		}
+		mg, mgy := pairwise32(gi)/float32(n), pairwise32(gy)/float32(n)
+		for j := range da {
+			da[j] += float32(rstd * (gi[j] - mg - float32(yh[j]*mgy)))
 		}
 	}
 }
@@ -114,7 +169,7 @@ func (tp *Tape) RMSNorm(x, gain *Tensor, eps float32) *Tensor {
 			nd.saved = append(nd.saved, float64(r))
 		}
 	}
-	return out
+	return tp.store(out)
 }
 
 // plusZero returns v + 0: the value a term takes when the chain RMSNorm

@@ -40,20 +40,44 @@ func (tp *Tape) reduce(name string, a *Tensor, axis int, scale float64) *Tensor 
 		panic(fmt.Sprintf("autograd.%s: empty tensor %s", name, a.shape()))
 	}
 	out := tp.alloc(rows, cols, needsGrad(a))
-	acc := tp.f64(out.Len())
-	for i := 0; i < a.Rows; i++ {
-		for j, v := range a.Data[i*a.Cols : (i+1)*a.Cols] {
-			acc[reduceIndex(axis, i, j)] += float64(v)
+	if tp.sums32() {
+		tp.reduce32(out, a, axis, scale)
+	} else {
+		acc := tp.f64(out.Len())
+		for i := 0; i < a.Rows; i++ {
+			for j, v := range a.Data[i*a.Cols : (i+1)*a.Cols] {
+				acc[reduceIndex(axis, i, j)] += float64(v)
+			}
 		}
-	}
-	for k, v := range acc {
-		out.Data[k] = float32(v * scale)
+		for k, v := range acc {
+			out.Data[k] = float32(v * scale)
+		}
 	}
 	if out.Grad != nil {
 		nd := tp.push(opReduce, out, a, nil)
 		nd.arg, nd.scale = axis, float32(scale)
 	}
-	return out
+	return tp.store(out)
+}
+
+// reduce32 is reduce's sum in float32 (Rounding.Stats): each output
+// element the pairwise sum of its terms, times scale in float32.
+func (tp *Tape) reduce32(out, a *Tensor, axis int, scale float64) {
+	for k := range out.Data {
+		var terms []float32
+		switch axis {
+		case 1:
+			terms = a.Data[k*a.Cols : (k+1)*a.Cols]
+		case -1:
+			terms = a.Data
+		default:
+			terms = tp.f32(a.Rows)
+			for i := range terms {
+				terms[i] = a.Data[i*a.Cols+k]
+			}
+		}
+		out.Data[k] = pairwise32(terms) * float32(scale)
+	}
 }
 
 // reduceIndex returns where element (i, j) lands in a reduction along axis.

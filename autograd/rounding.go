@@ -1,14 +1,17 @@
 package autograd
 
-// Rounding makes a tape emulate an implementation that computes its matrix
-// products in a low-precision format (bf16, fp16 or tf32 on a GPU) while
-// keeping float32 everywhere else: the tensor cores read their operands in
-// the format and accumulate in float32, and an autocast implementation
-// stores a product's result in the format. Norms, softmax, the losses and
-// the elementwise operations are untouched, as autocast runs them in
-// float32.
+// Rounding makes a tape emulate an implementation that computes in a
+// low-precision format (bf16, fp16 or tf32 on a GPU) or that makes other
+// choices than mod's own float32 arithmetic: the tensor cores read their
+// operands in the format and accumulate in float32, an autocast
+// implementation stores a product's result in the format, a pure
+// low-precision one stores every tensor in it, and a float32 one computes
+// LayerNorm's statistics and its losses' sums in float32. Each field is one
+// such choice; the precision profiles' family of emulated implementations
+// (mod/modcase, docs/tolerances.md) combines them.
 //
-// The zero Rounding, a tape's default, rounds nothing.
+// The zero Rounding, a tape's default, rounds nothing: mod's own
+// arithmetic.
 type Rounding struct {
 	// Operand, when set, rounds every operand of a matrix product (MatMul,
 	// MatMulNT, MatMulTN) and of CausalAttention (q, k and v) as the
@@ -19,7 +22,38 @@ type Rounding struct {
 	// Result, when set, rounds the result of every matrix product and of
 	// CausalAttention, and the gradient that flows back into it.
 	Result func(float32) float32
+	// Store, when set, rounds the output of every other operation that
+	// computes values (elementwise operations, norms, softmax, reductions,
+	// losses, rotations, scatters) and every gradient as the backward pass
+	// reads it: an implementation whose every tensor is in the format
+	// (PyTorch's module.to(torch.bfloat16)), computing inside each
+	// operation in float32. Copies, gathers and views are not rounded
+	// again: they move values already rounded.
+	Store func(float32) float32
+	// Stats, when not StatsFloat64, computes Standardize's mean and
+	// variance in float32 (one-pass or two-pass, as Stats says) and its
+	// output and backward pass in float32, and the reductions' and the
+	// losses' sums in float32 by pairwise summation (as PyTorch's cascade
+	// sums on a CPU and tree reductions on a GPU), instead of in float64.
+	Stats Stats
 }
+
+// Stats says how Standardize computes a row's statistics (Rounding.Stats).
+type Stats uint8
+
+const (
+	// StatsFloat64 is mod's own: mean and variance accumulated in float64
+	// (the zero value).
+	StatsFloat64 Stats = iota
+	// StatsTwoPass32 computes the mean, then the mean of squared
+	// deviations from it, in float32, as PyTorch's CPU kernel and Welford's
+	// algorithm on a GPU compute them to within a rounding or so.
+	StatsTwoPass32
+	// StatsOnePass32 computes the variance as mean(x²) − mean(x)² in
+	// float32, clamped at 0, as fused one-pass kernels do: it loses the
+	// digits of a row whose features are nearly equal.
+	StatsOnePass32
+)
 
 // SetRounding sets the rounding of the operations recorded from now on;
 // the zero Rounding turns it off.
@@ -38,6 +72,44 @@ func (tp *Tape) operand(t *Tensor) *Tensor { return tp.round(t, roundOperand) }
 // result returns a product's result as it is stored under the tape's
 // rounding.
 func (tp *Tape) result(t *Tensor) *Tensor { return tp.round(t, roundResult) }
+
+// store rounds an operation's output in place as Rounding.Store says and
+// returns it.
+func (tp *Tape) store(out *Tensor) *Tensor {
+	if f := tp.rounding.Store; f != nil {
+		for i, v := range out.Data {
+			out.Data[i] = f(v)
+		}
+	}
+	return out
+}
+
+// storeGrad rounds the gradient of an operation's output in place, as
+// Rounding.Store says, before the backward pass reads it.
+func (tp *Tape) storeGrad(t *Tensor) {
+	if f := tp.rounding.Store; f != nil {
+		for i, v := range t.Grad {
+			t.Grad[i] = f(v)
+		}
+	}
+}
+
+// sums32 reports whether reductions and losses sum in float32.
+func (tp *Tape) sums32() bool { return tp.rounding.Stats != StatsFloat64 }
+
+// pairwise32 returns the float32 sum of v by pairwise summation (blocks of
+// eight summed in order, then halves summed recursively).
+func pairwise32(v []float32) float32 {
+	if len(v) <= 8 {
+		var s float32
+		for _, x := range v {
+			s += x
+		}
+		return s
+	}
+	h := len(v) / 2
+	return pairwise32(v[:h]) + pairwise32(v[h:])
+}
 
 // roundFunc returns the rounding function of kind which, nil when none.
 func (tp *Tape) roundFunc(which int) func(float32) float32 {

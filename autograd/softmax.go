@@ -33,7 +33,7 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 	if out.Grad != nil {
 		tp.push(op, out, a, nil)
 	}
-	return out
+	return tp.store(out)
 }
 
 // rowExpSum sets e_j = exp(x_j - max x) and returns max x and Σ e_j.

@@ -183,6 +183,7 @@ func (tp *Tape) BackwardFrom(y *Tensor, dy []float32) {
 				t.freshGrad()
 			}
 		}
+		tp.storeGrad(nd.out)
 		tp.backward(nd)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // TestWriteSeeds regenerates the committed seed corpora under
@@ -150,7 +151,7 @@ func tinyCase(t *testing.T) (manifest, arrays []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := golden.GenerateUnmeasured(g)
+	c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
 	if err != nil {
 		t.Fatal(err)
 	}

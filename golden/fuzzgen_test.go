@@ -17,11 +17,11 @@ func TestGenerateUnmeasured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	measured, err := GenerateFromConfig(g)
+	measured, err := GenerateFromConfig(g, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := GenerateUnmeasured(g)
+	c, err := GenerateUnmeasured(g, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -337,8 +337,28 @@ func modelSpecs() ([]oracle.ModelSpec, error) {
 	return specs, nil
 }
 
-// Generate computes every case of the catalogue from ref.
-func Generate() ([]*format.Case, error) {
+// Tolerancer sets a generated case's float32 tolerances from the
+// implementations of the float32 precision profile's family, where they
+// need more than the manifests' constants (docs/tolerances.md, "The
+// golden corpus"). golden computes its cases from ref and does not import
+// mod, which runs the family: modref's commands and the corpus's test pass
+// mod/modcase.Float32Tolerances. A nil Tolerancer leaves the constants.
+type Tolerancer func(*format.Case) error
+
+// apply runs tol on c, if it is set.
+func (tol Tolerancer) apply(c *format.Case) error {
+	if tol == nil {
+		return nil
+	}
+	if err := tol(c); err != nil {
+		return fmt.Errorf("case %s: float32 tolerances: %w", c.Manifest.Name, err)
+	}
+	return nil
+}
+
+// Generate computes every case of the catalogue from ref, its float32
+// tolerances set by tol.
+func Generate(tol Tolerancer) ([]*format.Case, error) {
 	var jobs []func() (*format.Case, error)
 	for _, s := range layerSpecs() {
 		jobs = append(jobs, func() (*format.Case, error) { return genLayer(s) })
@@ -353,8 +373,8 @@ func Generate() ([]*format.Case, error) {
 	for _, s := range modeSpecs() {
 		jobs = append(jobs, func() (*format.Case, error) { return genMoDE(s) })
 	}
-	// The cases are independent: generated on every core, each the same
-	// bits as alone, and returned in order.
+	// The cases are independent: generated (and their tolerances set) on
+	// every core, each the same bits as alone, and returned in order.
 	cases := make([]*format.Case, len(jobs))
 	errs := make([]error, len(jobs))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -366,6 +386,9 @@ func Generate() ([]*format.Case, error) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			cases[i], errs[i] = job()
+			if errs[i] == nil {
+				errs[i] = tol.apply(cases[i])
+			}
 		}()
 	}
 	wg.Wait()

@@ -3,6 +3,8 @@ package golden
 import (
 	"os"
 	"testing"
+
+	"github.com/modref/modref/mod/modcase"
 )
 
 // BenchmarkGenAtScale times GenerateFromConfig (`modref gen --config`
@@ -23,7 +25,7 @@ func BenchmarkGenAtScale(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := GenerateFromConfig(g); err != nil {
+		if _, err := GenerateFromConfig(g, modcase.Float32Tolerances); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -241,8 +241,9 @@ func GenConfigOf(c format.Corpus, name string) (*GenConfig, error) {
 // GenerateFromConfig generates the case g describes, as the corpus's cases
 // are generated (redrawn until every routing decision is clear of a tie),
 // with its catches measured: every deviation of docs/spec.md §11 emulated
-// for the case whose values the case tells apart from the oracle's.
-func GenerateFromConfig(g *GenConfig) (*format.Case, error) {
+// for the case whose values the case tells apart from the oracle's under
+// its float32 tolerances, which tol sets first.
+func GenerateFromConfig(g *GenConfig, tol Tolerancer) (*format.Case, error) {
 	c, err := generateCase(g)
 	if err != nil {
 		return nil, err
@@ -250,6 +251,9 @@ func GenerateFromConfig(g *GenConfig) (*format.Case, error) {
 	// The case must be one a reader loads (DecodeGenConfig refuses early
 	// what its parameters and their gradients alone exceed).
 	if err := checkLoadable(c); err != nil {
+		return nil, err
+	}
+	if err := tol.apply(c); err != nil {
 		return nil, err
 	}
 	if c.Manifest.Catches, err = diagnose.MeasuredCatches(c); err != nil {

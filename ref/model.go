@@ -348,6 +348,7 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 	}
 	res.Hidden = x
 	n := 0
+	var ce Sum // compensated: the loss of B·S tokens (docs/tolerances.md)
 	for b := 0; b < rows; b++ {
 		u, st := normRows(blk, p.FinalNorm, p.FinalNormBias, rawRows(x[b]), s, blk.D)
 		if keep {
@@ -357,14 +358,14 @@ func modelForward(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz *ModelF
 		logits := mat.NewDense(s, c.Vocab, mulRows(u, s, p.Head))
 		for i := 0; i < s; i++ {
 			if i < lengths[b] && in.Targets[b][i] != IgnoreTarget {
-				res.CE += CrossEntropy(logits.RawRowView(i), in.Targets[b][i])
+				ce.Add(CrossEntropy(logits.RawRowView(i), in.Targets[b][i]))
 				n++
 			}
 		}
 		res.Logits = append(res.Logits, logits)
 	}
 	if n > 0 {
-		res.CE /= float64(n)
+		res.CE = ce.Value() / float64(n)
 	}
 	res.Loss = res.CE + res.Aux
 	for b := range lengths {

@@ -17,6 +17,7 @@ import (
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/readfile"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -303,7 +304,7 @@ flags:
 	case *configFile != "":
 		return genFromConfig(*configFile, dir, *keep, stdout)
 	}
-	opt := golden.WriteOptions{KeepOthers: *keep}
+	opt := golden.WriteOptions{KeepOthers: *keep, Tolerances: modcase.Float32Tolerances}
 	if dir == "" {
 		var err error
 		if dir, err = checkoutCorpus(); err != nil {
@@ -337,7 +338,7 @@ func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", file, err)
 	}
-	c, err := golden.GenerateFromConfig(g)
+	c, err := golden.GenerateFromConfig(g, modcase.Float32Tolerances)
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", file, err)
 	}

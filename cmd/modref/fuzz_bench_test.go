@@ -13,6 +13,7 @@ import (
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/internal/candidate"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // benchmarkFuzzTorch measures modref fuzz's throughput on the PyTorch
@@ -90,7 +91,7 @@ func BenchmarkFuzzOwnCPU(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := golden.GenerateUnmeasured(g)
+			c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
 			if err != nil {
 				continue
 			}

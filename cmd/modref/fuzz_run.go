@@ -15,6 +15,7 @@ import (
 	"github.com/modref/modref/golden/fuzzcase"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/internal/candidate"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // The kinds of a case's outcome.
@@ -78,7 +79,7 @@ func judgeCandidate(c *format.Case, cand map[string]*format.Array) (*judge.CaseR
 // runCase generates configuration g's case, runs the candidate on it and
 // judges its output.
 func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
-	c, err := golden.GenerateUnmeasured(g)
+	c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
 	if err != nil {
 		return outcome{kind: kindUngenerable, reason: err.Error()}
 	}

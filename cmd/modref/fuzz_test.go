@@ -18,6 +18,7 @@ import (
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/lowp"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // fakeCandidate is the test binary as a candidate for modref fuzz
@@ -92,7 +93,7 @@ func fakeCase(mode, manifest, out string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c, err := golden.GenerateUnmeasured(g)
+	c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
 	if err != nil {
 		return "", err
 	}

@@ -32,11 +32,11 @@ func underProfile(c *format.Case, p format.Profile) (*format.Case, *judge.Profil
 			return c, nil, p, err
 		}
 	}
-	base, err := modcase.Emulate(c, p)
+	fam, err := modcase.EmulateFamily(c, p)
 	if err != nil {
 		return nil, nil, p, err
 	}
-	jc, rep, err := judge.Tolerances(p, c, base)
+	jc, rep, err := judge.Tolerances(p, c, modcase.FamilyArrays(fam)...)
 	return jc, rep, p, err
 }
 
@@ -45,6 +45,6 @@ func printProfile(w io.Writer, p format.Profile) {
 	if p.IsZero() {
 		return
 	}
-	fmt.Fprintf(w, "precision %s: each array's tolerance is %d × the largest error of an emulated %s implementation + %g roundings (%.3g) of its scale (docs/tolerances.md, \"Precision profiles\")\n",
-		p.Name, format.Multiple, p.Name, p.FloorUnits(), p.Unit)
+	fmt.Fprintf(w, "precision %s: each array's tolerance is %d × the largest error of a family of emulated %s implementations + %g roundings (%.3g) of its scale and %g of %.3g (docs/tolerances.md, \"Precision profiles\")\n",
+		p.Name, format.Multiple, p.Name, p.FloorUnits(), p.Unit, p.FloorUnits(), p.AbsUnit())
 }

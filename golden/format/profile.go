@@ -12,10 +12,10 @@ import (
 // (docs/tolerances.md, "Precision profiles"; judge.Tolerances computes them). Under a
 // profile, an array's tolerance is not the manifest's: it comes from a
 // same-precision baseline, the rule of FlashAttention's tests. An emulated
-// implementation of the profile (modcase.Emulate) runs the case; its
-// largest error against the float64 truth, per array, times Multiple, plus
-// a floor of FloorUnits roundings of the array's scale, is the array's
-// absolute tolerance.
+// implementation of the profile runs the case, in each of the ways of its
+// family (modcase.EmulateFamily); their largest error against the float64
+// truth, per array, times Multiple, plus a floor of FloorUnits roundings
+// of the array's scale and of AbsUnit, is the array's absolute tolerance.
 //
 // The zero Profile is the manifests' own tolerances (float32 against
 // float64), what `modref check` uses without --precision.
@@ -47,9 +47,10 @@ const (
 	// seeds).
 	Multiple = 4
 	// FloorUnits is the floor in roundings (Unit) of the array's scale
-	// max(‖e‖∞, 1) for every profile but float64: an array the emulation
-	// happens to compute exactly (a loss that is 0, an exactly
-	// representable sum) still allows the format's rounding of its values.
+	// ‖e‖∞, plus as many of AbsUnit, for every profile but float64: an
+	// array the family happens to compute exactly (a loss that is 0, an
+	// exactly representable sum) still allows the format's rounding of its
+	// values.
 	FloorUnits = 4
 	// float64FloorUnits is the float64 profile's floor: its emulation is
 	// ref itself, whose error is 0, so the floor alone must allow another
@@ -96,6 +97,18 @@ func (p Profile) FloorUnits() float64 {
 		return float64FloorUnits
 	}
 	return FloorUnits
+}
+
+// AbsUnit returns the unit of the floor's absolute part: float32's unit
+// roundoff 2⁻²⁴ (float64's 2⁻⁵³ for the float64 profile), the rounding
+// of values of order one in the float32 sums every profile but float64
+// accumulates in, which an array that is small by cancellation carries
+// from the values that cancelled.
+func (p Profile) AbsUnit() float64 {
+	if p.Name == "float64" {
+		return 0x1p-53
+	}
+	return 0x1p-24
 }
 
 // IsZero reports whether p is the zero Profile, the manifests' tolerances.

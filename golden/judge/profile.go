@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -27,6 +28,10 @@ type BaselineError struct {
 	Tolerance format.Tolerance `json:"tolerance"`
 }
 
+// errNotRecomputable marks a case the truth cannot be recomputed under at
+// another implementation's decisions (decode and MoDE cases).
+var errNotRecomputable = errors.New("not recomputable at other decisions")
+
 // truthAtDecisions returns the truth the baseline's errors are measured
 // against: the case itself, or, when the emulation routed some decision
 // otherwise (a near-tie its precision cannot resolve), the truth
@@ -44,7 +49,7 @@ func truthAtDecisions(c *format.Case, baseline map[string]*format.Array) (*forma
 			continue
 		}
 		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
-			return nil, fmt.Errorf("the emulated implementation's %s differs from the truth's (a decision within the format's error of a tie), which a %s case cannot be recomputed under", format.CandidateName(info.Name), c.Manifest.Kind)
+			return nil, fmt.Errorf("the emulated implementation's %s differs from the truth's (a decision within the format's error of a tie), which a %s case cannot be recomputed under: %w", format.CandidateName(info.Name), c.Manifest.Kind, errNotRecomputable)
 		}
 		return frozenTruth(c, baseline)
 	}
@@ -59,47 +64,40 @@ type ProfileReport struct {
 }
 
 // Tolerances returns a copy of c judged under profile p: every expected
-// float array's tolerance is Multiple × the baseline's largest error plus
-// FloorUnits × Unit × max(‖e‖∞, 1), absolute (rtol 0, as FlashAttention's
-// rule), and the near-tie margin of the routing is flipMarginTols times the
-// router scores' tolerance (the largest over the routed layers). baseline
-// holds the arrays the profile's emulation computed on c, under candidate
-// names. Integer arrays stay exact. The measurements are returned in the
-// case's array order, with the margin.
-func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Array) (*format.Case, *ProfileReport, error) {
+// float array's tolerance is Multiple × the family's largest error plus
+// FloorUnits × Unit × its scale (profileScale), absolute (rtol 0, as
+// FlashAttention's rule), and the near-tie margin of the routing is
+// flipMarginTols times the router scores' tolerance (the largest over the
+// routed layers). family holds the arrays each emulated implementation of
+// the profile computed on c (mod/modcase.EmulateFamily), under candidate
+// names; an array's error is the largest over the members. Integer arrays
+// stay exact. The measurements are returned in the case's array order,
+// with the margin.
+func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.Array) (*format.Case, *ProfileReport, error) {
 	if p.IsZero() {
 		return c, nil, nil
+	}
+	if len(family) == 0 {
+		return nil, nil, fmt.Errorf("precision %s: no emulated implementation to measure", p.Name)
 	}
 	m := *c.Manifest
 	m.Arrays = slices.Clone(m.Arrays)
 	var out []BaselineError
 	errs := map[string]float64{}
-	truth, err := truthAtDecisions(c, baseline)
-	if err != nil {
-		return nil, nil, fmt.Errorf("precision %s: %w", p.Name, err)
-	}
-	for _, info := range m.Arrays {
-		if info.Role != format.RoleExpected || info.DType == "<i8" || strings.HasSuffix(info.Name, ".targets") {
+	for i, baseline := range family {
+		e, err := memberErrors(p, c, baseline)
+		if errors.Is(err, errNotRecomputable) && i > 0 {
+			// Another member that flipped a near-tie in a case the truth
+			// cannot be recomputed under measures the flip: the first
+			// member's errors stand.
 			continue
 		}
-		name := format.CandidateName(info.Name)
-		b, ok := baseline[name]
-		want := truth.Arrays[info.Name]
-		if !ok || b.F == nil || len(b.F) != len(want.F) {
-			return nil, nil, fmt.Errorf("precision %s: the emulated implementation did not compute %q", p.Name, name)
+		if err != nil {
+			return nil, nil, err
 		}
-		worst := 0.0
-		for k, e := range want.F {
-			if !judged(c, want.Shape, k) {
-				continue
-			}
-			d := math.Abs(b.F[k] - e)
-			if math.IsNaN(d) || math.IsInf(d, 0) {
-				return nil, nil, fmt.Errorf("precision %s: the emulated implementation gives %v for %s at %v (overflow of the format?)", p.Name, b.F[k], name, want.Index(k))
-			}
-			worst = math.Max(worst, d)
+		for name, v := range e {
+			errs[name] = math.Max(errs[name], v)
 		}
-		errs[name] = worst
 	}
 	if e, ok := errs["decode_logits"]; ok {
 		errs["decode_logits"] = math.Max(e, errs["logits"])
@@ -112,13 +110,13 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 	for _, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
 		if e, ok := errs[name]; ok && format.Elements(info.Shape) > 1 && !strings.HasPrefix(name, "grad.") {
-			rel = math.Max(rel, e/profileScale(c, info.Name))
+			rel = math.Max(rel, e/profileScale(p, c, info.Name))
 		}
 	}
 	for _, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
-		if e, ok := errs[name]; ok && format.Elements(info.Shape) == 1 {
-			errs[name] = math.Max(e, rel*profileScale(c, info.Name))
+		if e, ok := errs[name]; ok && format.Elements(info.Shape) == 1 && !strings.HasPrefix(name, "grad.") {
+			errs[name] = math.Max(e, rel*profileScale(p, c, info.Name))
 		}
 	}
 	margin := 0.0
@@ -128,11 +126,12 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 		if !ok {
 			continue
 		}
-		scale := profileScale(c, info.Name)
+		scale := profileScale(p, c, info.Name)
+		abs := p.AbsUnit()
 		tol := format.Tolerance{
-			ATol: float64(format.Multiple*e) + float64(p.FloorUnits()*p.Unit*scale),
-			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of an emulated %s implementation (docs/tolerances.md, \"Precision profiles\") + %g roundings (unit %.3g) of the scale %.3g",
-				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale),
+			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+abs),
+			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g + %.3g)",
+				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, abs),
 		}
 		m.Arrays[i].Tolerance = &tol
 		out = append(out, BaselineError{Array: name, Err: e, Tolerance: tol})
@@ -146,19 +145,101 @@ func Tolerances(p format.Profile, c *format.Case, baseline map[string]*format.Ar
 		margin = math.Max(margin, c.Manifest.Routing.Margin)
 	}
 	m.Routing.Margin = margin
+	countNearTies(c, &m, out)
 	return &format.Case{Manifest: &m, Arrays: c.Arrays}, &ProfileReport{Margin: margin, Arrays: out}, nil
 }
 
+// countNearTies widens the tolerance of a predictor's accuracy, a count
+// of the tokens whose predictor logit has the sign of their target, to
+// the fraction of judged tokens whose truth logit lies within twice the
+// predictor logits' tolerance of 0: a correct implementation may give any
+// of those the other sign (a discrete count, as a routing decision at a
+// near-tie). out, the report, is updated with m.
+func countNearTies(c *format.Case, m *format.Manifest, out []BaselineError) {
+	for i, info := range m.Arrays {
+		if !strings.HasSuffix(info.Name, "predictor_accuracy") || info.Tolerance == nil {
+			continue
+		}
+		logits := strings.TrimSuffix(info.Name, "accuracy") + "logits"
+		q := c.Arrays[logits]
+		var qtol float64
+		for _, l := range m.Arrays {
+			if l.Name == logits && l.Tolerance != nil {
+				qtol = l.Tolerance.ATol
+			}
+		}
+		if q == nil || qtol == 0 {
+			continue
+		}
+		near, count := 0, 0
+		for k, v := range q.F {
+			if judged(c, q.Shape, k) {
+				count++
+				if math.Abs(v) <= flipMarginTols*qtol {
+					near++
+				}
+			}
+		}
+		if near == 0 || count == 0 || float64(near)/float64(count) <= info.Tolerance.ATol {
+			continue
+		}
+		tol := *info.Tolerance
+		tol.ATol = float64(near) / float64(count)
+		tol.Reason += fmt.Sprintf("; widened to %d of its %d tokens, whose predictor logits lie within %.3g of 0, where a correct implementation may give them the other sign", near, count, flipMarginTols*qtol)
+		m.Arrays[i].Tolerance = &tol
+		for j := range out {
+			if format.CandidateName(info.Name) == out[j].Array {
+				out[j].Tolerance = tol
+			}
+		}
+	}
+}
+
+// memberErrors returns one emulated implementation's largest error on
+// each expected float array of c, against the truth at its own decisions
+// (truthAtDecisions).
+func memberErrors(p format.Profile, c *format.Case, baseline map[string]*format.Array) (map[string]float64, error) {
+	truth, err := truthAtDecisions(c, baseline)
+	if err != nil {
+		return nil, fmt.Errorf("precision %s: %w", p.Name, err)
+	}
+	errs := map[string]float64{}
+	for _, info := range c.Manifest.Arrays {
+		if info.Role != format.RoleExpected || info.DType == "<i8" || strings.HasSuffix(info.Name, ".targets") {
+			continue
+		}
+		name := format.CandidateName(info.Name)
+		b, ok := baseline[name]
+		want := truth.Arrays[info.Name]
+		if !ok || b.F == nil || len(b.F) != len(want.F) {
+			return nil, fmt.Errorf("precision %s: the emulated implementation did not compute %q", p.Name, name)
+		}
+		worst := 0.0
+		for k, e := range want.F {
+			if !judged(c, want.Shape, k) {
+				continue
+			}
+			d := math.Abs(b.F[k] - e)
+			if math.IsNaN(d) || math.IsInf(d, 0) {
+				return nil, fmt.Errorf("precision %s: the emulated implementation gives %v for %s at %v (overflow of the format?)", p.Name, b.F[k], name, want.Index(k))
+			}
+			worst = math.Max(worst, d)
+		}
+		errs[name] = worst
+	}
+	return errs, nil
+}
+
 // profileScale is the scale of an expected array that the floor is a
-// number of roundings of: max(‖e‖∞, 1), except for the loss of a layer or
-// MoDE case, Σ upstream.out ⊙ out (+ aux.total), a sum of B·S·d terms that
-// a low-precision implementation holds each to a rounding or so: its
-// scale is the norm ‖upstream.out ⊙ out‖₂ of its terms (independent
-// roundings add as a random walk; docs/tolerances.md), when that is
-// larger. A single sum is one draw of its error, which the emulation may
+// number of roundings of: ‖e‖∞, except for the loss of a layer or MoDE
+// case, Σ upstream.out ⊙ out (+ aux.total), a sum of B·S·d terms that a
+// low-precision implementation holds each to a rounding or so: its scale
+// is then two roundings' share of the norm ‖upstream.out ⊙ out‖₂ of its
+// terms (independent roundings add as a random walk; docs/tolerances.md),
+// when that is larger. A single sum is one draw of its error, which the emulation may
 // happen to get nearly right (it did, by 70 times, on layer-log-capacity).
-func profileScale(c *format.Case, name string) float64 {
-	scale := 1.0
+func profileScale(p format.Profile, c *format.Case, name string) float64 {
+	scale := 0.0
 	for _, v := range c.Arrays[name].F {
 		scale = math.Max(scale, math.Abs(v))
 	}
@@ -173,5 +254,10 @@ func profileScale(c *format.Case, name string) float64 {
 			ss += float64(t * t)
 		}
 	}
-	return math.Max(scale, math.Sqrt(ss))
+	// Two roundings of the terms' norm: each term rounded by at most a
+	// unit, a random walk of σ ≈ 0.29·unit·‖t‖₂, and the out's own error
+	// beside it; the family's members (float32 sums, random rounding)
+	// measure the rest. With one, PyTorch in emulated fp16 came to 1.04
+	// of layer-gqa's loss tolerance.
+	return math.Max(scale, 2*math.Sqrt(ss)/p.FloorUnits())
 }

@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -41,10 +42,10 @@ func expectedAsCandidate(c *format.Case) map[string]*format.Array {
 }
 
 // TestProfileTolerances holds the rule to its statement on a baseline with
-// known errors: atol = Multiple·err + FloorUnits·Unit·scale, rtol 0, a
-// scalar no tighter than the case's worst relative forward error, the
-// margin twice the router logits' tolerance, integers exact, and the
-// manifest left as it was.
+// known errors: atol = Multiple·err + FloorUnits·(Unit·‖e‖∞ + AbsUnit),
+// rtol 0, err the largest over the family's members, a scalar that is 0
+// held to the floor alone, the margin twice the router logits'
+// tolerance, integers exact, and the manifest left as it was.
 func TestProfileTolerances(t *testing.T) {
 	c, err := format.Load("../corpus", "layer-paper")
 	if err != nil {
@@ -54,8 +55,10 @@ func TestProfileTolerances(t *testing.T) {
 	p, _ := format.ParseProfile("bf16")
 	base := expectedAsCandidate(c)
 	base["out"].F[3] += 0.01
-	base["router_logits"].F[2] -= 0.002
-	jc, rep, err := Tolerances(p, c, base)
+	other := expectedAsCandidate(c)
+	other["router_logits"].F[2] -= 0.002
+	other["out"].F[5] -= 0.004
+	jc, rep, err := Tolerances(p, c, base, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func TestProfileTolerances(t *testing.T) {
 		return format.Tolerance{}
 	}
 	scale := func(name string) float64 {
-		s := 1.0
+		s := 0.0
 		a, ok := c.Arrays["expected."+name]
 		if !ok {
 			a = c.Arrays[name]
@@ -79,7 +82,7 @@ func TestProfileTolerances(t *testing.T) {
 		}
 		return s
 	}
-	floor := func(name string) float64 { return format.FloorUnits * p.Unit * scale(name) }
+	floor := func(name string) float64 { return format.FloorUnits * (p.Unit*scale(name) + p.AbsUnit()) }
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Abs(b) }
 	if got, want := tolOf("out"), format.Multiple*0.01+floor("out"); got.RTol != 0 || !near(got.ATol, want) {
 		t.Errorf("out: tolerance %+v, want atol %g", got, want)
@@ -91,11 +94,10 @@ func TestProfileTolerances(t *testing.T) {
 	if got := tolOf("grad.param.Wq"); !near(got.ATol, floor("grad.param.Wq")) {
 		t.Errorf("an array the baseline got exactly: atol %g, want the floor %g", got.ATol, floor("grad.param.Wq"))
 	}
-	// aux.total is 0 in layer-paper and so its scale 1; the worst relative
-	// forward error is out's.
-	rel := 0.01 / scale("out")
-	if got, want := tolOf("aux.total"), format.Multiple*rel+floor("aux.total"); !near(got.ATol, want) {
-		t.Errorf("aux.total: atol %g, want %g (a scalar takes the worst relative error)", got.ATol, want)
+	// aux.total is 0 in layer-paper: the worst relative forward error
+	// (out's) times its scale 0 leaves the floor.
+	if got, want := tolOf("aux.total"), floor("aux.total"); !near(got.ATol, want) {
+		t.Errorf("aux.total: atol %g, want %g (a scalar of 0 takes the floor)", got.ATol, want)
 	}
 	if got := tolOf("selected"); got.ATol != 0 || got.RTol != 0 {
 		t.Errorf("selected: tolerance %+v, want exact", got)
@@ -145,5 +147,49 @@ func TestProfileRefusesABadBaseline(t *testing.T) {
 	base["out"].F[0] = math.Inf(1)
 	if _, _, err := Tolerances(p, c, base); err == nil || !strings.Contains(err.Error(), "overflow") {
 		t.Errorf("infinite baseline: %v", err)
+	}
+}
+
+// TestPredictorAccuracyNearTies: a predictor logit within the near-tie
+// margin of 0 is a token whose sign a correct implementation may get
+// either way, and the accuracy allows it: one such token of count widens
+// the accuracy's atol to 1/count; none leaves it.
+func TestPredictorAccuracyNearTies(t *testing.T) {
+	c, err := format.Load("../corpus", "layer-predictor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := format.ParseProfile("float32")
+	accuracyTol := func(c *format.Case) float64 {
+		jc, _, err := Tolerances(p, c, expectedAsCandidate(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range jc.Manifest.Arrays {
+			if info.Name == "expected.predictor_accuracy" {
+				return info.Tolerance.ATol
+			}
+		}
+		t.Fatal("no predictor_accuracy")
+		return 0
+	}
+	q := c.Arrays["expected.predictor_logits"]
+	before := accuracyTol(c)
+	count := 0
+	for k := range q.F {
+		if judged(c, q.Shape, k) {
+			count++
+		}
+	}
+	if before >= 1/float64(count) {
+		t.Fatalf("layer-predictor's accuracy allows %g already: pick a case without near-zero predictor logits", before)
+	}
+	near := *c
+	near.Arrays = maps.Clone(c.Arrays)
+	nq := &format.Array{Shape: q.Shape, F: slices.Clone(q.F), DType: q.DType}
+	nq.F[0] = 1e-9
+	near.Arrays["expected.predictor_logits"] = nq
+	if got, want := accuracyTol(&near), 1/float64(count); got != want {
+		t.Errorf("one predictor logit 1e-9 from 0: accuracy atol %g, want 1/%d", got, count)
 	}
 }

@@ -128,18 +128,20 @@ func HasPadding(valid []int, seqLen int) bool {
 	return slices.ContainsFunc(valid, func(v int) bool { return v < seqLen })
 }
 
-// Dot returns Σ a⊙b over a batch of equally shaped matrices, in row-major
-// order with every product rounded (no FMA fusion, see docs/design.md).
+// Dot returns Σ a⊙b over a batch of equally shaped matrices, compensated
+// (ref.Sum: as if in twice float64's precision, then rounded), so that a
+// case's loss, a sum of B·S·d products that may cancel, is the exactly
+// rounded value to within a rounding (docs/tolerances.md).
 func Dot(a, b []*mat.Dense) float64 {
-	var s float64
+	var s ref.Sum
 	for k := range a {
 		x, y := a[k].RawMatrix(), b[k].RawMatrix()
 		for i := 0; i < x.Rows; i++ {
 			xr, yr := x.Data[i*x.Stride:i*x.Stride+x.Cols], y.Data[i*y.Stride:i*y.Stride+y.Cols]
 			for j, v := range xr {
-				s += float64(v * yr[j])
+				s.AddProduct(v, yr[j])
 			}
 		}
 	}
-	return s
+	return s.Value()
 }

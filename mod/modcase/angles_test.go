@@ -25,7 +25,7 @@ func longCase(t *testing.T, kind string) *format.Case {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := golden.GenerateFromConfig(g)
+	c, err := golden.GenerateFromConfig(g, Float32Tolerances)
 	if err != nil {
 		t.Fatal(err)
 	}

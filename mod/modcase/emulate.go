@@ -3,11 +3,201 @@ package modcase
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
+	"strings"
 
+	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/spec"
 )
+
+// Member is one emulated implementation of a precision profile's family
+// (EmulateFamily): its name, saying which choices it makes, and the arrays
+// it computed under candidate names.
+type Member struct {
+	Name   string
+	Arrays map[string]*format.Array
+}
+
+// EmulateFamily runs the family of emulated implementations of a
+// precision profile on a case: the implementation choices correct code
+// makes, each array's tolerance then taken from the worst of them
+// (judge.Tolerances; docs/tolerances.md, "The family"). The first member
+// is Emulate's. The others:
+//
+//   - float32, tf32: the same with LayerNorm's statistics, its backward
+//     pass and every reduction's and loss's sum in float32 by pairwise
+//     summation (autograd.StatsTwoPass32: PyTorch's kernels), and, when
+//     the case has a LayerNorm, with the variance in one pass,
+//     mean(x²) − mean(x)² (autograd.StatsOnePass32: fused kernels).
+//   - bf16, fp16: every tensor in the format (autograd.Rounding.Store:
+//     module.to(torch.bfloat16)), the residual stream, norms, softmax
+//     and losses included, with float32 statistics and sums; and, when
+//     the case has a LayerNorm, the same with one-pass statistics.
+//   - float64: ref alone; another float64 implementation's summation
+//     order is the floor's (judge.Tolerances).
+func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
+	if p.Name == "float64" {
+		return float64Family(c)
+	}
+	base, err := Emulate(c, p)
+	if err != nil {
+		return nil, err
+	}
+	fam := []Member{{Name: p.Name, Arrays: base}}
+	stats := []autograd.Stats{autograd.StatsTwoPass32}
+	if hasLayerNorm(c.Manifest.Config) {
+		stats = append(stats, autograd.StatsOnePass32)
+	}
+	for _, st := range stats {
+		em := emulationOf(p)
+		em.rnd.Stats = st
+		name := p.Name + ", float32 sums and norm statistics"
+		if p.Storage != nil {
+			em.rnd.Store = p.Storage.Round32
+			name = p.Name + " throughout (every tensor in the format), float32 sums and norm statistics"
+		}
+		if st == autograd.StatsOnePass32 {
+			name += " in one pass"
+		}
+		got, err := emulate(c, p, em)
+		if err != nil {
+			return nil, err
+		}
+		fam = append(fam, Member{Name: name, Arrays: got})
+	}
+	got, err := emulate(c, p, randomRounding(p))
+	if err != nil {
+		return nil, err
+	}
+	return append(fam, Member{Name: p.Name + " with random rounding (Monte Carlo arithmetic)", Arrays: got}), nil
+}
+
+// randomRoundingSeed seeds the random rounding member, so that a case's
+// tolerances are the same at every run.
+const randomRoundingSeed = 33
+
+// randomRounding returns the emulation of p whose every stored value
+// (every operation's output, every product's result and operand as the
+// profile stores them, every gradient) is perturbed by a random relative
+// error of up to one unit roundoff before it is rounded to its format:
+// Monte Carlo arithmetic (Parker, 1997) at the tensors' granularity. Its
+// errors are another draw of the round-off, and on an array that is
+// nearly 0 by cancellation they are the rounding of what cancelled, which
+// a deterministic emulation may happen to get exactly.
+func randomRounding(p format.Profile) emulation {
+	em := emulationOf(p)
+	em.rnd.Stats = autograd.StatsTwoPass32
+	rng := rand.New(rand.NewPCG(randomRoundingSeed, 0))
+	perturb := func(unit float64, round func(float64) float64) func(float32) float32 {
+		return func(v float32) float32 {
+			return float32(round(float64(v) * (1 + unit*(2*rng.Float64()-1))))
+		}
+	}
+	to32 := func(x float64) float64 { return float64(float32(x)) }
+	store, unit := to32, 0x1p-24
+	if p.Storage != nil {
+		store, unit = p.Storage.Round, p.Unit
+	}
+	em.rnd.Store = perturb(unit, store)
+	em.rnd.Result = perturb(unit, store)
+	if p.Products != nil {
+		em.rnd.Operand = perturb(p.Products.Epsilon(), p.Products.Round)
+	}
+	return em
+}
+
+// sameRouting reports whether two candidates' integer arrays (the routing
+// decisions) and 0/1 targets are equal.
+func sameRouting(a, b map[string]*format.Array) bool {
+	for name, x := range a {
+		y := b[name]
+		if y == nil {
+			continue
+		}
+		if x.I != nil || strings.HasSuffix(name, "targets") || strings.HasSuffix(name, "routed") {
+			if !slices.Equal(x.I, y.I) || !slices.Equal(x.F, y.F) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// float64Scale is the float64 unit roundoff over float32's: the float64
+// family's errors are the float32 family's scaled by it.
+const float64Scale = 0x1p-53 / 0x1p-24
+
+// float64Family returns the float64 profile's family: ref itself (error
+// 0) and, for each member of the float32 family, the truth plus that
+// member's error scaled from float32's unit roundoff to float64's. An
+// array's round-off is its condition times the unit: where the float32
+// implementations disagree with the truth by k units, another float64
+// implementation (another summation order, a fused kernel) may by about k
+// units of float64, and an array that is nearly 0 by cancellation gets
+// the rounding of what cancelled.
+func float64Family(c *format.Case) ([]Member, error) {
+	truth, err := oracle.RefCandidate(c)
+	if err != nil {
+		return nil, err
+	}
+	f32, _ := format.ParseProfile("float32")
+	fam32, err := EmulateFamily(c, f32)
+	if err != nil {
+		return nil, err
+	}
+	fam := []Member{{Name: "float64 (ref)", Arrays: truth}}
+	for _, m := range fam32 {
+		if !sameRouting(m.Arrays, truth) {
+			// A float32 implementation that flips a near-tie measures the
+			// flip, not float64's round-off.
+			continue
+		}
+		scaled := map[string]*format.Array{}
+		for name, a := range m.Arrays {
+			t := truth[name]
+			if a.F == nil || t == nil || len(t.F) != len(a.F) {
+				scaled[name] = a
+				continue
+			}
+			f := make([]float64, len(a.F))
+			for k, v := range a.F {
+				f[k] = t.F[k] + (v-t.F[k])*float64Scale
+			}
+			scaled[name] = &format.Array{Shape: a.Shape, F: f, DType: "<f8"}
+		}
+		fam = append(fam, Member{Name: "float64, scaled from " + m.Name, Arrays: scaled})
+	}
+	return fam, nil
+}
+
+// FamilyArrays returns the members' arrays, for judge.Tolerances.
+func FamilyArrays(fam []Member) []map[string]*format.Array {
+	out := make([]map[string]*format.Array, len(fam))
+	for i, m := range fam {
+		out[i] = m.Arrays
+	}
+	return out
+}
+
+// hasLayerNorm reports whether any block of a case's configuration
+// normalises with LayerNorm.
+func hasLayerNorm(cfg format.CaseConfig) bool {
+	if cfg.Layer != nil && cfg.Layer.Block.Norm == spec.NormLayer {
+		return true
+	}
+	if cfg.MoDE != nil && cfg.MoDE.Block.Norm == spec.NormLayer {
+		return true
+	}
+	for _, l := range cfg.Layers {
+		if l.Config.Block.Norm == spec.NormLayer {
+			return true
+		}
+	}
+	return false
+}
 
 // Emulate runs an emulated implementation of a precision profile on a case
 // and returns its arrays under candidate names: the baseline that
@@ -44,13 +234,27 @@ func Emulate(c *format.Case, p format.Profile) (map[string]*format.Array, error)
 	case p.Name == "float64":
 		return oracle.RefCandidate(c)
 	}
-	run := c
+	return emulate(c, p, emulationOf(p))
+}
+
+// emulationOf returns the emulation of profile p that Emulate runs.
+func emulationOf(p format.Profile) emulation {
 	em := emulation{angles32: true}
 	if p.Products != nil {
 		em.rnd.Operand = p.Products.Round32
 	}
 	if p.Storage != nil {
 		em.rnd.Result = p.Storage.Round32
+	}
+	return em
+}
+
+// emulate runs the emulation em of profile p on c: the case's inputs,
+// parameters and upstream gradient rounded to p's storage format, if it
+// has one, and so is every array written.
+func emulate(c *format.Case, p format.Profile, em emulation) (map[string]*format.Array, error) {
+	run := c
+	if p.Storage != nil {
 		run = &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 		for _, info := range c.Manifest.Arrays {
 			a := c.Arrays[info.Name]

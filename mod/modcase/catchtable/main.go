@@ -24,6 +24,8 @@ import (
 
 	"flag"
 	"fmt"
+	"math"
+
 	"github.com/modref/modref/mod/modcase"
 	"os"
 	"slices"
@@ -43,6 +45,36 @@ func main() {
 // (the zero profile), then each profile below float64.
 var profiles = []string{"", "float32", "tf32", "bf16", "fp16"}
 
+// separation is, for one profile, the caught deviation that came nearest
+// its tolerance: the smallest, over the deviations and cases check
+// catches, of the case's worst error/tolerance ratio (docs/tolerances.md
+// sets it beside the largest ratio of a correct implementation).
+type separation struct {
+	ratio     float64
+	dev, name string
+}
+
+// worstRatio returns a failed comparison's largest error/tolerance ratio
+// over its float arrays: +Inf when an exact array (a routing decision, a
+// 0/1 target) failed, which no tolerance excuses.
+func worstRatio(res *judge.CaseResult) float64 {
+	worst := 0.0
+	for _, a := range res.Arrays {
+		bound := a.Tolerance.ATol + a.Tolerance.RTol*math.Abs(a.Want)
+		if (a.Routing != nil || bound == 0) && a.Status != judge.StatusPass {
+			return math.Inf(1) // caught exactly: a routing decision, a target
+		}
+		if bound == 0 {
+			continue
+		}
+		worst = math.Max(worst, math.Abs(a.Got-a.Want)/bound)
+	}
+	if worst == 0 {
+		return math.Inf(1)
+	}
+	return worst
+}
+
 // cell is one deviation under one profile.
 type cell struct {
 	claimed, caught int
@@ -58,6 +90,10 @@ func run(d format.Corpus) error {
 		return err
 	}
 	cells := map[string][]cell{}
+	seps := make([]separation, len(profiles))
+	for i := range seps {
+		seps[i].ratio = math.Inf(1)
+	}
 	for _, dev := range format.Deviations {
 		cells[dev.Name] = make([]cell, len(profiles))
 	}
@@ -86,14 +122,14 @@ func run(d format.Corpus) error {
 				judged[i] = c
 				continue
 			}
-			base, err := modcase.Emulate(c, p)
+			fam, err := modcase.EmulateFamily(c, p)
 			if err != nil {
 				return err
 			}
-			if judged[i], _, err = judge.Tolerances(p, c, base); err != nil {
+			if judged[i], _, err = judge.Tolerances(p, c, modcase.FamilyArrays(fam)...); err != nil {
 				return err
 			}
-			noise[i] = base
+			noise[i] = fam[0].Arrays
 		}
 		for _, dev := range c.Manifest.Catches {
 			dv, err := diagnose.DeviantCandidate(c, dev, "")
@@ -116,6 +152,9 @@ func run(d format.Corpus) error {
 					cl.missed = append(cl.missed, name)
 				default:
 					cl.caught++
+					if r := worstRatio(res); r < seps[i].ratio {
+						seps[i] = separation{r, dev, name}
+					}
 				}
 				if first[dev] != name {
 					continue
@@ -135,6 +174,9 @@ func run(d format.Corpus) error {
 		}
 	}
 	printTable(cells)
+	for i, sp := range seps {
+		fmt.Fprintf(os.Stderr, "separation %q: smallest caught deviation %.3g × its tolerance (%s on %s)\n", profiles[i], sp.ratio, sp.dev, sp.name)
+	}
 	return nil
 }
 
