@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/spec"
 )
 
@@ -22,12 +23,12 @@ func TestGenIndependentOfGOMAXPROCS(t *testing.T) {
 	g.Config.Batch, g.Config.SeqLen, g.Config.ValidLengths, g.Config.Layer = s.Batch, s.SeqLen, s.Valid, &cfg
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)
-	one, err := GenerateFromConfig(g)
+	one, err := GenerateFromConfig(g, modcase.Float32Tolerances)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runtime.GOMAXPROCS(4)
-	four, err := GenerateFromConfig(g)
+	four, err := GenerateFromConfig(g, modcase.Float32Tolerances)
 	if err != nil {
 		t.Fatal(err)
 	}
