@@ -162,8 +162,12 @@ func inputGradient(s oracle.LayerSpec, dr *oracle.LayerDraw, d *layerDeviation, 
 	return gx, nil
 }
 
-// selectedLike is a selection as a B×k_max array padded with −1 to the width
-// of the case's array name (a deviant selection may be narrower).
+// selectedLike is a selection as a B×k array padded with −1 to the width
+// of the case's array name (a deviant selection may be narrower), or, when
+// a row selects more tokens than that array has columns (a deviant layer
+// under causal routing may route every token), as wide as its widest row:
+// the judge compares lists of selected positions of different widths as
+// sets (a routing mismatch), so such an emulation is judged, not refused.
 func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array, error) {
 	want, err := c.Array(name)
 	if err != nil {
@@ -173,11 +177,11 @@ func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array
 		return nil, fmt.Errorf("array %q has shape %v, want B×k", name, want.Shape)
 	}
 	width := want.Shape[1]
+	for _, row := range sel.Rows {
+		width = max(width, len(row))
+	}
 	v := make([]int64, 0, len(sel.Rows)*width)
-	for b, row := range sel.Rows {
-		if len(row) > width {
-			return nil, fmt.Errorf("row %d selects %d tokens, more than the %d columns of %q", b, len(row), width, name)
-		}
+	for _, row := range sel.Rows {
 		for j := 0; j < width; j++ {
 			p := int64(-1)
 			if j < len(row) {

@@ -231,13 +231,21 @@ func deviantCase(c *format.Case, em emulation) (*format.Case, error) {
 		if !ok {
 			return nil, fmt.Errorf("emulating %s: array %q was not recomputed", em.name, info.Name)
 		}
-		if !slices.Equal(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
+		if !(slices.Equal(a.Shape, info.Shape) || widerSelection(info, a)) || a.IsInt() != c.Arrays[info.Name].IsInt() {
 			return nil, fmt.Errorf("emulating %s: array %q recomputed as %s %v, the case has %s %v",
 				em.name, info.Name, a.DType, a.Shape, info.DType, info.Shape)
 		}
 		arrays[info.Name] = a
 	}
 	return &format.Case{Manifest: c.Manifest, Arrays: arrays}, nil
+}
+
+// widerSelection reports whether a is a deviant list of selected
+// positions wider than the case's array info (selectedLike): as many rows,
+// more columns.
+func widerSelection(info format.ArrayInfo, a *format.Array) bool {
+	return strings.HasSuffix(info.Name, "selected") && a.IsInt() && len(a.Shape) == 2 && len(info.Shape) == 2 &&
+		a.Shape[0] == info.Shape[0] && a.Shape[1] > info.Shape[1]
 }
 
 // judge compares the candidate with one emulation.
