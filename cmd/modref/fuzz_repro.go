@@ -48,9 +48,14 @@ func diagnoseShrunk(oc outcome) *fuzzDiagnosis {
 	name, path := c.Manifest.Name, "candidate/"+oc.c.Manifest.Name+".npz"
 	missing := requiredMissing(c, results[0].Absent)
 	d.stage = judge.Depart(c, oc.cand, oc.result)
+	partial, err := diagnose.Explain(c, oc.cand, results)
+	if err != nil {
+		d.err, d.verdict = err, "diagnose: "+err.Error()
+		return d
+	}
 	var text, js bytes.Buffer
-	printDiagnosis(&text, name, path, results, oc.result, missing, d.stage)
-	printDiagnosisJSON(&js, name, path, results, missing, d.stage)
+	printDiagnosis(&text, name, path, results, oc.result, missing, d.stage, partial)
+	printDiagnosisJSON(&js, name, path, results, missing, d.stage, partial)
 	d.text, d.jsonText = text.Bytes(), js.Bytes()
 	for _, r := range results[1:] {
 		if r.Match && r.Distinct {

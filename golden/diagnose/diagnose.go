@@ -48,6 +48,9 @@ type DeviationResult struct {
 	// their excess (docs/golden-format.md): how far the candidate is from
 	// these values, the combination search's measure.
 	distance float64
+	// arrays is the candidate's arrays judged against these values, for
+	// the test of a factor (Explain).
+	arrays []judge.ArrayResult
 }
 
 // Diagnose judges a candidate against a case and against the case
@@ -282,7 +285,7 @@ func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation)
 
 // summarize fills the match counts and the worst array from a comparison.
 func summarize(r DeviationResult, res *judge.CaseResult) DeviationResult {
-	r.Match, r.Total, r.Absent = res.Pass, len(res.Arrays), res.Absent
+	r.Match, r.Total, r.Absent, r.arrays = res.Pass, len(res.Arrays), res.Absent, res.Arrays
 	worst := -1.0
 	for _, a := range res.Arrays {
 		if a.Status == judge.StatusPass {
