@@ -318,6 +318,28 @@ func TestGatherFirstKTorchOrder(t *testing.T) {
 	}
 }
 
+// TestGatherFirstKWeightingNone: under `weighting: none` every multiplier
+// is 1, so a candidate's multipliers show no order: gather_first_k is
+// named in the order its top-k returned, descending weight or torch's CPU
+// order, with the multipliers written as ports write them.
+func TestGatherFirstKWeightingNone(t *testing.T) {
+	c := loadCase(t, "layer-none")
+	for _, variant := range []string{"", torchTopKVariant} {
+		cand, err := DeviantCandidate(c, "gather_first_k", variant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := matchedLabels(rs)
+		if len(named) == 0 || !strings.HasPrefix(named[0], "gather_first_k") {
+			t.Errorf("gather_first_k (variant %q): matched %v", variant, named)
+		}
+	}
+}
+
 // TestCombinationTorchOrder: sramshetty/mixture-of-depths' routed block
 // before its fix of 2024-06-06, with top-k's indices in the order
 // torch.topk(sorted=False) returns them on CPU and no multipliers written,
