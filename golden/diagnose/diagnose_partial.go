@@ -61,16 +61,26 @@ func Explain(c *format.Case, cand map[string]*format.Array, results []DeviationR
 		byKey[resultKey(r.Name, r.Variant)] = r
 		sets = append(sets, r)
 	}
+	// The sets that move arrays onto the candidate's and none away; only
+	// theirs need the sets without one of their deviations judged.
+	oracle := passing(results[0])
+	var moving []DeviationResult
+	explainedBy := map[string][]string{}
+	for _, r := range sets {
+		if explained, ok := moves(oracle, r); ok {
+			moving = append(moving, r)
+			explainedBy[resultKey(r.Name, r.Variant)] = explained
+		}
+	}
 	w := writtenByLayer(c, cand)
-	if err := judgeWithout(c, cand, w, sets, byKey); err != nil {
+	if err := judgeWithout(c, cand, w, moving, byKey); err != nil {
 		return nil, err
 	}
-	oracle := passing(results[0])
 	var best *Partial
 	var bestDistance float64
-	for _, r := range sets {
-		explained, ok := factor(oracle, r, byKey)
-		if !ok {
+	for _, r := range moving {
+		explained := explainedBy[resultKey(r.Name, r.Variant)]
+		if !needed(r, explained, byKey) {
 			continue
 		}
 		p := &Partial{Present: strings.Split(r.Name, "+"), Explained: explained}
@@ -92,11 +102,11 @@ func Explain(c *format.Case, cand map[string]*format.Array, results []DeviationR
 	return best, nil
 }
 
-// factor is the test of a factor on the result r of a set of deviations:
-// the arrays it moves onto the candidate's, and whether it passes
-// (oracle holds the arrays within tolerance of the oracle; byKey the
-// results of every set without one of r's deviations).
-func factor(oracle map[string]bool, r DeviationResult, byKey map[string]DeviationResult) ([]string, bool) {
+// moves is the first part of the test of a factor on the result r of a
+// set of deviations: the arrays it moves onto the candidate's, and whether
+// among them is one of values, none is moved away and some array remains
+// (oracle holds the arrays within tolerance of the oracle).
+func moves(oracle map[string]bool, r DeviationResult) ([]string, bool) {
 	var explained []string
 	for _, a := range r.arrays {
 		o, judged := oracle[a.Name]
@@ -112,18 +122,25 @@ func factor(oracle map[string]bool, r DeviationResult, byKey map[string]Deviatio
 	if len(explained) == len(r.arrays) || !slices.ContainsFunc(explained, valueArray) {
 		return nil, false
 	}
+	return explained, true
+}
+
+// needed is the second part: whether each deviation of r is needed, some
+// array of values r moves onto the candidate's (explained) being outside
+// tolerance of the set without it (byKey holds those sets' results).
+func needed(r DeviationResult, explained []string, byKey map[string]DeviationResult) bool {
 	names := strings.Split(r.Name, "+")
 	for _, d := range names {
 		without, ok := byKey[withoutKey(names, d, r.Variant)]
 		if !ok {
-			return nil, false
+			return false
 		}
 		rest := passing(without)
 		if !slices.ContainsFunc(explained, func(a string) bool { return valueArray(a) && !rest[a] }) {
-			return nil, false // d moves no array of values onto the candidate's
+			return false // d moves no array of values onto the candidate's
 		}
 	}
-	return explained, true
+	return true
 }
 
 // valueArray reports whether a candidate array holds values, not a
