@@ -20,6 +20,9 @@ import (
 // the routing frozen, by d's backward pass (layerArraysAnalytic) where it
 // has one, else by finite differences (layerArraysFD).
 func layerArrays(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.swapQK {
+		return swapQKArrays(c, d, func(c *format.Case, d *layerDeviation) (map[string]*format.Array, error) { return layerArrays(c, s, d) })
+	}
 	if d.hasBackward() {
 		return layerArraysAnalytic(c, s, d)
 	}

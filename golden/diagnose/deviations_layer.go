@@ -41,6 +41,7 @@ func layerDeviations() []layerDeviation {
 		devTanhGate,
 		devSkippedScaled,
 		devAuxOverPadding,
+		devQKSwapped,
 	}
 }
 
@@ -431,6 +432,22 @@ func scaleSkipped(l *layerRun) {
 // and σ(r) in load balancing's P_s. Note: a case without padding cannot tell
 // it apart. It applies to every routed layer.
 var devAuxOverPadding = layerDeviation{name: "aux_over_padding", auxOverPadding: true}
+
+// qk_swapped: queries and keys swapped, after RoPE or before it (the
+// same): token i attends to j by k_i·q_j. It sets swapQK: the layer is
+// computed with Wq and Wk (and their biases) exchanged, in every block of
+// a model, and the gradients exchanged back (swapQKArrays). It applies
+// where skipQKSwapped finds no reason against it.
+var devQKSwapped = layerDeviation{name: "qk_swapped", skip: skipQKSwapped, swapQK: true}
+
+// skipQKSwapped says why qk_swapped does not apply to a routed layer of
+// configuration cfg, or returns "".
+func skipQKSwapped(cfg spec.Config) string {
+	if cfg.Block.KVHeadCount() != cfg.Block.Heads {
+		return "grouped-query attention has fewer key heads than query heads: a port cannot swap them"
+	}
+	return ""
+}
 
 // auxOverPadding recomputes every auxiliary loss with each padded position
 // counted as a valid token that is never selected: its router weight (and

@@ -63,6 +63,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.tanhGate = c.tanhGate || d.tanhGate
 		c.scaleSkipped = c.scaleSkipped || d.scaleSkipped
 		c.auxOverPadding = c.auxOverPadding || d.auxOverPadding
+		c.swapQK = c.swapQK || d.swapQK
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}

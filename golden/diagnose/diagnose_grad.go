@@ -46,6 +46,9 @@ var backwardNames = map[string]bool{
 	"targets_first_row": true, "weight_mlp_only": true, "gather_first_k": true,
 	"capacity_floor_zero": true, "no_causal_mask": true, "shared_router": true,
 	"tanh_gate": true, "skipped_scaled": true, "aux_over_padding": true,
+	// qk_swapped is computed as the oracle's layer on the case with Wq
+	// and Wk exchanged (swapQKArrays): its backward is the oracle's.
+	"qk_swapped": true,
 }
 
 // hasBackward reports whether every deviation d is made of (its name joins

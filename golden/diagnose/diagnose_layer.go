@@ -85,7 +85,9 @@ type layerDeviation struct {
 	// auxOverPadding counts every padded position in the auxiliary losses
 	// as a valid token that is never selected.
 	auxOverPadding bool
-	feed           predictorFeed
+	// swapQK exchanges every block's queries and keys (swapQKArrays).
+	swapQK bool
+	feed   predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and
 	// gather_first_k take from it. nil without a candidate.

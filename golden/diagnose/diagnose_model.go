@@ -191,6 +191,9 @@ func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
 // the routed layers' backward passes (modelArraysAnalytic) where d has
 // them, else by finite differences (modelArraysFD).
 func modelArrays(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.swapQK {
+		return swapQKArrays(c, d, func(c *format.Case, d *layerDeviation) (map[string]*format.Array, error) { return modelArrays(c, s, d) })
+	}
 	if d.hasBackward() {
 		return modelArraysAnalytic(c, s, d)
 	}

@@ -64,7 +64,7 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
               "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router",
-              "tanh_gate", "skipped_scaled", "aux_over_padding")
+              "tanh_gate", "skipped_scaled", "aux_over_padding", "qk_swapped")
 DEVIATION = None
 
 
@@ -264,6 +264,8 @@ def attention_qkv(h, pos, P, cfg):
         base = float(cfg.get("rope_base", 10000))
         q = rope(q, pos, base)
         k = rope(k, pos, base)
+    if deviates("qk_swapped") and KV == H:   # q and k swapped after RoPE, in every block
+        q, k = k, q
     return q, k, v
 
 
