@@ -358,20 +358,15 @@ func skipTanhGate(cfg spec.Config) string {
 
 // tanhGate is p-MoD's TanhNorm in place of the configured weighting: every
 // valid token's weight is g = 1 + α·tanh(r) (reported as the weights), and
-// a token the block ran on outputs x + g·f (its multiplier g).
+// a token the block ran on outputs x + g·f (its multiplier g); under
+// weightMLPOnly, x + a + g·m, which the regathered block computed already
+// with the multipliers pmodMultipliers set.
 func tanhGate(l *layerRun) {
-	r := l.res.RouterWeights
-	g, mult := make([][]float64, len(r)), make([][]float64, len(r))
-	for b, row := range r {
-		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
-		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
-			g[b][i] = 1 + float64(pmodAlpha*math.Tanh(row[i]))
-			if l.ran[b][i] != 0 {
-				mult[b][i] = g[b][i]
-			}
-		}
-	}
+	g, mult := pmodGate(l)
 	l.res.Weights, l.mult = g, mult
+	if l.weightMLPOnly {
+		return
+	}
 	l.out = l.eachRow(func(b, i int, x, out, upd []float64, g float64) []float64 {
 		if l.ran[b][i] == 0 {
 			return out
@@ -382,6 +377,31 @@ func tanhGate(l *layerRun) {
 		}
 		return row
 	})
+}
+
+// pmodGate is p-MoD's weight g = 1 + α·tanh(r) at every valid token of l,
+// and the multipliers it makes: g where the block ran, 0 elsewhere.
+func pmodGate(l *layerRun) (g, mult [][]float64) {
+	r := l.res.RouterWeights
+	g, mult = make([][]float64, len(r)), make([][]float64, len(r))
+	for b, row := range r {
+		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
+		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
+			g[b][i] = 1 + float64(pmodAlpha*math.Tanh(row[i]))
+			if l.ran[b][i] != 0 {
+				mult[b][i] = g[b][i]
+			}
+		}
+	}
+	return g, mult
+}
+
+// pmodMultipliers gives a layer with p-MoD's gate and the weight on the
+// MLP's update only (tanh_gate+weight_mlp_only, p-MoD's own block) the
+// gate's multipliers before its block is gathered again, so that each
+// gathered token outputs x + a + g·m with p-MoD's g.
+func pmodMultipliers(l *layerRun) {
+	_, l.res.Multipliers = pmodGate(l)
 }
 
 // pmodAlpha is the α of p-MoD's TanhNorm, g = 1 + α·tanh(r): the scale of

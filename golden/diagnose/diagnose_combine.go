@@ -77,7 +77,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 	if c.weightMLPOnly && (slices.Contains(names, "residual_scaled") || slices.Contains(names, "no_weighting")) {
 		return c, false // their outputs say how the whole update is weighted
 	}
-	if c.tanhGate && (c.firstK || c.weightMLPOnly || slices.Contains(names, "no_weighting")) {
+	if c.tanhGate && (c.firstK || slices.Contains(names, "no_weighting")) {
 		return c, false // each says which weight multiplies which update
 	}
 	if c.scaleSkipped && c.firstK {

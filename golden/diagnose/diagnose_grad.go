@@ -119,6 +119,9 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
 	var ps *passes
+	if d.tanhGate && d.weightMLPOnly {
+		pmodMultipliers(l)
+	}
 	if d.gathered() {
 		if ps, err = d.regatherPasses(l); err != nil {
 			return nil, nil, err

@@ -200,6 +200,8 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 		"skipped_scaled+residual_scaled+unsorted_indices",
 		"skipped_scaled+aux_over_padding+predictor_no_stopgrad",
 		"tanh_gate+aux_over_padding+targets_first_row",
+		"weight_mlp_only+tanh_gate",
+		"residual_twice+weight_mlp_only+tanh_gate+skipped_scaled",
 	}
 	var mu sync.Mutex
 	worst := map[string]float64{}

@@ -224,6 +224,9 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	if d.tanhGate && d.weightMLPOnly {
+		pmodMultipliers(l)
+	}
 	if d.gathered() {
 		d.regather(l)
 	}

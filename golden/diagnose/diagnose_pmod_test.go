@@ -120,6 +120,8 @@ func TestDiagnoseNamesPMoD(t *testing.T) {
 		{"layer-paper", "tanh_gate"},
 		{"layer-paper", "skipped_scaled"},
 		{"layer-paper", "tanh_gate+skipped_scaled"},
+		{"layer-paper", "weight_mlp_only+tanh_gate"},
+		{"layer-short-row", "weight_mlp_only+capacity_floor_zero+tanh_gate+skipped_scaled"},
 		{"layer-padding-load-balance", "aux_over_padding"},
 	} {
 		c := loadCase(t, tc.name)
@@ -134,5 +136,29 @@ func TestDiagnoseNamesPMoD(t *testing.T) {
 		if got := matched(rs); !slices.Equal(got, []string{tc.dev}) {
 			t.Errorf("%s, candidate with %s: matched %v", tc.name, tc.dev, got)
 		}
+	}
+}
+
+// TestPMoDGateOnTheMLPOnly: p-MoD's gate with the weight on the MLP's
+// update only outputs x + a + g·m with p-MoD's g = 1 + α·tanh(r): neither
+// the gate on the whole update nor the configured weight on the MLP's.
+func TestPMoDGateOnTheMLPOnly(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	both, err := DeviantCandidate(c, "weight_mlp_only+tanh_gate", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, one := range []string{"weight_mlp_only", "tanh_gate"} {
+		alone, err := DeviantCandidate(c, one, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(both["out"].F, alone["out"].F) {
+			t.Errorf("weight_mlp_only+tanh_gate computes %s's out", one)
+		}
+	}
+	gate, _ := DeviantCandidate(c, "tanh_gate", "")
+	if !slices.Equal(both["weights"].F, gate["weights"].F) || !slices.Equal(both["multipliers"].F, gate["multipliers"].F) {
+		t.Error("the combination's weights or multipliers are not p-MoD's gate's")
 	}
 }
