@@ -32,12 +32,17 @@ deviation's forward values, and its gradients by the deviant layer's
 backward pass with the routing frozen), and names the deviation the candidate matches. When
 none does, it combines the deviations closest to the candidate with every
 other one, then the closest pairs with a third, and so on up to five,
-and names a combination that matches, joined with "+";
-otherwise it lists the arrays furthest from the oracle and says where the
-candidate first departs from it, stage by stage in the order the layers
-compute (router weights, selection, weights, output, auxiliary losses,
-loss, then the gradients in backward order), and how. --json prints all
-of it, the stage as a field.
+and names a combination that matches, joined with "+".
+When none matches, it names the deviations whose effect the candidate
+shows beside a mistake no deviation names ("present: X, Y"), testing each
+as a factor: applied to the oracle, it moves arrays onto the candidate's
+and none away (docs/golden-format.md, "Named deviations and a remainder"),
+and says where the candidate departs besides them; otherwise it lists the
+arrays furthest from the oracle and says where the candidate first departs
+from it, stage by stage in the order the layers compute (router weights,
+selection, weights, output, auxiliary losses, loss, then the gradients in
+backward order), and how. --json prints all of it, the stage and the
+deviations present (partial) as fields.
 --candidate may also be a directory holding CASE.npz. Arrays a port need
 not compute (a layer's weights and multipliers, its targets where no loss
 reads them) may be left out and are not judged; with --allow-missing any
