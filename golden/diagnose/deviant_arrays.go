@@ -87,8 +87,9 @@ func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[s
 	}
 	arrays["expected.loss"] = format.Scalar(v)
 	// A token outside the selection passes unchanged, and a padded one
-	// counts in no loss, but for these two.
-	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding)
+	// counts in no loss, but for these two; and under softmax_whole_row a
+	// skipped token's router weight is in every selected token's weight.
+	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding && !d.rowSoftmax)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}

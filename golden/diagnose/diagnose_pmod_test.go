@@ -3,6 +3,7 @@ package diagnose
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden/oracle"
@@ -160,5 +161,41 @@ func TestPMoDGateOnTheMLPOnly(t *testing.T) {
 	gate, _ := DeviantCandidate(c, "tanh_gate", "")
 	if !slices.Equal(both["weights"].F, gate["weights"].F) || !slices.Equal(both["multipliers"].F, gate["multipliers"].F) {
 		t.Error("the combination's weights or multipliers are not p-MoD's gate's")
+	}
+}
+
+// TestSoftmaxWholeRow: softmax weighting over every valid token of the row
+// (nanoMoD's) weighs each row's valid tokens to a sum of 1, the selected
+// ones less than the softmax over the selection would; diagnose names it
+// alone and with the weight on the MLP's update only, and it is not
+// emulated where the layer's weighting is not softmax.
+func TestSoftmaxWholeRow(t *testing.T) {
+	c := loadCase(t, "layer-softmax")
+	for _, dev := range []string{"softmax_whole_row", "weight_mlp_only+softmax_whole_row"} {
+		cand, err := DeviantCandidate(c, dev, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := cand["weights"]
+		s := c.Manifest.Config.SeqLen
+		for b := range c.Manifest.Config.Batch {
+			sum := 0.0
+			for _, v := range w.F[b*s : (b+1)*s] {
+				sum += v
+			}
+			if math.Abs(sum-1) > 1e-12 {
+				t.Errorf("%s: row %d's weights sum to %v", dev, b, sum)
+			}
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matched(rs); !slices.Equal(got, []string{dev}) {
+			t.Errorf("%s: matched %v", dev, got)
+		}
+	}
+	if em := findAny(t, emulated(t, loadCase(t, "layer-paper")), "softmax_whole_row"); !strings.Contains(em.reason, "weighting \"raw\"") {
+		t.Errorf("layer-paper: softmax_whole_row reason %q", em.reason)
 	}
 }

@@ -64,7 +64,7 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
               "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router",
-              "tanh_gate", "skipped_scaled", "aux_over_padding", "qk_swapped")
+              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped")
 DEVIATION = None
 
 
@@ -478,6 +478,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     g_router = weights_of(r, m, vm, cfg.get("weighting", "raw"))
     if deviates("tanh_gate"):   # p-MoD's TanhNorm: 0.2 * tanh(r) + 1 in place of the weighting
         g_router = (0.2 * torch.tanh(r) + 1) * vm
+    if deviates("softmax_whole_row") and cfg.get("weighting", "raw") == "softmax":   # over every valid token
+        g_router = weights_of(r, vm, vm, "softmax")
     # no_weighting: g is computed (and reported as `weights`) but not applied.
     g = torch.ones_like(r) if deviates("no_weighting") else g_router
     if BUG == "router_detached":   # the router learns from its auxiliary loss alone
@@ -576,7 +578,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         multipliers[b] = mr
     if CONVENTIONS["weights"] == "routed":
         w_out = (g_router * m).detach()
-    elif cfg.get("weighting", "raw") == "softmax" and not deviates("tanh_gate"):     # softmax g is only defined on selected tokens
+    elif cfg.get("weighting", "raw") == "softmax" and not deviates("tanh_gate") and not deviates("softmax_whole_row"):     # softmax g is only defined on selected tokens
         w_out = (g_router * m).detach()
     else:
         w_out = (g_router * vm).detach()
