@@ -3,6 +3,7 @@ package golden
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,5 +225,56 @@ func TestGenConfigRefusesCasesThatWouldNotLoad(t *testing.T) {
 	raw, _ = json.Marshal(wide)
 	if _, err = DecodeGenConfig(raw); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "B×S×vocab") {
 		t.Errorf("vocab 2^19: error %v, want too large for its logits", err)
+	}
+}
+
+// TestDiagnoseRoutesMoreThanTheCaseHolds: a deviant model whose causal
+// routing routes more tokens in a row than the case's selected array has
+// columns (issue 34's fuzzed model case, where skipped_scaled and
+// no_causal_mask do) is judged, a routing mismatch, not refused: the case
+// is generated (its catches measured), the wider deviant candidate is
+// named by diagnose, and the oracle's own values match the oracle only.
+func TestDiagnoseRoutesMoreThanTheCaseHolds(t *testing.T) {
+	layer := func(routed bool) string {
+		return fmt.Sprintf(`{"routed": %t, "layer": {"d_model": 8, "heads": 2, "d_ff": 16, "norm": "rmsnorm", "norm_eps": 1e-06, "mlp": "gelu",
+			"positions": "rope", "rope_base": 10000, "router": "linear", "capacity": {"kind": "integer", "tokens": 14}, "weighting": "raw",
+			"compute": "gather", "aux": "none", "predictor_hidden": 4, "causal": "router"}}`, routed)
+	}
+	g, err := DecodeGenConfig(fmt.Appendf(nil, `{"name": "wide-causal", "kind": "model", "seed": 2,
+		"config": {"batch": 2, "seq_len": 43, "vocab": 16, "layers": [%s, %s, %s, %s]}}`, layer(false), layer(true), layer(true), layer(false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := GenerateFromConfig(g, nil)
+	if err != nil {
+		t.Fatalf("gen: %v", err)
+	}
+	const dev = "no_causal_mask"
+	if !slices.Contains(c.Manifest.Catches, dev) {
+		t.Fatalf("catches %v lack %s", c.Manifest.Catches, dev)
+	}
+	cand, err := diagnose.DeviantCandidate(c, dev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cand["L2.selected"].Shape, c.Arrays["expected.L2.selected"].Shape; got[1] <= want[1] {
+		t.Fatalf("the deviant L2.selected is %v, the case's %v: the case no longer routes more than it holds", got, want)
+	}
+	for _, tc := range []struct {
+		cand  map[string]*format.Array
+		named string
+	}{{cand, dev}, {c.Candidate(), diagnose.OracleName}} {
+		rs, err := diagnose.Diagnose(c, tc.cand)
+		if err != nil {
+			t.Fatalf("diagnose: %v", err)
+		}
+		for _, r := range rs {
+			if r.Name == tc.named && r.Variant == "" && !r.Match {
+				t.Errorf("candidate %s does not match itself: %d/%d, worst %s", tc.named, r.Matching, r.Total, r.Worst.Name)
+			}
+			if tc.named == diagnose.OracleName && r.Match && r.Distinct {
+				t.Errorf("the oracle's own values are named %s", r.Name)
+			}
+		}
 	}
 }

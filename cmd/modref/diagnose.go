@@ -32,12 +32,17 @@ deviation's forward values, and its gradients by the deviant layer's
 backward pass with the routing frozen), and names the deviation the candidate matches. When
 none does, it combines the deviations closest to the candidate with every
 other one, then the closest pairs with a third, and so on up to five,
-and names a combination that matches, joined with "+";
-otherwise it lists the arrays furthest from the oracle and says where the
-candidate first departs from it, stage by stage in the order the layers
-compute (router weights, selection, weights, output, auxiliary losses,
-loss, then the gradients in backward order), and how. --json prints all
-of it, the stage as a field.
+and names a combination that matches, joined with "+".
+When none matches, it names the deviations whose effect the candidate
+shows beside a mistake no deviation names ("present: X, Y"), testing each
+as a factor: applied to the oracle, it moves arrays onto the candidate's
+and none away (docs/golden-format.md, "Named deviations and a remainder"),
+and says where the candidate departs besides them; otherwise it lists the
+arrays furthest from the oracle and says where the candidate first departs
+from it, stage by stage in the order the layers compute (router weights,
+selection, weights, output, auxiliary losses, loss, then the gradients in
+backward order), and how. --json prints all of it, the stage and the
+deviations present (partial) as fields.
 --candidate may also be a directory holding CASE.npz. Arrays a port need
 not compute (a layer's weights and multipliers, its targets where no loss
 reads them) may be left out and are not judged; with --allow-missing any
@@ -118,12 +123,16 @@ flags:
 	}
 	missing := requiredMissing(c, results[0].Absent)
 	departure := judge.Depart(c, cand, oracle)
+	partial, err := diagnose.Explain(c, cand, results)
+	if err != nil {
+		return fmt.Errorf("%s (case %s): %w", path, name, err)
+	}
 	if *asJSON {
-		if err := printDiagnosisJSON(stdout, name, path, results, missing, departure); err != nil {
+		if err := printDiagnosisJSON(stdout, name, path, results, missing, departure, partial); err != nil {
 			return err
 		}
 	} else {
-		printDiagnosis(stdout, name, path, results, oracle, missing, departure)
+		printDiagnosis(stdout, name, path, results, oracle, missing, departure, partial)
 	}
 	if results[0].Match && len(missing) == 0 {
 		return nil
@@ -204,8 +213,10 @@ const worstArrays = 3
 
 // printDiagnosis writes the oracle's verdict, one line per deviation and the
 // final verdict; oracle is the candidate judged against the case, whose
-// worst arrays the verdict lists when no deviation explains the candidate.
-func printDiagnosis(w io.Writer, name, path string, results []diagnose.DeviationResult, oracle *judge.CaseResult, missing []string, departure *judge.Departure) {
+// worst arrays the verdict lists when no deviation explains the candidate,
+// and partial the deviations present besides a remainder (diagnose.Explain),
+// or nil.
+func printDiagnosis(w io.Writer, name, path string, results []diagnose.DeviationResult, oracle *judge.CaseResult, missing []string, departure *judge.Departure, partial *diagnose.Partial) {
 	self := results[0]
 	fmt.Fprintf(w, "case %s, candidate %s\n", name, path)
 	if len(self.Absent) > 0 {
@@ -261,6 +272,23 @@ func printDiagnosis(w io.Writer, name, path string, results []diagnose.Deviation
 				fmt.Fprintf(w, "  %s: %s\n", deviationLabel(r), format.DeviationDescription(r.Name))
 			}
 		}
+	case partial != nil && partial.Remainder != nil:
+		present := presentLabel(partial)
+		at := partial.Remainder.Stage
+		if partial.Remainder.Layer >= 0 {
+			at = fmt.Sprintf("layer %d, %s", partial.Remainder.Layer, at)
+		}
+		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; present: %s; and besides them, the candidate first departs at %s (%s)\n", present, at, partial.Remainder.Array)
+		for _, n := range partial.Present {
+			fmt.Fprintf(w, "  %s: %s\n", n, format.DeviationDescription(n))
+		}
+		explained := partial.Explained
+		if len(explained) > shownLater {
+			explained = append(explained[:shownLater-1:shownLater-1], fmt.Sprintf("%s and %d more", explained[shownLater-1], len(partial.Explained)-shownLater))
+		}
+		fmt.Fprintf(w, "  applied to the oracle, they move onto the candidate's: %s\n", strings.Join(explained, ", "))
+		printDeparture(w, partial.Remainder, " from the oracle with "+present+" applied")
+		return
 	case closest.Name != diagnose.OracleName && float64(closest.Matching) >= leadFraction*float64(closest.Total):
 		fmt.Fprintf(w, "verdict: the candidate matches neither the oracle nor any emulated deviation; closest is %s (%d/%d arrays)\n",
 			deviationLabel(closest), closest.Matching, closest.Total)
@@ -277,21 +305,32 @@ func printDiagnosis(w io.Writer, name, path string, results []diagnose.Deviation
 		}
 	}
 	if len(matched) == 0 && departure != nil {
-		printDeparture(w, departure)
+		printDeparture(w, departure, "")
 	}
+}
+
+// presentLabel joins the deviations of a partial explanation, with
+// gather_first_k's variant.
+func presentLabel(p *diagnose.Partial) string {
+	names := slices.Clone(p.Present)
+	if i := slices.Index(names, "gather_first_k"); i >= 0 && p.Variant != "" {
+		names[i] += " (" + p.Variant + ")"
+	}
+	return strings.Join(names, ", ")
 }
 
 // shownLater is how many of the arrays outside tolerance after the first
 // departure the text lists by name.
 const shownLater = 6
 
-// printDeparture says where the candidate first departs from the oracle.
-func printDeparture(w io.Writer, d *judge.Departure) {
+// printDeparture says where the candidate first departs from the oracle, or
+// from what from names (" from …", empty for the oracle).
+func printDeparture(w io.Writer, d *judge.Departure, from string) {
 	at := d.Stage
 	if d.Layer >= 0 {
 		at = fmt.Sprintf("layer %d, %s", d.Layer, d.Stage)
 	}
-	fmt.Fprintf(w, "where it first departs, in the order the layers compute: %s (%s): %s\n", at, d.Array, d.How)
+	fmt.Fprintf(w, "where it first departs%s, in the order the layers compute: %s (%s): %s\n", from, at, d.Array, d.How)
 	if len(d.Right) > 0 {
 		fmt.Fprintf(w, "  right before it: %s\n", strings.Join(d.Right, ", "))
 	}
@@ -321,6 +360,10 @@ type diagnosisJSON struct {
 	// when it does not.
 	Stage   *judge.Departure           `json:"stage"`
 	Results []diagnose.DeviationResult `json:"results"`
+	// Partial is, when no deviation matches, the deviations present besides
+	// a remainder and where the candidate first departs from the oracle
+	// with them applied (diagnose.Explain); null when none is found.
+	Partial *diagnose.Partial `json:"partial"`
 	// Flips is set when the candidate matches the oracle at its own
 	// routing decisions, which differ from the truth's at near-ties
 	// (judge.JudgeFlips); no deviation is then searched for.
@@ -345,9 +388,9 @@ func printFlipMatch(w io.Writer, name, path string, f *judge.FlipReport, asJSON 
 }
 
 // printDiagnosisJSON writes the diagnosis as JSON.
-func printDiagnosisJSON(w io.Writer, name, path string, results []diagnose.DeviationResult, missing []string, d *judge.Departure) error {
+func printDiagnosisJSON(w io.Writer, name, path string, results []diagnose.DeviationResult, missing []string, d *judge.Departure, partial *diagnose.Partial) error {
 	out := diagnosisJSON{Case: name, Candidate: path, Pass: results[0].Match && len(missing) == 0,
-		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results}
+		Named: []string{}, Missing: append([]string{}, missing...), Stage: d, Results: results, Partial: partial}
 	for _, r := range results[1:] {
 		if r.Match && r.Distinct {
 			out.Named = append(out.Named, deviationLabel(r))

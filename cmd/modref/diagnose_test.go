@@ -95,7 +95,10 @@ func TestDiagnoseNoMatch(t *testing.T) {
 	}
 }
 
-// TestDiagnoseWeakLead: a deviation is named as the closest only when it
+// TestDiagnoseWeakLead: a deviation whose effect the candidate shows on
+// every array it moves is named present, whatever else is broken
+// (diagnose.Explain); one that moves an array the candidate has right (the
+// oracle's out, here) is not, and is named as the closest only when it
 // explains at least half of the case's arrays; below that the verdict says
 // none explains the candidate and lists the arrays furthest from the oracle.
 func TestDiagnoseWeakLead(t *testing.T) {
@@ -109,16 +112,23 @@ func TestDiagnoseWeakLead(t *testing.T) {
 	}
 	grads := []string{"grad.input.x", "grad.param.Norm1", "grad.param.Wq", "grad.param.Wk", "grad.param.Wv",
 		"grad.param.Wo", "grad.param.Norm2", "grad.param.W1", "grad.param.W2", "grad.param.Router"}
+	present := "present: no_weighting; and besides them, the candidate first departs at gradients (grad.param.Norm1)"
 	for _, tc := range []struct {
-		broken int
-		want   string
+		broken    int
+		oracleOut bool
+		want      string
 	}{
-		{4, "closest is no_weighting (14/18 arrays)"},
-		{10, "no known deviation explains it"},
+		{4, false, present},
+		{10, false, present},
+		{4, true, "closest is no_weighting (13/18 arrays)"},
+		{10, true, "no known deviation explains it"},
 	} {
 		cand := make(map[string]*format.Array)
 		for n, a := range dev {
 			cand[n] = a
+		}
+		if tc.oracleOut {
+			cand["out"] = c.Arrays["expected.out"]
 		}
 		for _, n := range grads[:tc.broken] {
 			b := *cand[n]
@@ -134,7 +144,7 @@ func TestDiagnoseWeakLead(t *testing.T) {
 		}
 		code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
 		if code != 1 || !strings.Contains(out, tc.want) {
-			t.Errorf("%d gradients broken: exit %d, output lacks %q:\n%s", tc.broken, code, tc.want, out)
+			t.Errorf("%d gradients broken (the oracle's out: %t): exit %d, output lacks %q:\n%s", tc.broken, tc.oracleOut, code, tc.want, out)
 		}
 	}
 }
@@ -226,7 +236,7 @@ func TestDiagnoseIndistinguishable(t *testing.T) {
 		{Name: "capacity_floor_zero", Emulated: true, Distinct: true, Match: true, Matching: 18, Total: 18},
 	}
 	var b strings.Builder
-	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &judge.CaseResult{}, nil, nil)
+	printDiagnosis(&b, "layer-capacity-floor", "c.npz", results, &judge.CaseResult{}, nil, nil, nil)
 	want := "verdict: the candidate does not match the oracle; it matches capacity_off_by_one, capacity_floor_zero (this case cannot tell them apart)\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
@@ -266,5 +276,43 @@ func TestDiagnoseSummarisesPositions(t *testing.T) {
 		if n := len(strings.Fields(list)); n > 9 {
 			t.Errorf("a list of %d entries in the stage line: %s", n, list)
 		}
+	}
+}
+
+// TestDiagnoseNamesPresentBesidesAnUnnamedBug: sramshetty/mixture-of-depths'
+// block (residual_twice+weight_mlp_only) with a router whose parameters
+// get no gradient (an unnamed bug) matches nothing; the verdict names the
+// two present and says where the candidate first departs besides them,
+// the router's gradient, and --json carries the same.
+func TestDiagnoseNamesPresentBesidesAnUnnamedBug(t *testing.T) {
+	c, err := format.Load(corpus, "layer-paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := diagnose.DeviantCandidate(c, "residual_twice+weight_mlp_only", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cand["grad.param.Router"]
+	cand["grad.param.Router"] = &format.Array{Shape: r.Shape, DType: r.DType, F: make([]float64, len(r.F))}
+	path := filepath.Join(t.TempDir(), "layer-paper.npz")
+	if err := format.WriteNPZ(path, cand); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCmd("diagnose", "-dir", corpus, "--candidate", path, "layer-paper")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	for _, want := range []string{
+		"verdict: the candidate matches neither the oracle nor any emulated deviation; present: residual_twice, weight_mlp_only; and besides them, the candidate first departs at gradients (grad.param.Router)\n",
+		"where it first departs from the oracle with residual_twice, weight_mlp_only applied, in the order the layers compute: gradients (grad.param.Router)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, js, _ := runCmd("diagnose", "-dir", corpus, "--json", "--candidate", path, "layer-paper")
+	if code != 1 || !regexp.MustCompile(`"partial": \{\s*"present": \[\s*"residual_twice",\s*"weight_mlp_only"\s*\]`).MatchString(js) {
+		t.Errorf("--json: exit %d, want 1 and partial.present [residual_twice weight_mlp_only]\n%s", code, js)
 	}
 }

@@ -48,9 +48,14 @@ func diagnoseShrunk(oc outcome) *fuzzDiagnosis {
 	name, path := c.Manifest.Name, "candidate/"+oc.c.Manifest.Name+".npz"
 	missing := requiredMissing(c, results[0].Absent)
 	d.stage = judge.Depart(c, oc.cand, oc.result)
+	partial, err := diagnose.Explain(c, oc.cand, results)
+	if err != nil {
+		d.err, d.verdict = err, "diagnose: "+err.Error()
+		return d
+	}
 	var text, js bytes.Buffer
-	printDiagnosis(&text, name, path, results, oc.result, missing, d.stage)
-	printDiagnosisJSON(&js, name, path, results, missing, d.stage)
+	printDiagnosis(&text, name, path, results, oc.result, missing, d.stage, partial)
+	printDiagnosisJSON(&js, name, path, results, missing, d.stage, partial)
 	d.text, d.jsonText = text.Bytes(), js.Bytes()
 	for _, r := range results[1:] {
 		if r.Match && r.Distinct {
@@ -73,8 +78,7 @@ const reproducerReadme = `A case on which the candidate fails, found and shrunk 
   handed/%[1]s.json, .npz the case as the candidate is handed it: the arrays without the expected ones
   config.json              the case's configuration: modref gen --config config.json --out DIR makes the case again
   verdict.json             the failure: its kind, the sizes before and after shrinking, check's and diagnose's results
-  diagnose.txt             modref diagnose's report (for a mismatch)
-  stderr.txt               the tail of the candidate's stderr on the case
+%[7]s  stderr.txt               the tail of the candidate's stderr on the case
 
 Replay the judgement, without the fuzzer (from this directory):
 
@@ -159,9 +163,13 @@ func writeReproducer(o fuzzOptions, g *golden.GenConfig, oc outcome, f *fuzzFail
 		Check     *judge.CaseResult `json:"check,omitempty"`
 		Diagnosis json.RawMessage   `json:"diagnosis,omitempty"`
 	}{fuzzFailure: f, Check: oc.result}
+	// The README lists diagnose.txt only when it is written: for a
+	// mismatch that diagnose read without an error.
+	diagnosed := ""
 	if d != nil && d.jsonText != nil {
 		verdict.Diagnosis = d.jsonText
 		files["diagnose.txt"] = d.text
+		diagnosed = "  diagnose.txt             modref diagnose's report\n"
 	}
 	if files["verdict.json"], err = json.MarshalIndent(verdict, "", "  "); err != nil {
 		return dir, err
@@ -175,7 +183,7 @@ func writeReproducer(o fuzzOptions, g *golden.GenConfig, oc outcome, f *fuzzFail
 	if f.Verdict != "" {
 		what += "\n" + f.Verdict
 	}
-	files["README.txt"] = fmt.Appendf(nil, reproducerReadme, name, rerun, shellJoin(o.args), what, f.Original, f.Shrunk)
+	files["README.txt"] = fmt.Appendf(nil, reproducerReadme, name, rerun, shellJoin(o.args), what, f.Original, f.Shrunk, diagnosed)
 	for file, data := range files {
 		if err := atomicfile.WriteFile(filepath.Join(dir, file), data); err != nil {
 			return dir, err

@@ -271,8 +271,8 @@ func TestFuzzShrinksAndReproduces(t *testing.T) {
 	if handed, err := format.ReadNPZ(filepath.Join(f.Reproducer, "handed", f.Case+".npz")); err != nil || handed["input.x"] == nil || handed["expected.out"] != nil {
 		t.Errorf("handed/%s.npz: %v, want the inputs without expected.out", f.Case, err)
 	}
-	if readme, _ := os.ReadFile(filepath.Join(f.Reproducer, "README.txt")); !strings.Contains(string(readme), "'handed/"+f.Case+".json'") {
-		t.Errorf("README.txt does not run the candidate on handed/:\n%s", readme)
+	if readme, _ := os.ReadFile(filepath.Join(f.Reproducer, "README.txt")); !strings.Contains(string(readme), "'handed/"+f.Case+".json'") || !strings.Contains(string(readme), "diagnose.txt") {
+		t.Errorf("README.txt does not run the candidate on handed/ or does not name diagnose.txt:\n%s", readme)
 	}
 	code, stdout, _ := runBin(t, "check", "--corpus", f.Reproducer, "--candidate", filepath.Join(f.Reproducer, "candidate"), f.Case)
 	if code != 1 || !strings.Contains(stdout, "out ") {
@@ -325,6 +325,18 @@ func TestFuzzBrokenCandidates(t *testing.T) {
 		}
 		if tc.mode == "crash" && !strings.Contains(s.Failures[0].Stderr, "fake: boom") {
 			t.Errorf("%s: stderr tail %q, want the candidate's message", tc.mode, s.Failures[0].Stderr)
+		}
+		// No mismatch, no diagnosis: the reproducer neither writes
+		// diagnose.txt nor names it.
+		if dir := s.Failures[0].Reproducer; dir != "" {
+			if _, err := os.Stat(filepath.Join(dir, "diagnose.txt")); err == nil {
+				t.Errorf("%s: the reproducer holds diagnose.txt, with no mismatch to diagnose", tc.mode)
+			}
+			if readme, err := os.ReadFile(filepath.Join(dir, "README.txt")); err != nil || strings.Contains(string(readme), "diagnose.txt") {
+				t.Errorf("%s: README.txt (%v) names diagnose.txt, which was not written:\n%s", tc.mode, err, readme)
+			}
+		} else {
+			t.Errorf("%s: no reproducer written (%s)", tc.mode, s.Failures[0].ReproducerError)
 		}
 		if d := time.Since(start); d > 30*time.Second {
 			t.Errorf("%s: took %v", tc.mode, d)

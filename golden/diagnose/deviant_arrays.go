@@ -20,6 +20,9 @@ import (
 // the routing frozen, by d's backward pass (layerArraysAnalytic) where it
 // has one, else by finite differences (layerArraysFD).
 func layerArrays(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.swapQK {
+		return swapQKArrays(c, d, func(c *format.Case, d *layerDeviation) (map[string]*format.Array, error) { return layerArrays(c, s, d) })
+	}
 	if d.hasBackward() {
 		return layerArraysAnalytic(c, s, d)
 	}
@@ -84,8 +87,9 @@ func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[s
 	}
 	arrays["expected.loss"] = format.Scalar(v)
 	// A token outside the selection passes unchanged, and a padded one
-	// counts in no loss, but for these two.
-	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding)
+	// counts in no loss, but for these two; and under softmax_whole_row a
+	// skipped token's router weight is in every selected token's weight.
+	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding && !d.rowSoftmax)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
@@ -162,8 +166,12 @@ func inputGradient(s oracle.LayerSpec, dr *oracle.LayerDraw, d *layerDeviation, 
 	return gx, nil
 }
 
-// selectedLike is a selection as a B×k_max array padded with −1 to the width
-// of the case's array name (a deviant selection may be narrower).
+// selectedLike is a selection as a B×k array padded with −1 to the width
+// of the case's array name (a deviant selection may be narrower), or, when
+// a row selects more tokens than that array has columns (a deviant layer
+// under causal routing may route every token), as wide as its widest row:
+// the judge compares lists of selected positions of different widths as
+// sets (a routing mismatch), so such an emulation is judged, not refused.
 func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array, error) {
 	want, err := c.Array(name)
 	if err != nil {
@@ -173,11 +181,11 @@ func selectedLike(c *format.Case, name string, sel ref.Selection) (*format.Array
 		return nil, fmt.Errorf("array %q has shape %v, want B×k", name, want.Shape)
 	}
 	width := want.Shape[1]
+	for _, row := range sel.Rows {
+		width = max(width, len(row))
+	}
 	v := make([]int64, 0, len(sel.Rows)*width)
-	for b, row := range sel.Rows {
-		if len(row) > width {
-			return nil, fmt.Errorf("row %d selects %d tokens, more than the %d columns of %q", b, len(row), width, name)
-		}
+	for _, row := range sel.Rows {
 		for j := 0; j < width; j++ {
 			p := int64(-1)
 			if j < len(row) {

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
@@ -41,6 +42,8 @@ func layerDeviations() []layerDeviation {
 		devTanhGate,
 		devSkippedScaled,
 		devAuxOverPadding,
+		devSoftmaxWholeRow,
+		devQKSwapped,
 	}
 }
 
@@ -355,22 +358,21 @@ func skipTanhGate(cfg spec.Config) string {
 	return ""
 }
 
-// tanhGate is p-MoD's TanhNorm in place of the configured weighting: every
-// valid token's weight is g = 1 + α·tanh(r) (reported as the weights), and
-// a token the block ran on outputs x + g·f (its multiplier g).
-func tanhGate(l *layerRun) {
-	r := l.res.RouterWeights
-	g, mult := make([][]float64, len(r)), make([][]float64, len(r))
-	for b, row := range r {
-		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
-		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
-			g[b][i] = 1 + float64(pmodAlpha*math.Tanh(row[i]))
-			if l.ran[b][i] != 0 {
-				mult[b][i] = g[b][i]
-			}
-		}
-	}
+// tanhGate is p-MoD's TanhNorm in place of the configured weighting, g =
+// 1 + α·tanh(r) (setGate).
+func tanhGate(l *layerRun) { setGate(l, pmodGate) }
+
+// setGate puts gate's weights in place of the configured weighting: every
+// valid token's weight (reported as the weights), and a token the block ran
+// on outputs x + g·f (its multiplier g); under weightMLPOnly, x + a + g·m,
+// which the regathered block computed already with the multipliers
+// gateMultipliers set.
+func setGate(l *layerRun, gate func(*layerRun) (g, mult [][]float64)) {
+	g, mult := gate(l)
 	l.res.Weights, l.mult = g, mult
+	if l.weightMLPOnly {
+		return
+	}
 	l.out = l.eachRow(func(b, i int, x, out, upd []float64, g float64) []float64 {
 		if l.ran[b][i] == 0 {
 			return out
@@ -381,6 +383,89 @@ func tanhGate(l *layerRun) {
 		}
 		return row
 	})
+}
+
+// pmodGate is p-MoD's weight g = 1 + α·tanh(r) at every valid token of l,
+// and the multipliers it makes: g where the block ran, 0 elsewhere.
+func pmodGate(l *layerRun) (g, mult [][]float64) {
+	r := l.res.RouterWeights
+	g, mult = make([][]float64, len(r)), make([][]float64, len(r))
+	for b, row := range r {
+		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
+		for i := range oracle.ValidLen(l.in.Valid, b, len(row)) {
+			g[b][i] = 1 + float64(pmodAlpha*math.Tanh(row[i]))
+			if l.ran[b][i] != 0 {
+				mult[b][i] = g[b][i]
+			}
+		}
+	}
+	return g, mult
+}
+
+// gateMultipliers gives a layer with a gate in place of its weighting and
+// the weight on the MLP's update only (tanh_gate+weight_mlp_only, p-MoD's
+// own block; softmax_whole_row+weight_mlp_only, nanoMoD's) the gate's
+// multipliers before its block is gathered again, so that each gathered
+// token outputs x + a + g·m with the gate's g.
+func gateMultipliers(l *layerRun, gate func(*layerRun) (g, mult [][]float64)) {
+	_, l.res.Multipliers = gate(l)
+}
+
+// gate is the function of the gate d puts in place of the configured
+// weighting (tanh_gate, softmax_whole_row), or nil.
+func (d *layerDeviation) gate() func(*layerRun) (g, mult [][]float64) {
+	switch {
+	case d.tanhGate:
+		return pmodGate
+	case d.rowSoftmax:
+		return rowSoftmaxGate
+	}
+	return nil
+}
+
+// softmax_whole_row: softmax weighting over every valid token of the row
+// instead of the selected ones, g_i = exp(r_i) / Σ_valid exp(r_j), applied
+// to the selected tokens. It applies where skipSoftmaxWholeRow finds no
+// reason against it.
+var devSoftmaxWholeRow = layerDeviation{name: "softmax_whole_row", skip: skipSoftmaxWholeRow, rowSoftmax: true}
+
+// skipSoftmaxWholeRow says why softmax_whole_row does not apply to a
+// routed layer of configuration cfg, or returns "".
+func skipSoftmaxWholeRow(cfg spec.Config) string {
+	switch {
+	case cfg.Weighting != spec.WeightSoftmax:
+		return fmt.Sprintf("weighting %q: the port takes the softmax of softmax weighting over the wrong tokens", cfg.Weighting)
+	case cfg.Compute == spec.ComputeDense:
+		return "the ports that take the softmax over the row gather the selected tokens"
+	}
+	return ""
+}
+
+// rowSoftmaxGate is softmax_whole_row's weight at every valid token, g_i =
+// exp(r_i − r_max) / Σ_valid exp(r_j − r_max), and its multipliers: g where
+// the block ran, 0 elsewhere.
+func rowSoftmaxGate(l *layerRun) (g, mult [][]float64) {
+	r := l.res.RouterWeights
+	g, mult = make([][]float64, len(r)), make([][]float64, len(r))
+	for b, row := range r {
+		g[b], mult[b] = make([]float64, len(row)), make([]float64, len(row))
+		v := row[:oracle.ValidLen(l.in.Valid, b, len(row))]
+		if len(v) == 0 {
+			continue
+		}
+		top, sum := slices.Max(v), 0.0
+		for i, x := range v {
+			g[b][i] = math.Exp(x - top)
+			sum += g[b][i]
+		}
+		for i := range v {
+			g[b][i] /= sum
+			if l.ran[b][i] != 0 {
+				mult[b][i] = g[b][i]
+			}
+		}
+	}
+	return g, mult
 }
 
 // pmodAlpha is the α of p-MoD's TanhNorm, g = 1 + α·tanh(r): the scale of
@@ -431,6 +516,22 @@ func scaleSkipped(l *layerRun) {
 // and σ(r) in load balancing's P_s. Note: a case without padding cannot tell
 // it apart. It applies to every routed layer.
 var devAuxOverPadding = layerDeviation{name: "aux_over_padding", auxOverPadding: true}
+
+// qk_swapped: queries and keys swapped, after RoPE or before it (the
+// same): token i attends to j by k_i·q_j. It sets swapQK: the layer is
+// computed with Wq and Wk (and their biases) exchanged, in every block of
+// a model, and the gradients exchanged back (swapQKArrays). It applies
+// where skipQKSwapped finds no reason against it.
+var devQKSwapped = layerDeviation{name: "qk_swapped", skip: skipQKSwapped, swapQK: true}
+
+// skipQKSwapped says why qk_swapped does not apply to a routed layer of
+// configuration cfg, or returns "".
+func skipQKSwapped(cfg spec.Config) string {
+	if cfg.Block.KVHeadCount() != cfg.Block.Heads {
+		return "grouped-query attention has fewer key heads than query heads: a port cannot swap them"
+	}
+	return ""
+}
 
 // auxOverPadding recomputes every auxiliary loss with each padded position
 // counted as a valid token that is never selected: its router weight (and

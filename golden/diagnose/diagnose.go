@@ -48,6 +48,9 @@ type DeviationResult struct {
 	// their excess (docs/golden-format.md): how far the candidate is from
 	// these values, the combination search's measure.
 	distance float64
+	// arrays is the candidate's arrays judged against these values, for
+	// the test of a factor (Explain).
+	arrays []judge.ArrayResult
 }
 
 // Diagnose judges a candidate against a case and against the case
@@ -231,7 +234,7 @@ func deviantCase(c *format.Case, em emulation) (*format.Case, error) {
 		if !ok {
 			return nil, fmt.Errorf("emulating %s: array %q was not recomputed", em.name, info.Name)
 		}
-		if !slices.Equal(a.Shape, info.Shape) || a.IsInt() != c.Arrays[info.Name].IsInt() {
+		if !(slices.Equal(a.Shape, info.Shape) || widerSelection(info, a)) || a.IsInt() != c.Arrays[info.Name].IsInt() {
 			return nil, fmt.Errorf("emulating %s: array %q recomputed as %s %v, the case has %s %v",
 				em.name, info.Name, a.DType, a.Shape, info.DType, info.Shape)
 		}
@@ -251,6 +254,14 @@ func deviantValues(dc *format.Case) map[string]*format.Array {
 		}
 	}
 	return cand
+}
+
+// widerSelection reports whether a is a deviant list of selected
+// positions wider than the case's array info (selectedLike): as many rows,
+// more columns.
+func widerSelection(info format.ArrayInfo, a *format.Array) bool {
+	return strings.HasSuffix(info.Name, "selected") && a.IsInt() && len(a.Shape) == 2 && len(info.Shape) == 2 &&
+		a.Shape[0] == info.Shape[0] && a.Shape[1] > info.Shape[1]
 }
 
 // judge compares the candidate with one emulation.
@@ -287,7 +298,7 @@ func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation)
 
 // summarize fills the match counts and the worst array from a comparison.
 func summarize(r DeviationResult, res *judge.CaseResult) DeviationResult {
-	r.Match, r.Total, r.Absent = res.Pass, len(res.Arrays), res.Absent
+	r.Match, r.Total, r.Absent, r.arrays = res.Pass, len(res.Arrays), res.Absent, res.Arrays
 	worst := -1.0
 	for _, a := range res.Arrays {
 		if a.Status == judge.StatusPass {

@@ -61,8 +61,10 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.firstK = c.firstK || d.firstK
 		c.sharedRouter = c.sharedRouter || d.sharedRouter
 		c.tanhGate = c.tanhGate || d.tanhGate
+		c.rowSoftmax = c.rowSoftmax || d.rowSoftmax
 		c.scaleSkipped = c.scaleSkipped || d.scaleSkipped
 		c.auxOverPadding = c.auxOverPadding || d.auxOverPadding
+		c.swapQK = c.swapQK || d.swapQK
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -76,7 +78,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 	if c.weightMLPOnly && (slices.Contains(names, "residual_scaled") || slices.Contains(names, "no_weighting")) {
 		return c, false // their outputs say how the whole update is weighted
 	}
-	if c.tanhGate && (c.firstK || c.weightMLPOnly || slices.Contains(names, "no_weighting")) {
+	if (c.tanhGate || c.rowSoftmax) && (c.firstK || slices.Contains(names, "no_weighting")) || c.tanhGate && c.rowSoftmax {
 		return c, false // each says which weight multiplies which update
 	}
 	if c.scaleSkipped && c.firstK {

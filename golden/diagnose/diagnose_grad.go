@@ -45,7 +45,10 @@ var backwardNames = map[string]bool{
 	"capacity_off_by_one": true, "window_gathered_indices": true, "rope_gathered_indices": true,
 	"targets_first_row": true, "weight_mlp_only": true, "gather_first_k": true,
 	"capacity_floor_zero": true, "no_causal_mask": true, "shared_router": true,
-	"tanh_gate": true, "skipped_scaled": true, "aux_over_padding": true,
+	"tanh_gate": true, "skipped_scaled": true, "aux_over_padding": true, "softmax_whole_row": true,
+	// qk_swapped is computed as the oracle's layer on the case with Wq
+	// and Wk exchanged (swapQKArrays): its backward is the oracle's.
+	"qk_swapped": true,
 }
 
 // hasBackward reports whether every deviation d is made of (its name joins
@@ -116,13 +119,17 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
 	var ps *passes
+	gate := d.gate()
+	if gate != nil && d.weightMLPOnly {
+		gateMultipliers(l, gate)
+	}
 	if d.gathered() {
 		if ps, err = d.regatherPasses(l); err != nil {
 			return nil, nil, err
 		}
 	}
-	if d.tanhGate {
-		tanhGate(l)
+	if gate != nil {
+		setGate(l, gate)
 	}
 	// The output formula's inputs, before it replaces l's values.
 	base, mult := l.base(), l.mult
@@ -143,8 +150,12 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 			u, dw = scaledSkippedBackward(l, pre, u)
 		}
 		parts, dfs := d.partGrads(l, base, mult, ps, u)
-		if d.tanhGate {
-			parts.Router = tanhGateBackward(l, parts.Mult, dw)
+		if gate != nil {
+			if d.tanhGate {
+				parts.Router = tanhGateBackward(l, parts.Mult, dw)
+			} else {
+				parts.Router = rowSoftmaxBackward(l, parts.Mult)
+			}
 			for _, row := range parts.Mult {
 				clear(row)
 			}
@@ -362,6 +373,31 @@ func tanhGateBackward(l *layerRun, dmult, dw [][]float64) [][]float64 {
 			}
 			t := math.Tanh(row[i])
 			dr[b][i] = float64(float64(pmodAlpha*(1-float64(t*t))) * dg)
+		}
+	}
+	return dr
+}
+
+// rowSoftmaxBackward is dL/dr of rowSoftmaxGate's g, given dL/d of its
+// multipliers (dmult, read where the block ran, g there):
+//
+//	dr_i = g_i (dg_i − Σ_valid j g_j dg_j),  dg_i = ran_i dmult_i
+func rowSoftmaxBackward(l *layerRun, dmult [][]float64) [][]float64 {
+	g := l.res.Weights
+	dr := make([][]float64, len(g))
+	for b, row := range g {
+		dr[b] = make([]float64, len(row))
+		n := oracle.ValidLen(l.in.Valid, b, len(row))
+		dg := make([]float64, n)
+		dot := 0.0
+		for i := range n {
+			if l.ran[b][i] != 0 {
+				dg[i] = dmult[b][i]
+			}
+			dot += float64(row[i] * dg[i])
+		}
+		for i := range n {
+			dr[b][i] = float64(row[i] * (dg[i] - dot))
 		}
 	}
 	return dr

@@ -200,6 +200,10 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 		"skipped_scaled+residual_scaled+unsorted_indices",
 		"skipped_scaled+aux_over_padding+predictor_no_stopgrad",
 		"tanh_gate+aux_over_padding+targets_first_row",
+		"weight_mlp_only+tanh_gate",
+		"residual_twice+weight_mlp_only+tanh_gate+skipped_scaled",
+		"weight_mlp_only+softmax_whole_row",
+		"residual_twice+rope_gathered_indices+softmax_whole_row",
 	}
 	var mu sync.Mutex
 	worst := map[string]float64{}
@@ -212,7 +216,7 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 			}
 		}
 	})
-	for _, name := range []string{"layer-paper", "layer-integer-capacity", "layer-predictor", "layer-dense-ste", "layer-window", "layer-short-row", "layer-padding", "model-every-other"} {
+	for _, name := range []string{"layer-paper", "layer-integer-capacity", "layer-predictor", "layer-dense-ste", "layer-window", "layer-short-row", "layer-padding", "layer-softmax-losses", "model-every-other"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := loadCase(t, name)

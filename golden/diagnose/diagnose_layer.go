@@ -86,7 +86,12 @@ type layerDeviation struct {
 	// auxOverPadding counts every padded position in the auxiliary losses
 	// as a valid token that is never selected.
 	auxOverPadding bool
-	feed           predictorFeed
+	// rowSoftmax replaces the output weight g of every valid token by the
+	// softmax of the router weights over the row's valid tokens.
+	rowSoftmax bool
+	// swapQK exchanges every block's queries and keys (swapQKArrays).
+	swapQK bool
+	feed   predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and
 	// gather_first_k take from it. nil without a candidate.
@@ -255,11 +260,15 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	gate := d.gate()
+	if gate != nil && d.weightMLPOnly {
+		gateMultipliers(l, gate)
+	}
 	if d.gathered() {
 		d.regather(l)
 	}
-	if d.tanhGate {
-		tanhGate(l)
+	if gate != nil {
+		setGate(l, gate)
 	}
 	if d.output != nil {
 		d.output(l)

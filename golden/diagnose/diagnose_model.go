@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -190,6 +191,9 @@ func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
 // the routed layers' backward passes (modelArraysAnalytic) where d has
 // them, else by finite differences (modelArraysFD).
 func modelArrays(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.swapQK {
+		return swapQKArrays(c, d, func(c *format.Case, d *layerDeviation) (map[string]*format.Array, error) { return modelArrays(c, s, d) })
+	}
 	if d.hasBackward() {
 		return modelArraysAnalytic(c, s, d)
 	}
@@ -345,6 +349,17 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
 			}
 			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
+		case "shared_router":
+			d, _ := findLayerDeviation(dev.Name)
+			if why := skipModel(s.Config, d); why != "" {
+				ems = append(ems, notEmulated(dev.Name, why))
+				continue
+			}
+			arrays, err := decodeSharedArrays(c, s, p, in)
+			if err != nil {
+				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
+			}
+			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
 		case "mode_ungated_experts":
 			ems = append(ems, notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"))
 		default:
@@ -354,12 +369,37 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 	return ems, nil
 }
 
-// decodeWindowArrays is a decode case's expected arrays for a model whose
-// routed layers count the attention window in indices of the gathered
-// tokens (window_gathered_indices, d) in its full forward and, decoding, in
-// slots of each layer's cache: the same mistake made in both, as one
-// windowed kernel called on the gathered tensor and on the cache would.
-func decodeWindowArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
+// decodeSharedArrays is a decode case's expected arrays for a model whose
+// routed layers share the first one's router (shared_router): its full
+// forward and its decoding both route by that router, so decoding agrees
+// with the forward while both depart from the oracle's.
+func decodeSharedArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs) (map[string]*format.Array, error) {
+	shared := *p
+	shared.Layers = slices.Clone(p.Layers)
+	var first *ref.LayerParams
+	for l, ml := range s.Config.Layers {
+		if !ml.Routed {
+			continue
+		}
+		if first == nil {
+			first = p.Layers[l]
+			continue
+		}
+		own := *p.Layers[l]
+		own.Router, own.RouterBias = first.Router, first.RouterBias
+		shared.Layers[l] = &own
+	}
+	arrays, err := decodeForwardArrays(c, s, &shared, in, layerDeviation{})
+	if err != nil {
+		return nil, err
+	}
+	return decodeArrays(c, s, &shared, in, decodeVariant{}, arrays)
+}
+
+// decodeForwardArrays is a decode case's expected arrays with those of the
+// full forward (the logits, each routed layer's selection, router weights
+// and predictor logits) recomputed under d with parameters p.
+func decodeForwardArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
 	arrays := expectedArrays(c)
 	mr, err := d.runModel(s.Config, p, in, make([]layerState, len(s.Config.Layers)))
 	if err != nil {
@@ -370,13 +410,29 @@ func decodeWindowArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, 
 		if lr == nil {
 			continue
 		}
-		pre := fmt.Sprintf("expected.L%d.", l)
+		pre := layerPrefix(l)
 		sel, err := selectedLike(c, pre+"selected", lr.res.Selection)
 		if err != nil {
 			return nil, err
 		}
 		arrays[pre+"selected"] = sel
 		arrays[pre+"router_logits"] = oracle.FieldArray(lr.res.RouterWeights, s.Valid)
+		if _, ok := arrays[pre+"predictor_logits"]; ok {
+			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.res.PredictorLogits, s.Valid)
+		}
+	}
+	return arrays, nil
+}
+
+// decodeWindowArrays is a decode case's expected arrays for a model whose
+// routed layers count the attention window in indices of the gathered
+// tokens (window_gathered_indices, d) in its full forward and, decoding, in
+// slots of each layer's cache: the same mistake made in both, as one
+// windowed kernel called on the gathered tensor and on the cache would.
+func decodeWindowArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
+	arrays, err := decodeForwardArrays(c, s, p, in, d)
+	if err != nil {
+		return nil, err
 	}
 	return decodeArrays(c, s, p, in, decodeVariant{windowSlots: true}, arrays)
 }

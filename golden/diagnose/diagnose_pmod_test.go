@@ -3,6 +3,7 @@ package diagnose
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden/oracle"
@@ -120,6 +121,8 @@ func TestDiagnoseNamesPMoD(t *testing.T) {
 		{"layer-paper", "tanh_gate"},
 		{"layer-paper", "skipped_scaled"},
 		{"layer-paper", "tanh_gate+skipped_scaled"},
+		{"layer-paper", "weight_mlp_only+tanh_gate"},
+		{"layer-short-row", "weight_mlp_only+capacity_floor_zero+tanh_gate+skipped_scaled"},
 		{"layer-padding-load-balance", "aux_over_padding"},
 	} {
 		c := loadCase(t, tc.name)
@@ -134,5 +137,65 @@ func TestDiagnoseNamesPMoD(t *testing.T) {
 		if got := matched(rs); !slices.Equal(got, []string{tc.dev}) {
 			t.Errorf("%s, candidate with %s: matched %v", tc.name, tc.dev, got)
 		}
+	}
+}
+
+// TestPMoDGateOnTheMLPOnly: p-MoD's gate with the weight on the MLP's
+// update only outputs x + a + g·m with p-MoD's g = 1 + α·tanh(r): neither
+// the gate on the whole update nor the configured weight on the MLP's.
+func TestPMoDGateOnTheMLPOnly(t *testing.T) {
+	c := loadCase(t, "layer-paper")
+	both, err := DeviantCandidate(c, "weight_mlp_only+tanh_gate", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, one := range []string{"weight_mlp_only", "tanh_gate"} {
+		alone, err := DeviantCandidate(c, one, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(both["out"].F, alone["out"].F) {
+			t.Errorf("weight_mlp_only+tanh_gate computes %s's out", one)
+		}
+	}
+	gate, _ := DeviantCandidate(c, "tanh_gate", "")
+	if !slices.Equal(both["weights"].F, gate["weights"].F) || !slices.Equal(both["multipliers"].F, gate["multipliers"].F) {
+		t.Error("the combination's weights or multipliers are not p-MoD's gate's")
+	}
+}
+
+// TestSoftmaxWholeRow: softmax weighting over every valid token of the row
+// (nanoMoD's) weighs each row's valid tokens to a sum of 1, the selected
+// ones less than the softmax over the selection would; diagnose names it
+// alone and with the weight on the MLP's update only, and it is not
+// emulated where the layer's weighting is not softmax.
+func TestSoftmaxWholeRow(t *testing.T) {
+	c := loadCase(t, "layer-softmax")
+	for _, dev := range []string{"softmax_whole_row", "weight_mlp_only+softmax_whole_row"} {
+		cand, err := DeviantCandidate(c, dev, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := cand["weights"]
+		s := c.Manifest.Config.SeqLen
+		for b := range c.Manifest.Config.Batch {
+			sum := 0.0
+			for _, v := range w.F[b*s : (b+1)*s] {
+				sum += v
+			}
+			if math.Abs(sum-1) > 1e-12 {
+				t.Errorf("%s: row %d's weights sum to %v", dev, b, sum)
+			}
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matched(rs); !slices.Equal(got, []string{dev}) {
+			t.Errorf("%s: matched %v", dev, got)
+		}
+	}
+	if em := findAny(t, emulated(t, loadCase(t, "layer-paper")), "softmax_whole_row"); !strings.Contains(em.reason, "weighting \"raw\"") {
+		t.Errorf("layer-paper: softmax_whole_row reason %q", em.reason)
 	}
 }

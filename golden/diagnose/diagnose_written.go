@@ -90,14 +90,23 @@ func (w written) unsortedOrder(sel ref.Selection) (order [][]int, ok bool) {
 // the multiplier at position t is g of the t-th returned token. g holds the
 // factor of each selected position (ref's multipliers). A row whose
 // multipliers at 0..k−1 are not, within the case's tolerance, the k
-// factors of its selection in some order is not read; ok is false unless
-// every row with a selection is.
+// factors of its selection in some order is not read, nor is one in which
+// two of those factors are within tolerance of each other (under
+// `weighting: none` every factor is 1: the multipliers show no order); ok
+// is false unless every row with a selection is read.
 func (w written) returnedOrder(sel ref.Selection, g [][]float64) (order [][]int, ok bool) {
 	if len(w.multipliers) != len(sel.Rows) {
 		return nil, false
 	}
 	order = make([][]int, len(sel.Rows))
 	for b, row := range sel.Rows {
+		for i, p := range row {
+			for _, q := range row[i+1:] {
+				if math.Abs(g[b][p]-g[b][q]) <= w.tol.ATol+float64(w.tol.RTol*math.Abs(g[b][p])) {
+					return nil, false
+				}
+			}
+		}
 		used := make([]bool, len(row))
 		for t := range row {
 			m := w.multipliers[b][t]

@@ -229,6 +229,37 @@ func TestSharedRouter(t *testing.T) {
 	}
 }
 
+// TestSharedRouterDecoding: in a decode case, a model whose routed layers
+// share one router decodes with it as its full forward routes with it: the
+// decoding agrees with the forward, both depart from the oracle's, and
+// diagnose names shared_router (and nothing on the case's own values).
+func TestSharedRouterDecoding(t *testing.T) {
+	for _, name := range []string{"decode-router", "decode-predictor"} {
+		c := loadCase(t, name)
+		cand, err := DeviantCandidate(c, "shared_router", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(cand["logits"].F, c.Arrays["expected.logits"].F) || slices.Equal(cand["decode_logits"].F, c.Arrays["expected.decode_logits"].F) {
+			t.Errorf("%s: the shared router changes neither the forward nor the decoding", name)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matched(rs); !slices.Equal(got, []string{"shared_router"}) {
+			t.Errorf("%s: matched %v, want shared_router", name, got)
+		}
+		rs, err = Diagnose(c, c.Candidate())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := matched(rs); !slices.Equal(got, []string{OracleName}) {
+			t.Errorf("%s: the oracle's values match %v", name, got)
+		}
+	}
+}
+
 // findAny returns the emulation of a deviation, emulated or not.
 func findAny(t *testing.T, ems []emulation, name string) emulation {
 	t.Helper()
@@ -314,6 +345,28 @@ func TestGatherFirstKTorchOrder(t *testing.T) {
 		}
 		if r.Match != (r.Name == "gather_first_k") {
 			t.Errorf("with multipliers: %s match %v", label(r), r.Match)
+		}
+	}
+}
+
+// TestGatherFirstKWeightingNone: under `weighting: none` every multiplier
+// is 1, so a candidate's multipliers show no order: gather_first_k is
+// named in the order its top-k returned, descending weight or torch's CPU
+// order, with the multipliers written as ports write them.
+func TestGatherFirstKWeightingNone(t *testing.T) {
+	c := loadCase(t, "layer-none")
+	for _, variant := range []string{"", torchTopKVariant} {
+		cand, err := DeviantCandidate(c, "gather_first_k", variant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := matchedLabels(rs)
+		if len(named) == 0 || !strings.HasPrefix(named[0], "gather_first_k") {
+			t.Errorf("gather_first_k (variant %q): matched %v", variant, named)
 		}
 	}
 }

@@ -35,6 +35,8 @@ var Deviations = []Deviation{
 	{"tanh_gate", "p-MoD's TanhNorm in place of the configured weighting: g = 1 + α·tanh(r) with α = 0.2 at every valid token, so out = x + (1 + α·tanh(r))·f for a selected token"},
 	{"skipped_scaled", "p-MoD's STRing: a valid token outside the selection is scaled by its weight, out = g·x, instead of passing unchanged, so the router learns from the skipped tokens too"},
 	{"aux_over_padding", "auxiliary losses over padding: each padded position counts as a valid token that is never selected, its router weight (or predictor logit) in each BCE mean against target 0 (the means over B·S) and σ(r) in load balancing's P_s"},
+	{"softmax_whole_row", "softmax weighting taken over every valid token of the row instead of the selected ones: a selected token's g = exp(r_i) / Σ_valid exp(r_j)"},
+	{"qk_swapped", "queries and keys swapped: token i attends to j by k_i·q_j instead of q_i·k_j, in every block of the model (the attention's code is shared)"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

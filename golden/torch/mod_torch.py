@@ -64,7 +64,7 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
               "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router",
-              "tanh_gate", "skipped_scaled", "aux_over_padding")
+              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped")
 DEVIATION = None
 
 
@@ -80,8 +80,16 @@ def deviates(name):
 # N1(x) instead of the raw residual x (docs/spec.md §2); "rope_interleaved",
 # RoPE pairs coordinate 2j with 2j+1 in a rotate-half configuration (§5);
 # "stale_selection", every routed layer of a model after the first routes the
-# first one's selection again (its routing mask kept across layers).
-BUGS = ("router_normed_input", "rope_interleaved", "stale_selection")
+# first one's selection again (its routing mask kept across layers); three of
+# different kinds, to plant beside named deviations (docs/golden-format.md,
+# "Named deviations and a remainder"): "router_detached", a detached tensor,
+# the weight applied to the block's update is g.detach(), so the router
+# learns from its auxiliary loss alone; "bce_sum", a changed formula, the
+# auxiliary BCEs summed over the valid tokens instead of averaged;
+# "targets_late", a wrong index, each target set one position after the
+# token it marks (the last position's dropped).
+BUGS = ("router_normed_input", "rope_interleaved", "stale_selection",
+        "router_detached", "bce_sum", "targets_late")
 BUG = None
 _first_selection = None   # stale_selection: the first routed layer's (sel, topk)
 
@@ -256,6 +264,8 @@ def attention_qkv(h, pos, P, cfg):
         base = float(cfg.get("rope_base", 10000))
         q = rope(q, pos, base)
         k = rope(k, pos, base)
+    if deviates("qk_swapped") and KV == H:   # q and k swapped after RoPE, in every block
+        q, k = k, q
     return q, k, v
 
 
@@ -456,6 +466,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     for b in range(B):
         for i in tsel[b]:
             t[b, i] = 1.0
+    if BUG == "targets_late":   # each target one position after its token
+        t = torch.cat([torch.zeros(B, 1, dtype=DTYPE), t[:, :-1]], dim=1) * vm
     if deviates("targets_first_row"):   # a flat B*S vector indexed by positions: row 0
         t = torch.zeros(B, S, dtype=DTYPE)
         for b in range(B):
@@ -466,8 +478,12 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     g_router = weights_of(r, m, vm, cfg.get("weighting", "raw"))
     if deviates("tanh_gate"):   # p-MoD's TanhNorm: 0.2 * tanh(r) + 1 in place of the weighting
         g_router = (0.2 * torch.tanh(r) + 1) * vm
+    if deviates("softmax_whole_row") and cfg.get("weighting", "raw") == "softmax":   # over every valid token
+        g_router = weights_of(r, vm, vm, "softmax")
     # no_weighting: g is computed (and reported as `weights`) but not applied.
     g = torch.ones_like(r) if deviates("no_weighting") else g_router
+    if BUG == "router_detached":   # the router learns from its auxiliary loss alone
+        g = g.detach()
     compute = cfg.get("compute", "gather")
     mlp_only = bool(cfg.get("mlp_only", False))
 
@@ -562,7 +578,7 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         multipliers[b] = mr
     if CONVENTIONS["weights"] == "routed":
         w_out = (g_router * m).detach()
-    elif cfg.get("weighting", "raw") == "softmax" and not deviates("tanh_gate"):     # softmax g is only defined on selected tokens
+    elif cfg.get("weighting", "raw") == "softmax" and not deviates("tanh_gate") and not deviates("softmax_whole_row"):     # softmax g is only defined on selected tokens
         w_out = (g_router * m).detach()
     else:
         w_out = (g_router * vm).detach()
@@ -570,6 +586,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     nvalid = vm.sum()
     aux = {}
     bce = (bce_with_logits(r, t) * vm).sum() / nvalid if nvalid > 0 else r.sum() * 0
+    if BUG == "bce_sum":   # summed, not averaged
+        bce = (bce_with_logits(r, t) * vm).sum()
     aux["router_bce"] = bce
     p = torch.sigmoid(r) * vm
     F = (m * vm).mean(dim=0)
@@ -580,6 +598,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
     if has_pred:
         # 0 with no valid token, as router_bce (found by modref fuzz: a batch of empty rows)
         aux["predictor_bce"] = (bce_with_logits(q, t) * vm).sum() / nvalid if nvalid > 0 else q.sum() * 0
+        if BUG == "bce_sum":
+            aux["predictor_bce"] = (bce_with_logits(q, t) * vm).sum()
     if deviates("aux_over_padding"):   # no padding mask in the losses: every position counts
         rf = router_logits(x, P, cfg, noise, jitter)
         aux["router_bce"] = bce_with_logits(rf, t).mean()
@@ -726,6 +746,12 @@ def decode(tokens, valid, P, cfg_model):
     routed = {l: torch.zeros(B, S, dtype=torch.long)
               for l, s in enumerate(cfg_model["layers"]) if s.get("routed", False)}
     fc = final_cfg(cfg_model)
+    # shared_router: the first routed layer's router decodes for every routed
+    # layer, as in the full forward (one router module, called by each).
+    shared_params = {}
+    if deviates("shared_router"):
+        first = next(l for l, sp in enumerate(cfg_model["layers"]) if sp.get("routed", False))
+        shared_params = {k: v for k, v in layer_params(P, first).items() if k in ("Router", "RouterBias")}
     for b in range(B):
         # cache[l] = (list of k (KV x dh), list of v, list of positions)
         cache = [([], [], []) for _ in range(L)]
@@ -751,6 +777,7 @@ def decode(tokens, valid, P, cfg_model):
                     raise ValueError("decode needs causal routing at layer %d" % l)
                 if lc.get("weighting") == "softmax":
                     raise ValueError("softmax weighting is not causal")
+                Pl = dict(Pl, **shared_params)
                 r = router_logits(x[None], Pl, dict(lc, jitter=0))[0]      # 1
                 z = r if mode == "router" else predictor_logits(x[None], Pl)[0]
                 go = float(z[0]) > 0.0
