@@ -109,8 +109,12 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 	rel := 0.0
 	for _, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
+		// An array that is 0 wherever judged (every row padded) has no
+		// relative error to lend.
 		if e, ok := errs[name]; ok && format.Elements(info.Shape) > 1 && !strings.HasPrefix(name, "grad.") {
-			rel = math.Max(rel, e/profileScale(p, c, info.Name))
+			if s := profileScale(p, c, info.Name); s > 0 {
+				rel = math.Max(rel, e/s)
+			}
 		}
 	}
 	for _, info := range m.Arrays {

@@ -1,10 +1,13 @@
 package modcase
 
 import (
+	"math"
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
 )
 
@@ -44,5 +47,33 @@ func TestFloat32Tolerances(t *testing.T) {
 	}
 	if widened > 3 {
 		t.Errorf("%d arrays widened, want the loss alone or few", widened)
+	}
+}
+
+// TestFloat32TolerancesFullyPadded checks a case whose only row is all
+// padding (valid length 0, as fuzz draws): every value judged is none, the
+// arrays are 0, and every tolerance must still be a finite number (a
+// relative error of 0/0 once made the losses' atol NaN, which the case's
+// own check then refused).
+func TestFloat32TolerancesFullyPadded(t *testing.T) {
+	layer := `"d_model": 8, "heads": 4, "d_ff": 10, "norm": "layernorm", "norm_eps": 1e-5, "mlp": "gelu",
+		"positions": "rope", "rope_base": 10000, "router": "linear", "capacity": {"kind": "ratio", "ratio": 0.5},
+		"weighting": "sigmoid", "compute": "gather", "aux": "router_bce", "aux_weight": 0.01, "causal": "off"`
+	g, err := golden.DecodeGenConfig([]byte(`{"name": "padded", "kind": "layer", "seed": 1,
+		"config": {"batch": 1, "seq_len": 4, "valid_lengths": [0], "layer": {` + layer + `}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := golden.GenerateUnmeasured(g, Float32Tolerances)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range c.Manifest.Arrays {
+		if tol := info.Tolerance; tol != nil && (math.IsNaN(tol.ATol) || math.IsInf(tol.ATol, 0) || tol.ATol < 0) {
+			t.Errorf("%s: atol %v: %s", info.Name, tol.ATol, tol.Reason)
+		}
+	}
+	if _, err := judge.Compare(c, c.Candidate(), false); err != nil {
+		t.Errorf("the truth judged against itself: %v", err)
 	}
 }
