@@ -16,7 +16,14 @@ CPU autocast to bfloat16 (its matrix products and their gradients in bf16, as
 torch.autocast does on a GPU); --dtype tf32 runs it in float32 with every
 matrix product's operands rounded to TF32 (tf32_products below: what
 torch.backends.cuda.matmul.allow_tf32 does on an NVIDIA GPU, which the CPU
-lacks); and --deviate NAME plants one (or, joined by +, several) of the
+lacks); --dtype float32-native runs it in float32 with PyTorch's own
+F.layer_norm and F.cross_entropy (mod_torch.NATIVE) where float32 writes the
+formulas out; --dtype bfloat16-pure keeps every tensor in bfloat16 (what
+module.to(torch.bfloat16) does: inputs, parameters and their gradients in bf16,
+native ops, the rotary tables computed in float32 and rounded); --dtype fp16
+emulates torch.autocast(dtype=torch.float16) on a GPU (fp16_products below:
+operands and results of every product rounded to fp16, forward and backward,
+native ops); and --deviate NAME plants one (or, joined by +, several) of the
 deviations of docs/spec.md §11, to see `modref diagnose` name it; --form says how
 the planted deviation is written where ports write it in several ways
 (mod_torch.PORT_FORMS: torch_topk takes top-k's indices in the order

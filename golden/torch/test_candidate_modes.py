@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import candidate as T  # noqa: E402
 import check_corpus as C  # noqa: E402
+import measure_tol as MT  # noqa: E402
 import mod_torch as M  # noqa: E402
 import modref_golden as G  # noqa: E402
 
@@ -151,6 +152,23 @@ class TestKeep(unittest.TestCase):
             p = subprocess.run([sys.executable, os.path.join(HERE, "fuzz_candidate.py")] + argv,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self.assertEqual(p.returncode, 2, "%s: %s" % (argv, p.stderr))
+
+
+class TestMeasure(unittest.TestCase):
+    def test_ratio_is_error_over_tolerance_at_the_reported_element(self):
+        tol = {"atol": 1e-3, "rtol": 1e-2}
+        self.assertAlmostEqual(MT.ratio_of({"status": "fail", "got": 2.06, "want": 2.0, "tolerance": tol}), 0.06 / 0.021)
+        self.assertEqual(MT.ratio_of({"status": "pass", "got": 1.0, "want": 1.0, "tolerance": {"atol": 0, "rtol": 0}}), 0.0)
+        self.assertEqual(MT.ratio_of({"status": "missing"}), float("inf"))
+
+    def test_worst_names_the_worst_array_and_a_routing_mismatch(self):
+        tol = {"atol": 1.0, "rtol": 0.0}
+        res = {"arrays": [{"name": "out", "status": "pass", "got": 0.5, "want": 0.0, "tolerance": tol},
+                          {"name": "loss", "status": "fail", "got": 3.0, "want": 0.0, "tolerance": tol}]}
+        self.assertEqual(MT.worst_of(res), (3.0, "loss"))
+        res["arrays"].append({"name": "selected", "status": "fail", "routing": [{"row": 0}], "got": 1, "want": 1,
+                              "tolerance": tol})
+        self.assertEqual(MT.worst_of(res), (float("inf"), "selected (routing)"))
 
 
 if __name__ == "__main__":
