@@ -15,7 +15,8 @@ mode of candidate.py: float32-native, bfloat16, bfloat16-pure, tf32, fp16) and -
 (also MODREF_DEVIATE) are candidate.py's: --deviate plants deviations of
 docs/spec.md §11. --keep DIR (server only) also writes each case's manifest and
 the candidate computed on it to DIR/NAME.json and DIR/NAME.npz, so that
-measure_tol.py can judge the cases that passed for their error/tolerance ratios. --plant tiled_softmax plants a bug of no list: attention
+measure_tol.py can judge the cases that passed for their error/tolerance
+ratios. --plant tiled_softmax plants a bug of no list: attention
 computed in key tiles of 64 with an online softmax that rescales the running
 sum but not the running output when a later tile raises the row's maximum, as
 a hand-written tiled kernel may; it shows only when a query attends over more
