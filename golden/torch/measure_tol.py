@@ -119,12 +119,19 @@ def fuzz_run(modref, mode, seed, cases, max_seq, ratios, out):
         cmd += ["--precision", precision]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode not in (0, 1) or not p.stdout.strip():
+    try:
+        s = json.loads(p.stdout)
+    except ValueError:
+        s = None
+    # exit 2 with a summary: a case modref could not judge or the candidate botched
+    # (fuzz stops there); a failure of the mode like any other, recorded
+    if p.returncode not in (0, 1, 2) or not isinstance(s, dict) or (p.returncode == 2 and not s.get("failures")):
         raise RuntimeError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr[-3000:]))
-    s = json.loads(p.stdout)
     rec = {"mode": mode, "seed": seed, "cases": s["cases"], "judged": s["judged"], "kinds": s.get("kinds"),
            "seconds": round(time.time() - t0, 1), "cases_per_second": s.get("cases_per_second"),
            "command": " ".join(cmd), "failures": [], "worst": [0.0, ""]}
+    if p.returncode == 2:
+        rec["stopped"] = "fuzz stopped (exit 2) after %d of %d cases" % (s["cases"], cases)
     failed = set()
     for f in s.get("failures") or []:
         failed.add(f.get("case"))
@@ -187,9 +194,9 @@ def corpus_run(modref, mode, cases_dir, names, out, tag):
 
 def fmt(rec):
     w = rec["worst"]
-    return "%-24s %-12s judged %4d  failures %3d  worst %s at %s  (%.0f s)" % (
+    return "%-24s %-12s judged %4d  failures %3d  worst %s at %s  (%.0f s)%s" % (
         rec["mode"], rec.get("set") or "seed %d" % rec["seed"], rec["judged"], len(rec["failures"]),
-        "%.3g" % w[0], w[1] or "-", rec["seconds"])
+        "%.3g" % w[0], w[1] or "-", rec["seconds"], "; " + rec["stopped"] if rec.get("stopped") else "")
 
 
 def main(argv):
