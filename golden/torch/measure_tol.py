@@ -123,15 +123,15 @@ def fuzz_run(modref, mode, seed, cases, max_seq, ratios, out):
         s = json.loads(p.stdout)
     except ValueError:
         s = None
-    # exit 2 with a summary: a case modref could not judge or the candidate botched
-    # (fuzz stops there); a failure of the mode like any other, recorded
+    # exit 2 with a summary: a case modref could not judge or the candidate botched;
+    # a failure of the mode like any other, recorded
     if p.returncode not in (0, 1, 2) or not isinstance(s, dict) or (p.returncode == 2 and not s.get("failures")):
         raise RuntimeError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr[-3000:]))
     rec = {"mode": mode, "seed": seed, "cases": s["cases"], "judged": s["judged"], "kinds": s.get("kinds"),
            "seconds": round(time.time() - t0, 1), "cases_per_second": s.get("cases_per_second"),
            "command": " ".join(cmd), "failures": [], "worst": [0.0, ""]}
     if p.returncode == 2:
-        rec["stopped"] = "fuzz stopped (exit 2) after %d of %d cases" % (s["cases"], cases)
+        rec["stopped"] = "fuzz exit 2 (a case not judged) after %d of %d cases" % (s["cases"], cases)
     failed = set()
     for f in s.get("failures") or []:
         failed.add(f.get("case"))
