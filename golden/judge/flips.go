@@ -68,8 +68,9 @@ const (
 // one layer moves the inputs of the next), and the candidate is judged
 // against that, values and gradients, by c's tolerances. The result records
 // the flips either way (docs/tolerances.md, "Routing flips at near-ties").
-// A result without a routing mismatch is returned as it is. Decode cases
-// are not rejudged (decisions made token by token). The error is for a
+// A result without a routing mismatch is returned as it is. A decode
+// case is recomputed as its full causal forward, at the candidate's
+// selected, and its decoded arrays at the candidate's routed (frozenDecode). The error is for a
 // case whose truth cannot be recomputed; a candidate's decisions that the
 // layer cannot run are a failure, with the reason in the report.
 func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, allowMissing bool) (*CaseResult, error) {
@@ -81,7 +82,7 @@ func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, 
 	switch {
 	case rep.Verdict != "":
 		return res, nil
-	case c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE:
+	case c.Manifest.Kind == format.KindMoDE:
 		rep.Verdict = FlipsNotHandled
 		return res, nil
 	case rep.Count > rep.Limit:
@@ -119,6 +120,10 @@ func FlipLimit(d int) int {
 func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 	rep := &FlipReport{Margin: c.Manifest.Routing.Margin}
 	mismatch := false
+	// A decode case's routed flips the tokens its selected flipped (the
+	// same decisions, decoded token by token): a token counts once.
+	type token struct{ layer, row, pos int }
+	seen := map[token]bool{}
 	for _, a := range res.Arrays {
 		if a.Status != StatusFail || len(a.Routing) == 0 {
 			continue
@@ -138,8 +143,16 @@ func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 			if m.Order || !f.Within {
 				rep.Verdict = FlipsBeyond
 			}
-			rep.Count += len(m.OnlyCandidate) + len(m.OnlyOracle)
-			rep.Flips = append(rep.Flips, f)
+			fresh := false
+			for _, p := range slices.Concat(m.OnlyCandidate, m.OnlyOracle) {
+				if t := (token{f.Layer, m.Row, p}); !seen[t] {
+					seen[t], fresh = true, true
+					rep.Count++
+				}
+			}
+			if fresh {
+				rep.Flips = append(rep.Flips, f)
+			}
 		}
 	}
 	if !mismatch {
@@ -327,7 +340,7 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 		if err != nil {
 			return nil, err
 		}
-		fz, err := frozenLayer(c, cand, "expected.", s.Config, dr.P, dr.In)
+		fz, err := frozenLayer(c, cand, "expected.", "selected", s.Config, dr.P, dr.In)
 		if err != nil {
 			return nil, err
 		}
@@ -339,32 +352,7 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 			return nil, err
 		}
 	case format.KindModel:
-		s := oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
-		p, in, err := oracle.ModelDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.Config.Layers))}
-		x := ref.Embed(p, in.Tokens, in.Valid)
-		for l, ml := range s.Config.Layers {
-			if !ml.Routed {
-				if x, err = ref.DenseLayerForward(s.Config.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			lin := ref.LayerInputs{X: x, Valid: in.Valid, Noise: in.Noise[l], Jitter: in.Jitter[l]}
-			if fz.Layers[l], err = frozenLayer(c, cand, fmt.Sprintf("expected.L%d.", l), ml.Config, p.Layers[l], lin); err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
-			}
-			r, err := ref.LayerForwardFrozen(ml.Config, p.Layers[l], lin, fz.Layers[l])
-			if err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
-			}
-			x = r.Out
-		}
-		res, err := ref.ModelForwardFrozen(s.Config, p, in, fz)
+		s, p, in, res, err := frozenModel(c, cand, "selected")
 		if err != nil {
 			return nil, err
 		}
@@ -375,6 +363,11 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 			}
 		}
 		if re, err = oracle.ModelCase(s, m.Provenance.Seed, p, in, res, gaps); err != nil {
+			return nil, err
+		}
+	case format.KindDecode:
+		var err error
+		if re, err = frozenDecode(c, cand); err != nil {
 			return nil, err
 		}
 	default:
@@ -397,14 +390,99 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 	return &format.Case{Manifest: m, Arrays: arrays}, nil
 }
 
+// frozenModel recomputes a model or decode case's forward with the
+// candidate's decisions frozen in every routed layer, in order: each
+// layer's from the candidate's array decision ("selected", or a decode
+// case's token-by-token "routed"), at that layer's input as the earlier
+// frozen layers make it.
+func frozenModel(c *format.Case, cand map[string]*format.Array, decision string) (oracle.ModelSpec, *ref.ModelParams, ref.ModelInputs, *ref.ModelResult, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
+	p, in, err := oracle.ModelDrawOf(c, s)
+	if err != nil {
+		return s, nil, in, nil, err
+	}
+	fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.Config.Layers))}
+	x := ref.Embed(p, in.Tokens, in.Valid)
+	for l, ml := range s.Config.Layers {
+		if !ml.Routed {
+			if x, err = ref.DenseLayerForward(s.Config.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
+				return s, nil, in, nil, err
+			}
+			continue
+		}
+		lin := ref.LayerInputs{X: x, Valid: in.Valid, Noise: in.Noise[l], Jitter: in.Jitter[l]}
+		if fz.Layers[l], err = frozenLayer(c, cand, fmt.Sprintf("expected.L%d.", l), decision, ml.Config, p.Layers[l], lin); err != nil {
+			return s, nil, in, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		r, err := ref.LayerForwardFrozen(ml.Config, p.Layers[l], lin, fz.Layers[l])
+		if err != nil {
+			return s, nil, in, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		x = r.Out
+	}
+	res, err := ref.ModelForwardFrozen(s.Config, p, in, fz)
+	return s, p, in, res, err
+}
+
+// frozenDecode recomputes a decode case at the candidate's decisions. Its
+// routing is causal, each token decided by its own score, so token-by-token
+// decoding at given decisions computes what the full causal forward at the
+// same decisions does: the full forward's arrays (logits, router and
+// predictor logits, selected) are recomputed at the candidate's selected,
+// and the decoded ones (decode_logits, routed) at its routed, 0 at padded
+// positions as the case writes them.
+func frozenDecode(c *format.Case, cand map[string]*format.Array) (*format.Case, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s, _, _, full, err := frozenModel(c, cand, "selected")
+	if err != nil {
+		return nil, err
+	}
+	_, _, _, dec, err := frozenModel(c, cand, "routed")
+	if err != nil {
+		return nil, err
+	}
+	arrays := map[string]*format.Array{"expected.logits": oracle.BatchArray(full.Logits)}
+	vocab := s.Config.Vocab
+	logits := oracle.BatchArray(dec.Logits)
+	for b := range cfg.Batch {
+		from := (b*cfg.SeqLen + oracle.ValidLen(cfg.ValidLengths, b, cfg.SeqLen)) * vocab
+		clear(logits.F[from : (b+1)*cfg.SeqLen*vocab])
+	}
+	arrays["expected.decode_logits"] = logits
+	for l, lr := range full.Layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		arrays[pre+"router_logits"] = oracle.FieldArray(lr.RouterWeights, cfg.ValidLengths)
+		arrays[pre+"selected"] = oracle.SelectedArray(lr.Selection)
+		if lr.PredictorLogits != nil {
+			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.PredictorLogits, cfg.ValidLengths)
+		}
+		routed := make([][]int, cfg.Batch)
+		for b := range routed {
+			routed[b] = make([]int, cfg.SeqLen)
+			for _, p := range dec.Layers[l].Selection.Rows[b] {
+				routed[b][p] = 1
+			}
+		}
+		arrays[pre+"routed"] = oracle.IntGrid(routed)
+	}
+	return &format.Case{Manifest: m, Arrays: arrays}, nil
+}
+
 // frozenLayer freezes one routed layer at the candidate's decision: its
-// selection (prefix+"selected"), and under causal routing its targets'
+// selection (prefix+decision: "selected", or a decode case's "routed"), and under causal routing its targets'
 // top-k when the candidate wrote targets; the stop-gradient constants are
 // the layer's own at its input (ref.NewFrozen).
-func frozenLayer(c *format.Case, cand map[string]*format.Array, prefix string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
-	sel, ok := candidateSelection(c, cand, prefix+"selected")
+func frozenLayer(c *format.Case, cand map[string]*format.Array, prefix, decision string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
+	sel, ok := candidateSelection(c, cand, prefix+decision)
 	if !ok {
-		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", format.CandidateName(prefix+"selected"))
+		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", format.CandidateName(prefix+decision))
 	}
 	fz, err := ref.NewFrozen(cfg, p, in, sel)
 	if err != nil {

@@ -29,7 +29,7 @@ type BaselineError struct {
 }
 
 // errNotRecomputable marks a case the truth cannot be recomputed under at
-// another implementation's decisions (decode and MoDE cases).
+// another implementation's decisions (MoDE cases).
 var errNotRecomputable = errors.New("not recomputable at other decisions")
 
 // truthAtDecisions returns the truth the baseline's errors are measured
@@ -48,7 +48,7 @@ func truthAtDecisions(c *format.Case, baseline map[string]*format.Array) (*forma
 		if slices.Equal(b.I, w.I) && slices.Equal(b.F, w.F) {
 			continue
 		}
-		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
+		if c.Manifest.Kind == format.KindMoDE {
 			return nil, fmt.Errorf("the emulated implementation's %s differs from the truth's (a decision within the format's error of a tie), which a %s case cannot be recomputed under: %w", format.CandidateName(info.Name), c.Manifest.Kind, errNotRecomputable)
 		}
 		return frozenTruth(c, baseline)
