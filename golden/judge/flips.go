@@ -25,8 +25,11 @@ type FlipReport struct {
 	Count    int `json:"count"`
 	NearTies int `json:"near_ties"`
 	Limit    int `json:"limit"`
-	// Margin is the near-tie margin the flips were held to.
-	Margin float64 `json:"margin"`
+	// Margin is the near-tie margin the flips were held to; GateMargin
+	// the one a MoDE case's expert choice is held to, in gates (twice the
+	// gates' tolerance).
+	Margin     float64 `json:"margin"`
+	GateMargin float64 `json:"gate_margin,omitempty"`
 	// Verdict says what was done: "rejudged" (every flip within the
 	// margin and not too many: values and gradients judged against the
 	// truth recomputed with the candidate's decisions frozen), or why not.
@@ -38,6 +41,9 @@ type Flip struct {
 	// Layer is the routed layer's index in a model (-1 in a layer case).
 	Layer int `json:"layer"`
 	Row   int `json:"row"`
+	// Expert is, for a MoDE case's expert choice, the expert whose choice
+	// flipped (its distance measured in gates); nil for a routing decision.
+	Expert *int `json:"expert,omitempty"`
 	// OnlyCandidate and OnlyOracle are the positions only one side routed.
 	OnlyCandidate []int `json:"only_candidate"`
 	OnlyOracle    []int `json:"only_oracle"`
@@ -70,20 +76,20 @@ const (
 // the flips either way (docs/tolerances.md, "Routing flips at near-ties").
 // A result without a routing mismatch is returned as it is. A decode
 // case is recomputed as its full causal forward, at the candidate's
-// selected, and its decoded arrays at the candidate's routed (frozenDecode). The error is for a
+// selected, and its decoded arrays at the candidate's routed (frozenDecode);
+// a MoDE case at the candidate's selection and expert choice, each expert's
+// flips measured in gates from its k_e-th and (k_e+1)-th gate over the
+// truth's computed tokens, within twice the gates' tolerance (expertFlips). The error is for a
 // case whose truth cannot be recomputed; a candidate's decisions that the
 // layer cannot run are a failure, with the reason in the report.
 func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, allowMissing bool) (*CaseResult, error) {
-	rep := flipsOf(c, res)
+	rep := flipsOf(c, cand, res)
 	if rep == nil {
 		return res, nil
 	}
 	res.Flips = rep
 	switch {
 	case rep.Verdict != "":
-		return res, nil
-	case c.Manifest.Kind == format.KindMoDE:
-		rep.Verdict = FlipsNotHandled
 		return res, nil
 	case rep.Count > rep.Limit:
 		rep.Verdict = FlipsTooMany
@@ -117,9 +123,9 @@ func FlipLimit(d int) int {
 // flipsOf reads the routing mismatches of a failed comparison. It returns
 // nil when there are none, and a report whose Verdict is set when they are
 // not near-tie flips.
-func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
+func flipsOf(c *format.Case, cand map[string]*format.Array, res *CaseResult) *FlipReport {
 	rep := &FlipReport{Margin: c.Manifest.Routing.Margin}
-	mismatch := false
+	mismatch := expertFlips(c, cand, res, rep)
 	// A decode case's routed flips the tokens its selected flipped (the
 	// same decisions, decoded token by token): a token counts once.
 	type token struct{ layer, row, pos int }
@@ -130,7 +136,7 @@ func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 		}
 		mismatch = true
 		prefix, kind := routingArray("expected." + a.Name)
-		if kind == "" || strings.HasSuffix(a.Name, "expert_choice") {
+		if kind == "" {
 			rep.Verdict = FlipsNotHandled
 			continue
 		}
@@ -165,6 +171,105 @@ func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 	}
 	rep.Limit = FlipLimit(rep.NearTies)
 	return rep
+}
+
+// expertFlips adds a MoDE case's expert-choice flips to rep, and reports
+// whether the expert choice failed. In row b, expert e's boundary is its
+// k_e-th largest gate (the truth's, over the tokens the truth computed) and
+// the largest it left out: a token only the candidate's expert took must
+// lie within rep.GateMargin below the first, one only the truth's took
+// within it above the second. A token the truth did not compute has no
+// gate to measure (a flip of the staged selection beside it): beyond.
+func expertFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, rep *FlipReport) bool {
+	failed := false
+	for _, a := range res.Arrays {
+		failed = failed || a.Name == "expert_choice" && a.Status == StatusFail
+	}
+	want, gates, info := c.Arrays["expected.expert_choice"], c.Arrays["expected.gates"], gatesInfo(c)
+	got := cand["expert_choice"]
+	if !failed || want == nil || gates == nil || info == nil || got == nil || !slices.Equal(got.Shape, want.Shape) || len(want.Shape) != 3 {
+		if failed {
+			rep.Verdict = FlipsNotHandled
+		}
+		return failed
+	}
+	rep.GateMargin = flipMarginTols * (info.Tolerance.ATol + info.Tolerance.RTol)
+	seqLen, width, ke := c.Manifest.Config.SeqLen, want.Shape[1], want.Shape[2]
+	computed := func(b int) map[int]bool {
+		if sel := c.Arrays["expected.selected"]; sel != nil {
+			return decisions(sel, b, true, seqLen)
+		}
+		all := map[int]bool{}
+		for p := range seqLen {
+			all[p] = true
+		}
+		return all
+	}
+	for b := range want.Shape[0] {
+		in := computed(b)
+		for e := range width {
+			list := func(a *format.Array) map[int]bool {
+				set := map[int]bool{}
+				for _, p := range a.I[(b*width+e)*ke : (b*width+e+1)*ke] {
+					set[int(p)] = true
+				}
+				return set
+			}
+			gs, ws := list(got), list(want)
+			g := func(p int) float64 { return gates.F[(b*seqLen+p)*width+e] }
+			kth, next := math.Inf(1), math.Inf(-1)
+			for p := range in {
+				if ws[p] {
+					kth = math.Min(kth, g(p))
+				} else {
+					next = math.Max(next, g(p))
+				}
+			}
+			f := Flip{Layer: -1, Row: b, Expert: &e, Within: true, OnlyCandidate: onlyIn(gs, ws), OnlyOracle: onlyIn(ws, gs)}
+			for p := range in {
+				if d := expertDistance(g(p), ws[p], kth, next); d > 0 && d < rep.GateMargin {
+					rep.NearTies++
+				}
+			}
+			if f.OnlyCandidate == nil && f.OnlyOracle == nil {
+				continue
+			}
+			for _, p := range slices.Concat(f.OnlyCandidate, f.OnlyOracle) {
+				d := math.Inf(1)
+				if in[p] {
+					d = expertDistance(g(p), ws[p], kth, next)
+				}
+				f.Distance = math.Max(f.Distance, d)
+				f.Within = f.Within && d > 0 && d < rep.GateMargin
+				rep.Count++
+			}
+			if !f.Within || len(f.OnlyCandidate) != len(f.OnlyOracle) {
+				f.Within = false
+				rep.Verdict = FlipsBeyond
+			}
+			rep.Flips = append(rep.Flips, f)
+		}
+	}
+	return true
+}
+
+// expertDistance is how far a gate is from an expert's boundary on the
+// side that decides it: chosen means the truth's expert chose the token.
+func expertDistance(g float64, chosen bool, kth, next float64) float64 {
+	if chosen {
+		return g - next
+	}
+	return kth - g
+}
+
+// gatesInfo returns the manifest's entry of a MoDE case's gates, or nil.
+func gatesInfo(c *format.Case) *format.ArrayInfo {
+	for i, info := range c.Manifest.Arrays {
+		if info.Name == "expected.gates" && info.Tolerance != nil {
+			return &c.Manifest.Arrays[i]
+		}
+	}
+	return nil
 }
 
 // causalLayer reports whether the routed layer of a prefix routes
@@ -370,6 +475,11 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 		if re, err = frozenDecode(c, cand); err != nil {
 			return nil, err
 		}
+	case format.KindMoDE:
+		var err error
+		if re, err = frozenMoDE(c, cand); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("kind %q is not rejudged", m.Kind)
 	}
@@ -473,6 +583,53 @@ func frozenDecode(c *format.Case, cand map[string]*format.Array) (*format.Case, 
 		arrays[pre+"routed"] = oracle.IntGrid(routed)
 	}
 	return &format.Case{Manifest: m, Arrays: arrays}, nil
+}
+
+// frozenMoDE recomputes a MoDE case at the candidate's decisions: the
+// staged form's selection (the integrated form computes every token) and
+// every expert's choice.
+func frozenMoDE(c *format.Case, cand map[string]*format.Array) (*format.Case, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := oracle.MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
+	dr, err := oracle.MoDEDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	fz := ref.MoDEFrozen{Selection: ref.Selection{S: cfg.SeqLen, Rows: make([][]int, cfg.Batch)}}
+	if _, ok := c.Arrays["expected.selected"]; ok {
+		if fz.Selection, ok = candidateSelection(c, cand, "expected.selected"); !ok {
+			return nil, fmt.Errorf("the candidate has no selected")
+		}
+	} else {
+		for b := range fz.Selection.Rows {
+			for p := range cfg.SeqLen {
+				fz.Selection.Rows[b] = append(fz.Selection.Rows[b], p)
+			}
+		}
+	}
+	ch, ok := cand["expert_choice"]
+	want := c.Arrays["expected.expert_choice"]
+	if !ok || want == nil || !slices.Equal(ch.Shape, want.Shape) || len(ch.Shape) != 3 || !ch.IsInt() {
+		return nil, fmt.Errorf("the candidate has no expert_choice of the case's shape")
+	}
+	width, ke := ch.Shape[1], ch.Shape[2]
+	for b := range cfg.Batch {
+		row := make([][]int, width)
+		for e := range row {
+			for _, p := range ch.I[(b*width+e)*ke : (b*width+e+1)*ke] {
+				row[e] = append(row[e], int(p))
+			}
+			slices.Sort(row[e])
+		}
+		fz.Experts = append(fz.Experts, row)
+	}
+	res, err := ref.MoDEForwardFrozen(s.Config, dr.P, dr.X, fz)
+	if err != nil {
+		return nil, err
+	}
+	return oracle.MoDECase(s, m.Provenance.Seed, dr, res, oracle.MoDEGaps(res))
 }
 
 // frozenLayer freezes one routed layer at the candidate's decision: its

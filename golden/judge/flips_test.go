@@ -184,25 +184,12 @@ func TestJudgeFlipsDecode(t *testing.T) {
 		k := sel.Shape[1]
 		row := slices.DeleteFunc(slices.Clone(sel.I[:k]), func(v int64) bool { return v == int64(p) })
 		copy(sel.I[:k], append(row, -1))
-		if _, err := truthAtDecisions(wide, cand); err != nil {
-			t.Fatalf("%s: an emulation's decode flip: %v", name, err)
-		}
-		fc, err := frozenTruth(wide, cand)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		at := expectedAsCandidate(fc)
+		at := truthAtFlip(t, wide, cand)
 		for _, want := range []struct {
 			cand map[string]*format.Array
 			pass bool
 		}{{at, true}, {cand, false}} {
-			res, err := Compare(wide, want.cand, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res, err = JudgeFlips(wide, want.cand, res, false); err != nil {
-				t.Fatal(err)
-			}
+			res := judgeWithFlips(t, wide, want.cand)
 			if res.Flips == nil || res.Flips.Verdict != FlipsRejudged || res.Flips.Count != 1 || res.Pass != want.pass {
 				t.Errorf("%s, want pass %v: pass %v, flips %+v, want 1 flip rejudged", name, want.pass, res.Pass, res.Flips)
 			}
@@ -221,4 +208,86 @@ func wideMargin(t *testing.T, name string) (c, wide *format.Case) {
 	m := *c.Manifest
 	m.Routing.Margin = 100
 	return c, &format.Case{Manifest: &m, Arrays: c.Arrays}
+}
+
+// TestJudgeFlipsMoDE: a MoDE case whose candidate's expert swaps a token
+// it chose for one it did not, with every value the truth's at that
+// choice, is re-judged and passes with 2 flips (one expert, two tokens);
+// the truth's values fail there, and a swap beyond the gate margin is not
+// re-judged (issue 33: fuzz-4-109).
+func TestJudgeFlipsMoDE(t *testing.T) {
+	for _, name := range []string{"layer-mode-staged", "layer-mode-integrated"} {
+		for _, margin := range []float64{10, 0} {
+			c, _ := wideMargin(t, name)
+			m := *c.Manifest
+			m.Arrays = slices.Clone(m.Arrays)
+			for i, info := range m.Arrays {
+				if info.Name == "expected.gates" {
+					m.Arrays[i].Tolerance = &format.Tolerance{ATol: margin / flipMarginTols}
+				}
+			}
+			wide := &format.Case{Manifest: &m, Arrays: c.Arrays}
+			cand := expectedAsCandidate(c)
+			ch := cand["expert_choice"]
+			ke, s := ch.Shape[2], m.Config.SeqLen
+			computed := map[int]bool{}
+			if sel := c.Arrays["expected.selected"]; sel != nil {
+				computed = decisions(sel, 0, true, s)
+			} else {
+				for p := range s {
+					computed[p] = true
+				}
+			}
+			for p := range s {
+				if computed[p] && !slices.Contains(ch.I[:ke], int64(p)) {
+					ch.I[0] = int64(p)
+					break
+				}
+			}
+			slices.Sort(ch.I[:ke])
+			at := truthAtFlip(t, wide, cand)
+			for _, want := range []struct {
+				cand map[string]*format.Array
+				pass bool
+			}{{at, margin > 0}, {cand, false}} {
+				res := judgeWithFlips(t, wide, want.cand)
+				verdict := FlipsBeyond
+				if margin > 0 {
+					verdict = FlipsRejudged
+				}
+				if res.Flips == nil || res.Flips.Verdict != verdict || res.Flips.Count != 2 || res.Pass != want.pass {
+					t.Errorf("%s, gate margin %g, want pass %v: pass %v, flips %+v, want 2 flips, %s", name, margin, want.pass, res.Pass, res.Flips, verdict)
+				}
+			}
+		}
+	}
+}
+
+// judgeWithFlips compares a candidate and re-judges its flips, as check
+// does.
+func judgeWithFlips(t *testing.T, c *format.Case, cand map[string]*format.Array) *CaseResult {
+	t.Helper()
+	res, err := Compare(c, cand, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err = JudgeFlips(c, cand, res, false); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// truthAtFlip returns the truth of a case recomputed at a candidate's
+// decisions, as a candidate; a profile's emulation with those decisions
+// must be measurable too (truthAtDecisions).
+func truthAtFlip(t *testing.T, c *format.Case, cand map[string]*format.Array) map[string]*format.Array {
+	t.Helper()
+	if _, err := truthAtDecisions(c, cand); err != nil {
+		t.Fatalf("%s: an emulation with the candidate's decisions: %v", c.Manifest.Name, err)
+	}
+	fc, err := frozenTruth(c, cand)
+	if err != nil {
+		t.Fatalf("%s: %v", c.Manifest.Name, err)
+	}
+	return expectedAsCandidate(fc)
 }
