@@ -331,6 +331,11 @@ func printResults(w io.Writer, results []*judge.CaseResult, candidate string, pr
 		t.notes(flipLines(r.Flips))
 	}
 	t.write(w)
+	if passed+bad < len(results) {
+		if note := uncovered(profile); note != "" {
+			fmt.Fprintln(w, note)
+		}
+	}
 	if bad > 0 {
 		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
 		return
