@@ -1,7 +1,7 @@
 """Write a candidate for `modref check` from the PyTorch MoD implementation.
 
 Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
-           [--dtype float32|float64|bfloat16|tf32] [--deviate NAME[+NAME...]] [--form FORM[,FORM...]]
+           [--dtype float32|float64|bfloat16|tf32|float32-native|bfloat16-pure|fp16] [--deviate NAME[+NAME...]] [--form FORM[,FORM...]]
            [--bug NAME]
        /usr/bin/python3 golden/torch/candidate.py --into DIR CASE.json [CASE.json...] [flags as above]
 
@@ -16,7 +16,14 @@ CPU autocast to bfloat16 (its matrix products and their gradients in bf16, as
 torch.autocast does on a GPU); --dtype tf32 runs it in float32 with every
 matrix product's operands rounded to TF32 (tf32_products below: what
 torch.backends.cuda.matmul.allow_tf32 does on an NVIDIA GPU, which the CPU
-lacks); and --deviate NAME plants one (or, joined by +, several) of the
+lacks); --dtype float32-native runs it in float32 with PyTorch's own
+F.layer_norm and F.cross_entropy (mod_torch.NATIVE) where float32 writes the
+formulas out; --dtype bfloat16-pure keeps every tensor in bfloat16 (what
+module.to(torch.bfloat16) does: inputs, parameters and their gradients in bf16,
+native ops, the rotary tables computed in float32 and rounded); --dtype fp16
+emulates torch.autocast(dtype=torch.float16) on a GPU (fp16_products below:
+operands and results of every product rounded to fp16, forward and backward,
+native ops); and --deviate NAME plants one (or, joined by +, several) of the
 deviations of docs/spec.md §11, to see `modref diagnose` name it; --form says how
 the planted deviation is written where ports write it in several ways
 (mod_torch.PORT_FORMS: torch_topk takes top-k's indices in the order
@@ -40,7 +47,11 @@ import mod_torch as M  # noqa: E402
 import modref_golden as G  # noqa: E402  (check_corpus puts golden/python on the path)
 
 
-DTYPES = ("float32", "float64", "bfloat16", "tf32")
+DTYPES = ("float32", "float64", "bfloat16", "tf32", "float32-native", "bfloat16-pure", "fp16")
+
+# The modes (--dtype) that call PyTorch's own LayerNorm and cross-entropy
+# (mod_torch.NATIVE) instead of mod_torch's written-out formulas.
+NATIVE_DTYPES = ("float32-native", "bfloat16-pure", "fp16")
 
 
 def round_tf32(t):
@@ -52,16 +63,28 @@ def round_tf32(t):
     return torch.where(torch.isfinite(t), b.view(torch.float32), t)
 
 
-class _TF32Product(torch.autograd.Function):
-    """A product (torch.matmul or an einsum) of TF32-rounded operands with
-    float32 accumulation; its backward products read TF32-rounded operands too."""
+def round_fp16(t):
+    """t (float32) rounded to IEEE binary16 and back, to nearest, ties to even
+    (beyond 65504 the infinity the format rounds to)."""
+    return t.to(torch.float16).to(t.dtype)
+
+
+def _keep(t):
+    return t
+
+
+class _RoundedProduct(torch.autograd.Function):
+    """A product (torch.matmul or an einsum) of operands rounded by rnd with
+    float32 accumulation and its result rounded by out; its backward products
+    read rounded operands (the incoming gradient rounded by rnd) and round their
+    results by out, as a GPU's reduced-precision matmul does both ways."""
 
     @staticmethod
-    def forward(ctx, f, a, b):
-        ra, rb = round_tf32(a), round_tf32(b)
-        ctx.f = f
+    def forward(ctx, f, rnd, out, a, b):
+        ra, rb = rnd(a), rnd(b)
+        ctx.f, ctx.rnd, ctx.out = f, rnd, out
         ctx.save_for_backward(ra, rb)
-        return f(ra, rb)
+        return out(f(ra, rb))
 
     @staticmethod
     def backward(ctx, g):
@@ -69,22 +92,39 @@ class _TF32Product(torch.autograd.Function):
         with torch.enable_grad():
             a, b = ra.detach().requires_grad_(True), rb.detach().requires_grad_(True)
             y = ctx.f(a, b)
-            ga, gb = torch.autograd.grad(y, (a, b), round_tf32(g))
-        return None, ga, gb
+            ga, gb = torch.autograd.grad(y, (a, b), ctx.rnd(g))
+        return None, None, None, ctx.out(ga), ctx.out(gb)
 
 
-class tf32_products:
+class rounded_products:
     """A context in which Tensor @ Tensor and torch.einsum of two operands
-    (every product mod_torch computes) are _TF32Product."""
+    (every product mod_torch computes) are _RoundedProduct with operand rounding
+    rnd and result rounding out."""
+
+    def __init__(self, rnd, out=_keep):
+        self.rnd, self.out = rnd, out
 
     def __enter__(self):
         self.matmul, self.einsum = torch.Tensor.__matmul__, torch.einsum
-        mm, es = self.matmul, self.einsum
-        torch.Tensor.__matmul__ = lambda a, b: _TF32Product.apply(mm, a, b)
-        torch.einsum = lambda eq, a, b: _TF32Product.apply(lambda x, y: es(eq, x, y), a, b)
+        mm, es, rnd, out = self.matmul, self.einsum, self.rnd, self.out
+        torch.Tensor.__matmul__ = lambda a, b: _RoundedProduct.apply(mm, rnd, out, a, b)
+        torch.einsum = lambda eq, a, b: _RoundedProduct.apply(lambda x, y: es(eq, x, y), rnd, out, a, b)
 
     def __exit__(self, *exc):
         torch.Tensor.__matmul__, torch.einsum = self.matmul, self.einsum
+
+
+def tf32_products():
+    """Products of TF32-rounded operands accumulated and returned in float32
+    (what torch.backends.cuda.matmul.allow_tf32 does on an NVIDIA GPU)."""
+    return rounded_products(round_tf32)
+
+
+def fp16_products():
+    """Products of fp16-rounded operands accumulated in float32 and rounded to
+    fp16, forward and backward: what torch.autocast(dtype=torch.float16) does to
+    a matrix product on a GPU (CPU autocast in torch 1.13 has no fp16)."""
+    return rounded_products(round_fp16, round_fp16)
 
 
 def candidate(case, dtype="float64", deviation=None, forms=(), bug=None):
@@ -92,16 +132,17 @@ def candidate(case, dtype="float64", deviation=None, forms=(), bug=None):
     (one of DTYPES), with the deviations deviation names (joined by +)
     planted in the port forms forms names, and the unnamed bug bug: what
     write_candidate takes."""
-    M.DTYPE = torch.float64 if dtype == "float64" else torch.float32
-    torch.set_default_dtype(M.DTYPE)
+    M.DTYPE = {"float64": torch.float64, "bfloat16-pure": torch.bfloat16}.get(dtype, torch.float32)
+    torch.set_default_dtype(torch.float32 if M.DTYPE == torch.bfloat16 else M.DTYPE)
+    M.NATIVE = dtype in NATIVE_DTYPES
     M.DEVIATION = deviation
     M.FORMS = forms
     M.BUG = bug
     if dtype == "bfloat16":
         with torch.autocast("cpu", dtype=torch.bfloat16):
             values, grads, _ = C.run_case(case.manifest, case.arrays)
-    elif dtype == "tf32":
-        with tf32_products():
+    elif dtype in ("tf32", "fp16"):
+        with tf32_products() if dtype == "tf32" else fp16_products():
             values, grads, _ = C.run_case(case.manifest, case.arrays)
     else:
         values, grads, _ = C.run_case(case.manifest, case.arrays)

@@ -1,6 +1,6 @@
 """The PyTorch MoD implementation (mod_torch) as a candidate for `modref fuzz`.
 
-Usage: /usr/bin/python3 golden/torch/fuzz_candidate.py [--dtype float32|float64]
+Usage: /usr/bin/python3 golden/torch/fuzz_candidate.py [--dtype MODE] [--keep DIR]
            [--deviate NAME[+NAME...]] [--plant tiled_softmax] [MANIFEST OUT]
 
 Without MANIFEST OUT it is a line-protocol server (modref_golden.serve,
@@ -9,10 +9,14 @@ once and sends it one case per line, so torch is imported once. With them
 it computes one case and writes OUT, the one-process-per-case form
 (`--exec 'python3 fuzz_candidate.py {manifest} {out}'`).
 
---dtype (default float64: exact to round-off, so any failure is a bug; float32 is
-what a production implementation runs, judged by the corpus's float32 tolerances) and --deviate
+--dtype MODE (default float64: exact to round-off, so any failure is a bug; float32 is
+what a production implementation runs, judged by the corpus's float32 tolerances; every
+mode of candidate.py: float32-native, bfloat16, bfloat16-pure, tf32, fp16) and --deviate
 (also MODREF_DEVIATE) are candidate.py's: --deviate plants deviations of
-docs/spec.md §11. --plant tiled_softmax plants a bug of no list: attention
+docs/spec.md §11. --keep DIR (server only) also writes each case's manifest and
+the candidate computed on it to DIR/NAME.json and DIR/NAME.npz, so that
+measure_tol.py can judge the cases that passed for their error/tolerance
+ratios. --plant tiled_softmax plants a bug of no list: attention
 computed in key tiles of 64 with an online softmax that rescales the running
 sum but not the running output when a later tile raises the row's maximum, as
 a hand-written tiled kernel may; it shows only when a query attends over more
@@ -20,6 +24,7 @@ than 64 keys (more than 64 tokens routed in a row). Exit status: 0, or 2 on
 bad usage or a bad case.
 """
 
+import json
 import math
 import os
 import sys
@@ -67,7 +72,7 @@ _attend = M.attend
 
 
 def main(argv):
-    args, dtype, deviation, plant = [], "float64", os.environ.get("MODREF_DEVIATE") or None, None
+    args, dtype, deviation, plant, keep = [], "float64", os.environ.get("MODREF_DEVIATE") or None, None, None
     it = iter(argv)
     for a in it:
         if a == "--dtype":
@@ -76,9 +81,11 @@ def main(argv):
             deviation = next(it, "")
         elif a == "--plant":
             plant = next(it, "")
+        elif a == "--keep":
+            keep = next(it, "")
         else:
             args.append(a)
-    if len(args) not in (0, 2) or dtype not in ("float32", "float64") or plant not in (None,) + PLANTS or \
+    if len(args) not in (0, 2) or dtype not in T.DTYPES or keep == "" or (keep and args) or plant not in (None,) + PLANTS or \
             (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)):
         print("\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
         return 2
@@ -86,7 +93,13 @@ def main(argv):
         M.attend = tiled_attend
 
     def compute(case):
-        return T.candidate(case, dtype, deviation)
+        cand = T.candidate(case, dtype, deviation)
+        if keep:
+            base = os.path.join(keep, os.path.basename(case.name))
+            with open(base + ".json", "w") as f:
+                json.dump(case.manifest, f)
+            G.write_candidate(case, base + ".npz", cand)
+        return cand
 
     if not args:
         G.serve(compute)

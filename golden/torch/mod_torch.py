@@ -20,6 +20,13 @@ import torch
 
 DTYPE = torch.float64
 
+# NATIVE: LayerNorm and the cross-entropy by PyTorch's own functions
+# (F.layer_norm, F.cross_entropy) instead of the formulas written out below, as
+# an implementation written for production calls them (candidate.py's
+# float32-native, bfloat16-pure and fp16 modes; the standardisation and the
+# log-sum-exp then happen inside PyTorch's kernels, in their own order).
+NATIVE = False
+
 # Decisions docs/spec.md leaves open, made here from docs/spec.md / the paper.
 CHOICES = {
     "capacity_floor_eps": "k = largest integer <= c*n + 1e-9 (ratio and log rules), clamp to [1, n]",
@@ -201,6 +208,8 @@ def rms_norm(x, gamma, eps):
 
 
 def layer_norm(x, gamma, beta, eps):
+    if NATIVE:
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
     mu = x.mean(dim=-1, keepdim=True)
     xc = x - mu
     var = (xc * xc).mean(dim=-1, keepdim=True)
@@ -230,11 +239,15 @@ def rope(x, pos, base):
     """Rotate-half RoPE. x: n x H x d_h, pos: n (original positions)."""
     dh = x.shape[-1]
     half = dh // 2
-    j = torch.arange(half, dtype=DTYPE)
-    inv = torch.pow(torch.tensor(float(base), dtype=DTYPE), -2.0 * j / dh)
-    ang = pos.to(DTYPE)[:, None] * inv[None, :]          # n x half
-    cos = torch.cos(ang)[:, None, :]
-    sin = torch.sin(ang)[:, None, :]
+    # In a 16-bit DTYPE (candidate.py's bfloat16-pure) the angles, their cosines and
+    # sines are computed in float32 and rounded to DTYPE, as production code keeps its
+    # rotary tables in float32: bf16 angles would be off by radians at position 2047.
+    at = torch.float32 if DTYPE in (torch.bfloat16, torch.float16) else DTYPE
+    j = torch.arange(half, dtype=at)
+    inv = torch.pow(torch.tensor(float(base), dtype=at), -2.0 * j / dh)
+    ang = pos.to(at)[:, None] * inv[None, :]          # n x half
+    cos = torch.cos(ang).to(DTYPE)[:, None, :]
+    sin = torch.sin(ang).to(DTYPE)[:, None, :]
     if BUG == "rope_interleaved":
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
@@ -727,6 +740,8 @@ def cross_entropy(logits, targets):
     keep = tf != -1
     if int(keep.sum()) == 0:
         return lf.sum() * 0
+    if NATIVE:
+        return torch.nn.functional.cross_entropy(lf, tf, ignore_index=-1)
     lse = torch.logsumexp(lf[keep], dim=-1)
     picked = lf[keep].gather(1, tf[keep][:, None]).squeeze(1)
     return (lse - picked).mean()

@@ -95,7 +95,7 @@ var allowedInTests = map[string][]string{
 	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 	// golden's tests regenerate the corpus as gen does, with the float32
 	// tolerances mod/modcase measures (golden.Tolerancer).
-	"golden": {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp", "internal/fmacheck", "internal/benchcpu", "mod/modcase"},
+	"golden": {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp", "internal/fmacheck", "internal/benchcpu", "internal/race", "mod/modcase"},
 }
 
 // TestImportRule checks every package of the module against allowed, and
