@@ -331,6 +331,11 @@ func printResults(w io.Writer, results []*judge.CaseResult, candidate string, pr
 		t.notes(flipLines(r.Flips))
 	}
 	t.write(w)
+	if passed+bad < len(results) {
+		if note := uncovered(profile); note != "" {
+			fmt.Fprintln(w, note)
+		}
+	}
 	if bad > 0 {
 		fmt.Fprintf(w, "%d passed, %d failed, %d bad input\n", passed, len(results)-passed-bad, bad)
 		return
@@ -380,10 +385,16 @@ func flipLines(f *judge.FlipReport) []string {
 	default:
 		out = append(out, fmt.Sprintf("    %d routing decisions flipped, not rejudged: %s (near-tie margin %.3g)", f.Count, f.Verdict, f.Margin))
 	}
+	if f.GateMargin > 0 {
+		out = append(out, fmt.Sprintf("    an expert's choice is held to the near-tie margin %.3g in gates (twice the gates' tolerance)", f.GateMargin))
+	}
 	for _, x := range f.Flips {
 		layer := ""
 		if x.Layer >= 0 {
 			layer = fmt.Sprintf("layer %d ", x.Layer)
+		}
+		if x.Expert != nil {
+			layer = fmt.Sprintf("expert %d ", *x.Expert)
 		}
 		within := "within the margin"
 		if !x.Within {

@@ -52,6 +52,9 @@ func TestDrawCoversTheSpec(t *testing.T) {
 	}
 	block := func(b spec.BlockConfig) {
 		mark("norm", b.Norm)
+		if b.Norm == spec.NormLayer && b.D < MinLayerNormD {
+			t.Errorf("a draw normalises %d features by LayerNorm, below %d: ill conditioned by construction", b.D, MinLayerNormD)
+		}
 		mark("mlp", b.MLP)
 		mark("positions", b.Positions)
 		mark("window", b.Window > 0)
@@ -243,5 +246,26 @@ func TestFitIsGentle(t *testing.T) {
 	t.Logf("fitted to %s", Size(got))
 	if s := got.Config.SeqLen; s < 1<<13 || s >= 1<<17 || got.Config.Layer.Block.D != 16 {
 		t.Errorf("fitted S = 131072 to %s, want the sequence halved until it fits (d kept)", Size(got))
+	}
+}
+
+// TestShrinkKeepsLayerNormWide: a failure that needs LayerNorm shrinks its
+// width to MinLayerNormD, not below, where LayerNorm is ill conditioned by
+// construction (a shrunk reproducer must fail for the reason the draw did).
+func TestShrinkKeepsLayerNormWide(t *testing.T) {
+	base, _ := DecodeObject([]byte(`{"kind": "layer", "config": {"layer": {"norm": "layernorm"}}}`))
+	fails := func(c *golden.GenConfig) bool { return c.Config.Layer.Block.Norm == spec.NormLayer }
+	for i := range 20 {
+		g, err := Draw(13, i, 0, Space{MaxSeq: 32, Base: base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := g.Config.Layer.Block; b.D < MinLayerNormD {
+			continue // pinned by the base: the user's own choice
+		}
+		sh := Shrink(g, base, 500, fails)
+		if b := sh.Config.Config.Layer.Block; b.D < MinLayerNormD || b.D > 2*MinLayerNormD {
+			t.Errorf("shrunk %s to %s, want LayerNorm over %d to %d features", Size(g), Size(sh.Config), MinLayerNormD, 2*MinLayerNormD)
+		}
 	}
 }

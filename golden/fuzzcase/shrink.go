@@ -58,7 +58,7 @@ func sizeSteps(g *golden.GenConfig) []step {
 	out = append(out,
 		step{"fewer heads", func(g *golden.GenConfig) bool {
 			return eachBlock(g, func(b *spec.BlockConfig) bool {
-				if b.Heads == 1 {
+				if b.Heads == 1 || b.Norm == spec.NormLayer && b.D/b.Heads*(b.Heads-1) < MinLayerNormD {
 					return false
 				}
 				b.D, b.Heads = b.D/b.Heads*(b.Heads-1), b.Heads-1
@@ -70,7 +70,7 @@ func sizeSteps(g *golden.GenConfig) []step {
 		}, 8},
 		step{"narrower heads", func(g *golden.GenConfig) bool {
 			return eachBlock(g, func(b *spec.BlockConfig) bool {
-				if dh := b.D / b.Heads; dh > 2 {
+				if dh := b.D / b.Heads; dh > 2 && (b.Norm != spec.NormLayer || b.Heads*(dh/2+dh/2%2) >= MinLayerNormD) {
 					b.D = b.Heads * (dh/2 + dh/2%2)
 					return true
 				}

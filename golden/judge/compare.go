@@ -369,16 +369,7 @@ func routingMismatch(c *format.Case, name string, got, want *format.Array) []Row
 	for b := 0; b < want.Shape[0]; b++ {
 		gs, ws := decisions(got, b, strings.HasSuffix(name, "selected"), seqLen), decisions(want, b, strings.HasSuffix(name, "selected"), seqLen)
 		m := RowMismatch{Row: b, Gap: math.Inf(1), Causal: causal, Candidate: len(gs), Oracle: len(ws)}
-		for p := range gs {
-			if !ws[p] {
-				m.OnlyCandidate = append(m.OnlyCandidate, p)
-			}
-		}
-		for p := range ws {
-			if !gs[p] {
-				m.OnlyOracle = append(m.OnlyOracle, p)
-			}
-		}
+		m.OnlyCandidate, m.OnlyOracle = onlyIn(gs, ws), onlyIn(ws, gs)
 		if m.OnlyCandidate == nil && m.OnlyOracle == nil {
 			if strings.HasSuffix(name, "selected") && !sameRow(got, want, b) {
 				m.Order = true
@@ -386,8 +377,6 @@ func routingMismatch(c *format.Case, name string, got, want *format.Array) []Row
 			}
 			continue
 		}
-		sort.Ints(m.OnlyCandidate)
-		sort.Ints(m.OnlyOracle)
 		if scores != nil {
 			s := scores.F[b*seqLen : (b+1)*seqLen]
 			m.Gap = flipGap(s, m.OnlyCandidate, m.OnlyOracle, causal)
@@ -398,6 +387,19 @@ func routingMismatch(c *format.Case, name string, got, want *format.Array) []Row
 		m.RoutesAll = m.Candidate == v && m.Oracle < v
 		out = append(out, m)
 	}
+	return out
+}
+
+// onlyIn returns the positions of a that b lacks, in ascending order (nil
+// when none).
+func onlyIn(a, b map[int]bool) []int {
+	var out []int
+	for p := range a {
+		if !b[p] {
+			out = append(out, p)
+		}
+	}
+	sort.Ints(out)
 	return out
 }
 

@@ -25,8 +25,11 @@ type FlipReport struct {
 	Count    int `json:"count"`
 	NearTies int `json:"near_ties"`
 	Limit    int `json:"limit"`
-	// Margin is the near-tie margin the flips were held to.
-	Margin float64 `json:"margin"`
+	// Margin is the near-tie margin the flips were held to; GateMargin
+	// the one a MoDE case's expert choice is held to, in gates (twice the
+	// gates' tolerance).
+	Margin     float64 `json:"margin"`
+	GateMargin float64 `json:"gate_margin,omitempty"`
 	// Verdict says what was done: "rejudged" (every flip within the
 	// margin and not too many: values and gradients judged against the
 	// truth recomputed with the candidate's decisions frozen), or why not.
@@ -38,6 +41,9 @@ type Flip struct {
 	// Layer is the routed layer's index in a model (-1 in a layer case).
 	Layer int `json:"layer"`
 	Row   int `json:"row"`
+	// Expert is, for a MoDE case's expert choice, the expert whose choice
+	// flipped (its distance measured in gates); nil for a routing decision.
+	Expert *int `json:"expert,omitempty"`
 	// OnlyCandidate and OnlyOracle are the positions only one side routed.
 	OnlyCandidate []int `json:"only_candidate"`
 	OnlyOracle    []int `json:"only_oracle"`
@@ -68,21 +74,22 @@ const (
 // one layer moves the inputs of the next), and the candidate is judged
 // against that, values and gradients, by c's tolerances. The result records
 // the flips either way (docs/tolerances.md, "Routing flips at near-ties").
-// A result without a routing mismatch is returned as it is. Decode cases
-// are not rejudged (decisions made token by token). The error is for a
+// A result without a routing mismatch is returned as it is. A decode
+// case is recomputed as its full causal forward, at the candidate's
+// selected, and its decoded arrays at the candidate's routed (frozenDecode);
+// a MoDE case at the candidate's selection and expert choice, each expert's
+// flips measured in gates from its k_e-th and (k_e+1)-th gate over the
+// truth's computed tokens, within twice the gates' tolerance (expertFlips). The error is for a
 // case whose truth cannot be recomputed; a candidate's decisions that the
 // layer cannot run are a failure, with the reason in the report.
 func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, allowMissing bool) (*CaseResult, error) {
-	rep := flipsOf(c, res)
+	rep := flipsOf(c, cand, res)
 	if rep == nil {
 		return res, nil
 	}
 	res.Flips = rep
 	switch {
 	case rep.Verdict != "":
-		return res, nil
-	case c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE:
-		rep.Verdict = FlipsNotHandled
 		return res, nil
 	case rep.Count > rep.Limit:
 		rep.Verdict = FlipsTooMany
@@ -116,16 +123,20 @@ func FlipLimit(d int) int {
 // flipsOf reads the routing mismatches of a failed comparison. It returns
 // nil when there are none, and a report whose Verdict is set when they are
 // not near-tie flips.
-func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
+func flipsOf(c *format.Case, cand map[string]*format.Array, res *CaseResult) *FlipReport {
 	rep := &FlipReport{Margin: c.Manifest.Routing.Margin}
-	mismatch := false
+	mismatch := expertFlips(c, cand, res, rep)
+	// A decode case's routed flips the tokens its selected flipped (the
+	// same decisions, decoded token by token): a token counts once.
+	type token struct{ layer, row, pos int }
+	seen := map[token]bool{}
 	for _, a := range res.Arrays {
 		if a.Status != StatusFail || len(a.Routing) == 0 {
 			continue
 		}
 		mismatch = true
 		prefix, kind := routingArray("expected." + a.Name)
-		if kind == "" || strings.HasSuffix(a.Name, "expert_choice") {
+		if kind == "" {
 			rep.Verdict = FlipsNotHandled
 			continue
 		}
@@ -138,8 +149,16 @@ func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 			if m.Order || !f.Within {
 				rep.Verdict = FlipsBeyond
 			}
-			rep.Count += len(m.OnlyCandidate) + len(m.OnlyOracle)
-			rep.Flips = append(rep.Flips, f)
+			fresh := false
+			for _, p := range slices.Concat(m.OnlyCandidate, m.OnlyOracle) {
+				if t := (token{f.Layer, m.Row, p}); !seen[t] {
+					seen[t], fresh = true, true
+					rep.Count++
+				}
+			}
+			if fresh {
+				rep.Flips = append(rep.Flips, f)
+			}
 		}
 	}
 	if !mismatch {
@@ -152,6 +171,105 @@ func flipsOf(c *format.Case, res *CaseResult) *FlipReport {
 	}
 	rep.Limit = FlipLimit(rep.NearTies)
 	return rep
+}
+
+// expertFlips adds a MoDE case's expert-choice flips to rep, and reports
+// whether the expert choice failed. In row b, expert e's boundary is its
+// k_e-th largest gate (the truth's, over the tokens the truth computed) and
+// the largest it left out: a token only the candidate's expert took must
+// lie within rep.GateMargin below the first, one only the truth's took
+// within it above the second. A token the truth did not compute has no
+// gate to measure (a flip of the staged selection beside it): beyond.
+func expertFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, rep *FlipReport) bool {
+	failed := false
+	for _, a := range res.Arrays {
+		failed = failed || a.Name == "expert_choice" && a.Status == StatusFail
+	}
+	want, gates, info := c.Arrays["expected.expert_choice"], c.Arrays["expected.gates"], gatesInfo(c)
+	got := cand["expert_choice"]
+	if !failed || want == nil || gates == nil || info == nil || got == nil || !slices.Equal(got.Shape, want.Shape) || len(want.Shape) != 3 {
+		if failed {
+			rep.Verdict = FlipsNotHandled
+		}
+		return failed
+	}
+	rep.GateMargin = flipMarginTols * (info.Tolerance.ATol + info.Tolerance.RTol)
+	seqLen, width, ke := c.Manifest.Config.SeqLen, want.Shape[1], want.Shape[2]
+	computed := func(b int) map[int]bool {
+		if sel := c.Arrays["expected.selected"]; sel != nil {
+			return decisions(sel, b, true, seqLen)
+		}
+		all := map[int]bool{}
+		for p := range seqLen {
+			all[p] = true
+		}
+		return all
+	}
+	for b := range want.Shape[0] {
+		in := computed(b)
+		for e := range width {
+			list := func(a *format.Array) map[int]bool {
+				set := map[int]bool{}
+				for _, p := range a.I[(b*width+e)*ke : (b*width+e+1)*ke] {
+					set[int(p)] = true
+				}
+				return set
+			}
+			gs, ws := list(got), list(want)
+			g := func(p int) float64 { return gates.F[(b*seqLen+p)*width+e] }
+			kth, next := math.Inf(1), math.Inf(-1)
+			for p := range in {
+				if ws[p] {
+					kth = math.Min(kth, g(p))
+				} else {
+					next = math.Max(next, g(p))
+				}
+			}
+			f := Flip{Layer: -1, Row: b, Expert: &e, Within: true, OnlyCandidate: onlyIn(gs, ws), OnlyOracle: onlyIn(ws, gs)}
+			for p := range in {
+				if d := expertDistance(g(p), ws[p], kth, next); d > 0 && d < rep.GateMargin {
+					rep.NearTies++
+				}
+			}
+			if f.OnlyCandidate == nil && f.OnlyOracle == nil {
+				continue
+			}
+			for _, p := range slices.Concat(f.OnlyCandidate, f.OnlyOracle) {
+				d := math.Inf(1)
+				if in[p] {
+					d = expertDistance(g(p), ws[p], kth, next)
+				}
+				f.Distance = math.Max(f.Distance, d)
+				f.Within = f.Within && d > 0 && d < rep.GateMargin
+				rep.Count++
+			}
+			if !f.Within || len(f.OnlyCandidate) != len(f.OnlyOracle) {
+				f.Within = false
+				rep.Verdict = FlipsBeyond
+			}
+			rep.Flips = append(rep.Flips, f)
+		}
+	}
+	return true
+}
+
+// expertDistance is how far a gate is from an expert's boundary on the
+// side that decides it: chosen means the truth's expert chose the token.
+func expertDistance(g float64, chosen bool, kth, next float64) float64 {
+	if chosen {
+		return g - next
+	}
+	return kth - g
+}
+
+// gatesInfo returns the manifest's entry of a MoDE case's gates, or nil.
+func gatesInfo(c *format.Case) *format.ArrayInfo {
+	for i, info := range c.Manifest.Arrays {
+		if info.Name == "expected.gates" && info.Tolerance != nil {
+			return &c.Manifest.Arrays[i]
+		}
+	}
+	return nil
 }
 
 // causalLayer reports whether the routed layer of a prefix routes
@@ -327,7 +445,7 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 		if err != nil {
 			return nil, err
 		}
-		fz, err := frozenLayer(c, cand, "expected.", s.Config, dr.P, dr.In)
+		fz, err := frozenLayer(c, cand, "expected.", "selected", s.Config, dr.P, dr.In)
 		if err != nil {
 			return nil, err
 		}
@@ -339,32 +457,7 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 			return nil, err
 		}
 	case format.KindModel:
-		s := oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
-		p, in, err := oracle.ModelDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.Config.Layers))}
-		x := ref.Embed(p, in.Tokens, in.Valid)
-		for l, ml := range s.Config.Layers {
-			if !ml.Routed {
-				if x, err = ref.DenseLayerForward(s.Config.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			lin := ref.LayerInputs{X: x, Valid: in.Valid, Noise: in.Noise[l], Jitter: in.Jitter[l]}
-			if fz.Layers[l], err = frozenLayer(c, cand, fmt.Sprintf("expected.L%d.", l), ml.Config, p.Layers[l], lin); err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
-			}
-			r, err := ref.LayerForwardFrozen(ml.Config, p.Layers[l], lin, fz.Layers[l])
-			if err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
-			}
-			x = r.Out
-		}
-		res, err := ref.ModelForwardFrozen(s.Config, p, in, fz)
+		s, p, in, res, err := frozenModel(c, cand, "selected")
 		if err != nil {
 			return nil, err
 		}
@@ -375,6 +468,16 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 			}
 		}
 		if re, err = oracle.ModelCase(s, m.Provenance.Seed, p, in, res, gaps); err != nil {
+			return nil, err
+		}
+	case format.KindDecode:
+		var err error
+		if re, err = frozenDecode(c, cand); err != nil {
+			return nil, err
+		}
+	case format.KindMoDE:
+		var err error
+		if re, err = frozenMoDE(c, cand); err != nil {
 			return nil, err
 		}
 	default:
@@ -397,14 +500,146 @@ func frozenTruth(c *format.Case, cand map[string]*format.Array) (*format.Case, e
 	return &format.Case{Manifest: m, Arrays: arrays}, nil
 }
 
+// frozenModel recomputes a model or decode case's forward with the
+// candidate's decisions frozen in every routed layer, in order: each
+// layer's from the candidate's array decision ("selected", or a decode
+// case's token-by-token "routed"), at that layer's input as the earlier
+// frozen layers make it.
+func frozenModel(c *format.Case, cand map[string]*format.Array, decision string) (oracle.ModelSpec, *ref.ModelParams, ref.ModelInputs, *ref.ModelResult, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := oracle.ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
+	p, in, err := oracle.ModelDrawOf(c, s)
+	if err != nil {
+		return s, nil, in, nil, err
+	}
+	fz := ref.ModelFrozen{Layers: make([]ref.Frozen, len(s.Config.Layers))}
+	x := ref.Embed(p, in.Tokens, in.Valid)
+	for l, ml := range s.Config.Layers {
+		if !ml.Routed {
+			if x, err = ref.DenseLayerForward(s.Config.Block(), &p.Layers[l].Block, x, in.Valid); err != nil {
+				return s, nil, in, nil, err
+			}
+			continue
+		}
+		lin := ref.LayerInputs{X: x, Valid: in.Valid, Noise: in.Noise[l], Jitter: in.Jitter[l]}
+		if fz.Layers[l], err = frozenLayer(c, cand, fmt.Sprintf("expected.L%d.", l), decision, ml.Config, p.Layers[l], lin); err != nil {
+			return s, nil, in, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		r, err := ref.LayerForwardFrozen(ml.Config, p.Layers[l], lin, fz.Layers[l])
+		if err != nil {
+			return s, nil, in, nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		x = r.Out
+	}
+	res, err := ref.ModelForwardFrozen(s.Config, p, in, fz)
+	return s, p, in, res, err
+}
+
+// frozenDecode recomputes a decode case at the candidate's decisions. Its
+// routing is causal, each token decided by its own score, so token-by-token
+// decoding at given decisions computes what the full causal forward at the
+// same decisions does: the full forward's arrays (logits, router and
+// predictor logits, selected) are recomputed at the candidate's selected,
+// and the decoded ones (decode_logits, routed) at its routed, 0 at padded
+// positions as the case writes them.
+func frozenDecode(c *format.Case, cand map[string]*format.Array) (*format.Case, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s, _, _, full, err := frozenModel(c, cand, "selected")
+	if err != nil {
+		return nil, err
+	}
+	_, _, _, dec, err := frozenModel(c, cand, "routed")
+	if err != nil {
+		return nil, err
+	}
+	arrays := map[string]*format.Array{"expected.logits": oracle.BatchArray(full.Logits)}
+	vocab := s.Config.Vocab
+	logits := oracle.BatchArray(dec.Logits)
+	for b := range cfg.Batch {
+		from := (b*cfg.SeqLen + oracle.ValidLen(cfg.ValidLengths, b, cfg.SeqLen)) * vocab
+		clear(logits.F[from : (b+1)*cfg.SeqLen*vocab])
+	}
+	arrays["expected.decode_logits"] = logits
+	for l, lr := range full.Layers {
+		if lr == nil {
+			continue
+		}
+		pre := fmt.Sprintf("expected.L%d.", l)
+		arrays[pre+"router_logits"] = oracle.FieldArray(lr.RouterWeights, cfg.ValidLengths)
+		arrays[pre+"selected"] = oracle.SelectedArray(lr.Selection)
+		if lr.PredictorLogits != nil {
+			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.PredictorLogits, cfg.ValidLengths)
+		}
+		routed := make([][]int, cfg.Batch)
+		for b := range routed {
+			routed[b] = make([]int, cfg.SeqLen)
+			for _, p := range dec.Layers[l].Selection.Rows[b] {
+				routed[b][p] = 1
+			}
+		}
+		arrays[pre+"routed"] = oracle.IntGrid(routed)
+	}
+	return &format.Case{Manifest: m, Arrays: arrays}, nil
+}
+
+// frozenMoDE recomputes a MoDE case at the candidate's decisions: the
+// staged form's selection (the integrated form computes every token) and
+// every expert's choice.
+func frozenMoDE(c *format.Case, cand map[string]*format.Array) (*format.Case, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := oracle.MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
+	dr, err := oracle.MoDEDrawOf(c, s)
+	if err != nil {
+		return nil, err
+	}
+	fz := ref.MoDEFrozen{Selection: ref.Selection{S: cfg.SeqLen, Rows: make([][]int, cfg.Batch)}}
+	if _, ok := c.Arrays["expected.selected"]; ok {
+		if fz.Selection, ok = candidateSelection(c, cand, "expected.selected"); !ok {
+			return nil, fmt.Errorf("the candidate has no selected")
+		}
+	} else {
+		for b := range fz.Selection.Rows {
+			for p := range cfg.SeqLen {
+				fz.Selection.Rows[b] = append(fz.Selection.Rows[b], p)
+			}
+		}
+	}
+	ch, ok := cand["expert_choice"]
+	want := c.Arrays["expected.expert_choice"]
+	if !ok || want == nil || !slices.Equal(ch.Shape, want.Shape) || len(ch.Shape) != 3 || !ch.IsInt() {
+		return nil, fmt.Errorf("the candidate has no expert_choice of the case's shape")
+	}
+	width, ke := ch.Shape[1], ch.Shape[2]
+	for b := range cfg.Batch {
+		row := make([][]int, width)
+		for e := range row {
+			for _, p := range ch.I[(b*width+e)*ke : (b*width+e+1)*ke] {
+				row[e] = append(row[e], int(p))
+			}
+			slices.Sort(row[e])
+		}
+		fz.Experts = append(fz.Experts, row)
+	}
+	res, err := ref.MoDEForwardFrozen(s.Config, dr.P, dr.X, fz)
+	if err != nil {
+		return nil, err
+	}
+	return oracle.MoDECase(s, m.Provenance.Seed, dr, res, oracle.MoDEGaps(res))
+}
+
 // frozenLayer freezes one routed layer at the candidate's decision: its
-// selection (prefix+"selected"), and under causal routing its targets'
+// selection (prefix+decision: "selected", or a decode case's "routed"), and under causal routing its targets'
 // top-k when the candidate wrote targets; the stop-gradient constants are
 // the layer's own at its input (ref.NewFrozen).
-func frozenLayer(c *format.Case, cand map[string]*format.Array, prefix string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
-	sel, ok := candidateSelection(c, cand, prefix+"selected")
+func frozenLayer(c *format.Case, cand map[string]*format.Array, prefix, decision string, cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) (ref.Frozen, error) {
+	sel, ok := candidateSelection(c, cand, prefix+decision)
 	if !ok {
-		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", format.CandidateName(prefix+"selected"))
+		return ref.Frozen{}, fmt.Errorf("the candidate has no %s", format.CandidateName(prefix+decision))
 	}
 	fz, err := ref.NewFrozen(cfg, p, in, sel)
 	if err != nil {
