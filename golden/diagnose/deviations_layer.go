@@ -434,7 +434,7 @@ var devSoftmaxWholeRow = layerDeviation{name: "softmax_whole_row", skip: skipSof
 func skipSoftmaxWholeRow(cfg spec.Config) string {
 	switch {
 	case cfg.Weighting != spec.WeightSoftmax:
-		return fmt.Sprintf("weighting %q: the port takes the softmax of softmax weighting over the wrong tokens", cfg.Weighting)
+		return fmt.Sprintf("weighting %q: the deviation is softmax weighting taken over the wrong tokens, and this layer does not weight by a softmax", cfg.Weighting)
 	case cfg.Compute == spec.ComputeDense:
 		return "the ports that take the softmax over the row gather the selected tokens"
 	}
