@@ -257,7 +257,7 @@ func GenMemory(m *Manifest) (fixed, perEmulation float64) {
 		layers = float64(len(cfg.Layers))
 	}
 	fixed = 64<<20 + float64(8*values*retainedCopies)
-	perEmulation = float64(8*values*2) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
+	perEmulation = float64(16*values) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
 	return fixed, perEmulation
 }
 

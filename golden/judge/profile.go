@@ -120,7 +120,7 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 		scale := profileScale(p, c, info.Name)
 		abs := p.AbsUnit()
 		tol := format.Tolerance{
-			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+abs),
+			ATol: float64(format.Multiple*e) + float64(p.FloorUnits()*(float64(p.Unit*scale)+abs)),
 			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g + %.3g)",
 				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, abs),
 		}
