@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/spec"
 )
 
@@ -267,5 +270,79 @@ func TestShrinkKeepsLayerNormWide(t *testing.T) {
 		if b := sh.Config.Config.Layer.Block; b.D < MinLayerNormD || b.D > 2*MinLayerNormD {
 			t.Errorf("shrunk %s to %s, want LayerNorm over %d to %d features", Size(g), Size(sh.Config), MinLayerNormD, 2*MinLayerNormD)
 		}
+	}
+}
+
+// residualTwice is a Go candidate with a planted bug: every routed block
+// returns its own residual, out = x + g·(x + f) (the case's arrays under
+// diagnose's emulation of residual_twice, gradients included). fails
+// reports whether it fails the case g generates, as modref fuzz judges a
+// candidate.
+func residualTwice(t *testing.T) func(g *golden.GenConfig) bool {
+	return func(g *golden.GenConfig) bool {
+		c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
+		if err != nil {
+			return false
+		}
+		cand, err := diagnose.DeviantCandidate(c, "residual_twice", "")
+		if err != nil {
+			t.Fatalf("%s: %v", Size(g), err)
+		}
+		res, err := judge.Compare(c, cand, false)
+		if err != nil {
+			t.Fatalf("%s: %v", Size(g), err)
+		}
+		return !res.Pass
+	}
+}
+
+// TestShrinkToALayerCase: a model case failed by a bug in its routed
+// blocks (residualTwice) shrinks to a layer case of one of its routed
+// layers, which still fails; a failure only a model shows (a predicate of
+// this test's making) stays a model case, and a decode case's failure that
+// its full forward shows becomes a model case.
+func TestShrinkToALayerCase(t *testing.T) {
+	fails := residualTwice(t)
+	var g *golden.GenConfig
+	for i := range 200 {
+		d, err := Draw(21, i, 0, Space{MaxSeq: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		routed := 0
+		for _, l := range d.Config.Layers {
+			if l.Routed {
+				routed++
+			}
+		}
+		if d.Kind == format.KindModel && routed >= 2 && fails(d) {
+			g = d
+			break
+		}
+	}
+	if g == nil {
+		t.Fatal("no model draw with two routed layers fails")
+	}
+	sh := Shrink(g, nil, 200, fails)
+	if sh.Config.Kind != format.KindLayer || len(sh.Steps) == 0 || !strings.HasPrefix(sh.Steps[0], "layer case of routed layer ") || !fails(sh.Config) {
+		t.Fatalf("shrunk %s to %s, steps %v: want a failing layer case, made one first", Size(g), Size(sh.Config), sh.Steps)
+	}
+	t.Logf("shrunk %s to %s: %v", Size(g), Size(sh.Config), sh.Steps)
+
+	modelOnly := func(c *golden.GenConfig) bool { return c.Kind == format.KindModel }
+	if sh := Shrink(g, nil, 200, modelOnly); sh.Config.Kind != format.KindModel {
+		t.Errorf("a failure only a model shows shrunk to a %s case", sh.Config.Kind)
+	}
+	dec, err := Draw(21, 0, 0, Space{MaxSeq: 12, Base: map[string]any{"kind": format.KindDecode}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notLayer := func(c *golden.GenConfig) bool { return c.Kind != format.KindLayer }
+	if sh := Shrink(dec, nil, 200, notLayer); sh.Config.Kind != format.KindModel || sh.Steps[0] != "model case (the full forward, no decoding)" {
+		t.Errorf("a decode failure its full forward shows shrunk to %s, steps %v", Size(sh.Config), sh.Steps)
+	}
+	// A pinned kind is kept.
+	if sh := Shrink(g, map[string]any{"kind": format.KindModel}, 200, fails); sh.Config.Kind != format.KindModel {
+		t.Errorf("shrunk a case whose base pins kind model to a %s case", sh.Config.Kind)
 	}
 }
