@@ -149,6 +149,8 @@ func choiceSteps() []step {
 		return step{what: what, apply: func(g *golden.GenConfig) bool { return eachBlock(g, f) }}
 	}
 	return []step{
+		{"no ties case", func(g *golden.GenConfig) bool { return change(&g.Ties, "") }, 0},
+		{"no threshold", func(g *golden.GenConfig) bool { return change(&g.Threshold, false) }, 0},
 		{"no padding", func(g *golden.GenConfig) bool {
 			ok := g.Config.ValidLengths != nil
 			g.Config.ValidLengths = nil
@@ -426,6 +428,9 @@ func Size(g *golden.GenConfig) string {
 	}
 	if g.Ties != "" {
 		extra = append(extra, "ties="+g.Ties)
+	}
+	if g.Threshold {
+		extra = append(extra, "threshold")
 	}
 	if len(extra) > 0 {
 		s += " " + strings.Join(extra, " ")
