@@ -275,14 +275,15 @@ func drawPattern(rng *rand.Rand, n int) []bool {
 	return routed
 }
 
-// drawEdges makes one draw in eight one of the edges the corpus holds,
-// which a draw seldom reaches by chance (docs/fuzzing.md, "What a draw
-// covers"): a layer case about exact top-k ties ("ties": "exact", a
-// linear router, as layer-ties); a layer case routed causally, by a
+// drawEdges makes some draws one of the edges the corpus holds, which a
+// draw seldom reaches by chance (docs/fuzzing.md, "What is drawn"): of
+// every 32 draws of a layer case, 2 are about exact top-k ties ("ties":
+// "exact", a linear router, as layer-ties) and 2 routed causally, by a
 // linear router or the predictor, with a score exactly 0 in every row
-// ("threshold", as layer-causal-threshold); every routed layer at full
-// capacity (ratio 1: every valid token selected); or a row fully padded
-// (valid length 0: no token, k = 0, an empty selection). It draws after
+// ("threshold", as layer-causal-threshold); of every 32 of a layer, model
+// or decode case, 1 has every routed layer at full capacity (ratio 1:
+// every valid token selected) and 1 a row fully padded (valid length 0:
+// no token, k = 0, an empty selection). It draws after
 // drawKind and drawAttention, so that the rest of a case's draw is what it
 // was before edges were drawn; a MoDE case has none of them.
 func drawEdges(rng *rand.Rand, raw map[string]any) {
