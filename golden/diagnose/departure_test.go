@@ -24,6 +24,17 @@ func squaredWeight(l *layerRun) {
 	})
 }
 
+// sigmoidOf is a copy of a with the sigmoid applied to every value: a
+// weight computed from the right one the wrong way.
+func sigmoidOf(a *format.Array) *format.Array {
+	g := *a
+	g.F = slices.Clone(a.F)
+	for i, v := range g.F {
+		g.F[i] = 1 / (1 + math.Exp(-v))
+	}
+	return &g
+}
+
 // departureOf is Depart on a candidate, failing the test on an error.
 func departureOf(t *testing.T, c *format.Case, cand map[string]*format.Array) *judge.Departure {
 	t.Helper()
@@ -104,12 +115,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 		t.Errorf("batch top-k: %+v", dep)
 	}
 
-	g := *c.Arrays["expected.weights"]
-	g.F = slices.Clone(g.F)
-	for i, v := range g.F {
-		g.F[i] = 1 / (1 + math.Exp(-v))
-	}
-	dep = departureOf(t, c, perfectWith(c, "weights", &g))
+	dep = departureOf(t, c, perfectWith(c, "weights", sigmoidOf(c.Arrays["expected.weights"])))
 	if dep == nil || dep.Stage != "output weights" || !strings.Contains(dep.How, "sigmoid of the oracle's") {
 		t.Errorf("sigmoid weights: %+v", dep)
 	}
@@ -230,12 +236,7 @@ func TestDepartureLayerByLayer(t *testing.T) {
 		t.Errorf("squared weight, without the per-layer arrays: %+v", dep)
 	}
 
-	g := *c.Arrays["expected.L2.weights"]
-	g.F = slices.Clone(g.F)
-	for i, v := range g.F {
-		g.F[i] = 1 / (1 + math.Exp(-v))
-	}
-	dep = departureOf(t, c, perfectWith(c, "L2.weights", &g))
+	dep = departureOf(t, c, perfectWith(c, "L2.weights", sigmoidOf(c.Arrays["expected.L2.weights"])))
 	if dep == nil || dep.Stage != "output weights" || dep.Layer != 2 || !strings.Contains(dep.How, "sigmoid of the oracle's") ||
 		!slices.Contains(dep.Right, "L0.out") || !slices.Contains(dep.Right, "L2.selected") {
 		t.Errorf("sigmoid weights in layer 2: %+v", dep)
