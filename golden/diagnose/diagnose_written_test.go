@@ -155,6 +155,66 @@ func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	}
 }
 
+// TestGatherFirstKOrderFromModelMultipliers: in a model case, the order a
+// port's top-k returned its indices in is read from the per-layer
+// multipliers it wrote (L<l>.multipliers, optional): a routed layer's
+// top-k returning ascending positions is named gather_first_k (layer 1
+// of model-dense-ends; a model's first layer reads embeddings, whose
+// repeated tokens tie, and tied multipliers show no order); without the
+// per-layer arrays the order cannot be read, and the default emulated
+// order does not explain the candidate.
+func TestGatherFirstKOrderFromModelMultipliers(t *testing.T) {
+	c := loadCase(t, "model-dense-ends") // layer 1, after a dense layer: weights distinct, top-k order not its positions in either row
+	sel := judge.PositionRows(c.Arrays["expected.L1.selected"])
+	mult := oracle.Field(c.Arrays["expected.L1.multipliers"])
+	s := c.Manifest.Config.SeqLen
+	m := make([][]float64, len(sel))
+	for b, row := range sel {
+		m[b] = make([]float64, s)
+		for t, p := range row {
+			m[b][t] = mult[b][p] // the t-th returned index's weight at t
+		}
+	}
+	var tol format.Tolerance
+	for _, info := range c.Manifest.Arrays {
+		if info.Name == "expected.L1.multipliers" {
+			tol = *info.Tolerance
+		}
+	}
+	d, _ := findLayerDeviation("gather_first_k")
+	d.written = map[string]written{"expected.L1.": {multipliers: m, tol: tol}}
+	arrays, err := modelArrays(c, modelSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := (&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate()
+	for b := range m {
+		if got := cand["L1.multipliers"].F[b*s : (b+1)*s]; !slices.Equal(got, m[b]) {
+			t.Fatalf("row %d: the emulation wrote multipliers %v, want %v", b, got, m[b])
+		}
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Contains(got, "gather_first_k") {
+		t.Errorf("matched %v, want gather_first_k", got)
+	}
+	var stages []string
+	for name := range cand {
+		if !strings.HasPrefix(name, "grad.") && judge.Optional(c, "expected."+name) {
+			stages = append(stages, name)
+		}
+	}
+	rs, err = Diagnose(c, without(cand, stages...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); slices.Contains(got, "gather_first_k") {
+		t.Errorf("without the per-layer arrays, matched %v (%v): the default order explains the candidate, the test shows nothing", got, matchedLabels(rs))
+	}
+}
+
 // expectedOf is a candidate's arrays as a case's expected arrays, with the
 // case's inputs and parameters.
 func expectedOf(c *format.Case, cand map[string]*format.Array) map[string]*format.Array {
