@@ -223,6 +223,12 @@ func modelValueArrays(c *format.Case, s oracle.ModelSpec, mr *modelRun, st []lay
 		if lr.cfg.HasPredictor() {
 			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.res.PredictorLogits, s.Valid)
 		}
+		// The per-layer arrays (oracle.LayerStageArrays), as a layer
+		// case's (layerValueArrays).
+		arrays[pre+"weights"] = oracle.FieldArray(lr.res.Weights, s.Valid)
+		arrays[pre+"multipliers"] = oracle.FieldArray(lr.mult, s.Valid)
+		arrays[pre+"targets"] = oracle.FieldArray(lr.res.Targets, s.Valid)
+		arrays[pre+"out"] = oracle.BatchArray(lr.out)
 	}
 	return arrays, nil
 }
