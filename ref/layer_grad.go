@@ -88,7 +88,7 @@ func LayerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 }
 
 // upstreamParts are the LayerPartGrads of Σ upstream·out (under the
-// magnitude arithmetic, of a magnitude upstream).
+// squares arithmetic, of a squared upstream).
 func upstreamParts(a arith, res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
 	pg := LayerPartGrads{Base: upstream}
 	for b, u := range upstream {
@@ -98,7 +98,7 @@ func upstreamParts(a arith, res *LayerResult, upstream []*mat.Dense) LayerPartGr
 		for i := 0; i < s; i++ {
 			ui, fi, dfi := u.RawRowView(i), res.Update[b].RawRowView(i), df.RawRowView(i)
 			for j := range ui {
-				dfi[j] = a.of(float64(res.Multipliers[b][i] * ui[j]))
+				dfi[j] = float64(a.f(res.Multipliers[b][i]) * ui[j])
 			}
 			dm[i] = dotRow(ui, a.rows(fi))
 		}
@@ -265,15 +265,15 @@ func weightingBackward(w spec.Weighting, a arith, r, g []float64, sel []int, v i
 		}
 	case spec.WeightSigmoid:
 		for i := 0; i < v; i++ {
-			dr[i] += float64(float64(dg[i]*g[i]) * (1 - g[i]))
+			dr[i] += float64(float64(dg[i]*a.f(g[i])) * a.f(1-g[i]))
 		}
 	case spec.WeightSoftmax:
 		dot := 0.0
 		for _, i := range sel {
-			dot += a.of(float64(g[i] * dg[i]))
+			dot += float64(a.f(g[i]) * dg[i])
 		}
 		for _, i := range sel {
-			dr[i] += float64(g[i] * a.sub(dg[i], dot))
+			dr[i] += float64(a.f(g[i]) * a.sub(dg[i], dot))
 		}
 	}
 }
@@ -302,7 +302,7 @@ func auxRouterBackward(cfg spec.Config, a arith, res *LayerResult, valid []int, 
 			for b := 0; b < rows; b++ {
 				if i < validLen(valid, b, s) {
 					sg := Sigmoid(r[b][i])
-					dr[b][i] += float64(c * sg * (1 - sg))
+					dr[b][i] += float64(a.f(c) * a.f(sg) * a.f(1-sg))
 				}
 			}
 		}
@@ -310,8 +310,8 @@ func auxRouterBackward(cfg spec.Config, a arith, res *LayerResult, valid []int, 
 }
 
 // bceBackward adds into dz the gradient of weight · MeanBCE(z, t, valid):
-// weight (σ(z) − t)/N at each of the N valid tokens (its magnitude
-// weight (σ(z) + t)/N).
+// weight (σ(z) − t)/N at each of the N valid tokens (under the squares
+// arithmetic, the terms σ(z) and t each squared).
 func bceBackward(a arith, z, t [][]float64, valid []int, weight float64, dz [][]float64) {
 	n := 0
 	for b := range z {
@@ -322,7 +322,7 @@ func bceBackward(a arith, z, t [][]float64, valid []int, weight float64, dz [][]
 	}
 	for b := range z {
 		for i := 0; i < validLen(valid, b, len(z[b])); i++ {
-			dz[b][i] += a.of(weight) * a.sub(Sigmoid(z[b][i]), t[b][i]) / float64(n)
+			dz[b][i] += a.f(weight) * a.sub(a.f(Sigmoid(z[b][i])), a.f(t[b][i])) / a.f(float64(n))
 		}
 	}
 }
@@ -345,8 +345,8 @@ func routerBackward(cfg spec.Config, a arith, p *LayerParams, g *LayerGrads, in 
 			switch cfg.Router {
 			case spec.RouterLinear, spec.RouterLinearBias:
 				for j, v := range xi {
-					g.Params.Router[j] += a.of(float64(dr[b][i] * v))
-					dxi[j] += a.of(float64(dr[b][i] * p.Router[j]))
+					g.Params.Router[j] += float64(dr[b][i] * a.f(v))
+					dxi[j] += float64(dr[b][i] * a.f(p.Router[j]))
 				}
 				if cfg.Router == spec.RouterLinearBias {
 					g.Params.RouterBias[0] += dr[b][i]
@@ -357,7 +357,7 @@ func routerBackward(cfg spec.Config, a arith, p *LayerParams, g *LayerGrads, in 
 					continue
 				}
 				for j, v := range xi {
-					dxi[j] += a.of(float64(dr[b][i] * v / norm))
+					dxi[j] += float64(dr[b][i] * a.f(v) / a.f(norm))
 				}
 			}
 		}
@@ -395,8 +395,8 @@ func predictorBackward(cfg spec.Config, ar arith, p, g *LayerParams, res *LayerR
 			g.PredB2[0] += dq[b][i]
 			for u := 0; u < h; u++ {
 				a := pre[i*h+u]
-				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+ar.of(float64(dq[b][i]*SiLU(a))))
-				da[i*h+u] = ar.of(float64(float64(dq[b][i]*p.PredW2.At(u, 0)) * siluGrad(a)))
+				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+float64(dq[b][i]*ar.f(SiLU(a))))
+				da[i*h+u] = float64(float64(dq[b][i]*ar.f(p.PredW2.At(u, 0))) * ar.f(siluGrad(a)))
 				g.PredB1[u] += da[i*h+u]
 			}
 		}

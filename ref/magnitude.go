@@ -9,45 +9,52 @@ import (
 )
 
 // arith is the arithmetic of a backward pass: the gradient itself
-// (signed), or its magnitude, the same pass with every term taken as its
-// absolute value, so that each element is the sum of the absolute values
-// of everything that was added into it, through every step: |X|ᵀ|dY| for
-// a weight, Σ_t |dY_t| for a bias, P(|dP| + Σ P|dP|) through a softmax.
-// An element that is small by cancellation keeps the scale of what
-// cancelled (docs/tolerances.md, "The scale of what cancelled").
+// (signed), or the squares of its terms: the same pass with every factor
+// it multiplies by (an activation, a parameter, a constant) squared, every
+// difference a sum, and the upstream gradient squared, so that each
+// element is the sum of the squares of the terms that reach it along
+// every path of the backward pass (docs/tolerances.md, "The scale of what
+// cancelled"). Its square root is the terms' root-sum-square: the scale
+// of the round-off of a sum whose terms each err by a relative unit
+// independently (a random walk), which an element that is small by
+// cancellation keeps.
 type arith bool
 
 const (
-	signed    arith = false
-	magnitude arith = true
+	signed  arith = false
+	squares arith = true
 )
 
-// of is v, or |v| for the magnitude.
-func (a arith) of(v float64) float64 {
-	if a == magnitude {
-		return math.Abs(v)
+// f is a factor v as the arithmetic multiplies by it: v, or v².
+func (a arith) f(v float64) float64 {
+	if a == squares {
+		return v * v
 	}
 	return v
 }
 
-// rows is x, or a copy of x with every value's absolute value for the
-// magnitude.
+// rows is x, or a copy of x with every value squared (a.f).
 func (a arith) rows(x []float64) []float64 {
 	if a == signed || x == nil {
 		return x
 	}
 	out := make([]float64, len(x))
 	for j, v := range x {
-		out[j] = math.Abs(v)
+		out[j] = v * v
 	}
 	return out
 }
 
-// vec is rows for a parameter vector.
-func (a arith) vec(x []float64) []float64 { return a.rows(x) }
+// inPlace squares x in place under the squares arithmetic.
+func (a arith) inPlace(x []float64) {
+	if a == squares {
+		for j, v := range x {
+			x[j] = v * v
+		}
+	}
+}
 
-// dense is w, or a copy with every element's absolute value for the
-// magnitude.
+// dense is w, or a copy with every element squared.
 func (a arith) dense(w *mat.Dense) *mat.Dense {
 	if a == signed || w == nil {
 		return w
@@ -55,23 +62,20 @@ func (a arith) dense(w *mat.Dense) *mat.Dense {
 	r, c := w.Dims()
 	out := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
-		row, o := w.RawRowView(i), out.RawRowView(i)
-		for j, v := range row {
-			o[j] = math.Abs(v)
-		}
+		copy(out.RawRowView(i), a.rows(w.RawRowView(i)))
 	}
 	return out
 }
 
-// sub is x − y, or |x| + |y| for the magnitude.
+// sub is x − y, or x + y for the squares (of terms, which add).
 func (a arith) sub(x, y float64) float64 {
-	if a == magnitude {
-		return math.Abs(x) + math.Abs(y)
+	if a == squares {
+		return x + y
 	}
 	return x - y
 }
 
-// mats is a batch of matrices, or copies with absolute values.
+// mats is a batch of matrices, or copies with every element squared.
 func (a arith) mats(ms []*mat.Dense) []*mat.Dense {
 	if a == signed {
 		return ms
@@ -83,15 +87,33 @@ func (a arith) mats(ms []*mat.Dense) []*mat.Dense {
 	return out
 }
 
-// LayerGradientMagnitudes is LayerGradients in the magnitude arithmetic:
-// for every gradient element, the sum of the absolute values of the terms
-// the backward pass adds into it, each term's factors (activations,
-// parameters, the magnitudes of the gradients it is computed from) taken
-// as absolute values, the upstream gradient's too. It bounds the element
-// (|g| ≤ its magnitude, by the triangle inequality, step by step), equals
-// |g| where nothing cancels, and keeps the scale of what cancelled where
-// something did: an implementation that rounds each term by a relative u
-// errs on the element by about u times its magnitude per step.
+// rootAll replaces every value of the tensors and matrices by its square
+// root: the squares arithmetic's sums of squares become root-sum-squares.
+func rootAll(ts []Tensor, ms []*mat.Dense) {
+	for _, t := range ts {
+		for j, v := range t.Data {
+			t.Data[j] = math.Sqrt(v)
+		}
+	}
+	for _, m := range ms {
+		r, _ := m.Dims()
+		for i := 0; i < r; i++ {
+			row := m.RawRowView(i)
+			for j, v := range row {
+				row[j] = math.Sqrt(v)
+			}
+		}
+	}
+}
+
+// LayerGradientMagnitudes is LayerGradients in the squares arithmetic
+// (arith), square-rooted: for every gradient element, the root-sum-square
+// of the terms that reach it along every path of the backward pass, each
+// a product of the upstream gradient and the factors it is multiplied by
+// on the way. It equals |g| where a single term reaches the element, and
+// where many do and they cancel it keeps their scale: an implementation
+// that rounds each term by a relative u independently errs on the element
+// by about u times the magnitude per step, a random walk.
 func LayerGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, upstream []*mat.Dense) (*LayerGrads, error) {
 	res, err := layerFrozen(cfg, p, in, fz, true)
 	if err != nil {
@@ -100,13 +122,14 @@ func LayerGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, fz
 	if err := checkUpstream(cfg, in, upstream); err != nil {
 		return nil, err
 	}
-	u := magnitude.mats(upstream)
-	return layerBackward(cfg, magnitude, p, in, res, upstreamParts(magnitude, res, u)), nil
+	g := layerBackward(cfg, squares, p, in, res, upstreamParts(squares, res, squares.mats(upstream)))
+	rootAll(g.Params.Tensors(""), g.X)
+	return g, nil
 }
 
-// ModelGradientMagnitudes is ModelGradients in the magnitude arithmetic
-// (LayerGradientMagnitudes): the cross-entropy's dz = (softmax − onehot)/N
-// has the magnitude (softmax + onehot)/N.
+// ModelGradientMagnitudes is ModelGradients in the squares arithmetic,
+// square-rooted (LayerGradientMagnitudes): the cross-entropy's
+// dz = (softmax − onehot)/N has the terms softmax/N and onehot/N.
 func ModelGradientMagnitudes(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz ModelFrozen) (*ModelParams, error) {
 	if len(fz.Layers) != len(c.Layers) {
 		return nil, fmt.Errorf("model: frozen decisions for %d layers, want %d", len(fz.Layers), len(c.Layers))
@@ -115,15 +138,25 @@ func ModelGradientMagnitudes(c spec.ModelConfig, p *ModelParams, in ModelInputs,
 	if err != nil {
 		return nil, err
 	}
-	return modelBackward(c, magnitude, p, in, res)
+	g, err := modelBackward(c, squares, p, in, res)
+	if err != nil {
+		return nil, err
+	}
+	rootAll(g.Tensors(), nil)
+	return g, nil
 }
 
-// MoDEGradientMagnitudes is MoDEGradients in the magnitude arithmetic
-// (LayerGradientMagnitudes).
+// MoDEGradientMagnitudes is MoDEGradients in the squares arithmetic,
+// square-rooted (LayerGradientMagnitudes).
 func MoDEGradientMagnitudes(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz MoDEFrozen, upstream []*mat.Dense) (*MoDEGrads, error) {
 	res, err := MoDEForwardFrozen(cfg, p, x, fz)
 	if err != nil {
 		return nil, err
 	}
-	return modeBackward(cfg, magnitude, p, x, res, upstream)
+	g, err := modeBackward(cfg, squares, p, x, res, upstream)
+	if err != nil {
+		return nil, err
+	}
+	rootAll(g.Params.Tensors(""), g.X)
+	return g, nil
 }

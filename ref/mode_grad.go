@@ -32,7 +32,7 @@ func MoDEGradients(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz MoDEFr
 }
 
 // modeBackward is MoDEGradients' backward pass in the arithmetic a (the
-// upstream gradient's absolute values for the magnitude) over the
+// upstream gradient squared under the squares arithmetic) over the
 // forward res at the decisions res.Frozen.
 func modeBackward(cfg spec.MoDEConfig, a arith, p *MoDEParams, x []*mat.Dense, res *MoDEResult, upstream []*mat.Dense) (*MoDEGrads, error) {
 	fz := res.Frozen
@@ -93,17 +93,17 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 	for t, i := range pos {
 		ui := u.RawRowView(i)
 		if cfg.Form == spec.MoDEStaged {
-			r := a.of(res.RouterWeights[b][i])
+			r := a.f(res.RouterWeights[b][i])
 			dr := 0.0
 			for j := 0; j < d; j++ {
 				dy[t*d+j] = float64(r * ui[j])
-				dr += a.of(float64(ui[j] * (ac.a[t*d+j] + m[t*d+j])))
+				dr += float64(ui[j] * a.f(ac.a[t*d+j]+m[t*d+j]))
 			}
 			// r = w·x_i
 			xi, dxi := x.RawRowView(i), dx.RawRowView(i)
 			for j := 0; j < d; j++ {
-				g.Router[j] += a.of(float64(dr * xi[j]))
-				dxi[j] += a.of(float64(dr * p.Router[j]))
+				g.Router[j] += float64(dr * a.f(xi[j]))
+				dxi[j] += float64(dr * a.f(p.Router[j]))
 			}
 		} else {
 			copy(dy[t*d:(t+1)*d], ui)
@@ -119,7 +119,7 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 		dye := make([]float64, len(c)*d)
 		for k, i := range c {
 			t := index[i]
-			ge := res.Gates[b][i][e]
+			ge := a.f(res.Gates[b][i][e])
 			dgate[t*width+e] = dotRow(dy[t*d:(t+1)*d], a.rows(ea.m[k*d:(k+1)*d]))
 			for j := 0; j < d; j++ {
 				dye[k*d+j] = float64(ge * dy[t*d+j])
@@ -136,8 +136,8 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 	// G_t = softmax(z_t), z = U·W_g
 	dz := make([]float64, n*width)
 	for t, i := range pos {
-		gt := res.Gates[b][i]
-		dot := a.of(dotRow(gt, dgate[t*width:(t+1)*width]))
+		gt := a.rows(res.Gates[b][i])
+		dot := dotRow(gt, dgate[t*width:(t+1)*width])
 		for e := 0; e < width; e++ {
 			dz[t*width+e] = float64(gt[e] * a.sub(dgate[t*width+e], dot))
 		}

@@ -92,9 +92,10 @@ func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, 
 			row := dz[i*c.Vocab : (i+1)*c.Vocab]
 			copy(row, res.Logits[b].RawRowView(i))
 			softmaxInPlace(row)
+			a.inPlace(row)
 			row[tg] = a.sub(row[tg], 1)
 			for j := range row {
-				row[j] /= float64(n)
+				row[j] /= a.f(float64(n))
 			}
 		}
 		// logits = u·Head, u = N(hidden)
@@ -128,8 +129,8 @@ func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, 
 			continue
 		}
 		if res.acts.backs != nil {
-			if a == magnitude {
-				return nil, fmt.Errorf("model: layer %d: a stepped layer has no magnitude pass", l)
+			if a == squares {
+				return nil, fmt.Errorf("model: layer %d: a stepped layer has no pass in the squares arithmetic", l)
 			}
 			lg, err := res.acts.backs[l](dx)
 			if err != nil {

@@ -73,8 +73,8 @@ func mulWt(dy []float64, n int, w *mat.Dense, into []float64) []float64 {
 //	  dβ_j += dy_j,  dγ_j += dy_j x̂_j,  g = dy·γ,
 //	  dx_j = inv (g_j − mean(g) − x̂_j mean(g·x̂))
 //
-// Under the magnitude arithmetic every product and difference is of
-// absolute values.
+// Under the squares arithmetic (arith) every factor is squared and every
+// difference a sum.
 func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64, st normStats, dy []float64, n, d int) []float64 {
 	dx := make([]float64, n*d)
 	dd := float64(d)
@@ -86,29 +86,30 @@ func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64
 			mg, mgx := 0.0, 0.0
 			for j, v := range xi {
 				xh := float64((v - mean) * inv)
-				g := a.of(float64(dyi[j] * gamma[j]))
+				g := float64(dyi[j] * a.f(gamma[j]))
 				dbeta[j] += dyi[j]
-				dgamma[j] += a.of(float64(dyi[j] * xh))
+				dgamma[j] += float64(dyi[j] * a.f(xh))
 				mg += g
-				mgx += a.of(float64(g * xh))
+				mgx += float64(g * a.f(xh))
 			}
-			mg /= dd
-			mgx /= dd
+			mg /= a.f(dd)
+			mgx /= a.f(dd)
 			for j, v := range xi {
 				xh := float64((v - mean) * inv)
-				g := a.of(float64(dyi[j] * gamma[j]))
-				dxi[j] = float64(inv * a.sub(a.sub(g, mg), float64(xh*mgx)))
+				g := float64(dyi[j] * a.f(gamma[j]))
+				dxi[j] = float64(a.f(inv) * a.sub(a.sub(g, mg), float64(a.f(xh)*mgx)))
 			}
 			continue
 		}
 		s := 0.0
 		for j, v := range xi {
-			s += a.of(float64(dyi[j] * gamma[j] * v))
-			dgamma[j] += a.of(float64(dyi[j] * v * inv))
+			s += float64(dyi[j] * a.f(gamma[j]) * a.f(v))
+			dgamma[j] += float64(dyi[j] * a.f(v) * a.f(inv))
 		}
-		k := float64(inv*inv*inv) * s / dd
+		fi := a.f(inv)
+		k := float64(fi*fi*fi) * s / a.f(dd)
 		for j, v := range xi {
-			dxi[j] = a.sub(float64(dyi[j]*gamma[j]*inv), float64(v*k))
+			dxi[j] = a.sub(float64(dyi[j]*a.f(gamma[j])*fi), float64(a.f(v)*k))
 		}
 	}
 	return dx
@@ -121,9 +122,9 @@ func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64
 func rotateBack(ar arith, g, cs []float64) {
 	half := len(g) / 2
 	for j := 0; j < half; j++ {
-		cos, sin := ar.of(cs[2*j]), cs[2*j+1]
+		cos, sin := ar.f(cs[2*j]), ar.f(cs[2*j+1])
 		a, b := g[j], g[j+half]
-		g[j] = float64(a*cos) + ar.of(float64(b*sin))
+		g[j] = float64(a*cos) + float64(b*sin)
 		g[j+half] = ar.sub(float64(b*cos), float64(a*sin))
 	}
 }
@@ -209,7 +210,7 @@ func attendHeadBackward(c spec.BlockConfig, a arith, ac *blockActs, lo []int, h 
 		bn := i1 - i0
 		k0 := lo[i0]
 		nk := ac.keyEnd(i1-1) - k0
-		pr := headProbs(c, ac, lo, h, i0, i1, buf) // bn×nk
+		pr := a.rows(headProbs(c, ac, lo, h, i0, i1, buf)) // bn×nk
 		dctxB := prod.Matrix{Data: dctx[i0*d+col:], Stride: d}
 		dp := ds[:bn*nk]
 		prod.Mul(bn, nk, dh, dctxB, prod.Matrix{Data: v[k0*kvw+kvCol:], Stride: kvw, T: true}, dp, nk, false)
@@ -217,14 +218,14 @@ func attendHeadBackward(c spec.BlockConfig, a arith, ac *blockActs, lo []int, h 
 			pi, dpi := pr[(i-i0)*nk:(i-i0+1)*nk], dp[(i-i0)*nk:(i-i0+1)*nk]
 			dot := 0.0
 			for t := lo[i] - k0; t < ac.keyEnd(i)-k0; t++ {
-				dot += a.of(float64(pi[t] * dpi[t]))
+				dot += float64(pi[t] * dpi[t])
 			}
 			for t := range dpi {
 				if t < lo[i]-k0 || t >= ac.keyEnd(i)-k0 {
 					dpi[t] = 0
 					continue
 				}
-				dpi[t] = float64(pi[t]*a.sub(dpi[t], dot)) * scale
+				dpi[t] = float64(pi[t]*a.sub(dpi[t], dot)) * a.f(scale)
 			}
 		}
 		prod.Mul(nk, dh, bn, prod.Matrix{Data: pr, Stride: nk, T: true}, dctxB, dv[k0*kvw+kvCol:], kvw, true)
@@ -265,8 +266,8 @@ func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockAc
 		// act = SiLU(pre)·gate
 		dgate := make([]float64, n*f)
 		for j, v := range ac.pre {
-			dgate[j] = a.of(float64(dact[j] * SiLU(v)))
-			dpre[j] = a.of(float64(dact[j]*ac.gate[j]) * siluGrad(v))
+			dgate[j] = float64(dact[j] * a.f(SiLU(v)))
+			dpre[j] = float64(dact[j]*a.f(ac.gate[j])) * a.f(siluGrad(v))
 		}
 		addXtY(g.W3, u2, dgate, n)
 		du := mulWt(dgate, n, a.dense(p.W3), nil)
@@ -275,7 +276,7 @@ func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockAc
 	}
 	// act = GELU(pre)
 	for j, v := range ac.pre {
-		dpre[j] = a.of(float64(dact[j] * geluGrad(v)))
+		dpre[j] = float64(dact[j] * a.f(geluGrad(v)))
 	}
 	addXtY(g.W1, u2, dpre, n)
 	return mulWt(dpre, n, a.dense(p.W1), nil)
