@@ -345,7 +345,7 @@ func routerBackward(cfg spec.Config, a arith, p *LayerParams, g *LayerGrads, in 
 			switch cfg.Router {
 			case spec.RouterLinear, spec.RouterLinearBias:
 				for j, v := range xi {
-					g.Params.Router[j] += float64(dr[b][i] * a.f(v))
+					g.Params.Router[j] += a.acc2(dr[b][i], v)
 					dxi[j] += float64(dr[b][i] * a.f(p.Router[j]))
 				}
 				if cfg.Router == spec.RouterLinearBias {
@@ -395,12 +395,12 @@ func predictorBackward(cfg spec.Config, ar arith, p, g *LayerParams, res *LayerR
 			g.PredB2[0] += dq[b][i]
 			for u := 0; u < h; u++ {
 				a := pre[i*h+u]
-				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+float64(dq[b][i]*ar.f(SiLU(a))))
+				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+ar.acc2(dq[b][i], SiLU(a)))
 				da[i*h+u] = float64(float64(dq[b][i]*ar.f(p.PredW2.At(u, 0))) * ar.f(siluGrad(a)))
 				g.PredB1[u] += da[i*h+u]
 			}
 		}
-		addXtY(g.PredW1, ar.rows(x), da, s)
+		ar.addXtY(g.PredW1, x, da, s)
 		dx = append(dx, mat.NewDense(s, d, mulWt(da, s, ar.dense(p.PredW1), nil)))
 	}
 	return dx

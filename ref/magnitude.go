@@ -9,15 +9,14 @@ import (
 )
 
 // arith is the arithmetic of a backward pass: the gradient itself
-// (signed), or the squares of its terms: the same pass with every factor
-// it multiplies by (an activation, a parameter, a constant) squared, every
-// difference a sum, and the upstream gradient squared, so that each
-// element is the sum of the squares of the terms that reach it along
-// every path of the backward pass (docs/tolerances.md, "The scale of what
-// cancelled"). Its square root is the terms' root-sum-square: the scale
-// of the round-off of a sum whose terms each err by a relative unit
-// independently (a random walk), which an element that is small by
-// cancellation keeps.
+// (signed), or the squares of its terms (squares): the same pass with
+// every factor it multiplies by (an activation, a parameter, a constant)
+// squared, every difference a sum, and the upstream gradient squared, so
+// that each element is the sum of the squares of the terms that reach it
+// along every path of the backward pass. Its square root is their
+// root-sum-square, the scale of what an element adds up, which an element
+// that is small by cancellation keeps (docs/tolerances.md, "The scale of
+// what cancelled").
 type arith bool
 
 const (
@@ -25,19 +24,8 @@ const (
 	squares arith = true
 )
 
-// f is a factor v as the arithmetic multiplies by it: v, or v².
-func (a arith) f(v float64) float64 {
-	if a == squares {
-		return v * v
-	}
-	return v
-}
-
-// rows is x, or a copy of x with every value squared (a.f).
-func (a arith) rows(x []float64) []float64 {
-	if a == signed || x == nil {
-		return x
-	}
+// sq returns a copy of x with every value squared.
+func sq(x []float64) []float64 {
 	out := make([]float64, len(x))
 	for j, v := range x {
 		out[j] = v * v
@@ -45,7 +33,24 @@ func (a arith) rows(x []float64) []float64 {
 	return out
 }
 
-// inPlace squares x in place under the squares arithmetic.
+// f is a factor v as the arithmetic multiplies by it: v, or v² under
+// squares.
+func (a arith) f(v float64) float64 {
+	if a == squares {
+		return v * v
+	}
+	return v
+}
+
+// rows is x, or a copy of x with every value squared under squares.
+func (a arith) rows(x []float64) []float64 {
+	if a != squares || x == nil {
+		return x
+	}
+	return sq(x)
+}
+
+// inPlace squares x in place under squares.
 func (a arith) inPlace(x []float64) {
 	if a == squares {
 		for j, v := range x {
@@ -54,20 +59,20 @@ func (a arith) inPlace(x []float64) {
 	}
 }
 
-// dense is w, or a copy with every element squared.
+// dense is w, or a copy with every element squared under squares.
 func (a arith) dense(w *mat.Dense) *mat.Dense {
-	if a == signed || w == nil {
+	if a != squares || w == nil {
 		return w
 	}
 	r, c := w.Dims()
 	out := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
-		copy(out.RawRowView(i), a.rows(w.RawRowView(i)))
+		copy(out.RawRowView(i), sq(w.RawRowView(i)))
 	}
 	return out
 }
 
-// sub is x − y, or x + y for the squares (of terms, which add).
+// sub is x − y, or x + y under squares (of terms, which add).
 func (a arith) sub(x, y float64) float64 {
 	if a == squares {
 		return x + y
@@ -75,9 +80,10 @@ func (a arith) sub(x, y float64) float64 {
 	return x - y
 }
 
-// mats is a batch of matrices, or copies with every element squared.
+// mats is a batch of matrices, or copies with every element squared
+// under squares.
 func (a arith) mats(ms []*mat.Dense) []*mat.Dense {
-	if a == signed {
+	if a != squares {
 		return ms
 	}
 	out := make([]*mat.Dense, len(ms))
@@ -87,8 +93,34 @@ func (a arith) mats(ms []*mat.Dense) []*mat.Dense {
 	return out
 }
 
-// rootAll replaces every value of the tensors and matrices by its square
-// root: the squares arithmetic's sums of squares become root-sum-squares.
+// acc2 is the term x·y of a parameter's gradient, x the gradient it is
+// computed from and y a factor: x·y, or x·y² under squares.
+func (a arith) acc2(x, y float64) float64 {
+	if a == squares {
+		return float64(x * y * y)
+	}
+	return float64(x * y)
+}
+
+// acc3 is the term x·y·z (acc2 with two factors).
+func (a arith) acc3(x, y, z float64) float64 {
+	if a == squares {
+		return float64(x * (y * y) * (z * z))
+	}
+	return float64(x * y * z)
+}
+
+// addXtY is addXtY, the weight gradient xᵀ·dy, with x squared under
+// squares.
+func (a arith) addXtY(dw *mat.Dense, x, y []float64, n int) {
+	if a == squares {
+		x = sq(x)
+	}
+	addXtY(dw, x, y, n)
+}
+
+// rootAll replaces every value of the tensors ts and matrices ms, sums of
+// squares, by its square root.
 func rootAll(ts []Tensor, ms []*mat.Dense) {
 	for _, t := range ts {
 		for j, v := range t.Data {

@@ -102,7 +102,7 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 			// r = w·x_i
 			xi, dxi := x.RawRowView(i), dx.RawRowView(i)
 			for j := 0; j < d; j++ {
-				g.Router[j] += float64(dr * a.f(xi[j]))
+				g.Router[j] += a.acc2(dr, xi[j])
 				dxi[j] += float64(dr * a.f(p.Router[j]))
 			}
 		} else {
@@ -142,7 +142,7 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 			dz[t*width+e] = float64(gt[e] * a.sub(dgate[t*width+e], dot))
 		}
 	}
-	addXtY(g.Gate, a.rows(ac.u2), dz, n)
+	a.addXtY(g.Gate, ac.u2, dz, n)
 	mulWt(dz, n, a.dense(p.Gate), du)
 	dh := normBackward(cfg.Block, a, g.Block.Norm2, g.Block.Norm2Bias, p.Block.Norm2, h, ac.n2, du, n, d)
 	da := make([]float64, n*d)

@@ -99,7 +99,7 @@ func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, 
 			}
 		}
 		// logits = u·Head, u = N(hidden)
-		addXtY(g.Head, a.rows(res.acts.u[b]), dz, s)
+		a.addXtY(g.Head, res.acts.u[b], dz, s)
 		du := mulWt(dz, s, a.dense(p.Head), nil)
 		dx[b] = mat.NewDense(s, d, normBackward(blk, a, g.FinalNorm, g.FinalNormBias, p.FinalNorm, rawRows(res.Hidden[b]), res.acts.final[b], du, s, d))
 	}

@@ -88,7 +88,7 @@ func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64
 				xh := float64((v - mean) * inv)
 				g := float64(dyi[j] * a.f(gamma[j]))
 				dbeta[j] += dyi[j]
-				dgamma[j] += float64(dyi[j] * a.f(xh))
+				dgamma[j] += a.acc2(dyi[j], xh)
 				mg += g
 				mgx += float64(g * a.f(xh))
 			}
@@ -104,7 +104,7 @@ func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64
 		s := 0.0
 		for j, v := range xi {
 			s += float64(dyi[j] * a.f(gamma[j]) * a.f(v))
-			dgamma[j] += float64(dyi[j] * a.f(v) * a.f(inv))
+			dgamma[j] += a.acc3(dyi[j], v, inv)
 		}
 		fi := a.f(inv)
 		k := float64(fi*fi*fi) * s / a.f(dd)
@@ -149,7 +149,7 @@ func addBiasGrad(db, dy []float64) {
 func attentionBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, da []float64) []float64 {
 	n, d := ac.n, ac.d
 	// a = ctx·Wo
-	addXtY(g.Wo, a.rows(ac.ctx), da, n)
+	a.addXtY(g.Wo, ac.ctx, da, n)
 	dctx := mulWt(da, n, a.dense(p.Wo), nil) // n×d
 	kvh, kvw := c.KVHeadCount(), c.KVWidth()
 	dq, dk, dv := make([]float64, n*d), make([]float64, n*kvw), make([]float64, n*kvw)
@@ -179,10 +179,9 @@ func attentionBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *block
 	addBiasGrad(g.Bq, dq)
 	addBiasGrad(g.Bk, dk)
 	addBiasGrad(g.Bv, dv)
-	u1 := a.rows(ac.u1)
-	addXtY(g.Wq, u1, dq, n)
-	addXtY(g.Wk, u1, dk, n)
-	addXtY(g.Wv, u1, dv, n)
+	a.addXtY(g.Wq, ac.u1, dq, n)
+	a.addXtY(g.Wk, ac.u1, dk, n)
+	a.addXtY(g.Wv, ac.u1, dv, n)
 	du1 := mulWt(dq, n, a.dense(p.Wq), nil)
 	mulWt(dk, n, a.dense(p.Wk), du1)
 	mulWt(dv, n, a.dense(p.Wv), du1)
@@ -257,9 +256,8 @@ func mlpBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, 
 // given dm (n×d), adding the gradients of W1, W2 (and W3) into g.
 func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
 	n, f := ac.n, ac.dff
-	u2 := a.rows(ac.u2)
 	// m = act·W2
-	addXtY(g.W2, a.rows(ac.act), dm, n)
+	a.addXtY(g.W2, ac.act, dm, n)
 	dact := mulWt(dm, n, a.dense(p.W2), nil) // n×d_ff
 	dpre := make([]float64, n*f)
 	if c.MLP == spec.ActSwiGLU {
@@ -269,16 +267,16 @@ func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockAc
 			dgate[j] = float64(dact[j] * a.f(SiLU(v)))
 			dpre[j] = float64(dact[j]*a.f(ac.gate[j])) * a.f(siluGrad(v))
 		}
-		addXtY(g.W3, u2, dgate, n)
+		a.addXtY(g.W3, ac.u2, dgate, n)
 		du := mulWt(dgate, n, a.dense(p.W3), nil)
-		addXtY(g.W1, u2, dpre, n)
+		a.addXtY(g.W1, ac.u2, dpre, n)
 		return mulWt(dpre, n, a.dense(p.W1), du)
 	}
 	// act = GELU(pre)
 	for j, v := range ac.pre {
 		dpre[j] = float64(dact[j] * a.f(geluGrad(v)))
 	}
-	addXtY(g.W1, u2, dpre, n)
+	a.addXtY(g.W1, ac.u2, dpre, n)
 	return mulWt(dpre, n, a.dense(p.W1), nil)
 }
 

@@ -124,8 +124,12 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 		}
 		scale := profileScale(p, c, info.Name)
 		of := ""
-		if mg := mags[name]; mg != nil && maxAbs(mg.F) > scale {
-			scale, of = maxAbs(mg.F), " of what it sums (docs/tolerances.md, \"The scale of what cancelled\")"
+		if mg := mags[name]; mg != nil && scale < p.Unit*maxAbs(mg.F) {
+			// Zero by cancellation as far as the format can tell: its
+			// truth is below one unit of what its terms add up to, and a
+			// correct implementation's value is the round-off of what
+			// cancelled.
+			scale, of = maxAbs(mg.F), fmt.Sprintf(", the scale of the terms it sums, its truth %.3g being below one unit of it (docs/tolerances.md, \"The scale of what cancelled\")", scale)
 		}
 		abs := p.AbsUnit()
 		tol := format.Tolerance{
