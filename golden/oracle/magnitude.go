@@ -15,8 +15,6 @@ import (
 // what the backward pass added into it, at the case's own decisions. A
 // decode case has no gradients and gets none.
 func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
-	m := c.Manifest
-	cfg := m.Config
 	out := map[string]*format.Array{}
 	put := func(dx []*mat.Dense, params, grads []ref.Tensor) {
 		if dx != nil {
@@ -26,14 +24,9 @@ func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
 			out[format.CandidateName("grad.param."+params[k].Name)] = format.Float(t.Data, t.Shape...)
 		}
 	}
-	switch m.Kind {
+	switch c.Manifest.Kind {
 	case format.KindLayer:
-		s := LayerSpec{Name: m.Name, Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
-		dr, err := LayerDrawViewOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.LayerForward(s.Config, dr.P, dr.In)
+		s, dr, res, err := layerOf(c)
 		if err != nil {
 			return nil, err
 		}
@@ -43,12 +36,7 @@ func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
 		}
 		put(g.X, dr.P.Tensors(""), g.Params.Tensors(""))
 	case format.KindModel:
-		s := ModelSpec{Name: m.Name, Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig()}
-		p, in, err := ModelDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.ModelForward(s.Config, p, in)
+		s, p, in, res, err := modelOf(c)
 		if err != nil {
 			return nil, err
 		}
@@ -58,12 +46,7 @@ func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
 		}
 		put(nil, p.Tensors(), g.Tensors())
 	case format.KindMoDE:
-		s := MoDESpec{Name: m.Name, Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
-		dr, err := MoDEDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
+		s, dr, res, err := modeOf(c)
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +57,7 @@ func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
 		put(g.X, dr.P.Tensors(""), g.Params.Tensors(""))
 	case format.KindDecode:
 	default:
-		return nil, fmt.Errorf("case %s: kind %q", m.Name, m.Kind)
+		return nil, fmt.Errorf("case %s: kind %q", c.Manifest.Name, c.Manifest.Kind)
 	}
 	return out, nil
 }
