@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 )
 
@@ -93,7 +94,7 @@ func drawBlock(rng *rand.Rand, seq int) map[string]any {
 // tolerance), and at d = 4 a correct pure-bf16 implementation still missed
 // its tolerance by 1.4 times; such a case is ill conditioned by
 // construction, not hard (docs/fuzzing.md, docs/tolerances.md).
-const MinLayerNormD = 8
+const MinLayerNormD = golden.MinLayerNormD
 
 // drawRouting adds a routed layer's choices to block b: every router,
 // with or without jitter; every capacity rule; every weighting; gather or
