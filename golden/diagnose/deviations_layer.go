@@ -44,6 +44,7 @@ func layerDeviations() []layerDeviation {
 		devAuxOverPadding,
 		devSoftmaxWholeRow,
 		devQKSwapped,
+		devWeightScaled,
 	}
 }
 

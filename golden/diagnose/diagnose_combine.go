@@ -65,6 +65,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.scaleSkipped = c.scaleSkipped || d.scaleSkipped
 		c.auxOverPadding = c.auxOverPadding || d.auxOverPadding
 		c.swapQK = c.swapQK || d.swapQK
+		c.scaled = c.scaled || d.scaled
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -80,6 +81,9 @@ func combineNames(names []string) (layerDeviation, bool) {
 	}
 	if (c.tanhGate || c.rowSoftmax) && (c.firstK || slices.Contains(names, "no_weighting")) || c.tanhGate && c.rowSoftmax {
 		return c, false // each says which weight multiplies which update
+	}
+	if c.scaled && (c.tanhGate || c.rowSoftmax || slices.Contains(names, "no_weighting") || slices.Contains(names, "ste_m_plus_1")) {
+		return c, false // each says what the weight is, or how it is applied
 	}
 	if c.scaleSkipped && c.firstK {
 		return c, false // the block runs on other tokens than the selected ones

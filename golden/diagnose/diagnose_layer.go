@@ -91,6 +91,10 @@ type layerDeviation struct {
 	rowSoftmax bool
 	// swapQK exchanges every block's queries and keys (swapQKArrays).
 	swapQK bool
+	// scaled multiplies every valid token's router weight by α (alpha):
+	// weight_scaled. scale is α, fitted or given; 0 for defaultScale.
+	scaled bool
+	scale  float64
 	feed   predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and
@@ -260,6 +264,9 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	if d.scaled {
+		scaleWeight(l, d.alpha())
+	}
 	gate := d.gate()
 	if gate != nil && d.weightMLPOnly {
 		gateMultipliers(l, gate)

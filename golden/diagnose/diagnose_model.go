@@ -143,6 +143,7 @@ func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 	}
 	ems, devs = withTorchTopK(ems, devs)
 	refuseFD(c, devs, ems)
+	withScale(devs, ems)
 	if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 		return nil, nil, err
 	}

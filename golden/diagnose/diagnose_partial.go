@@ -30,6 +30,8 @@ type Partial struct {
 	// CPU order).
 	Present []string `json:"present"`
 	Variant string   `json:"variant,omitempty"`
+	// Scale is weight_scaled's fitted α when it is present; 0 otherwise.
+	Scale float64 `json:"scale,omitempty"`
 	// Explained lists the arrays the deviations move onto the candidate's:
 	// outside tolerance of the oracle, within it of the deviant values, in
 	// the case's order.
@@ -83,7 +85,7 @@ func Explain(c *format.Case, cand map[string]*format.Array, results []DeviationR
 		if !needed(r, explained, byKey) {
 			continue
 		}
-		p := &Partial{Present: strings.Split(r.Name, "+"), Explained: explained}
+		p := &Partial{Present: strings.Split(r.Name, "+"), Explained: explained, Scale: r.Scale}
 		if slices.Contains(p.Present, "gather_first_k") {
 			p.Variant = r.Variant
 		}
@@ -216,7 +218,7 @@ func remainder(c *format.Case, cand map[string]*format.Array, w map[string]writt
 	if !ok {
 		return nil, nil
 	}
-	d.written = w
+	d.written, d.scale = w, p.Scale
 	ems := []emulation{{name: d.name, variant: p.Variant}}
 	if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil || ems[0].reason != "" {
 		return nil, err

@@ -105,6 +105,7 @@ func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 		ems, devs = withTorchTopK(ems, devs)
 	}
 	refuseFD(c, devs, ems)
+	withScale(devs, ems)
 	if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 		return nil, nil, err
 	}
@@ -157,12 +158,12 @@ func shareEffective(c *format.Case, devs []layerDeviation, ems []emulation, cfgs
 			d.auxOverPadding = false
 		}
 		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil && !d.sharedRouter &&
-			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK {
+			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK && !d.scaled {
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
-			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %g %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
+			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.alpha(), d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*format.Array{} // not computed; shareArrays fills it
@@ -278,6 +279,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			}
 		}
 		refuseFD(c, devs, ems)
+		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
@@ -290,6 +292,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			ems[i].reason = skipModel(s.Config, d)
 		}
 		refuseFD(c, devs, ems)
+		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err
 		}
