@@ -71,8 +71,12 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
               "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router",
-              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped")
+              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped",
+              "weight_scaled")
 DEVIATION = None
+# weight_scaled's constant α: every valid token's router weight is WEIGHT_SCALE * g
+# (Mixture-of-Recursions' 0.1 * sigmoid(r) is 0.1 on sigmoid weighting).
+WEIGHT_SCALE = 0.1
 
 
 def deviates(name):
@@ -493,6 +497,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         g_router = (0.2 * torch.tanh(r) + 1) * vm
     if deviates("softmax_whole_row") and cfg.get("weighting", "raw") == "softmax":   # over every valid token
         g_router = weights_of(r, vm, vm, "softmax")
+    if deviates("weight_scaled"):   # a constant scale on the weight, applied and reported
+        g_router = WEIGHT_SCALE * g_router
     # no_weighting: g is computed (and reported as `weights`) but not applied.
     g = torch.ones_like(r) if deviates("no_weighting") else g_router
     if BUG == "router_detached":   # the router learns from its auxiliary loss alone
