@@ -24,8 +24,12 @@ import (
 // no_causal_mask wherever some layer gathers its whole block without a
 // window, tanh_gate wherever some layer gathers, skipped_scaled wherever
 // some layer gathers with a weight defined at a skipped token and not 1,
-// and aux_over_padding wherever the case is padded and some layer trains
-// an auxiliary loss.
+// aux_over_padding wherever the case is padded and some layer trains
+// an auxiliary loss, softmax_whole_row wherever some layer gathers with
+// softmax weighting, qk_swapped wherever some layer's attention has as many
+// key heads as query heads, and weight_scaled (at its α of 0.1) everywhere.
+// TestComputedCatchesAreMeasured holds every corpus case's claims of the
+// last three to MeasuredCatches.
 func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string {
 	out := slices.Clone(catches)
 	add := func(name string) {
@@ -52,6 +56,13 @@ func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string
 		if padded && (cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 || cfg.LoadBalanceWeight != 0) {
 			add("aux_over_padding")
 		}
+		if skipSoftmaxWholeRow(cfg) == "" {
+			add("softmax_whole_row")
+		}
+		if skipQKSwapped(cfg) == "" {
+			add("qk_swapped")
+		}
+		add("weight_scaled")
 	}
 	return out
 }
