@@ -178,6 +178,9 @@ func combinedCandidate(c *format.Case, name, variant string) (map[string]*format
 		alpha, variant = a, ""
 	}
 	d, ok := combineVariant(names, variant)
+	if c.Manifest.Kind == format.KindDecode {
+		d, ok = combineDecode(names, variant)
+	}
 	d.scale = alpha
 	if !ok {
 		return nil, fmt.Errorf("case %s: deviations %s (variant %q) cannot be combined", c.Manifest.Name, name, variant)

@@ -160,7 +160,7 @@ func resultKey(name, variant string) string { return name + "\x00" + variant }
 // order of Deviations.
 func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE {
+	if oracle.Match || c.Manifest.Kind == format.KindMoDE {
 		return nil, nil
 	}
 	var pool, beam []DeviationResult
@@ -168,7 +168,7 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 		if r.Match && r.Distinct {
 			return nil, nil
 		}
-		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant) {
+		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant || r.Name == "decode_mismatch") {
 			pool = append(pool, r)
 			if r.distance < oracle.distance {
 				beam = append(beam, r)
@@ -245,6 +245,9 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 	var ems []emulation
 	for _, set := range sets {
 		d, ok := combineVariant(set.names, set.variant)
+		if c.Manifest.Kind == format.KindDecode {
+			d, ok = combineDecode(set.names, set.variant)
+		}
 		if !ok {
 			continue
 		}

@@ -95,6 +95,10 @@ type layerDeviation struct {
 	// weight_scaled. scale is α, fitted or given; 0 for defaultScale.
 	scaled bool
 	scale  float64
+	// decodeFault is, in a decode case, the decode_mismatch variant
+	// combined with the deviation (combineDecode); the zero value decodes
+	// as ref does.
+	decodeFault decodeVariant
 	feed   predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and

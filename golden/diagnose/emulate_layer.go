@@ -299,6 +299,8 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
+	case format.KindDecode:
+		return emulateDecodeDeviations(c, devs, ems, progress)
 	}
 	return fmt.Errorf("kind %q has no combined emulation", c.Manifest.Kind)
 }
