@@ -91,9 +91,14 @@ func scaleBack(alpha float64, rows [][]float64) {
 // got·want and Σ want².
 type scaleFit struct{ gw, ww float64 }
 
-// add accumulates the pairs of got and want, element by element.
+// add accumulates the pairs of got and want, element by element, where
+// both are non-zero: a token one of them did not select (a candidate with
+// capacity_off_by_one beside the scale drops one) says nothing of α.
 func (f *scaleFit) add(got, want []float64) {
 	for i, w := range want {
+		if got[i] == 0 || w == 0 {
+			continue
+		}
 		f.gw += float64(got[i] * w)
 		f.ww += float64(w * w)
 	}
@@ -155,7 +160,7 @@ func cutSuffix(name, src string) (string, bool) {
 // fitScale is the α of weight_scaled fitted to what the candidate wrote (w;
 // nil without a candidate: defaultScale): from the first routed layer, by
 // prefix, that has a source, its first source of fitSources, α = Σ
-// got·want / Σ want² over its elements. reason says why none is fitted:
+// got·want / Σ want² over its elements where neither is 0. reason says why none is fitted:
 // the candidate writes no source, or the fit is not a scale (not finite,
 // not positive, or within unscaledBand of 1).
 func fitScale(w map[string]written) (alpha float64, reason string) {
