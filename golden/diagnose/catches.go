@@ -27,9 +27,10 @@ import (
 // aux_over_padding wherever the case is padded and some layer trains
 // an auxiliary loss, softmax_whole_row wherever some layer gathers with
 // softmax weighting, qk_swapped wherever some layer's attention has as many
-// key heads as query heads, and weight_scaled (at its α of 0.1) everywhere.
+// key heads as query heads, weight_scaled (at its α of 0.1) everywhere,
+// and router_normed_input wherever some layer's router is linear.
 // TestComputedCatchesAreMeasured holds every corpus case's claims of the
-// last three to MeasuredCatches.
+// last four to MeasuredCatches.
 func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string {
 	out := slices.Clone(catches)
 	add := func(name string) {
@@ -63,6 +64,9 @@ func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string
 			add("qk_swapped")
 		}
 		add("weight_scaled")
+		if skipRouterNormed(cfg) == "" {
+			add("router_normed_input")
+		}
 	}
 	return out
 }

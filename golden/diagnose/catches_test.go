@@ -63,7 +63,8 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 }
 
 // TestComputedCatchesAreMeasured: on every layer and model case of the
-// corpus, each claim of softmax_whole_row, qk_swapped and weight_scaled
+// corpus, each claim of softmax_whole_row, qk_swapped, weight_scaled and
+// router_normed_input
 // (ComputedCatches' rules) is true: the case recomputed under the
 // deviation (weight_scaled at its α of 0.1) fails the case's comparison.
 func TestComputedCatchesAreMeasured(t *testing.T) {
@@ -80,7 +81,7 @@ func TestComputedCatchesAreMeasured(t *testing.T) {
 		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
 			continue
 		}
-		for _, dev := range []string{"softmax_whole_row", "qk_swapped", "weight_scaled"} {
+		for _, dev := range []string{"softmax_whole_row", "qk_swapped", "weight_scaled", "router_normed_input"} {
 			if !slices.Contains(c.Manifest.Catches, dev) {
 				continue
 			}

@@ -41,7 +41,7 @@ func decodable(d layerDeviation) string {
 	switch {
 	case d.capacity != capacityExact || d.targetsFirstRow || d.feed != feedFrozenInput || d.auxOverPadding:
 		return "a decode case routes causally and holds no auxiliary targets or losses: the deviation changes none of its arrays"
-	case d.scoreOrder || d.firstK || d.rowSoftmax || d.scaled || d.output != nil && d.outputForm() == "ste_m_plus_1":
+	case d.scoreOrder || d.firstK || d.rowSoftmax || d.scaled || d.routerNormed || d.output != nil && d.outputForm() == "ste_m_plus_1":
 		return "a decode case routes causally, one token at a time: the deviation has no decoding here (layer and model cases test it)"
 	}
 	return ""

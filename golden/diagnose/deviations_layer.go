@@ -45,6 +45,7 @@ func layerDeviations() []layerDeviation {
 		devSoftmaxWholeRow,
 		devQKSwapped,
 		devWeightScaled,
+		devRouterNormed,
 	}
 }
 

@@ -66,6 +66,7 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.auxOverPadding = c.auxOverPadding || d.auxOverPadding
 		c.swapQK = c.swapQK || d.swapQK
 		c.scaled = c.scaled || d.scaled
+		c.routerNormed = c.routerNormed || d.routerNormed
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -84,6 +85,9 @@ func combineNames(names []string) (layerDeviation, bool) {
 	}
 	if c.scaled && (c.tanhGate || c.rowSoftmax || slices.Contains(names, "no_weighting") || slices.Contains(names, "ste_m_plus_1")) {
 		return c, false // each says what the weight is, or how it is applied
+	}
+	if c.routerNormed && (c.capacity != capacityExact || c.scoreOrder || c.firstK || c.feed == feedOutput || slices.Contains(names, "ste_m_plus_1")) {
+		return c, false // each reads ref's router weights, not N1(x)'s, where the emulation decides
 	}
 	if c.scaleSkipped && c.firstK {
 		return c, false // the block runs on other tokens than the selected ones

@@ -158,12 +158,12 @@ func shareEffective(c *format.Case, devs []layerDeviation, ems []emulation, cfgs
 			d.auxOverPadding = false
 		}
 		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil && !d.sharedRouter &&
-			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK && !d.scaled {
+			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK && !d.scaled && !d.routerNormed {
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %g %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
-			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.alpha(), d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %g %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
+			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.alpha(), d.routerNormed, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*format.Array{} // not computed; shareArrays fills it

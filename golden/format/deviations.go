@@ -38,6 +38,7 @@ var Deviations = []Deviation{
 	{"softmax_whole_row", "softmax weighting taken over every valid token of the row instead of the selected ones: a selected token's g = exp(r_i) / Σ_valid exp(r_j)"},
 	{"qk_swapped", "queries and keys swapped: token i attends to j by k_i·q_j instead of q_i·k_j, in every block of the model (the attention's code is shared)"},
 	{"weight_scaled", "router weight scaled by a constant α: every valid token's weight is α·g, so out = x + α·g·f for a selected token (α fitted to the candidate's arrays)"},
+	{"router_normed_input", "the router reads the block's normed input N1(x) instead of the residual stream x: r = w·N1(x), which decides the routing and the weights"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";
