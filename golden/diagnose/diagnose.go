@@ -55,6 +55,10 @@ type DeviationResult struct {
 	// arrays is the candidate's arrays judged against these values, for
 	// the test of a factor (Explain).
 	arrays []judge.ArrayResult
+	// forward reports that these values differ from the oracle's beyond
+	// tolerance on some forward array the candidate has (one not a
+	// gradient), for the test of a factor (Explain).
+	forward bool
 }
 
 // Diagnose judges a candidate against a case and against the case
@@ -308,6 +312,11 @@ func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation)
 		return r, fmt.Errorf("emulating %s: %w", em.name, err)
 	}
 	r.Distinct = !vs.Pass
+	for _, a := range vs.Arrays {
+		if a.Status != judge.StatusPass && forwardArray(a.Name) {
+			r.forward = true
+		}
+	}
 	res, err := judge.CompareWith(dc, cand, judge.SkipMissing)
 	if err != nil {
 		return r, err

@@ -19,6 +19,10 @@ import (
 // pass here: backwardNames).
 var devRouterNormed = layerDeviation{name: "router_normed_input", skip: skipRouterNormed, routerNormed: true}
 
+// routerNormedInModel is why router_normed_input is not emulated for a
+// model or decode case.
+const routerNormedInModel = "no backward pass yet: its gradients are finite differences, which over every parameter of a model, for it and each combination the search tries, cost minutes; layer cases test it"
+
 // skipRouterNormed says why router_normed_input does not apply to a routed
 // layer of configuration cfg, or returns "".
 func skipRouterNormed(cfg spec.Config) string {
