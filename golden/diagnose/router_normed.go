@@ -122,17 +122,7 @@ func normedRouter(l *layerRun) error {
 			}
 		}
 	}
-	res.Out = make([]*mat.Dense, len(base))
-	for b, x := range base {
-		s, dm := x.Dims()
-		res.Out[b] = mat.NewDense(s, dm, nil)
-		for i := 0; i < s; i++ {
-			o, xi, f := res.Out[b].RawRowView(i), x.RawRowView(i), l.upd[b].RawRowView(i)
-			for j := range o {
-				o[j] = xi[j] + float64(res.Multipliers[b][i]*f[j])
-			}
-		}
-	}
+	res.Out = weightedOutput(base, res.Multipliers, l.upd)
 	ref.AuxLosses(l.cfg, &res, sel.Mask(), l.in.Valid)
 	l.res, l.out, l.mult = &res, res.Out, res.Multipliers
 	return nil

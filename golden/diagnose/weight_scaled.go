@@ -63,18 +63,25 @@ func scaleWeight(l *layerRun, alpha float64) {
 		return out
 	}
 	res.Weights, res.Multipliers = scale(res.Weights), scale(res.Multipliers)
-	res.Out = make([]*mat.Dense, len(l.out))
+	res.Out = weightedOutput(base, res.Multipliers, l.upd)
+	l.res, l.out, l.mult = &res, res.Out, res.Multipliers
+}
+
+// weightedOutput is base + mult·upd at every token of every row: a
+// layer's output with the multipliers mult applied to its update upd.
+func weightedOutput(base []*mat.Dense, mult [][]float64, upd []*mat.Dense) []*mat.Dense {
+	out := make([]*mat.Dense, len(base))
 	for b, x := range base {
 		s, dm := x.Dims()
-		res.Out[b] = mat.NewDense(s, dm, nil)
+		out[b] = mat.NewDense(s, dm, nil)
 		for i := 0; i < s; i++ {
-			o, xi, f := res.Out[b].RawRowView(i), x.RawRowView(i), l.upd[b].RawRowView(i)
+			o, xi, f := out[b].RawRowView(i), x.RawRowView(i), upd[b].RawRowView(i)
 			for j := range o {
-				o[j] = xi[j] + float64(res.Multipliers[b][i]*f[j])
+				o[j] = xi[j] + float64(mult[b][i]*f[j])
 			}
 		}
 	}
-	l.res, l.out, l.mult = &res, res.Out, res.Multipliers
+	return out
 }
 
 // scaleBack is weight_scaled's backward through ref's multipliers and
