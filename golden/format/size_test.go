@@ -169,3 +169,34 @@ func TestParallelEmulations(t *testing.T) {
 		t.Errorf("a case past maxGenMemory (diagnose of a manifest gen would refuse) runs %d emulations at once, want 1", n)
 	}
 }
+
+// TestGatheredTokens: a layer case whose block runs only on the tokens
+// top-k selects is counted at ⌈c·S⌉ + 1 tokens a row (C + 1 for an integer
+// capacity), at most S, which is at least ref's k (⌊c·S⌋ or ⌈c·S⌉) plus
+// the one capacity_off_by_one adds; every other layer case, whose block
+// may run on every token, is not.
+func TestGatheredTokens(t *testing.T) {
+	base := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.125)
+	for _, c := range []struct {
+		name string
+		seq  int
+		edit func(*spec.Config)
+		k    float64
+		ok   bool
+	}{
+		{"ratio 1/8 at S = 2048", 2048, func(*spec.Config) {}, 257, true},
+		{"ratio 1/2 at S = 7", 7, func(c *spec.Config) { c.Capacity.Ratio = 0.5 }, 5, true},
+		{"ratio 1 at S = 8", 8, func(c *spec.Config) { c.Capacity.Ratio = 1 }, 8, true},
+		{"integer 3 at S = 16", 16, func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 3} }, 4, true},
+		{"dense compute", 16, func(c *spec.Config) { c.Compute = spec.ComputeDense }, 0, false},
+		{"causal routing", 16, func(c *spec.Config) { c.Causal = spec.CausalRouter }, 0, false},
+		{"MLP only", 16, func(c *spec.Config) { c.MLPOnly = true }, 0, false},
+	} {
+		cfg := base
+		c.edit(&cfg)
+		k, ok := gatheredTokens(&Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 1, SeqLen: c.seq, Layer: &cfg}})
+		if k != c.k || ok != c.ok {
+			t.Errorf("%s: counted at %g tokens a row (%v), want %g (%v)", c.name, k, ok, c.k, c.ok)
+		}
+	}
+}
