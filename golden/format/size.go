@@ -281,9 +281,10 @@ func MinManifestBytes(m *Manifest) float64 {
 // case and measuring its catches (`modref gen --config`): 16 GiB, two
 // thirds of the 24 GB machine the production shapes were measured on
 // (docs/performance.md). A layer at Llama-3-8B's width
-// (docs/examples/llama3-8b-layer-s2048.json) is estimated at about 14 GiB
-// with one emulation at a time; the Llama-3-style example at d = 512 at
-// 1.5 GiB, measured at 1.3 GB; 3·10^6 tokens of a tiny layer pass it.
+// (docs/examples/llama3-8b-layer-s2048.json) is estimated at 15.1 GiB with
+// one emulation at a time (17.8 GiB with two, measured at 18.5 GB); the
+// Llama-3-style example at d = 512 at 1.6 GiB, measured at 1.3 GB; 3·10^6
+// tokens of a tiny layer pass it.
 const MaxGenMemory = 16 << 30
 
 // retainedCopies and tokenBytes are GenMemory's model of measuring the
@@ -308,10 +309,11 @@ const (
 // emulation holds its expected arrays (the parameters' gradients and the
 // B×S×d arrays, about half the case) and about stateWidths B×S×d arrays
 // of forward and backward state, with tokenBytes a token besides. Fitted
-// with room to spare to the d = 512 example (1.3 GB measured, 1.6 GiB
-// estimated) and the layer at Llama-3-8B's width (docs/performance.md).
+// to the d = 512 example (1.3 GB measured, 1.6 GiB estimated, two
+// emulations at once) and the layer at Llama-3-8B's width (18.5 GB
+// measured with two at once, estimated at 19.1 GB; docs/performance.md).
 const (
-	streamedCopies = 3
+	streamedCopies = 3.5
 	stateWidths    = 16
 )
 
