@@ -143,9 +143,13 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 	s.Catches = diagnose.ComputedCatches(s.Catches, []spec.Config{s.Config}, oracle.HasPadding(s.Valid, s.SeqLen))
 	var first *oracle.LayerDraw
 	var firstSeed uint64
-	tried := fmt.Sprintf("none of 100 draws kept every routing decision %g clear of a tie", oracle.MinCaseGap)
+	redraws := maxRedraws(s)
+	tried := fmt.Sprintf("none of %d draws kept every routing decision %g clear of a tie", 1+redraws, oracle.MinCaseGap)
+	if redraws < 99 {
+		tried += fmt.Sprintf(" (a draw of this configuration is %.3g values, so at most %d redraws: maxRedrawValues)", drawValues(s), redraws)
+	}
 	var next chan oracle.LayerDraw // the next seed's draw, under way
-	for attempt := uint64(0); attempt < 100; attempt++ {
+	for attempt := uint64(0); attempt <= redraws; attempt++ {
 		seed := s.Seed + attempt
 		var dr oracle.LayerDraw
 		if next != nil {
@@ -154,7 +158,7 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 			dr = drawLayer(s, seed)
 		}
 		next = nil
-		if attempt > 0 && attempt+1 < 100 && runtime.GOMAXPROCS(0) > 1 {
+		if attempt > 0 && attempt < redraws && runtime.GOMAXPROCS(0) > 1 {
 			// Redrawing: the next draw on another core while this one
 			// is measured (a draw is a function of its seed alone, so
 			// the bits are those of drawing in turn).
@@ -188,10 +192,10 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 			if oracle.MinGap(gaps) < oracle.MinCaseGap {
 				if first == nil {
 					first, firstSeed = &dr, seed
-					if s.Config.Causal != spec.CausalPredictor && 99*chance < maxRedrawChance {
+					if s.Config.Causal != spec.CausalPredictor && float64(redraws)*chance < maxRedrawChance {
 						// Out of reach: the redraws would end
 						// where this does, at separateRouting.
-						tried = fmt.Sprintf("the first draw did not keep every routing decision %g clear of a tie, and its router weights put the chance that any of the next 99 is at %.2g, under %g, so none was drawn", oracle.MinCaseGap, 99*chance, maxRedrawChance)
+						tried = fmt.Sprintf("the first draw did not keep every routing decision %g clear of a tie, and its router weights put the chance that any of the next %d is at %.2g, under %g, so none was drawn", oracle.MinCaseGap, redraws, float64(redraws)*chance, maxRedrawChance)
 						break
 					}
 				}
@@ -214,7 +218,7 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 			return c, err
 		}
 	}
-	return nil, oracle.Errorf(s.Name, fmt.Errorf("no draw in 100 keeps every routing gap above %v", oracle.MinCaseGap))
+	return nil, oracle.Errorf(s.Name, fmt.Errorf("no draw in %d keeps every routing gap above %v", 1+redraws, oracle.MinCaseGap))
 }
 
 // clearCase is the layer case of draw dr (seed) if every routing decision
@@ -243,6 +247,30 @@ func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Ca
 // S = 2048 and 12.5 % capacity the estimate is about 1 % for three rows,
 // and each redraw costs as much as drawing the case.
 const maxRedrawChance = 0.05
+
+// maxRedrawValues bounds the values gen draws in redrawing a layer case
+// whose draw is too close to a tie: 2^30, about 40 s of CPU at the 36 ns a
+// value measured (docs/performance.md). Every case of the corpus, and the
+// d = 512 example at S = 2048 (1.0e7 values a draw), is redrawn up to 99
+// times as before; a layer at Llama-3-8B's width (2.4e8 values a draw,
+// which also holds two draws at once while redrawing) at most 4 times
+// before its routing is separated.
+const maxRedrawValues = 1 << 30
+
+// drawValues is the number of values drawLayer draws for s: the
+// parameters, the input and upstream gradient, and the noise or jitter
+// fields.
+func drawValues(s oracle.LayerSpec) float64 {
+	tokens := float64(s.Batch) * float64(s.SeqLen)
+	return float64(s.Config.ParamCount()) + 2*tokens*float64(s.Config.Block.D) + 2*tokens
+}
+
+// maxRedraws is how many times gen redraws a layer case of s whose draw is
+// too close to a tie: 99, fewer where that would draw more than
+// maxRedrawValues.
+func maxRedraws(s oracle.LayerSpec) uint64 {
+	return uint64(min(99, math.Floor(maxRedrawValues/drawValues(s))))
+}
 
 // drawGaps is layerGaps of draw dr computed from the router (or the
 // predictor) alone, and the chance that a draw like it is clear of the

@@ -203,25 +203,26 @@ func TestGenConfigRefusesCasesThatWouldNotLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	// d_ff 8192: 2·(4·512² + 3·512·8192) = 2.7e7 parameter values and
-	// gradients, within the bound; d_ff 16384: 5.2e7, past it before
-	// anything is generated.
+	// gradients, within the bound; at Llama-3-8B's width (d = 4096, 32
+	// heads sharing 8 key and value heads) d_ff 65536 takes 1.7e9, past it
+	// before anything is generated.
 	g.Config.Layer.Block.DFF = 8192
 	g.Config.SeqLen, g.Config.Batch, g.Config.ValidLengths = 64, 1, nil
 	big, _ := json.Marshal(g)
 	if _, err := DecodeGenConfig(big); err != nil {
 		t.Fatalf("d_ff 8192 at S = 64: %v", err)
 	}
-	g.Config.Layer.Block.DFF = 16384
+	g.Config.Layer.Block.D, g.Config.Layer.Block.Heads, g.Config.Layer.Block.KVHeads = 4096, 32, 8
+	g.Config.Layer.Block.DFF = 65536
 	huge, _ := json.Marshal(g)
 	if _, err := DecodeGenConfig(huge); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "parameter values and as many gradients") {
-		t.Errorf("d_ff 16384: error %v, want too large for its parameters", err)
+		t.Errorf("d 4096, d_ff 65536: error %v, want too large for its parameters", err)
 	}
 	// A model whose 8.4e6 parameters and gradients are within the bound,
-	// but whose logits, S·vocab = 64·2^19, take the case past it: refused
-	// before anything is generated (it took 2 s and 1.2 GB to find once
-	// generated).
+	// but whose logits, S·vocab = 1024·2^19, take the case past it: refused
+	// before anything is generated.
 	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
-	wide := &GenConfig{Name: "wide-vocab", Kind: format.KindModel, Seed: 1, Config: format.CaseConfig{Batch: 1, SeqLen: 64, Vocab: 1 << 19,
+	wide := &GenConfig{Name: "wide-vocab", Kind: format.KindModel, Seed: 1, Config: format.CaseConfig{Batch: 1, SeqLen: 1024, Vocab: 1 << 19,
 		Layers: []spec.ModelLayer{{Routed: true, Config: layer}}}}
 	raw, _ = json.Marshal(wide)
 	if _, err = DecodeGenConfig(raw); !errors.Is(err, format.ErrTooLarge) || !strings.Contains(err.Error(), "B×S×vocab") {

@@ -402,10 +402,13 @@ func TestTrainRecoveryAdvice(t *testing.T) {
 // gen --config before anything is allocated, exit 2, in a bounded time and
 // memory (expectBounded), each naming the bound: B = 2^18 rows of a tiny
 // layer (its manifest's routing gaps), vocab 2^20 at B = S = 64 and
-// d = 4 (its logits, 4.3·10^9 values), 8·10^5 tokens of a tiny layer (the memory of measuring its
-// catches), a d = 2 layer at S = 65536 (its attention scores, which took
-// 20 minutes), and a d = 1024 layer with d_ff = 4096 at S = 2048, B = 1
-// (docs/golden-format.md's example: 3.36·10^7 values).
+// d = 4 (its logits, 4.3·10^9 values), 3.2·10^6 tokens of a tiny layer (the memory of measuring its
+// catches), a d = 2 layer at S = 131072, capacity 0.5 (its attention
+// scores; one at S = 65536 once took 20 minutes, and since a gathering
+// layer's block is counted at its k tokens it is accepted), and a d = 4096
+// layer with d_ff = 24000 at S = 2048, B = 1
+// (its parameters and gradients within the 2^29 values a case may hold,
+// its B×S×d arrays past them: 5.6·10^8 values).
 func TestGenRefusesBeforeAllocating(t *testing.T) {
 	work := t.TempDir()
 	out := filepath.Join(work, "out")
@@ -435,9 +438,9 @@ func TestGenRefusesBeforeAllocating(t *testing.T) {
 	}{
 		{smallGenConfig(t, work, "many-rows", sizes(1<<18, 2, 2, 1, 2)), []string{"manifest would take at least", "batch 262144"}},
 		{model, []string{"at least", "B×S×vocab"}},
-		{smallGenConfig(t, work, "many-tokens", sizes(100000, 8, 2, 1, 2)), []string{"GiB of memory", "8 GiB"}},
-		{smallGenConfig(t, work, "long-rows", sizes(1, 65536, 2, 1, 2)), []string{"attention scores counted", "seq_len 65536"}},
-		{smallGenConfig(t, work, "d1024-s2048", sizes(1, 2048, 1024, 8, 4096)), []string{"at least 3.356e+07 values", "33554432"}},
+		{smallGenConfig(t, work, "many-tokens", sizes(100000, 32, 2, 1, 2)), []string{"GiB of memory", "16 GiB"}},
+		{smallGenConfig(t, work, "long-rows", sizes(1, 131072, 2, 1, 2)), []string{"attention scores counted", "seq_len 131072"}},
+		{smallGenConfig(t, work, "d4096-s2048", sizes(1, 2048, 4096, 32, 24000)), []string{"at least 5.6", "536870912"}},
 	} {
 		expectBounded(t, []string{"gen", "--config", c.cfg, "--out", out}, append(c.want, "too large"), out)
 	}

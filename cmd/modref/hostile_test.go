@@ -748,6 +748,6 @@ func TestHostileManifestSizes(t *testing.T) {
 		sh := strings.Index(string(raw)[at:], `"shape": [`) + at + len(`"shape": `)
 		end := strings.Index(string(raw)[sh:], "]") + sh + 1
 		writeFile(t, dir, "layer-paper.json", []byte(string(raw[:sh])+shape+string(raw[end:])))
-		expectRefused(t, []string{"check", "--dir", dir, "layer-paper"}, []string{"layer-paper.json", "too large", "33554432 values"}, dir)
+		expectRefused(t, []string{"check", "--dir", dir, "layer-paper"}, []string{"layer-paper.json", "too large", "536870912 values"}, dir)
 	}
 }

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
@@ -93,16 +94,52 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
-	var ems []emulation
-	var caught []*forwardCatch
-	var err error
 	if c.Manifest.Kind == format.KindLayer {
-		if err = checkInputShapes(c); err == nil {
-			ems, caught, err = emulateLayer(c, nil, nil, true)
-		}
-	} else {
-		ems, err = emulate(c, nil, nil)
+		return measuredLayerCatches(c)
 	}
+	ems, err := emulate(c, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	var out []string
+	for _, em := range ems {
+		if em.reason != "" || slices.Contains(out, em.name) {
+			continue
+		}
+		fails, err := failsWhole(c, em)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+		}
+		if fails {
+			out = append(out, em.name)
+		}
+	}
+	return out, nil
+}
+
+// measuredLayerCatches is MeasuredCatches of a layer case, each
+// emulation judged as soon as it is computed (emulateLayer's settle) and
+// its arrays then dropped: only the verdicts are kept.
+func measuredLayerCatches(c *format.Case) ([]string, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	var mu sync.Mutex
+	failed := make(map[int]bool)
+	settle := func(i int, em emulation, byForward bool) error {
+		fails := byForward
+		if !fails {
+			var err error
+			if fails, err = failsWhole(c, em); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		failed[i] = fails
+		mu.Unlock()
+		return nil
+	}
+	ems, _, err := emulateLayer(c, nil, nil, true, settle)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -111,29 +148,34 @@ func MeasuredCatches(c *format.Case) ([]string, error) {
 		if em.reason != "" || slices.Contains(out, em.name) {
 			continue
 		}
-		if caught != nil {
-			first := i
-			if em.repeats > 0 {
-				first = em.repeats - 1
+		fails := failed[i]
+		switch {
+		case em.arrays != nil: // the oracle's own arrays (shareEffective), not computed
+			if fails, err = failsWhole(c, em); err != nil {
+				return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 			}
-			if caught[first].byForward {
-				out = append(out, em.name)
-				continue
-			}
+		case em.repeats > 0:
+			fails = failed[em.repeats-1]
 		}
-		dc, err := deviantCase(c, em)
-		if err != nil {
-			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
-		}
-		res, err := judge.Compare(c, deviantValues(dc), false)
-		if err != nil {
-			return nil, fmt.Errorf("case %s: %s: %w", c.Manifest.Name, em.name, err)
-		}
-		if !res.Pass {
+		if fails {
 			out = append(out, em.name)
 		}
 	}
 	return out, nil
+}
+
+// failsWhole reports whether emulation em's arrays, as the whole of a
+// candidate, fail case c's comparison.
+func failsWhole(c *format.Case, em emulation) (bool, error) {
+	dc, err := deviantCase(c, em)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", em.name, err)
+	}
+	res, err := judge.Compare(c, deviantValues(dc), false)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", em.name, err)
+	}
+	return !res.Pass, nil
 }
 
 // failsOn reports whether the deviant arrays (expected names; some of the

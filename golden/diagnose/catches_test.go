@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -47,7 +48,7 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
 		}
-		_, caught, err := emulateLayer(c, nil, nil, true)
+		_, caught, err := emulateLayer(c, nil, nil, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,5 +100,49 @@ func TestComputedCatchesAreMeasured(t *testing.T) {
 	}
 	if claims == 0 {
 		t.Error("no case claims softmax_whole_row, qk_swapped or weight_scaled")
+	}
+}
+
+// TestDiagnoseLayerStreamed checks that judging each emulation of a layer
+// case as soon as it is computed (diagnoseLayer, which drops its arrays)
+// gives what judging every kept emulation gives (diagnoseWith), for a
+// candidate of each deviation the case's emulations compute, with what
+// it wrote.
+func TestDiagnoseLayerStreamed(t *testing.T) {
+	for _, name := range []string{"layer-paper", "layer-window", "layer-losses-sigmoid"} {
+		c := loadCase(t, name)
+		for _, em := range emulated(t, c) {
+			if em.reason != "" || em.repeats > 0 {
+				continue
+			}
+			dc, err := deviantCase(c, em)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cand := dc.Candidate()
+			w := writtenByLayer(c, cand)
+			ems, err := emulate(c, w, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := diagnoseWith(c, cand, ems)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := diagnoseLayer(c, cand, w, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s, candidate %s: %d results streamed, %d kept", name, em.name, len(got), len(want))
+			}
+			for i := range got {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Errorf("%s, candidate %s: result %d streamed %s %s distinct %v match %v %d/%d, kept %s %s distinct %v match %v %d/%d", name, em.name, i,
+						got[i].Name, got[i].Variant, got[i].Distinct, got[i].Match, got[i].Matching, got[i].Total,
+						want[i].Name, want[i].Variant, want[i].Distinct, want[i].Match, want[i].Matching, want[i].Total)
+				}
+			}
+		}
 	}
 }

@@ -103,11 +103,17 @@ func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o Diagno
 	}
 	progress := o.Progress
 	w := writtenByLayer(c, cand)
-	ems, err := emulate(c, w, progress)
-	if err != nil {
-		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	var out []DeviationResult
+	var err error
+	if c.Manifest.Kind == format.KindLayer {
+		out, err = diagnoseLayer(c, cand, w, progress)
+	} else {
+		var ems []emulation
+		if ems, err = emulate(c, w, progress); err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+		}
+		out, err = diagnoseWith(c, cand, ems)
 	}
-	out, err := diagnoseWith(c, cand, ems)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +137,55 @@ func diagnoseWith(c *format.Case, cand map[string]*format.Array, ems []emulation
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// diagnoseLayer is diagnoseWith of a layer case, each emulation judged as
+// soon as it is computed (emulateLayer's settle) and its arrays then
+// dropped, with what the candidate wrote (w); an emulation that is the
+// oracle holds the case's own arrays and is judged on them.
+func diagnoseLayer(c *format.Case, cand map[string]*format.Array, w map[string]written, progress func(done, total int)) ([]DeviationResult, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	var mu sync.Mutex
+	judged := make(map[int]DeviationResult)
+	settle := func(i int, em emulation, _ bool) error {
+		r, err := judgeDeviation(c, cand, em)
+		mu.Lock()
+		judged[i] = r
+		mu.Unlock()
+		return err
+	}
+	ems, _, err := emulateLayer(c, w, progress, false, settle)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	oracle, err := judge.CompareWith(c, cand, judge.SkipMissing)
+	if err != nil {
+		return nil, err
+	}
+	out := []DeviationResult{summarize(DeviationResult{Name: OracleName, Emulated: true}, oracle)}
+	for i, em := range ems {
+		if em.reason != "" {
+			out = append(out, DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason})
+			continue
+		}
+		if em.arrays != nil { // the oracle's own arrays (shareEffective), not computed
+			r, err := judgeDeviation(c, cand, em)
+			if err != nil {
+				return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+			}
+			out = append(out, r)
+			continue
+		}
+		if em.repeats > 0 {
+			i = em.repeats - 1
+		}
+		r := judged[i]
+		r.Name, r.Variant = em.name, em.variant
 		out = append(out, r)
 	}
 	return out, nil

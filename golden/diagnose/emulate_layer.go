@@ -39,17 +39,27 @@ func layerSpecOf(c *format.Case) oracle.LayerSpec {
 // emulateLayerCase recomputes a layer case under each deviation, with what
 // the candidate wrote (w).
 func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
-	ems, _, err := emulateLayer(c, w, progress, false)
+	ems, _, err := emulateLayer(c, w, progress, false, nil)
 	return ems, err
 }
+
+// settleFunc takes the arrays of emulation i (em, its arrays just
+// computed) to a verdict as soon as they are computed, so that they need
+// not be held until every emulation is done: at production widths each
+// holds the case's parameter gradients (1.7 GB at Llama-3-8B's width).
+// byForward is emulateLayer's caught[i].byForward.
+type settleFunc func(i int, em emulation, byForward bool) error
 
 // emulateLayer is emulateLayerCase, every deviation starting from ref's
 // forward computed once (sharedForward). With measure (MeasuredCatches),
 // a deviation's gradients are computed only where its forward arrays do
 // not already fail the case's comparison, which tells it apart as surely
 // as the whole case would: caught[i].byForward says so, and emulation i
-// then holds the forward arrays alone.
-func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool) (ems []emulation, caught []*forwardCatch, err error) {
+// then holds the forward arrays alone. With settle, each emulation's
+// arrays go to settle as soon as computed and are not kept: ems then holds
+// none (and an emulation that repeats another shares its verdict, not its
+// arrays).
+func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool, settle settleFunc) (ems []emulation, caught []*forwardCatch, err error) {
 	ems, devs, err := layerEmulations(c, w)
 	if err != nil {
 		return nil, nil, err
@@ -66,7 +76,16 @@ func emulateLayer(c *format.Case, w map[string]written, progress func(done, tota
 			devs[i].caught = caught[i]
 		}
 	}
-	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
+	compute := func(i int) (map[string]*format.Array, error) {
+		arrays, err := layerArrays(c, s, &devs[i])
+		if err != nil || settle == nil {
+			return arrays, err
+		}
+		em := ems[i]
+		em.arrays = arrays
+		return nil, settle(i, em, measure && caught[i].byForward)
+	}
+	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
 	shareArrays(ems)
 	return ems, caught, err
 }

@@ -39,13 +39,17 @@ func Load(dir, name string) (*Case, error) { return Dir(dir).Load(name) }
 
 // MaxCaseElements bounds the values of all arrays a manifest lists, and so
 // the memory a corpus case (which -dir may point anywhere) makes Load
-// allocate: 256 MiB of float64. The largest corpus case holds under
-// 10,000; a generated case at production shape holds far more: the
-// Llama-3-style layer of docs/examples/llama3-layer-d512-s2048.json
-// (d = 512, d_ff = 1792, B = 3, S = 2048) holds 2.0e7 values, its
-// parameters and their gradients 7.6e6, its input, upstream gradient,
-// output and input gradient 1.3e7.
-const MaxCaseElements = 1 << 25
+// allocate: 2^29 values, 4 GiB of float64 (a reader widens every value to
+// float64), so that check, which holds the case and a candidate of at most
+// as many values, stays within 8 GiB, a third of a 24 GB machine. The
+// largest corpus case holds under 10,000; a generated case at production
+// shape holds far more: the Llama-3-style layer of
+// docs/examples/llama3-layer-d512-s2048.json (d = 512, d_ff = 1792,
+// B = 3, S = 2048) 2.0e7 values, and a layer at Llama-3-8B's width,
+// docs/examples/llama3-8b-layer-s2048.json (d = 4096, d_ff = 14336,
+// B = 1, S = 2048), 4.7e8: its 2.2e8 parameters and as many gradients,
+// its input, upstream gradient, output and input gradient 3.4e7.
+const MaxCaseElements = 1 << 29
 
 // ErrManifestArrays marks a manifest whose configuration disagrees with its
 // arrays.

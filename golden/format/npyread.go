@@ -36,9 +36,10 @@ var (
 
 // Reader bounds (docs/golden-format.md, "Reading untrusted files").
 const (
-	// MaxFileBytes bounds any .npz file a reader opens; the corpus's largest
-	// is under 100 KB.
-	MaxFileBytes = 1 << 30
+	// MaxFileBytes bounds any .npz file a reader opens: the float64 values
+	// of a case of MaxCaseElements (4 GiB) and 64 MiB for the archive's
+	// headers; the corpus's largest is under 100 KB.
+	MaxFileBytes = 8*MaxCaseElements + 64<<20
 	// MaxManifestBytes bounds a manifest file.
 	MaxManifestBytes = 1 << 20
 	// maxMembers bounds the members of an archive; the largest case has

@@ -2,38 +2,89 @@ package format
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 
 	"github.com/modref/modref/spec"
 )
 
-// MaxRecomputeWork bounds RecomputeWork, and so the time and memory a case
-// makes modref spend before it compares anything: check's self-check runs
-// the case through mod, diagnose recomputes it under each deviation, a
-// forward and a backward pass each (golden/diagnose_grad.go). 2^43 (8.8e12)
-// multiply-adds: it accepts a production-shaped case with room to spare,
-// the Llama-3-style layer of docs/examples/llama3-layer-d512-s2048.json
-// (d = 512, 4 heads of 128, SwiGLU d_ff = 1792, S = 2048, B = 3) at 6.1e12,
-// on which, measured on 2 loaded cores (docs/performance.md, "The oracle at
-// production shapes"), diagnose takes 10 s of CPU and 2.6 GB and gen
-// --config 37 s and 2.3 GB. The count takes every token through the block
-// (capacity 1, or dense compute); at that case's 12.5 % the block runs on
-// an eighth of them, so a dense case of that work takes several times
-// longer. A deviation with no backward pass is bounded by maxFDWork.
-const MaxRecomputeWork = 1 << 43
+// MaxRecomputeWork bounds RecomputeWork, and so the time a case makes
+// modref spend before it compares anything: check's self-check runs the
+// case through mod, diagnose recomputes it under each deviation, a forward
+// and a backward pass each (golden/diagnose_grad.go). 2^44 (1.8e13)
+// multiply-adds: it accepts a layer at Llama-3-8B's width,
+// docs/examples/llama3-8b-layer-s2048.json (d = 4096, 32 heads of 128
+// sharing 8 key and value heads, SwiGLU d_ff = 14336, S = 2048, B = 1,
+// capacity 12.5 %), counted at 9.1e12 (docs/performance.md gives its
+// times), and the Llama-3-style layer of
+// docs/examples/llama3-layer-d512-s2048.json at 4.6e11; a dense d = 2
+// layer, one head, only up to S = 58000 or so. A deviation with no
+// backward pass is bounded by MaxFDWork.
+const MaxRecomputeWork = 1 << 44
 
 // RecomputeWork is the estimate of the multiply-adds of recomputing a case
 // under every deviation: recomputePasses forwards, each
 // B·S·(4d² + 2·S·d + scoreCost·h·S + m·d·d_ff) per layer (h heads; m = 2,
 // or 3 for SwiGLU, times E experts in a MoDE layer), plus B·S·d·vocab for
-// a model's head (a MoDE case's one deviation, mode_ungated_experts, takes
+// a model's head; a layer case whose block runs only on the tokens top-k
+// selects is counted at those (gatheredTokens, gatheredWork) (a MoDE case's one deviation, mode_ungated_experts, takes
 // far fewer: its forward and a backward of one block pass per expert). The
 // configuration must have been validated (spec's size bounds), so that no
 // term overflows a float64's exact integers by much.
 func RecomputeWork(m *Manifest) float64 {
+	if k, ok := gatheredTokens(m); ok {
+		return gatheredWork(m, k) * recomputePasses
+	}
 	fwd, _ := forwardWork(m)
 	return (fwd + scoreWork(m)) * recomputePasses
+}
+
+// gatheredTokens is, for a layer case whose block runs on the k tokens
+// each row's top-k selects (gather compute, top-k routing, attention
+// routed too, a ratio or integer capacity), a bound on k that holds under
+// every deviation: ⌈c·S⌉ + 1 (capacity_off_by_one takes one more), or
+// C + 1, at most S. ok is false for every other case, whose block may run
+// on every token.
+func gatheredTokens(m *Manifest) (k float64, ok bool) {
+	if m.Kind != KindLayer || m.Config.Layer == nil {
+		return 0, false
+	}
+	cfg := *m.Config.Layer
+	if cfg.Compute != spec.ComputeGather || cfg.Causal != spec.CausalOff || cfg.MLPOnly {
+		return 0, false
+	}
+	s := float64(m.Config.SeqLen)
+	switch cfg.Capacity.Kind {
+	case spec.CapacityRatio:
+		return min(math.Ceil(cfg.Capacity.Ratio*s)+1, s), true
+	case spec.CapacityInteger:
+		return min(float64(cfg.Capacity.Tokens)+1, s), true
+	}
+	return 0, false
+}
+
+// gatheredWork is RecomputeWork's forward pass of a layer case whose block
+// runs on k tokens a row (gatheredTokens): the router and the norm at
+// every token (2·d each), and the block at k tokens a row, its query and
+// output projections (2d²), its key and value projections (2·d·d_kv, d_kv
+// the key and value heads' width), its attention over k tokens (2·k·d and
+// scoreCost·h·k) and its MLP (m·d·d_ff).
+func gatheredWork(m *Manifest, k float64) float64 {
+	cfg := m.Config
+	b := cfg.Layer.Block
+	d, dff, h := float64(b.D), float64(b.DFF), float64(b.Heads)
+	dkv := d
+	if b.KVHeads > 0 {
+		dkv = d / h * float64(b.KVHeads)
+	}
+	mult := 2.0
+	if b.MLP == spec.ActSwiGLU {
+		mult = 3
+	}
+	rows := float64(cfg.Batch)
+	perToken := 2*d*d + 2*d*dkv + 2*k*d + scoreCost*h*k + mult*d*dff
+	return rows*float64(cfg.SeqLen)*4*d + rows*k*perToken
 }
 
 // scoreWork is the scoreCost·h·S per token and layer of RecomputeWork:
@@ -145,7 +196,7 @@ func (m *Manifest) CheckBounds() (map[string]int, error) {
 	for _, info := range m.Arrays {
 		n := 1
 		for _, d := range info.Shape {
-			n = min(n*min(d, MaxCaseElements+1), MaxCaseElements+1) // no overflow: both factors ≤ 2^25+1
+			n = min(n*min(d, MaxCaseElements+1), MaxCaseElements+1) // no overflow: both factors ≤ 2^29+1
 		}
 		if total += n; n > MaxCaseElements || total > MaxCaseElements {
 			return nil, fmt.Errorf("%w: the arrays it lists hold more than %d values together", ErrTooLarge, MaxCaseElements)
@@ -232,38 +283,64 @@ func MinManifestBytes(m *Manifest) float64 {
 	return float64(cfg.Batch) * float64(routed) * minGapBytes
 }
 
-// MaxGenMemory bounds the memory estimated (genMemory) for generating a
-// case and measuring its catches (`modref gen --config`): 8 GiB. The
-// Llama-3-style example of maxRecomputeWork is estimated at 4.2 GiB and
-// takes 2.3 GB; a case of maxCaseElements values at 6.5 GiB, and more
-// tokens than 1e6 or so pass it.
-const MaxGenMemory = 8 << 30
+// MaxGenMemory bounds the memory estimated (GenMemory) for generating a
+// case and measuring its catches (`modref gen --config`): 16 GiB, two
+// thirds of the 24 GB machine the production shapes were measured on
+// (docs/performance.md). A layer at Llama-3-8B's width
+// (docs/examples/llama3-8b-layer-s2048.json) is estimated at 15.1 GiB with
+// one emulation at a time (17.8 GiB with two, measured at 18.5 GB); the
+// Llama-3-style example at d = 512 at 1.6 GiB, measured at 1.3 GB; 3·10^6
+// tokens of a tiny layer pass it.
+const MaxGenMemory = 16 << 30
 
-// retainedCopies and tokenBytes are genMemory's model of measuring a case's
-// catches, fitted with room to spare to peak RSS measured on gen --config
-// (2 emulations at once): the case's values are held about 20 times over
-// (the case, and each emulation's expected arrays until all are done: 984
-// MB for a model of 6.3e6 values at vocab 2^16, 191 MB for a d = 256
-// layer of 1.6e6), and an emulation's forward and backward state takes
-// about 3.5 KB per token and layer besides (324 MB for a d = 2 layer at
-// B = 16384, S = 2).
+// retainedCopies and tokenBytes are GenMemory's model of measuring the
+// catches of a model, decode or MoDE case, fitted with room to spare to
+// peak RSS measured on gen --config (2 emulations at once): the case's
+// values are held about 20 times over (the case, and each emulation's
+// expected arrays until all are done: 984 MB for a model of 6.3e6 values
+// at vocab 2^16, 191 MB for a d = 256 layer of 1.6e6, before a layer
+// case's emulations were judged as they finish), and an emulation's
+// forward and backward state takes about 3.5 KB per token and layer
+// besides (324 MB for a d = 2 layer at B = 16384, S = 2).
 const (
 	retainedCopies = 24
 	tokenBytes     = 8 << 10
+)
+
+// streamedCopies and stateWidths are GenMemory's model of a layer case,
+// whose emulations are judged as each finishes and then dropped
+// (golden/diagnose): the case's values are held about streamedCopies
+// times (the case, whose parameter and gradient arrays are the truth's
+// own, its encoding for the file, and garbage not yet collected), and an
+// emulation holds its expected arrays (the parameters' gradients and the
+// B×S×d arrays, about half the case) and about stateWidths B×S×d arrays
+// of forward and backward state, with tokenBytes a token besides. Fitted
+// to the d = 512 example (1.3 GB measured, 1.6 GiB estimated, two
+// emulations at once) and the layer at Llama-3-8B's width (18.5 GB
+// measured with two at once, estimated at 19.1 GB; docs/performance.md).
+const (
+	streamedCopies = 3.5
+	stateWidths    = 16
 )
 
 // GenMemory is the estimate, in bytes, of the memory of generating a case
 // of m's configuration and measuring its catches: fixed for the case and
 // the arrays held, and perEmulation for each emulation computed at once.
 func GenMemory(m *Manifest) (fixed, perEmulation float64) {
-	_, values := CaseValues(m)
+	certain, values := CaseValues(m)
 	cfg := m.Config
+	tokens := float64(cfg.Batch) * float64(cfg.SeqLen)
+	if m.Kind == KindLayer {
+		fixed = 64<<20 + float64(8*values*streamedCopies)
+		perEmulation = 8*(certain/2+stateWidths*tokens*float64(cfg.Layer.Block.D)) + tokenBytes*tokens
+		return fixed, perEmulation
+	}
 	layers := 1.0
 	if m.Kind == KindModel || m.Kind == KindDecode {
 		layers = float64(len(cfg.Layers))
 	}
 	fixed = 64<<20 + float64(8*values*retainedCopies)
-	perEmulation = float64(16*values) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
+	perEmulation = float64(16*values) + float64(tokenBytes*tokens*layers)
 	return fixed, perEmulation
 }
 

@@ -85,7 +85,7 @@ func TestManifestSizeBounds(t *testing.T) {
 		{"long sequence", "layer-paper", func(m map[string]any) {
 			m["config"].(map[string]any)["seq_len"] = 65536
 			setShapes(m, 1, 8, 65536)
-		}, []string{"recomputing the case would take about", "more than the 8796093022208 accepted", "seq_len 65536"}, ErrTooLarge},
+		}, []string{"recomputing the case would take about", "more than the 17592186044416 accepted", "seq_len 65536"}, ErrTooLarge},
 	} {
 		dir := editManifest(t, c.kase, c.edit)
 		_, err := Load(dir, c.kase)
@@ -121,26 +121,34 @@ func TestManifestSizeBounds(t *testing.T) {
 	if slowest != "layer-capacity-floor" || most < 1.7e9 || most > 1.9e9 {
 		t.Errorf("the slowest committed case by finite differences is %s at %.3g multiply-adds; maxFDWork's comment says layer-capacity-floor at 1.8e9", slowest, most)
 	}
-	// The production-shaped example the bound's comment quotes.
-	raw, err := os.ReadFile("../../docs/examples/llama3-layer-d512-s2048.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Kind   string     `json:"kind"`
-		Config CaseConfig `json:"config"`
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	if w := RecomputeWork(&Manifest{Kind: g.Kind, Config: g.Config}); w < 6.0e12 || w > 6.1e12 {
-		t.Errorf("the Llama-3-style example takes %.3g multiply-adds; maxRecomputeWork's comment says 6.1e12", w)
+	// The production-shaped examples the bound's comment quotes.
+	for _, ex := range []struct {
+		file     string
+		low, top float64
+	}{
+		{"llama3-layer-d512-s2048.json", 4.5e11, 4.7e11},
+		{"llama3-8b-layer-s2048.json", 9.0e12, 9.2e12},
+	} {
+		raw, err := os.ReadFile("../../docs/examples/" + ex.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g struct {
+			Kind   string     `json:"kind"`
+			Config CaseConfig `json:"config"`
+		}
+		if err := json.Unmarshal(raw, &g); err != nil {
+			t.Fatal(err)
+		}
+		if w := RecomputeWork(&Manifest{Kind: g.Kind, Config: g.Config}); w < ex.low || w > ex.top || w > MaxRecomputeWork {
+			t.Errorf("%s takes %.3g multiply-adds; MaxRecomputeWork's comment says %.2g", ex.file, w, ex.low)
+		}
 	}
 }
 
 // TestParallelEmulations: the emulations run one per processor while their
 // estimated memory leaves room under maxGenMemory, fewer when it does not
-// (50000 rows of 8 tokens of a d = 8 layer: one at a time), and never none.
+// (200000 rows of 8 tokens of a d = 8 layer: one at a time), and never none.
 func TestParallelEmulations(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	layer := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.5)
@@ -148,16 +156,47 @@ func TestParallelEmulations(t *testing.T) {
 	if n := ParallelEmulations(small); n != 4 {
 		t.Errorf("a small case runs %d emulations at once, want 4 (GOMAXPROCS)", n)
 	}
-	rows := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 50000, SeqLen: 8, Layer: &layer}}
+	rows := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 200000, SeqLen: 8, Layer: &layer}}
 	fixed, per := GenMemory(rows)
 	if fixed+per > MaxGenMemory || fixed+2*per <= MaxGenMemory {
-		t.Fatalf("50000 rows of 8 tokens are estimated at %.3g bytes and %.3g per emulation: want room for one emulation, not two", fixed, per)
+		t.Fatalf("200000 rows of 8 tokens are estimated at %.3g bytes and %.3g per emulation: want room for one emulation, not two", fixed, per)
 	}
 	if n := ParallelEmulations(rows); n != 1 {
-		t.Errorf("50000 rows of 8 tokens run %d emulations at once, want 1", n)
+		t.Errorf("200000 rows of 8 tokens run %d emulations at once, want 1", n)
 	}
 	huge := &Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 1 << 20, SeqLen: 8, Layer: &layer}}
 	if n := ParallelEmulations(huge); n != 1 {
 		t.Errorf("a case past maxGenMemory (diagnose of a manifest gen would refuse) runs %d emulations at once, want 1", n)
+	}
+}
+
+// TestGatheredTokens: a layer case whose block runs only on the tokens
+// top-k selects is counted at ⌈c·S⌉ + 1 tokens a row (C + 1 for an integer
+// capacity), at most S, which is at least ref's k (⌊c·S⌋ or ⌈c·S⌉) plus
+// the one capacity_off_by_one adds; every other layer case, whose block
+// may run on every token, is not.
+func TestGatheredTokens(t *testing.T) {
+	base := spec.DefaultConfig(spec.DefaultBlockConfig(8, 2, 16), 0.125)
+	for _, c := range []struct {
+		name string
+		seq  int
+		edit func(*spec.Config)
+		k    float64
+		ok   bool
+	}{
+		{"ratio 1/8 at S = 2048", 2048, func(*spec.Config) {}, 257, true},
+		{"ratio 1/2 at S = 7", 7, func(c *spec.Config) { c.Capacity.Ratio = 0.5 }, 5, true},
+		{"ratio 1 at S = 8", 8, func(c *spec.Config) { c.Capacity.Ratio = 1 }, 8, true},
+		{"integer 3 at S = 16", 16, func(c *spec.Config) { c.Capacity = spec.Capacity{Kind: spec.CapacityInteger, Tokens: 3} }, 4, true},
+		{"dense compute", 16, func(c *spec.Config) { c.Compute = spec.ComputeDense }, 0, false},
+		{"causal routing", 16, func(c *spec.Config) { c.Causal = spec.CausalRouter }, 0, false},
+		{"MLP only", 16, func(c *spec.Config) { c.MLPOnly = true }, 0, false},
+	} {
+		cfg := base
+		c.edit(&cfg)
+		k, ok := gatheredTokens(&Manifest{Kind: KindLayer, Config: CaseConfig{Batch: 1, SeqLen: c.seq, Layer: &cfg}})
+		if k != c.k || ok != c.ok {
+			t.Errorf("%s: counted at %g tokens a row (%v), want %g (%v)", c.name, k, ok, c.k, c.ok)
+		}
 	}
 }
