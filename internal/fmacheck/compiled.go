@@ -21,15 +21,15 @@ type Target struct {
 }
 
 // FusingTargets are the builds on which the Go compiler fuses x*y + z
-// unless the product is rounded explicitly: amd64 from GOAMD64=v3, and
-// arm64, ppc64le, s390x and riscv64 always.
+// unless the product is rounded explicitly and that modref is run on:
+// amd64 from GOAMD64=v3 (v4 emits the same scalar floating-point code),
+// and arm64. ppc64le and s390x fuse too and are left out: the check's
+// cross-compilation of their standard libraries costs minutes of CI for
+// machines no user has asked for. riscv64 cannot build modref at all (its
+// dependency github.com/chewxy/math32 has no riscv64 code).
 var FusingTargets = []Target{
 	{"amd64 (GOAMD64=v3)", []string{"GOOS=linux", "GOARCH=amd64", "GOAMD64=v3"}},
-	{"amd64 (GOAMD64=v4)", []string{"GOOS=linux", "GOARCH=amd64", "GOAMD64=v4"}},
 	{"arm64", []string{"GOOS=linux", "GOARCH=arm64"}},
-	{"ppc64le", []string{"GOOS=linux", "GOARCH=ppc64le"}},
-	{"s390x", []string{"GOOS=linux", "GOARCH=s390x"}},
-	{"riscv64", []string{"GOOS=linux", "GOARCH=riscv64"}},
 }
 
 // A Fusion is one fused multiply-add instruction the compiler emitted.
@@ -133,11 +133,14 @@ func goCommand(dir string, env []string, args ...string) ([]byte, error) {
 	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		tail := out
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
+		// The compiler's errors, without the listing around them.
+		var msgs []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "# ") || strings.Contains(line, ".go:") && line != "" && line[0] != '\t' && line[0] != ' ' {
+				msgs = append(msgs, line)
+			}
 		}
-		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail)
+		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, strings.Join(msgs[:min(len(msgs), 20)], "\n"))
 	}
 	return out, nil
 }
