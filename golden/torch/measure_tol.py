@@ -2,7 +2,7 @@
 
 Usage: /usr/bin/python3 golden/torch/measure_tol.py MODREF OUT
            [--modes MODE,...] [--seeds N,...] [--cases N] [--max-seq S] [--ratios K|all]
-           [--corpus] [--example CONFIG.json] [--ci]
+           [--corpus] [--example CONFIG.json] [--timeout D] [--ci]
 
 MODREF is a built modref command, OUT a directory for the runs' files (created).
 Each mode is the PyTorch implementation of golden/torch (mod_torch, through
@@ -21,6 +21,11 @@ of a gen --config per case (more than the fuzz case itself costs). --corpus
 also judges every corpus case, --example the case gen --config makes of
 CONFIG.json (docs/examples/llama3-layer-d512-s2048.json), or a case's own
 manifest that gen --config made, in every mode.
+
+--timeout D (default 10m) is fuzz's --timeout and --start-timeout: a case
+the candidate takes longer over, or a server restart (importing torch)
+slower than D, is reported as timed out, which on a loaded machine is the
+load's doing, not the tolerances'.
 
 Prints one line per run and per mode and writes OUT/summary.json. With --ci the
 exit status is 1 when any case of any mode failed (a false alarm: every mode is
@@ -110,7 +115,7 @@ def regenerate(modref, kept, names, into):
     return done, errors
 
 
-def fuzz_run(modref, mode, seed, cases, max_seq, ratios, out):
+def fuzz_run(modref, mode, seed, cases, max_seq, ratios, out, timeout):
     """One fuzz run of mode on seed: a dict of what it measured."""
     dtype, precision = MODES[mode]
     run = os.path.join(out, "%s-seed%d" % (mode, seed))
@@ -118,7 +123,8 @@ def fuzz_run(modref, mode, seed, cases, max_seq, ratios, out):
     os.makedirs(kept, exist_ok=True)
     cmd = [modref, "fuzz", "--exec", "%s %s --dtype %s --keep %s" % (PY, os.path.join(HERE, "fuzz_candidate.py"), dtype, kept),
            "--seed", str(seed), "--cases", str(cases), "--max-seq", str(max_seq), "--shrink-tries", "0",
-           "--max-failures", str(cases + 1), "--json", "--out", os.path.join(run, "repro")]
+           "--max-failures", str(cases + 1), "--json", "--out", os.path.join(run, "repro"),
+           "--timeout", timeout, "--start-timeout", timeout]
     if precision:
         cmd += ["--precision", precision]
     t0 = time.time()
@@ -208,7 +214,7 @@ def fmt(rec):
 
 def main(argv):
     opts = {"--modes": ",".join(DEFAULT_MODES), "--seeds": "1", "--cases": "100", "--max-seq": "64",
-            "--ratios": "0", "--example": ""}
+            "--ratios": "0", "--example": "", "--timeout": "10m"}
     flags, args = set(), []
     it = iter(argv)
     for a in it:
@@ -254,7 +260,7 @@ def main(argv):
                 recs.append(corpus_run(modref, mode, cases_dir, names, out, tag))
                 print(fmt(recs[-1]), flush=True)
             for seed in seeds if cases else ():
-                recs.append(fuzz_run(modref, mode, seed, cases, max_seq, ratios, out))
+                recs.append(fuzz_run(modref, mode, seed, cases, max_seq, ratios, out, opts["--timeout"]))
                 print(fmt(recs[-1]), flush=True)
                 for f in recs[-1]["failures"]:
                     print("    %s %s: %s -> %s" % (f["case"], f["kind"], f["reason"].split("\n")[0][:200], f["reproducer"]), flush=True)
