@@ -80,17 +80,23 @@ func tieBoundary(r []float64, sel []int, v int) (last, first int, err error) {
 }
 
 // makeThreshold sets, in every row, the input of the valid token whose
-// router weight is nearest 0 to 0, so that its router weight, x·w, is
-// exactly 0.
+// causal routing score is nearest 0 to 0, so that the score is exactly 0:
+// the router weight x·w of a linear router, or, routed by the predictor,
+// its logit SiLU(x·W1 + b1)·W2 + b2 with its biases b1 and b2 set to 0.
 func makeThreshold(s oracle.LayerSpec, dr oracle.LayerDraw) error {
-	if s.Config.Causal != spec.CausalRouter || s.Config.Router != spec.RouterLinear {
-		return fmt.Errorf("a threshold case needs causal routing by a linear router without bias")
+	switch {
+	case s.Config.Causal == spec.CausalRouter && s.Config.Router == spec.RouterLinear:
+	case s.Config.Causal == spec.CausalPredictor:
+		clear(dr.P.PredB1)
+		clear(dr.P.PredB2)
+	default:
+		return fmt.Errorf("a threshold case needs causal routing by a linear router without bias, or by the predictor")
 	}
 	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
 	if err != nil {
 		return err
 	}
-	for b, row := range res.RouterWeights {
+	for b, row := range causalScores(s.Config, res) {
 		near := 0
 		for i := range oracle.ValidLen(s.Valid, b, s.SeqLen) {
 			if math.Abs(row[i]) < math.Abs(row[near]) {
@@ -102,8 +108,17 @@ func makeThreshold(s oracle.LayerSpec, dr oracle.LayerDraw) error {
 	return nil
 }
 
-// clearOfThreshold reports whether every valid router weight is exactly 0
-// or at least minCaseGap from it.
+// causalScores are the scores a causally routed layer routes by: its
+// router weights, or its predictor's logits.
+func causalScores(cfg spec.Config, res *ref.LayerResult) [][]float64 {
+	if cfg.Causal == spec.CausalPredictor {
+		return res.PredictorLogits
+	}
+	return res.RouterWeights
+}
+
+// clearOfThreshold reports whether every valid score is exactly 0 or at
+// least minCaseGap from it.
 func clearOfThreshold(r [][]float64, valid []int) bool {
 	for b, row := range r {
 		for _, v := range row[:oracle.ValidLen(valid, b, len(row))] {
@@ -210,7 +225,7 @@ func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Ca
 		return nil, false, oracle.Errorf(s.Name, err)
 	}
 	gaps := oracle.LayerGaps(s.Config, res, s.Valid)
-	if s.Threshold && !clearOfThreshold(res.RouterWeights, s.Valid) || !s.Ties && !s.Threshold && oracle.MinGap(gaps) < oracle.MinCaseGap {
+	if s.Threshold && !clearOfThreshold(causalScores(s.Config, res), s.Valid) || !s.Ties && !s.Threshold && oracle.MinGap(gaps) < oracle.MinCaseGap {
 		return nil, false, nil
 	}
 	c, err := oracle.LayerCase(s, seed, dr, res, gaps)

@@ -46,6 +46,14 @@ type GenConfig struct {
 	// the same bf16 values, ties only bf16 sees (as layer-ties-bf16). Such
 	// a case is tuned after its draw, so that its gaps are below 1e-2.
 	Ties string `json:"ties,omitempty"`
+	// Threshold makes a layer case routed causally (docs/spec.md §9) about
+	// its threshold: in every row the valid token whose routing score is
+	// nearest 0 gets input 0, so that its score is exactly 0 and it is not
+	// routed (as layer-causal-threshold). Routed by the router, the router
+	// must be linear (r = x·w = 0); by the predictor, its biases PredB1
+	// and PredB2 are drawn 0, so that q = SiLU(0·W1)·W2 = 0 in any
+	// precision. Such a case is tuned after its draw: its gaps are 0.
+	Threshold bool `json:"threshold,omitempty"`
 }
 
 // MaxGenConfigBytes bounds a --config file: a manifest's config is a few
@@ -85,6 +93,9 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 		return nil, err
 	}
 	if err := g.checkTies(); err != nil {
+		return nil, err
+	}
+	if err := g.checkThreshold(); err != nil {
 		return nil, err
 	}
 	if err := g.checkRepresentable(); err != nil {
@@ -224,18 +235,49 @@ func (g *GenConfig) checkTies() error {
 	return nil
 }
 
+// checkThreshold checks the Threshold field: false, or true on a layer
+// case routed causally, by a linear router or by the predictor.
+func (g *GenConfig) checkThreshold() error {
+	if !g.Threshold {
+		return nil
+	}
+	if g.Kind != format.KindLayer || g.Config.Layer.Causal == spec.CausalOff ||
+		g.Config.Layer.Causal == spec.CausalRouter && g.Config.Layer.Router != spec.RouterLinear || g.Config.Layer.MLPOnly {
+		return fmt.Errorf("threshold = true: a case about the causal threshold is a layer case routed causally, by a linear router without bias or by the predictor, of its whole block (its score reads the layer's input, which the case sets to 0; not mlp_only)")
+	}
+	return nil
+}
+
 // GenConfigOf returns the configuration that generates case name of corpus
 // c again (`modref gen --print-config CASE`): its name, kind,
-// description, configuration and the seed of its draw. Cases made to test
-// ties, thresholds or rows routed apart are tuned after the draw, which a
-// GenConfig does not state: their configuration generates a case of the
-// same configuration, not the same bits.
+// description, configuration and the seed of its draw, and, for a layer
+// case about ties or the causal threshold (routing.ties), its ties or
+// threshold. A model case about ties (model-ties) or with rows routed
+// apart is tuned after its draw in a way a GenConfig does not state: its
+// configuration generates a case of the same configuration, not the same
+// bits.
 func GenConfigOf(c format.Corpus, name string) (*GenConfig, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
 		return nil, err
 	}
-	return &GenConfig{Name: m.Name, Kind: m.Kind, Description: m.Description, Seed: m.Provenance.Seed, Config: m.Config, Precision: m.Precision}, nil
+	g := &GenConfig{Name: m.Name, Kind: m.Kind, Description: m.Description, Seed: m.Provenance.Seed, Config: m.Config, Precision: m.Precision}
+	if m.Kind == format.KindLayer && m.Routing.Ties {
+		// A layer case tuned after its draw says so in routing.ties:
+		// causally routed, about its threshold; else about ties, exact
+		// when every gap is 0 (layer-ties), within bf16's rounding when
+		// not (layer-ties-bf16). The seed is the kept draw's, so the
+		// tuning is made again on the same draw.
+		switch {
+		case m.Config.Layer.Causal != spec.CausalOff:
+			g.Threshold = true
+		case slices.ContainsFunc(slices.Concat(m.Routing.Gaps...), func(v float64) bool { return v != 0 }):
+			g.Ties = "bf16"
+		default:
+			g.Ties = "exact"
+		}
+	}
+	return g, nil
 }
 
 // GenerateFromConfig generates the case g describes, as the corpus's cases
@@ -275,7 +317,7 @@ func generateCase(g *GenConfig) (*format.Case, error) {
 	case format.KindLayer:
 		c, err = genLayer(oracle.LayerSpec{Name: g.Name, Description: desc, Seed: g.Seed,
 			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer,
-			Ties: g.Ties != "", RoundingTies: g.Ties == "bf16"})
+			Ties: g.Ties != "", RoundingTies: g.Ties == "bf16", Threshold: g.Threshold})
 	case format.KindModel, format.KindDecode:
 		c, err = genModel(oracle.ModelSpec{Name: g.Name, Description: desc, Seed: g.Seed,
 			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig(), Decode: g.Kind == format.KindDecode})
@@ -287,6 +329,37 @@ func generateCase(g *GenConfig) (*format.Case, error) {
 	}
 	if err == nil {
 		c.Manifest.Precision = g.Precision
+		if d := narrowLayerNorm(cfg); d > 0 {
+			c.Manifest.Description += fmt.Sprintf(" Ill conditioned by construction: LayerNorm over d = %d features, fewer than %d, maps its input onto a sphere of dimension %d (at d = 2 its output is ±1 whatever the input, and the gradients through it cancel but for eps); an implementation that keeps every tensor in bf16 or fp16 computes them as the round-off of what cancelled, which the bf16 and fp16 profiles' tolerances do not hold for (docs/tolerances.md, \"LayerNorm at tiny widths\").", d, MinLayerNormD, max(d-2, 0))
+		}
 	}
 	return c, err
+}
+
+// MinLayerNormD is the narrowest LayerNorm whose gradients the bf16 and
+// fp16 profiles' tolerances hold for in an implementation that keeps every
+// tensor in the format: fuzz draws none narrower (fuzzcase.MinLayerNormD),
+// and gen --config marks a narrower one in its case's description.
+const MinLayerNormD = 8
+
+// narrowLayerNorm returns the width of the narrowest block of cfg that
+// normalises by LayerNorm over fewer than MinLayerNormD features, or 0.
+func narrowLayerNorm(cfg format.CaseConfig) int {
+	var blocks []spec.BlockConfig
+	if cfg.Layer != nil {
+		blocks = append(blocks, cfg.Layer.Block)
+	}
+	if cfg.MoDE != nil {
+		blocks = append(blocks, cfg.MoDE.Block)
+	}
+	for _, l := range cfg.Layers {
+		blocks = append(blocks, l.Config.Block)
+	}
+	d := 0
+	for _, b := range blocks {
+		if b.Norm == spec.NormLayer && b.D < MinLayerNormD && (d == 0 || b.D < d) {
+			d = b.D
+		}
+	}
+	return d
 }

@@ -18,7 +18,8 @@ import (
 
 // TestGenConfigRegeneratesTheCorpus: the configuration gen --print-config
 // gives for a corpus case generates that case again, every array bit for
-// bit, for every case not tuned after its draw (ties, thresholds), through
+// bit, for every case but model-ties (layer cases about ties and the
+// causal threshold included: GenConfigOf states them), through
 // a JSON round trip as a user's file would take.
 func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
 	corpus := format.Dir("corpus")
@@ -32,8 +33,8 @@ func TestGenConfigRegeneratesTheCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want.Manifest.Routing.Ties {
-			continue
+		if want.Manifest.Routing.Ties && want.Manifest.Kind != format.KindLayer {
+			continue // model-ties: tuned in a way a configuration does not state
 		}
 		g, err := GenConfigOf(corpus, name)
 		if err != nil {

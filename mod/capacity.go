@@ -48,12 +48,12 @@ func Capacity(c spec.Capacity, n, s int) (int, error) {
 		if n > 1 {
 			ratio = 1 - float64((elem.Log(float64(n))/elem.Log(float64(c.MaxLen)))*(1-c.Ratio))
 		}
-		return min(max(floorRobust(float64(n)*ratio), 1), n), nil
+		return min(max(floorRobust(float64(float64(n)*ratio)), 1), n), nil
 	default: // spec.CapacityRatio
 		if n == 0 {
 			return 0, nil
 		}
-		return min(max(floorRobust(c.Ratio*float64(n)), 1), n), nil
+		return min(max(floorRobust(float64(c.Ratio*float64(n))), 1), n), nil
 	}
 }
 

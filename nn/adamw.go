@@ -90,7 +90,7 @@ func (o *AdamW) Step() {
 			mi := float64(o.Beta1*float64(m[i])) + float64((1-o.Beta1)*g)
 			vi := float64(o.Beta2*float64(v[i])) + float64((1-o.Beta2)*g*g)
 			m[i], v[i] = float32(mi), float32(vi)
-			theta := float64(p.Data[i]) * decay
+			theta := float64(float64(p.Data[i]) * decay)
 			p.Data[i] = float32(theta - o.LR*(mi/c1)/(math.Sqrt(vi/c2)+o.Eps))
 		}
 	}

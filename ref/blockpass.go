@@ -72,12 +72,12 @@ func (bp *BlockPass) MLP() *mat.Dense {
 // dX = dh + the attention's backward of da + dh.
 func (bp *BlockPass) Backward(g *BlockParams, da, dm *mat.Dense) *mat.Dense {
 	c, ac := bp.c, bp.ac
-	dh := mlpBackward(c, bp.p, g, ac, rawRows(dm))
+	dh := mlpBackward(c, signed, bp.p, g, ac, rawRows(dm))
 	dat := rawRows(da)
 	for j := range dat {
 		dat[j] += dh[j]
 	}
-	dx := attentionBackward(c, bp.p, g, ac, dat)
+	dx := attentionBackward(c, signed, bp.p, g, ac, dat)
 	for j := range dx {
 		dx[j] += dh[j]
 	}

@@ -42,6 +42,13 @@
 // backward from the gradients of the output's parts (LayerPartGrads); and
 // ModelGradientsThrough, a model whose routed layers the caller steps.
 //
+// LayerGradientMagnitudes, ModelGradientMagnitudes and
+// MoDEGradientMagnitudes run the same backward passes with every factor
+// squared and every difference a sum: each gradient element's
+// root-sum-square of the terms that reach it, the scale of what cancelled
+// where it is small by cancellation, from which golden's precision
+// profiles take a floor (docs/tolerances.md).
+//
 // # Products
 //
 // Matrix products go through ref/internal/prod, whose every element has the

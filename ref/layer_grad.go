@@ -84,11 +84,12 @@ func LayerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 			return nil, fmt.Errorf("layer: %w", err)
 		}
 	}
-	return layerBackward(cfg, p, in, res, parts), nil
+	return layerBackward(cfg, signed, p, in, res, parts), nil
 }
 
-// upstreamParts are the LayerPartGrads of Σ upstream·out.
-func upstreamParts(res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
+// upstreamParts are the LayerPartGrads of Σ upstream·out (under the
+// squares arithmetic, of a squared upstream).
+func upstreamParts(a arith, res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
 	pg := LayerPartGrads{Base: upstream}
 	for b, u := range upstream {
 		s, d := u.Dims()
@@ -97,9 +98,9 @@ func upstreamParts(res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
 		for i := 0; i < s; i++ {
 			ui, fi, dfi := u.RawRowView(i), res.Update[b].RawRowView(i), df.RawRowView(i)
 			for j := range ui {
-				dfi[j] = float64(res.Multipliers[b][i] * ui[j])
+				dfi[j] = float64(a.f(res.Multipliers[b][i]) * ui[j])
 			}
-			dm[i] = dotRow(ui, fi)
+			dm[i] = dotRow(ui, a.rows(fi))
 		}
 		pg.Update = append(pg.Update, df)
 		pg.Mult = append(pg.Mult, dm)
@@ -125,7 +126,7 @@ func LayerGradients(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, 
 	if err := checkUpstream(cfg, in, upstream); err != nil {
 		return nil, nil, err
 	}
-	return res, layerBackward(cfg, p, in, res, upstreamParts(res, upstream)), nil
+	return res, layerBackward(cfg, signed, p, in, res, upstreamParts(signed, res, upstream)), nil
 }
 
 // LayerForwardGradients is LayerForward and then LayerGradients at the
@@ -139,7 +140,7 @@ func LayerForwardGradients(cfg spec.Config, p *LayerParams, in LayerInputs, upst
 	if err := checkUpstream(cfg, in, upstream); err != nil {
 		return nil, nil, err
 	}
-	return res, layerBackward(cfg, p, in, res, upstreamParts(res, upstream)), nil
+	return res, layerBackward(cfg, signed, p, in, res, upstreamParts(signed, res, upstream)), nil
 }
 
 // checkUpstream checks that the upstream gradient has the shape of the
@@ -156,7 +157,7 @@ func checkUpstream(cfg spec.Config, in LayerInputs, upstream []*mat.Dense) error
 }
 
 // layerBackward is LayerBackward's pass over the kept forward res.
-func layerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerResult, parts LayerPartGrads) *LayerGrads {
+func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res *LayerResult, parts LayerPartGrads) *LayerGrads {
 	s := res.Frozen.Selection.S
 	g := &LayerGrads{Params: &LayerParams{
 		Block: zeroBlockLike(&p.Block), Router: zeroVec(p.Router), RouterBias: zeroVec(p.RouterBias),
@@ -170,7 +171,7 @@ func layerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 		if parts.Update != nil {
 			df = parts.Update[b]
 		}
-		dx := routedRowBackward(cfg, &p.Block, &g.Params.Block, res.acts[b], parts.Base[b], df, v)
+		dx := routedRowBackward(cfg, a, &p.Block, &g.Params.Block, res.acts[b], parts.Base[b], df, v)
 		// mult = g on the selected tokens (gather) or w = g + sg(m·g − g) on
 		// every valid one (dense): dg = dmult where the update was
 		// computed, and mult is the constant 0 elsewhere.
@@ -188,13 +189,13 @@ func layerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 				dr[b][i] += parts.Router[b][i]
 			}
 		}
-		weightingBackward(cfg.Weighting, res.RouterWeights[b], res.Weights[b], res.Selection.Rows[b], v, dg, dr[b])
+		weightingBackward(cfg.Weighting, a, res.RouterWeights[b], res.Weights[b], res.Selection.Rows[b], v, dg, dr[b])
 		g.X = append(g.X, dx)
 	}
-	auxRouterBackward(cfg, res, res.auxValid, dr)
-	routerBackward(cfg, p, g, in, dr)
+	auxRouterBackward(cfg, a, res, res.auxValid, dr)
+	routerBackward(cfg, a, p, g, in, dr)
 	if cfg.Aux == spec.AuxPredictor {
-		g.PredictorInput = predictorBackward(cfg, p, g.Params, res, res.auxValid)
+		g.PredictorInput = predictorBackward(cfg, a, p, g.Params, res, res.auxValid)
 	}
 	return g
 }
@@ -205,7 +206,7 @@ func layerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 //
 //	out_i = base_i + mult_i f_i (i computed), base_i otherwise
 //	base = x, or for MLP-only x + Attn(N1(x)) over the v valid tokens
-func routedRowBackward(cfg spec.Config, p, gb *BlockParams, acts *rowActs, dbase, df *mat.Dense, v int) *mat.Dense {
+func routedRowBackward(cfg spec.Config, a arith, p, gb *BlockParams, acts *rowActs, dbase, df *mat.Dense, v int) *mat.Dense {
 	_, d := dbase.Dims()
 	dx := mat.DenseCopyOf(dbase)
 	if n := len(acts.computed); n > 0 && df != nil {
@@ -215,9 +216,9 @@ func routedRowBackward(cfg spec.Config, p, gb *BlockParams, acts *rowActs, dbase
 		}
 		var dxc []float64 // n×d
 		if cfg.MLPOnly {
-			dxc = mlpBackward(cfg.Block, p, gb, acts.blk, dfc)
+			dxc = mlpBackward(cfg.Block, a, p, gb, acts.blk, dfc)
 		} else {
-			dxc = blockBackward(cfg.Block, p, gb, acts.blk, dfc)
+			dxc = blockBackward(cfg.Block, a, p, gb, acts.blk, dfc)
 		}
 		for t, i := range acts.computed {
 			row := dx.RawRowView(i)
@@ -228,7 +229,7 @@ func routedRowBackward(cfg spec.Config, p, gb *BlockParams, acts *rowActs, dbase
 	}
 	if cfg.MLPOnly && v > 0 {
 		da := rawRows(dx.Slice(0, v, 0, d).(*mat.Dense)) // v×d
-		dxa := attentionBackward(cfg.Block, p, gb, acts.attn, da)
+		dxa := attentionBackward(cfg.Block, a, p, gb, acts.attn, da)
 		for i := 0; i < v; i++ {
 			row := dx.RawRowView(i)
 			for j := range row {
@@ -256,7 +257,7 @@ func dotRow(a, b []float64) float64 {
 //	sigmoid: g = σ(r)           dr += dg g (1 − g)
 //	none:    g = 1              nothing
 //	softmax: g = softmax(r_sel) dr_i += g_i (dg_i − Σ_j g_j dg_j), i, j selected
-func weightingBackward(w spec.Weighting, r, g []float64, sel []int, v int, dg, dr []float64) {
+func weightingBackward(w spec.Weighting, a arith, r, g []float64, sel []int, v int, dg, dr []float64) {
 	switch w {
 	case spec.WeightRaw:
 		for i := 0; i < v; i++ {
@@ -264,15 +265,15 @@ func weightingBackward(w spec.Weighting, r, g []float64, sel []int, v int, dg, d
 		}
 	case spec.WeightSigmoid:
 		for i := 0; i < v; i++ {
-			dr[i] += float64(float64(dg[i]*g[i]) * (1 - g[i]))
+			dr[i] += float64(float64(dg[i]*a.f(g[i])) * a.f(1-g[i]))
 		}
 	case spec.WeightSoftmax:
 		dot := 0.0
 		for _, i := range sel {
-			dot += float64(g[i] * dg[i])
+			dot += float64(a.f(g[i]) * dg[i])
 		}
 		for _, i := range sel {
-			dr[i] += float64(g[i] * (dg[i] - dot))
+			dr[i] += float64(a.f(g[i]) * a.sub(dg[i], dot))
 		}
 	}
 }
@@ -282,11 +283,11 @@ func weightingBackward(w spec.Weighting, r, g []float64, sel []int, v int, dg, d
 // the N valid tokens), and LoadBalanceWeight·S Σ_s F_s P_s with
 // P_s = Σ_b σ(r_bs)/B over valid tokens (d/dr_bs = S F_s σ'(r_bs)/B, F
 // frozen with the decision).
-func auxRouterBackward(cfg spec.Config, res *LayerResult, valid []int, dr [][]float64) {
+func auxRouterBackward(cfg spec.Config, a arith, res *LayerResult, valid []int, dr [][]float64) {
 	r := res.RouterWeights
 	rows, s := len(r), len(r[0])
 	if cfg.Aux == spec.AuxRouterBCE {
-		bceBackward(r, res.Targets, valid, cfg.AuxWeight, dr)
+		bceBackward(a, r, res.Targets, valid, cfg.AuxWeight, dr)
 	}
 	if cfg.LoadBalanceWeight != 0 {
 		m := res.Selection.Mask()
@@ -301,7 +302,7 @@ func auxRouterBackward(cfg spec.Config, res *LayerResult, valid []int, dr [][]fl
 			for b := 0; b < rows; b++ {
 				if i < validLen(valid, b, s) {
 					sg := Sigmoid(r[b][i])
-					dr[b][i] += float64(c * sg * (1 - sg))
+					dr[b][i] += float64(a.f(c) * a.f(sg) * a.f(1-sg))
 				}
 			}
 		}
@@ -309,8 +310,9 @@ func auxRouterBackward(cfg spec.Config, res *LayerResult, valid []int, dr [][]fl
 }
 
 // bceBackward adds into dz the gradient of weight · MeanBCE(z, t, valid):
-// weight (σ(z) − t)/N at each of the N valid tokens.
-func bceBackward(z, t [][]float64, valid []int, weight float64, dz [][]float64) {
+// weight (σ(z) − t)/N at each of the N valid tokens (under the squares
+// arithmetic, the terms σ(z) and t each squared).
+func bceBackward(a arith, z, t [][]float64, valid []int, weight float64, dz [][]float64) {
 	n := 0
 	for b := range z {
 		n += validLen(valid, b, len(z[b]))
@@ -320,7 +322,7 @@ func bceBackward(z, t [][]float64, valid []int, weight float64, dz [][]float64) 
 	}
 	for b := range z {
 		for i := 0; i < validLen(valid, b, len(z[b])); i++ {
-			dz[b][i] += weight * (Sigmoid(z[b][i]) - t[b][i]) / float64(n)
+			dz[b][i] += a.f(weight) * a.sub(a.f(Sigmoid(z[b][i])), a.f(t[b][i])) / a.f(float64(n))
 		}
 	}
 }
@@ -332,7 +334,7 @@ func bceBackward(z, t [][]float64, valid []int, weight float64, dz [][]float64) 
 //	linear_bias: r = w·x + b  as linear, and db += Σ dr_i
 //	l2norm:      r = ‖x‖₂     dx_i += dr_i x_i / ‖x_i‖ (0 where x_i = 0)
 //	random:      nothing
-func routerBackward(cfg spec.Config, p *LayerParams, g *LayerGrads, in LayerInputs, dr [][]float64) {
+func routerBackward(cfg spec.Config, a arith, p *LayerParams, g *LayerGrads, in LayerInputs, dr [][]float64) {
 	for b, xb := range in.X {
 		s, _ := xb.Dims()
 		for i := 0; i < s; i++ {
@@ -343,8 +345,8 @@ func routerBackward(cfg spec.Config, p *LayerParams, g *LayerGrads, in LayerInpu
 			switch cfg.Router {
 			case spec.RouterLinear, spec.RouterLinearBias:
 				for j, v := range xi {
-					g.Params.Router[j] += float64(dr[b][i] * v)
-					dxi[j] += float64(dr[b][i] * p.Router[j])
+					g.Params.Router[j] += a.acc2(dr[b][i], v)
+					dxi[j] += float64(dr[b][i] * a.f(p.Router[j]))
 				}
 				if cfg.Router == spec.RouterLinearBias {
 					g.Params.RouterBias[0] += dr[b][i]
@@ -355,7 +357,7 @@ func routerBackward(cfg spec.Config, p *LayerParams, g *LayerGrads, in LayerInpu
 					continue
 				}
 				for j, v := range xi {
-					dxi[j] += float64(dr[b][i] * v / norm)
+					dxi[j] += float64(dr[b][i] * a.f(v) / a.f(norm))
 				}
 			}
 		}
@@ -368,13 +370,13 @@ func routerBackward(cfg spec.Config, p *LayerParams, g *LayerGrads, in LayerInpu
 // db2 += dq, da_u = dq W2_u SiLU'(a_u), db1 += da, dW1 += sg(x)ᵀ da; sg(x)
 // takes no gradient, and the gradient it stops, dx = da·W1ᵀ, is returned
 // (B matrices S×d).
-func predictorBackward(cfg spec.Config, p, g *LayerParams, res *LayerResult, valid []int) []*mat.Dense {
+func predictorBackward(cfg spec.Config, ar arith, p, g *LayerParams, res *LayerResult, valid []int) []*mat.Dense {
 	q := res.PredictorLogits
 	dq := make([][]float64, len(q))
 	for b := range q {
 		dq[b] = make([]float64, len(q[b]))
 	}
-	bceBackward(q, res.Targets, valid, cfg.AuxWeight, dq)
+	bceBackward(ar, q, res.Targets, valid, cfg.AuxWeight, dq)
 	d, h := p.PredW1.Dims()
 	var dx []*mat.Dense
 	for b, xb := range res.Frozen.PredictorInput {
@@ -393,13 +395,13 @@ func predictorBackward(cfg spec.Config, p, g *LayerParams, res *LayerResult, val
 			g.PredB2[0] += dq[b][i]
 			for u := 0; u < h; u++ {
 				a := pre[i*h+u]
-				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+float64(dq[b][i]*SiLU(a)))
-				da[i*h+u] = float64(float64(dq[b][i]*p.PredW2.At(u, 0)) * siluGrad(a))
+				g.PredW2.Set(u, 0, g.PredW2.At(u, 0)+ar.acc2(dq[b][i], SiLU(a)))
+				da[i*h+u] = float64(float64(dq[b][i]*ar.f(p.PredW2.At(u, 0))) * ar.f(siluGrad(a)))
 				g.PredB1[u] += da[i*h+u]
 			}
 		}
-		addXtY(g.PredW1, x, da, s)
-		dx = append(dx, mat.NewDense(s, d, mulWt(da, s, p.PredW1, nil)))
+		ar.addXtY(g.PredW1, x, da, s)
+		dx = append(dx, mat.NewDense(s, d, mulWt(da, s, ar.dense(p.PredW1), nil)))
 	}
 	return dx
 }

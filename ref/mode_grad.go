@@ -27,21 +27,31 @@ func MoDEGradients(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz MoDEFr
 	if err != nil {
 		return nil, nil, err
 	}
+	g, err := modeBackward(cfg, signed, p, x, res, upstream)
+	return res, g, err
+}
+
+// modeBackward is MoDEGradients' backward pass in the arithmetic a (the
+// upstream gradient squared under the squares arithmetic) over the
+// forward res at the decisions res.Frozen.
+func modeBackward(cfg spec.MoDEConfig, a arith, p *MoDEParams, x []*mat.Dense, res *MoDEResult, upstream []*mat.Dense) (*MoDEGrads, error) {
+	fz := res.Frozen
 	rows, s, err := batchShape("MoDE upstream gradient", upstream, cfg.Block.D)
 	if err != nil {
-		return nil, nil, fmt.Errorf("mode: %w", err)
+		return nil, fmt.Errorf("mode: %w", err)
 	}
 	if rows != len(x) || s != fz.Selection.S {
-		return nil, nil, fmt.Errorf("mode: upstream gradient is %d×%d×d, want B×S×d = %d×%d×d", rows, s, len(x), fz.Selection.S)
+		return nil, fmt.Errorf("mode: upstream gradient is %d×%d×d, want B×S×d = %d×%d×d", rows, s, len(x), fz.Selection.S)
 	}
+	u := a.mats(upstream)
 	g := &MoDEGrads{Params: &MoDEParams{Block: zeroBlockLike(&p.Block), Router: zeroVec(p.Router), Gate: zeroMat(p.Gate)}}
 	for e := range p.Experts {
 		g.Params.Experts = append(g.Params.Experts, zeroBlockLike(&p.Experts[e]))
 	}
 	for b := range x {
-		g.X = append(g.X, modeRowBackward(cfg, p, g.Params, res, x[b], upstream[b], b))
+		g.X = append(g.X, modeRowBackward(cfg, a, p, g.Params, res, x[b], u[b], b))
 	}
-	return res, g, nil
+	return g, nil
 }
 
 // modeRowBackward returns dL/dx (S×d) of one batch row b of the MoDE layer
@@ -57,7 +67,7 @@ func MoDEGradients(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz MoDEFr
 // dG_te = dy_t·y_te, dy_te = G_te dy_t through expert e's MLP, dz =
 // G (dG − Σ G dG) through the gate's softmax, and h, a and X~ as in the
 // block.
-func modeRowBackward(cfg spec.MoDEConfig, p, g *MoDEParams, res *MoDEResult, x, u *mat.Dense, b int) *mat.Dense {
+func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDEResult, x, u *mat.Dense, b int) *mat.Dense {
 	d, width := cfg.Block.D, cfg.GateWidth()
 	dx := mat.DenseCopyOf(u)
 	pos := res.Selection.Rows[b]
@@ -83,17 +93,17 @@ func modeRowBackward(cfg spec.MoDEConfig, p, g *MoDEParams, res *MoDEResult, x, 
 	for t, i := range pos {
 		ui := u.RawRowView(i)
 		if cfg.Form == spec.MoDEStaged {
-			r := res.RouterWeights[b][i]
+			r := a.f(res.RouterWeights[b][i])
 			dr := 0.0
 			for j := 0; j < d; j++ {
 				dy[t*d+j] = float64(r * ui[j])
-				dr += float64(ui[j] * (ac.a[t*d+j] + m[t*d+j]))
+				dr += float64(ui[j] * a.f(ac.a[t*d+j]+m[t*d+j]))
 			}
 			// r = w·x_i
 			xi, dxi := x.RawRowView(i), dx.RawRowView(i)
 			for j := 0; j < d; j++ {
-				g.Router[j] += float64(dr * xi[j])
-				dxi[j] += float64(dr * p.Router[j])
+				g.Router[j] += a.acc2(dr, xi[j])
+				dxi[j] += float64(dr * a.f(p.Router[j]))
 			}
 		} else {
 			copy(dy[t*d:(t+1)*d], ui)
@@ -109,13 +119,13 @@ func modeRowBackward(cfg spec.MoDEConfig, p, g *MoDEParams, res *MoDEResult, x, 
 		dye := make([]float64, len(c)*d)
 		for k, i := range c {
 			t := index[i]
-			ge := res.Gates[b][i][e]
-			dgate[t*width+e] = dotRow(dy[t*d:(t+1)*d], ea.m[k*d:(k+1)*d])
+			ge := a.f(res.Gates[b][i][e])
+			dgate[t*width+e] = dotRow(dy[t*d:(t+1)*d], a.rows(ea.m[k*d:(k+1)*d]))
 			for j := 0; j < d; j++ {
 				dye[k*d+j] = float64(ge * dy[t*d+j])
 			}
 		}
-		due := mlpCoreBackward(cfg.Block, &p.Experts[e], &g.Experts[e], ea, dye)
+		due := mlpCoreBackward(cfg.Block, a, &p.Experts[e], &g.Experts[e], ea, dye)
 		for k, i := range c {
 			t := index[i]
 			for j := 0; j < d; j++ {
@@ -126,20 +136,20 @@ func modeRowBackward(cfg spec.MoDEConfig, p, g *MoDEParams, res *MoDEResult, x, 
 	// G_t = softmax(z_t), z = U·W_g
 	dz := make([]float64, n*width)
 	for t, i := range pos {
-		gt := res.Gates[b][i]
+		gt := a.rows(res.Gates[b][i])
 		dot := dotRow(gt, dgate[t*width:(t+1)*width])
 		for e := 0; e < width; e++ {
-			dz[t*width+e] = float64(gt[e] * (dgate[t*width+e] - dot))
+			dz[t*width+e] = float64(gt[e] * a.sub(dgate[t*width+e], dot))
 		}
 	}
-	addXtY(g.Gate, ac.u2, dz, n)
-	mulWt(dz, n, p.Gate, du)
-	dh := normBackward(cfg.Block, g.Block.Norm2, g.Block.Norm2Bias, p.Block.Norm2, h, ac.n2, du, n, d)
+	a.addXtY(g.Gate, ac.u2, dz, n)
+	mulWt(dz, n, a.dense(p.Gate), du)
+	dh := normBackward(cfg.Block, a, g.Block.Norm2, g.Block.Norm2Bias, p.Block.Norm2, h, ac.n2, du, n, d)
 	da := make([]float64, n*d)
 	for j := range da {
 		da[j] = dy[j] + dh[j]
 	}
-	dxs := attentionBackward(cfg.Block, &p.Block, &g.Block, ac, da)
+	dxs := attentionBackward(cfg.Block, a, &p.Block, &g.Block, ac, da)
 	for t, i := range pos {
 		row := dx.RawRowView(i)
 		for j := range row {

@@ -22,7 +22,7 @@ func ModelGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs, fz Model
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := modelBackward(c, p, in, res)
+	g, err := modelBackward(c, signed, p, in, res)
 	return res, g, err
 }
 
@@ -34,7 +34,7 @@ func ModelForwardGradients(c spec.ModelConfig, p *ModelParams, in ModelInputs) (
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := modelBackward(c, p, in, res)
+	g, err := modelBackward(c, signed, p, in, res)
 	return res, g, err
 }
 
@@ -59,12 +59,12 @@ func ModelGradientsThrough(c spec.ModelConfig, p *ModelParams, in ModelInputs, s
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := modelBackward(c, p, in, res)
+	g, err := modelBackward(c, signed, p, in, res)
 	return res, g, err
 }
 
 // modelBackward is ModelGradients' backward pass over the kept forward res.
-func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *ModelResult) (*ModelParams, error) {
+func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, res *ModelResult) (*ModelParams, error) {
 	blk := c.Block()
 	d := blk.D
 	g := &ModelParams{Embed: zeroMat(p.Embed), PosEmbed: zeroMat(p.PosEmbed),
@@ -92,15 +92,16 @@ func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *Mode
 			row := dz[i*c.Vocab : (i+1)*c.Vocab]
 			copy(row, res.Logits[b].RawRowView(i))
 			softmaxInPlace(row)
-			row[tg]--
+			a.inPlace(row)
+			row[tg] = a.sub(row[tg], 1)
 			for j := range row {
-				row[j] /= float64(n)
+				row[j] /= a.f(float64(n))
 			}
 		}
 		// logits = u·Head, u = N(hidden)
-		addXtY(g.Head, res.acts.u[b], dz, s)
-		du := mulWt(dz, s, p.Head, nil)
-		dx[b] = mat.NewDense(s, d, normBackward(blk, g.FinalNorm, g.FinalNormBias, p.FinalNorm, rawRows(res.Hidden[b]), res.acts.final[b], du, s, d))
+		a.addXtY(g.Head, res.acts.u[b], dz, s)
+		du := mulWt(dz, s, a.dense(p.Head), nil)
+		dx[b] = mat.NewDense(s, d, normBackward(blk, a, g.FinalNorm, g.FinalNormBias, p.FinalNorm, rawRows(res.Hidden[b]), res.acts.final[b], du, s, d))
 	}
 
 	for l := len(c.Layers) - 1; l >= 0; l-- {
@@ -116,7 +117,7 @@ func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *Mode
 				// out = x + f over the v valid rows, x elsewhere.
 				v := ac.n
 				df := rawRows(dx[b].Slice(0, v, 0, d).(*mat.Dense))
-				dxf := blockBackward(blk, &p.Layers[l].Block, &gl, ac, df)
+				dxf := blockBackward(blk, a, &p.Layers[l].Block, &gl, ac, df)
 				for i := 0; i < v; i++ {
 					row := dx[b].RawRowView(i)
 					for j := range row {
@@ -128,6 +129,9 @@ func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *Mode
 			continue
 		}
 		if res.acts.backs != nil {
+			if a == squares {
+				return nil, fmt.Errorf("model: layer %d: a stepped layer has no pass in the squares arithmetic", l)
+			}
 			lg, err := res.acts.backs[l](dx)
 			if err != nil {
 				return nil, fmt.Errorf("model: layer %d: %w", l, err)
@@ -137,7 +141,7 @@ func modelBackward(c spec.ModelConfig, p *ModelParams, in ModelInputs, res *Mode
 			continue
 		}
 		li := LayerInputs{X: xin, Valid: in.Valid, Noise: layerField(in.Noise, l), Jitter: layerField(in.Jitter, l)}
-		lg := layerBackward(ml.Config, p.Layers[l], li, res.Layers[l], upstreamParts(res.Layers[l], dx))
+		lg := layerBackward(ml.Config, a, p.Layers[l], li, res.Layers[l], upstreamParts(a, res.Layers[l], dx))
 		dx = lg.X
 		g.Layers = append(g.Layers, lg.Params)
 	}

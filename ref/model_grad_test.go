@@ -87,7 +87,7 @@ func TestModelGradientsAreTheFiniteDifferences(t *testing.T) {
 				return nil, 0, nil, err
 			}
 			back := func(dout []*mat.Dense) (*LayerGrads, error) {
-				return LayerBackward(c.Layers[l].Config, p.Layers[l], li, lr, upstreamParts(lr, dout))
+				return LayerBackward(c.Layers[l].Config, p.Layers[l], li, lr, upstreamParts(signed, lr, dout))
 			}
 			return lr.Out, lr.AuxLoss, back, nil
 		}

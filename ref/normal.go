@@ -17,8 +17,8 @@ import (
 func normal(rng *rand.Rand) float64 {
 	for {
 		// Float64 is k·2^-53, so 2x − 1 is exact.
-		u := float64(2*rng.Float64()) - 1
-		v := float64(2*rng.Float64()) - 1
+		u := float64(2*float64(rng.Float64())) - 1
+		v := float64(2*float64(rng.Float64())) - 1
 		s := float64(u*u) + float64(v*v)
 		if s > 0 && s < 1 {
 			return u * math.Sqrt(-2*elem.Log(s)/s)

@@ -72,7 +72,10 @@ func mulWt(dy []float64, n int, w *mat.Dense, into []float64) []float64 {
 //	LayerNorm, x̂ = (x − mean)·inv, y = x̂·γ + β:
 //	  dβ_j += dy_j,  dγ_j += dy_j x̂_j,  g = dy·γ,
 //	  dx_j = inv (g_j − mean(g) − x̂_j mean(g·x̂))
-func normBackward(c spec.BlockConfig, dgamma, dbeta, gamma, x []float64, st normStats, dy []float64, n, d int) []float64 {
+//
+// Under the squares arithmetic (arith) every factor is squared and every
+// difference a sum.
+func normBackward(c spec.BlockConfig, a arith, dgamma, dbeta, gamma, x []float64, st normStats, dy []float64, n, d int) []float64 {
 	dx := make([]float64, n*d)
 	dd := float64(d)
 	for i := 0; i < n; i++ {
@@ -83,29 +86,30 @@ func normBackward(c spec.BlockConfig, dgamma, dbeta, gamma, x []float64, st norm
 			mg, mgx := 0.0, 0.0
 			for j, v := range xi {
 				xh := float64((v - mean) * inv)
-				g := float64(dyi[j] * gamma[j])
+				g := float64(dyi[j] * a.f(gamma[j]))
 				dbeta[j] += dyi[j]
-				dgamma[j] += float64(dyi[j] * xh)
+				dgamma[j] += a.acc2(dyi[j], xh)
 				mg += g
-				mgx += float64(g * xh)
+				mgx += float64(g * a.f(xh))
 			}
-			mg /= dd
-			mgx /= dd
+			mg /= a.f(dd)
+			mgx /= a.f(dd)
 			for j, v := range xi {
 				xh := float64((v - mean) * inv)
-				g := float64(dyi[j] * gamma[j])
-				dxi[j] = float64(inv * (g - mg - float64(xh*mgx)))
+				g := float64(dyi[j] * a.f(gamma[j]))
+				dxi[j] = float64(a.f(inv) * a.sub(a.sub(g, mg), float64(a.f(xh)*mgx)))
 			}
 			continue
 		}
 		s := 0.0
 		for j, v := range xi {
-			s += float64(dyi[j] * gamma[j] * v)
-			dgamma[j] += float64(dyi[j] * v * inv)
+			s += float64(dyi[j] * a.f(gamma[j]) * a.f(v))
+			dgamma[j] += a.acc3(dyi[j], v, inv)
 		}
-		k := float64(inv*inv*inv) * s / dd
+		fi := a.f(inv)
+		k := float64(fi*fi*fi) * s / a.f(dd)
 		for j, v := range xi {
-			dxi[j] = float64(dyi[j]*gamma[j]*inv) - float64(v*k)
+			dxi[j] = a.sub(float64(dyi[j]*a.f(gamma[j])*fi), float64(a.f(v)*k))
 		}
 	}
 	return dx
@@ -115,13 +119,13 @@ func normBackward(c spec.BlockConfig, dgamma, dbeta, gamma, x []float64, st norm
 // the gradient g of one rotated head vector: for u'_j = a cos − b sin,
 // u'_{j+h} = b cos + a sin, da = g_j cos + g_{j+h} sin and
 // db = g_{j+h} cos − g_j sin.
-func rotateBack(g, cs []float64) {
+func rotateBack(ar arith, g, cs []float64) {
 	half := len(g) / 2
 	for j := 0; j < half; j++ {
-		cos, sin := cs[2*j], cs[2*j+1]
+		cos, sin := ar.f(cs[2*j]), ar.f(cs[2*j+1])
 		a, b := g[j], g[j+half]
 		g[j] = float64(a*cos) + float64(b*sin)
-		g[j+half] = float64(b*cos) - float64(a*sin)
+		g[j+half] = ar.sub(float64(b*cos), float64(a*sin))
 	}
 }
 
@@ -142,11 +146,11 @@ func addBiasGrad(db, dy []float64) {
 // attentionBackward returns dL/dx of the attention update a (attentionForward)
 // given da (n×d), adding the gradients of N1, Wq, Wk, Wv (and their
 // biases) and Wo into g.
-func attentionBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, da []float64) []float64 {
+func attentionBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, da []float64) []float64 {
 	n, d := ac.n, ac.d
 	// a = ctx·Wo
-	addXtY(g.Wo, ac.ctx, da, n)
-	dctx := mulWt(da, n, p.Wo, nil) // n×d
+	a.addXtY(g.Wo, ac.ctx, da, n)
+	dctx := mulWt(da, n, a.dense(p.Wo), nil) // n×d
 	kvh, kvw := c.KVHeadCount(), c.KVWidth()
 	dq, dk, dv := make([]float64, n*d), make([]float64, n*kvw), make([]float64, n*kvw)
 	lo := ac.windowStarts(c)
@@ -156,7 +160,7 @@ func attentionBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, da 
 	group := c.Heads / kvh
 	forEach(kvh, n*n*d, func(j int) {
 		for h := j * group; h < (j+1)*group; h++ {
-			attendHeadBackward(c, ac, lo, h, dctx, dq, dk, dv)
+			attendHeadBackward(c, a, ac, lo, h, dctx, dq, dk, dv)
 		}
 	})
 	dh := d / c.Heads
@@ -164,10 +168,10 @@ func attentionBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, da 
 		for i := 0; i < n; i++ {
 			cs := ropeAngles(dh, ac.rot[i], c.RoPEBase)
 			for h := 0; h < c.Heads; h++ {
-				rotateBack(dq[i*d+h*dh:i*d+(h+1)*dh], cs)
+				rotateBack(a, dq[i*d+h*dh:i*d+(h+1)*dh], cs)
 			}
 			for h := 0; h < kvh; h++ {
-				rotateBack(dk[i*kvw+h*dh:i*kvw+(h+1)*dh], cs)
+				rotateBack(a, dk[i*kvw+h*dh:i*kvw+(h+1)*dh], cs)
 			}
 		}
 	}
@@ -175,13 +179,13 @@ func attentionBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, da 
 	addBiasGrad(g.Bq, dq)
 	addBiasGrad(g.Bk, dk)
 	addBiasGrad(g.Bv, dv)
-	addXtY(g.Wq, ac.u1, dq, n)
-	addXtY(g.Wk, ac.u1, dk, n)
-	addXtY(g.Wv, ac.u1, dv, n)
-	du1 := mulWt(dq, n, p.Wq, nil)
-	mulWt(dk, n, p.Wk, du1)
-	mulWt(dv, n, p.Wv, du1)
-	return normBackward(c, g.Norm1, g.Norm1Bias, p.Norm1, ac.x, ac.n1, du1, n, d)
+	a.addXtY(g.Wq, ac.u1, dq, n)
+	a.addXtY(g.Wk, ac.u1, dk, n)
+	a.addXtY(g.Wv, ac.u1, dv, n)
+	du1 := mulWt(dq, n, a.dense(p.Wq), nil)
+	mulWt(dk, n, a.dense(p.Wk), du1)
+	mulWt(dv, n, a.dense(p.Wv), du1)
+	return normBackward(c, a, g.Norm1, g.Norm1Bias, p.Norm1, ac.x, ac.n1, du1, n, d)
 }
 
 // attendHeadBackward adds head h's gradients of q, k and v (before the
@@ -192,8 +196,9 @@ func attentionBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, da 
 //
 //	dP = dctx·Vᵀ,  dS_it = P_it (dP_it − Σ_t' P_it' dP_it') · scale
 //	dV += Pᵀ·dctx,  dQ = dS·K,  dK += dSᵀ·Q
-func attendHeadBackward(c spec.BlockConfig, ac *blockActs, lo []int, h int, dctx, dq, dk, dv []float64) {
+func attendHeadBackward(c spec.BlockConfig, a arith, ac *blockActs, lo []int, h int, dctx, dq, dk, dv []float64) {
 	n, d := ac.n, ac.d
+	q, k, v := a.rows(ac.q), a.rows(ac.k), a.rows(ac.v)
 	dh, kvw := d/c.Heads, c.KVWidth()
 	scale := 1 / math.Sqrt(float64(dh))
 	col, kvCol := h*dh, kvHead(c, h)*dh
@@ -204,10 +209,10 @@ func attendHeadBackward(c spec.BlockConfig, ac *blockActs, lo []int, h int, dctx
 		bn := i1 - i0
 		k0 := lo[i0]
 		nk := ac.keyEnd(i1-1) - k0
-		pr := headProbs(c, ac, lo, h, i0, i1, buf) // bn×nk
+		pr := a.rows(headProbs(c, ac, lo, h, i0, i1, buf)) // bn×nk
 		dctxB := prod.Matrix{Data: dctx[i0*d+col:], Stride: d}
 		dp := ds[:bn*nk]
-		prod.Mul(bn, nk, dh, dctxB, prod.Matrix{Data: ac.v[k0*kvw+kvCol:], Stride: kvw, T: true}, dp, nk, false)
+		prod.Mul(bn, nk, dh, dctxB, prod.Matrix{Data: v[k0*kvw+kvCol:], Stride: kvw, T: true}, dp, nk, false)
 		for i := i0; i < i1; i++ {
 			pi, dpi := pr[(i-i0)*nk:(i-i0+1)*nk], dp[(i-i0)*nk:(i-i0+1)*nk]
 			dot := 0.0
@@ -219,12 +224,12 @@ func attendHeadBackward(c spec.BlockConfig, ac *blockActs, lo []int, h int, dctx
 					dpi[t] = 0
 					continue
 				}
-				dpi[t] = float64(pi[t]*(dpi[t]-dot)) * scale
+				dpi[t] = float64(pi[t]*a.sub(dpi[t], dot)) * a.f(scale)
 			}
 		}
 		prod.Mul(nk, dh, bn, prod.Matrix{Data: pr, Stride: nk, T: true}, dctxB, dv[k0*kvw+kvCol:], kvw, true)
-		prod.Mul(bn, dh, nk, rowsOf(dp, nk), prod.Matrix{Data: ac.k[k0*kvw+kvCol:], Stride: kvw}, dq[i0*d+col:], d, false)
-		prod.Mul(nk, dh, bn, prod.Matrix{Data: dp, Stride: nk, T: true}, prod.Matrix{Data: ac.q[i0*d+col:], Stride: d}, dk[k0*kvw+kvCol:], kvw, true)
+		prod.Mul(bn, dh, nk, rowsOf(dp, nk), prod.Matrix{Data: k[k0*kvw+kvCol:], Stride: kvw}, dq[i0*d+col:], d, false)
+		prod.Mul(nk, dh, bn, prod.Matrix{Data: dp, Stride: nk, T: true}, prod.Matrix{Data: q[i0*d+col:], Stride: d}, dk[k0*kvw+kvCol:], kvw, true)
 	}
 }
 
@@ -242,50 +247,50 @@ func siluGrad(v float64) float64 {
 
 // mlpBackward returns dL/dh of the MLP half m = MLP(N2(h)) (mlpForward)
 // given dm (n×d), adding the gradients of N2, W1, W2 (and W3) into g.
-func mlpBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
-	du2 := mlpCoreBackward(c, p, g, ac, dm)
-	return normBackward(c, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, ac.n, ac.d)
+func mlpBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
+	du2 := mlpCoreBackward(c, a, p, g, ac, dm)
+	return normBackward(c, a, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, ac.n, ac.d)
 }
 
 // mlpCoreBackward returns dL/du of the MLP m = MLP(u) (mlpCore, u = ac.u2)
 // given dm (n×d), adding the gradients of W1, W2 (and W3) into g.
-func mlpCoreBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
+func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
 	n, f := ac.n, ac.dff
 	// m = act·W2
-	addXtY(g.W2, ac.act, dm, n)
-	dact := mulWt(dm, n, p.W2, nil) // n×d_ff
+	a.addXtY(g.W2, ac.act, dm, n)
+	dact := mulWt(dm, n, a.dense(p.W2), nil) // n×d_ff
 	dpre := make([]float64, n*f)
 	if c.MLP == spec.ActSwiGLU {
 		// act = SiLU(pre)·gate
 		dgate := make([]float64, n*f)
 		for j, v := range ac.pre {
-			dgate[j] = float64(dact[j] * SiLU(v))
-			dpre[j] = float64(dact[j]*ac.gate[j]) * siluGrad(v)
+			dgate[j] = float64(dact[j] * a.f(SiLU(v)))
+			dpre[j] = float64(dact[j]*a.f(ac.gate[j])) * a.f(siluGrad(v))
 		}
-		addXtY(g.W3, ac.u2, dgate, n)
-		du := mulWt(dgate, n, p.W3, nil)
-		addXtY(g.W1, ac.u2, dpre, n)
-		return mulWt(dpre, n, p.W1, du)
+		a.addXtY(g.W3, ac.u2, dgate, n)
+		du := mulWt(dgate, n, a.dense(p.W3), nil)
+		a.addXtY(g.W1, ac.u2, dpre, n)
+		return mulWt(dpre, n, a.dense(p.W1), du)
 	}
 	// act = GELU(pre)
 	for j, v := range ac.pre {
-		dpre[j] = float64(dact[j] * geluGrad(v))
+		dpre[j] = float64(dact[j] * a.f(geluGrad(v)))
 	}
-	addXtY(g.W1, ac.u2, dpre, n)
-	return mulWt(dpre, n, p.W1, nil)
+	a.addXtY(g.W1, ac.u2, dpre, n)
+	return mulWt(dpre, n, a.dense(p.W1), nil)
 }
 
 // blockBackward returns dL/dx of the block's update f = a + m
 // (blockForward) given df (n×d), adding every parameter's gradient into g:
 // h = x + a and m = MLP(N2(h)), so dh = MLP's backward of df, da = df + dh
 // and dx = dh + the attention's backward of da.
-func blockBackward(c spec.BlockConfig, p, g *BlockParams, ac *blockActs, df []float64) []float64 {
-	dh := mlpBackward(c, p, g, ac, df)
+func blockBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, df []float64) []float64 {
+	dh := mlpBackward(c, a, p, g, ac, df)
 	da := make([]float64, len(df))
 	for j := range da {
 		da[j] = df[j] + dh[j]
 	}
-	dx := attentionBackward(c, p, g, ac, da)
+	dx := attentionBackward(c, a, p, g, ac, da)
 	for j := range dx {
 		dx[j] += dh[j]
 	}

@@ -35,7 +35,7 @@ func TestBlockBackwardIsTheFiniteDifferences(t *testing.T) {
 			return dotRows(ac.update().RawMatrix().Data, u), nil
 		}
 		g := zeroBlockLike(&p)
-		dx := blockBackward(c, &p, &g, blockForward(c, &p, x, pos), u)
+		dx := blockBackward(c, signed, &p, &g, blockForward(c, &p, x, pos), u)
 		e.compare(t, "x", dx, loss, x)
 		gts := g.Tensors("")
 		for k, pt := range p.Tensors("") {

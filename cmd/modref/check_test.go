@@ -18,6 +18,7 @@ import (
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
 )
 
 const corpus = "../../golden/corpus"
@@ -189,6 +190,24 @@ func TestListAndExplain(t *testing.T) {
 	}
 	if strings.Contains(out, "  out ") && strings.Contains(strings.SplitN(out[strings.Index(out, "  out "):], "\n", 2)[0], "optional") {
 		t.Error("explain layer-paper calls out optional")
+	}
+	// A model case's per-layer arrays are listed, optional; its other
+	// per-layer arrays are not.
+	code, out, _ = runCmd("explain", "-dir", corpus, "model-every-other")
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "L2.") {
+			continue
+		}
+		_, stage, _ := strings.Cut(f[0], ".")
+		if want := slices.Contains(oracle.LayerStageArrays, stage); strings.Contains(line, "optional") != want {
+			t.Errorf("explain model-every-other: %q, want optional %v", line, want)
+		}
+	}
+	for _, w := range []string{"  L2.weights ", "  L2.multipliers ", "  L2.targets ", "  L2.out ", "  L2.selected "} {
+		if code != 0 || !strings.Contains(out, w) {
+			t.Errorf("explain model-every-other: exit %d, output lacks %q", code, w)
+		}
 	}
 }
 

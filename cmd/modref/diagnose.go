@@ -180,12 +180,17 @@ func requiredMissing(c *format.Case, absent []string) []string {
 	return out
 }
 
-// deviationLabel is a deviation's name with its variant.
+// deviationLabel is a deviation's name with its variant, and
+// weight_scaled's fitted α.
 func deviationLabel(r diagnose.DeviationResult) string {
+	label := r.Name
 	if r.Variant != "" {
-		return r.Name + " (" + r.Variant + ")"
+		label += " (" + r.Variant + ")"
 	}
-	return r.Name
+	if r.Scale != 0 {
+		label += " (" + diagnose.ScaleLabel(r.Scale) + ")"
+	}
+	return label
 }
 
 // worstText describes the worst array of a result.
@@ -315,6 +320,9 @@ func presentLabel(p *diagnose.Partial) string {
 	names := slices.Clone(p.Present)
 	if i := slices.Index(names, "gather_first_k"); i >= 0 && p.Variant != "" {
 		names[i] += " (" + p.Variant + ")"
+	}
+	if i := slices.Index(names, "weight_scaled"); i >= 0 && p.Scale != 0 {
+		names[i] += " (" + diagnose.ScaleLabel(p.Scale) + ")"
 	}
 	return strings.Join(names, ", ")
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/internal/lowp"
 	"github.com/modref/modref/mod/modcase"
@@ -33,6 +34,9 @@ import (
 //	crash     nothing: a message on stderr and exit status 1
 //	hang      nothing: it sleeps
 //	nomode    declines MoDE cases (exit 3, or an unsupported reply)
+//	twice     every routed block returns its own residual, out = x + g·(x + f)
+//	          (diagnose's emulation of residual_twice; the truth where it is
+//	          not emulated: decode and MoDE cases)
 //	garbage   a file that is not an .npz
 //
 // MODREF_FAKE_LOG, when set, is a file it appends each case's name to.
@@ -123,6 +127,11 @@ func fakeCase(mode, manifest, out string) (string, error) {
 		if info.Role == format.RoleExpected {
 			a := *c.Arrays[info.Name]
 			cand[format.CandidateName(info.Name)] = &a
+		}
+	}
+	if mode == "twice" && (c.Manifest.Kind == format.KindLayer || c.Manifest.Kind == format.KindModel) {
+		if cand, err = diagnose.DeviantCandidate(c, "residual_twice", ""); err != nil {
+			return "", err
 		}
 	}
 	if mode == "bf16" {
@@ -292,6 +301,29 @@ func TestFuzzShrinksAndReproduces(t *testing.T) {
 		if after[p] != h {
 			t.Errorf("the second run changed %s", p)
 		}
+	}
+}
+
+// TestFuzzShrinksAModelToALayer: a Go candidate with a planted bug in its
+// routed blocks (the fake's "twice") fails seed 1's first case, a model
+// of two routed layers; the reproducer is a layer case, made one by the
+// shrinker's first step, on which the candidate still fails and diagnose
+// names the bug.
+func TestFuzzShrinksAModelToALayer(t *testing.T) {
+	skipRaceShort(t, "modrefBin shrinks a failing model case of the fake candidate")
+	out := filepath.Join(t.TempDir(), "repro")
+	code, s, stderr := fuzzJSON(t, "--exec", fakeExec("twice", false), "--seed", "1", "--cases", "1", "--max-seq", "12", "--out", out)
+	if code != 1 || len(s.Failures) != 1 {
+		t.Fatalf("exit %d, %+v\n%s", code, s, stderr)
+	}
+	f := s.Failures[0]
+	if !strings.HasPrefix(f.Original, "model ") || !strings.HasPrefix(f.Shrunk, "layer ") || len(f.ShrinkSteps) == 0 ||
+		!strings.HasPrefix(f.ShrinkSteps[0], "layer case of routed layer ") || !slices.Equal(f.Named, []string{"residual_twice"}) {
+		t.Fatalf("failure %+v, want a model shrunk to a layer case, first step, residual_twice named", f)
+	}
+	m, err := format.Dir(f.Reproducer).Manifest(f.Case)
+	if err != nil || m.Kind != format.KindLayer {
+		t.Errorf("the reproducer's case: %v, kind %v, want a layer case", err, m)
 	}
 }
 

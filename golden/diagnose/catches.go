@@ -24,8 +24,13 @@ import (
 // no_causal_mask wherever some layer gathers its whole block without a
 // window, tanh_gate wherever some layer gathers, skipped_scaled wherever
 // some layer gathers with a weight defined at a skipped token and not 1,
-// and aux_over_padding wherever the case is padded and some layer trains
-// an auxiliary loss.
+// aux_over_padding wherever the case is padded and some layer trains
+// an auxiliary loss, softmax_whole_row wherever some layer gathers with
+// softmax weighting, qk_swapped wherever some layer's attention has as many
+// key heads as query heads, weight_scaled (at its α of 0.1) everywhere,
+// and router_normed_input wherever some layer's router is linear.
+// TestComputedCatchesAreMeasured holds every corpus case's claims of the
+// last four to MeasuredCatches.
 func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string {
 	out := slices.Clone(catches)
 	add := func(name string) {
@@ -52,12 +57,23 @@ func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string
 		if padded && (cfg.Aux != spec.AuxNone && cfg.AuxWeight != 0 || cfg.LoadBalanceWeight != 0) {
 			add("aux_over_padding")
 		}
+		if skipSoftmaxWholeRow(cfg) == "" {
+			add("softmax_whole_row")
+		}
+		if skipQKSwapped(cfg) == "" {
+			add("qk_swapped")
+		}
+		add("weight_scaled")
+		if skipRouterNormed(cfg) == "" {
+			add("router_normed_input")
+		}
 	}
 	return out
 }
 
 // ModelCatches is s's catches with those that follow from its routed
-// layers' configurations (ComputedCatches) and shared_router wherever
+// layers' configurations (ComputedCatches, but router_normed_input, which
+// model cases do not emulate) and shared_router wherever
 // two or more routed layers each have a router of their own; a decode case
 // tests the decoding, not the forward, and claims only its own.
 func ModelCatches(s oracle.ModelSpec) []string {
@@ -68,6 +84,8 @@ func ModelCatches(s oracle.ModelSpec) []string {
 	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.Config, shared) == "" && !slices.Contains(catches, shared.name) {
 		catches = append(catches, shared.name)
 	}
+	// A model case does not emulate it (routerNormedInModel).
+	catches = slices.DeleteFunc(catches, func(n string) bool { return n == "router_normed_input" })
 	return catches
 }
 

@@ -61,3 +61,43 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 		t.Error("no deviation was caught by its forward arrays alone: the gradients were never skipped")
 	}
 }
+
+// TestComputedCatchesAreMeasured: on every layer and model case of the
+// corpus, each claim of softmax_whole_row, qk_swapped, weight_scaled and
+// router_normed_input
+// (ComputedCatches' rules) is true: the case recomputed under the
+// deviation (weight_scaled at its α of 0.1) fails the case's comparison.
+func TestComputedCatchesAreMeasured(t *testing.T) {
+	names, err := format.List("../corpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, name := range names {
+		c, err := format.Load("../corpus", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Manifest.Kind != format.KindLayer && c.Manifest.Kind != format.KindModel {
+			continue
+		}
+		for _, dev := range []string{"softmax_whole_row", "qk_swapped", "weight_scaled", "router_normed_input"} {
+			if !slices.Contains(c.Manifest.Catches, dev) {
+				continue
+			}
+			claims++
+			cand, err := combinedCandidate(c, dev, "")
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if res, err := judge.Compare(c, cand, false); err != nil {
+				t.Fatal(err)
+			} else if res.Pass {
+				t.Errorf("%s claims %s, and passes under it", name, dev)
+			}
+		}
+	}
+	if claims == 0 {
+		t.Error("no case claims softmax_whole_row, qk_swapped or weight_scaled")
+	}
+}

@@ -24,6 +24,17 @@ func squaredWeight(l *layerRun) {
 	})
 }
 
+// sigmoidOf is a copy of a with the sigmoid applied to every value: a
+// weight computed from the right one the wrong way.
+func sigmoidOf(a *format.Array) *format.Array {
+	g := *a
+	g.F = slices.Clone(a.F)
+	for i, v := range g.F {
+		g.F[i] = 1 / (1 + math.Exp(-v))
+	}
+	return &g
+}
+
 // departureOf is Depart on a candidate, failing the test on an error.
 func departureOf(t *testing.T, c *format.Case, cand map[string]*format.Array) *judge.Departure {
 	t.Helper()
@@ -104,12 +115,7 @@ func TestDepartureReadsUnnamedBugs(t *testing.T) {
 		t.Errorf("batch top-k: %+v", dep)
 	}
 
-	g := *c.Arrays["expected.weights"]
-	g.F = slices.Clone(g.F)
-	for i, v := range g.F {
-		g.F[i] = 1 / (1 + math.Exp(-v))
-	}
-	dep = departureOf(t, c, perfectWith(c, "weights", &g))
+	dep = departureOf(t, c, perfectWith(c, "weights", sigmoidOf(c.Arrays["expected.weights"])))
 	if dep == nil || dep.Stage != "output weights" || !strings.Contains(dep.How, "sigmoid of the oracle's") {
 		t.Errorf("sigmoid weights: %+v", dep)
 	}
@@ -188,9 +194,52 @@ func TestDepartureInAModel(t *testing.T) {
 	}
 	dep := departureOf(t, c, perfectWith(c, "L1.selected", &stale))
 	if dep == nil || dep.Stage != "capacity and selection" || dep.Layer != 1 || dep.Array != "L1.selected" ||
-		!slices.Equal(dep.Right, []string{"L0.router_logits", "L0.selected", "L0.aux.total", "L1.router_logits"}) ||
+		!slices.Equal(dep.Right, []string{"L0.router_logits", "L0.selected", "L0.weights", "L0.multipliers", "L0.out", "L0.targets", "L0.aux.total", "L1.router_logits"}) ||
 		!strings.Contains(dep.How, "only the candidate") {
 		t.Errorf("stale selection: %+v", dep)
+	}
+}
+
+// TestDepartureLayerByLayer: a model case's per-layer arrays
+// (oracle.LayerStageArrays) read a bug at the layer and stage it first
+// shows in, where without them it shows only at its consequences. The bug,
+// of this test's making, is the weight applied twice in every routed
+// layer (squaredWeight, computed through the emulation): with the
+// per-layer arrays it departs at layer 0's output, at every selected
+// token and only there, its weights and multipliers right; without them
+// (a candidate that leaves the optional arrays out) at a consequence, the
+// next routed layer's router weights, layer 0 looking right. And a
+// candidate whose layer 2 writes the sigmoid of its weights departs at
+// layer 2's output weights.
+func TestDepartureLayerByLayer(t *testing.T) {
+	c := loadCase(t, "model-every-other")
+	d := layerDeviation{name: "squared_weight", output: squaredWeight}
+	arrays, err := modelArrays(c, modelSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := (&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate()
+	dep := departureOf(t, c, cand)
+	if dep == nil || dep.Stage != "output" || dep.Layer != 0 || dep.Array != "L0.out" ||
+		!strings.Contains(dep.How, "at every selected token, and only there") ||
+		!slices.Equal(dep.Right, []string{"L0.router_logits", "L0.selected", "L0.weights", "L0.multipliers"}) {
+		t.Errorf("squared weight, with the per-layer arrays: %+v", dep)
+	}
+	var stages []string
+	for _, l := range []string{"L0.", "L2."} {
+		for _, n := range oracle.LayerStageArrays {
+			stages = append(stages, l+n)
+		}
+	}
+	dep = departureOf(t, c, without(cand, stages...))
+	if dep == nil || dep.Array != "L2.router_logits" || dep.Layer != 2 {
+		t.Errorf("squared weight, without the per-layer arrays: %+v", dep)
+	}
+
+	dep = departureOf(t, c, perfectWith(c, "L2.weights", sigmoidOf(c.Arrays["expected.L2.weights"])))
+	if dep == nil || dep.Stage != "output weights" || dep.Layer != 2 || !strings.Contains(dep.How, "sigmoid of the oracle's") ||
+		!slices.Contains(dep.Right, "L0.out") || !slices.Contains(dep.Right, "L2.selected") {
+		t.Errorf("sigmoid weights in layer 2: %+v", dep)
 	}
 }
 

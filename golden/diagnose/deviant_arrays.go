@@ -111,7 +111,8 @@ func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[s
 // MLP-only routing, a token outside the selection enters the loss only as
 // its own output, out_i = x_i (no emulated deviation touches such a token,
 // but for gather_first_k's positions 0..k−1, which take the long way),
-// and through its router and predictor logits in the auxiliary loss; and
+// and through its router and predictor logits in the auxiliary loss (the
+// router's read from N1(x) under router_normed_input); and
 // when the load-balancing term, the only one that reads the selection, has
 // weight 0, ref computes that auxiliary loss without running the block if
 // handed an empty selection. Its gradient is then u_i, the upstream
@@ -131,6 +132,13 @@ func inputGradient(s oracle.LayerSpec, dr *oracle.LayerDraw, d *layerDeviation, 
 		res, err := ref.LayerForwardFrozen(cfg, dr.P, dr.In, fz)
 		if err != nil {
 			return 0, err
+		}
+		if d.routerNormed {
+			// The losses read the router weights of N1(x).
+			if res.RouterWeights, err = normedRouterWeights(cfg, dr.P, dr.In); err != nil {
+				return 0, err
+			}
+			ref.AuxLosses(cfg, res, fz.Selection.Mask(), dr.In.Valid)
 		}
 		return res.AuxLoss, nil
 	}

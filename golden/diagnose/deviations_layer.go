@@ -44,6 +44,8 @@ func layerDeviations() []layerDeviation {
 		devAuxOverPadding,
 		devSoftmaxWholeRow,
 		devQKSwapped,
+		devWeightScaled,
+		devRouterNormed,
 	}
 }
 

@@ -44,6 +44,10 @@ type DeviationResult struct {
 	// Absent lists the arrays the candidate left out, judged by no result
 	// (CaseResult.Absent).
 	Absent []string `json:"absent,omitempty"`
+	// Scale is the α of weight_scaled, when Name has it: fitted to the
+	// candidate's arrays (docs/golden-format.md, "A fitted scale"); 0
+	// otherwise.
+	Scale float64 `json:"scale,omitempty"`
 	// distance sums, over the arrays outside tolerance, the logarithm of
 	// their excess (docs/golden-format.md): how far the candidate is from
 	// these values, the combination search's measure.
@@ -51,6 +55,10 @@ type DeviationResult struct {
 	// arrays is the candidate's arrays judged against these values, for
 	// the test of a factor (Explain).
 	arrays []judge.ArrayResult
+	// forward reports that these values differ from the oracle's beyond
+	// tolerance on some forward array the candidate has (one not a
+	// gradient), for the test of a factor (Explain).
+	forward bool
 }
 
 // Diagnose judges a candidate against a case and against the case
@@ -135,7 +143,7 @@ func diagnoseWith(c *format.Case, cand map[string]*format.Array, ems []emulation
 // diagnose names a combination). It is an error if the deviation is not
 // emulated for the case.
 func DeviantCandidate(c *format.Case, name, variant string) (map[string]*format.Array, error) {
-	if strings.Contains(name, "+") {
+	if strings.Contains(name, "+") || slices.Contains(strings.Split(name, "+"), "weight_scaled") && variant != "" {
 		return combinedCandidate(c, name, variant)
 	}
 	ems, err := emulate(c, nil, nil)
@@ -164,7 +172,20 @@ func combinedCandidate(c *format.Case, name, variant string) (map[string]*format
 	if err := checkInputShapes(c); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
-	d, ok := combineVariant(strings.Split(name, "+"), variant)
+	names := strings.Split(name, "+")
+	var alpha float64
+	if slices.Contains(names, "weight_scaled") && variant != "" {
+		a, err := parseScale(variant)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+		}
+		alpha, variant = a, ""
+	}
+	d, ok := combineVariant(names, variant)
+	if c.Manifest.Kind == format.KindDecode {
+		d, ok = combineDecode(names, variant)
+	}
+	d.scale = alpha
 	if !ok {
 		return nil, fmt.Errorf("case %s: deviations %s (variant %q) cannot be combined", c.Manifest.Name, name, variant)
 	}
@@ -194,6 +215,8 @@ type emulation struct {
 	// repeats is 1 + the index of an earlier emulation that computes
 	// exactly the same arrays on this case (shareEffective); 0 if none.
 	repeats int
+	// scale is weight_scaled's α where the deviation has it; 0 otherwise.
+	scale float64
 }
 
 // notEmulated is an emulation that could not be made, and why.
@@ -266,7 +289,7 @@ func widerSelection(info format.ArrayInfo, a *format.Array) bool {
 
 // judge compares the candidate with one emulation.
 func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation) (DeviationResult, error) {
-	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason}
+	r := DeviationResult{Name: em.name, Variant: em.variant, Reason: em.reason, Scale: em.scale}
 	if em.reason != "" {
 		return r, nil
 	}
@@ -289,6 +312,11 @@ func judgeDeviation(c *format.Case, cand map[string]*format.Array, em emulation)
 		return r, fmt.Errorf("emulating %s: %w", em.name, err)
 	}
 	r.Distinct = !vs.Pass
+	for _, a := range vs.Arrays {
+		if a.Status != judge.StatusPass && forwardArray(a.Name) {
+			r.forward = true
+		}
+	}
 	res, err := judge.CompareWith(dc, cand, judge.SkipMissing)
 	if err != nil {
 		return r, err

@@ -65,6 +65,8 @@ func combineNames(names []string) (layerDeviation, bool) {
 		c.scaleSkipped = c.scaleSkipped || d.scaleSkipped
 		c.auxOverPadding = c.auxOverPadding || d.auxOverPadding
 		c.swapQK = c.swapQK || d.swapQK
+		c.scaled = c.scaled || d.scaled
+		c.routerNormed = c.routerNormed || d.routerNormed
 		if d.skip != nil {
 			skips = append(skips, d.skip)
 		}
@@ -80,6 +82,12 @@ func combineNames(names []string) (layerDeviation, bool) {
 	}
 	if (c.tanhGate || c.rowSoftmax) && (c.firstK || slices.Contains(names, "no_weighting")) || c.tanhGate && c.rowSoftmax {
 		return c, false // each says which weight multiplies which update
+	}
+	if c.scaled && (c.tanhGate || c.rowSoftmax || slices.Contains(names, "no_weighting") || slices.Contains(names, "ste_m_plus_1")) {
+		return c, false // each says what the weight is, or how it is applied
+	}
+	if c.routerNormed && (c.capacity != capacityExact || c.scoreOrder || c.firstK || c.feed == feedOutput || slices.Contains(names, "ste_m_plus_1")) {
+		return c, false // each reads ref's router weights, not N1(x)'s, where the emulation decides
 	}
 	if c.scaleSkipped && c.firstK {
 		return c, false // the block runs on other tokens than the selected ones
@@ -156,7 +164,7 @@ func resultKey(name, variant string) string { return name + "\x00" + variant }
 // order of Deviations.
 func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
 	oracle := single[0]
-	if oracle.Match || c.Manifest.Kind == format.KindDecode || c.Manifest.Kind == format.KindMoDE {
+	if oracle.Match || c.Manifest.Kind == format.KindMoDE {
 		return nil, nil
 	}
 	var pool, beam []DeviationResult
@@ -164,7 +172,7 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 		if r.Match && r.Distinct {
 			return nil, nil
 		}
-		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant) {
+		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant || r.Name == "decode_mismatch") {
 			pool = append(pool, r)
 			if r.distance < oracle.distance {
 				beam = append(beam, r)
@@ -241,6 +249,9 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 	var ems []emulation
 	for _, set := range sets {
 		d, ok := combineVariant(set.names, set.variant)
+		if c.Manifest.Kind == format.KindDecode {
+			d, ok = combineDecode(set.names, set.variant)
+		}
 		if !ok {
 			continue
 		}

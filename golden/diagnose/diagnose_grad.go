@@ -49,6 +49,9 @@ var backwardNames = map[string]bool{
 	// qk_swapped is computed as the oracle's layer on the case with Wq
 	// and Wk exchanged (swapQKArrays): its backward is the oracle's.
 	"qk_swapped": true,
+	// weight_scaled's α is carried back onto ref's multipliers and weights
+	// (scaleBack).
+	"weight_scaled": true,
 }
 
 // hasBackward reports whether every deviation d is made of (its name joins
@@ -118,6 +121,9 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	if d.scaled {
+		scaleWeight(l, d.alpha())
+	}
 	var ps *passes
 	gate := d.gate()
 	if gate != nil && d.weightMLPOnly {
@@ -161,6 +167,10 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 			}
 		} else {
 			parts.Weights = dw
+		}
+		if d.scaled {
+			scaleBack(d.alpha(), parts.Mult)
+			scaleBack(d.alpha(), parts.Weights)
 		}
 		g, err := ref.LayerBackward(cfg, p, in, res, parts)
 		if err != nil {

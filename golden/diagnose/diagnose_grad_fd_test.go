@@ -204,6 +204,9 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 		"residual_twice+weight_mlp_only+tanh_gate+skipped_scaled",
 		"weight_mlp_only+softmax_whole_row",
 		"residual_twice+rope_gathered_indices+softmax_whole_row",
+		"residual_twice+weight_scaled",
+		"weight_mlp_only+skipped_scaled+weight_scaled",
+		"residual_scaled+gather_first_k+weight_scaled",
 	}
 	var mu sync.Mutex
 	worst := map[string]float64{}

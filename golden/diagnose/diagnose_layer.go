@@ -91,7 +91,19 @@ type layerDeviation struct {
 	rowSoftmax bool
 	// swapQK exchanges every block's queries and keys (swapQKArrays).
 	swapQK bool
-	feed   predictorFeed
+	// scaled multiplies every valid token's router weight by α (alpha):
+	// weight_scaled. scale is α, fitted or given; 0 for defaultScale.
+	scaled bool
+	scale  float64
+	// routerNormed computes the router weights from N1(x) instead of x
+	// (router_normed_input): decide routes by them, run reports and
+	// applies them (normedRouter).
+	routerNormed bool
+	// decodeFault is, in a decode case, the decode_mismatch variant
+	// combined with the deviation (combineDecode); the zero value decodes
+	// as ref does.
+	decodeFault decodeVariant
+	feed        predictorFeed
 	// written is what the candidate wrote of each routed layer, by the
 	// prefix of its expected arrays: the orders unsorted_indices and
 	// gather_first_k take from it. nil without a candidate.
@@ -260,6 +272,14 @@ func (d *layerDeviation) run(cfg spec.Config, p *ref.LayerParams, in ref.LayerIn
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	if d.routerNormed {
+		if err := normedRouter(l); err != nil {
+			return nil, err
+		}
+	}
+	if d.scaled {
+		scaleWeight(l, d.alpha())
+	}
 	gate := d.gate()
 	if gate != nil && d.weightMLPOnly {
 		gateMultipliers(l, gate)
@@ -291,6 +311,15 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	}
 	st.fz = res.Frozen
 	ref0 := cloneDecision(res.Frozen)
+	if d.routerNormed {
+		r, err := normedRouterWeights(cfg, p, in)
+		if err != nil {
+			return err
+		}
+		if st.fz, err = normedDecision(cfg, in, st.fz, r); err != nil {
+			return err
+		}
+	}
 	if d.capacity != capacityExact {
 		// The deviant k of the top-k: the routing itself without causal
 		// routing; under causal routing (docs/spec.md §8, §9) the routing

@@ -3,7 +3,6 @@ package diagnose
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -143,6 +142,7 @@ func modelEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 	}
 	ems, devs = withTorchTopK(ems, devs)
 	refuseFD(c, devs, ems)
+	withScale(devs, ems)
 	if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 		return nil, nil, err
 	}
@@ -163,6 +163,9 @@ func routedConfigs(cfg spec.ModelConfig) []spec.Config {
 // skipModel says why a deviation cannot be emulated for some routed layer of
 // the model, or returns "".
 func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
+	if d.routerNormed {
+		return routerNormedInModel
+	}
 	if d.sharedRouter {
 		routed := routedConfigs(cfg)
 		if len(routed) < 2 {
@@ -223,6 +226,12 @@ func modelValueArrays(c *format.Case, s oracle.ModelSpec, mr *modelRun, st []lay
 		if lr.cfg.HasPredictor() {
 			arrays[pre+"predictor_logits"] = oracle.FieldArray(lr.res.PredictorLogits, s.Valid)
 		}
+		// The per-layer arrays (oracle.LayerStageArrays), as a layer
+		// case's (layerValueArrays).
+		arrays[pre+"weights"] = oracle.FieldArray(lr.res.Weights, s.Valid)
+		arrays[pre+"multipliers"] = oracle.FieldArray(lr.mult, s.Valid)
+		arrays[pre+"targets"] = oracle.FieldArray(lr.res.Targets, s.Valid)
+		arrays[pre+"out"] = oracle.BatchArray(lr.out)
 	}
 	return arrays, nil
 }
@@ -338,62 +347,22 @@ func emulateDecodeCase(c *format.Case) ([]emulation, error) {
 				}
 				ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
 			}
-		case "window_gathered_indices":
-			d, _ := findLayerDeviation(dev.Name)
-			if why := skipModel(s.Config, d); why != "" {
-				ems = append(ems, notEmulated(dev.Name, why))
-				continue
-			}
-			arrays, err := decodeWindowArrays(c, s, p, in, d)
-			if err != nil {
-				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
-			}
-			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
-		case "shared_router":
-			d, _ := findLayerDeviation(dev.Name)
-			if why := skipModel(s.Config, d); why != "" {
-				ems = append(ems, notEmulated(dev.Name, why))
-				continue
-			}
-			arrays, err := decodeSharedArrays(c, s, p, in)
-			if err != nil {
-				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
-			}
-			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
 		case "mode_ungated_experts":
 			ems = append(ems, notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"))
 		default:
-			ems = append(ems, notEmulated(dev.Name, "a decode case judges only decoding against the full forward; layer and model cases test this deviation"))
+			d, _ := findLayerDeviation(dev.Name)
+			if why := decodeSkip(s.Config, d); why != "" {
+				ems = append(ems, notEmulated(dev.Name, why))
+				continue
+			}
+			arrays, err := decodeDeviantArrays(c, s, d)
+			if err != nil {
+				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
+			}
+			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
 		}
 	}
 	return ems, nil
-}
-
-// decodeSharedArrays is a decode case's expected arrays for a model whose
-// routed layers share the first one's router (shared_router): its full
-// forward and its decoding both route by that router, so decoding agrees
-// with the forward while both depart from the oracle's.
-func decodeSharedArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs) (map[string]*format.Array, error) {
-	shared := *p
-	shared.Layers = slices.Clone(p.Layers)
-	var first *ref.LayerParams
-	for l, ml := range s.Config.Layers {
-		if !ml.Routed {
-			continue
-		}
-		if first == nil {
-			first = p.Layers[l]
-			continue
-		}
-		own := *p.Layers[l]
-		own.Router, own.RouterBias = first.Router, first.RouterBias
-		shared.Layers[l] = &own
-	}
-	arrays, err := decodeForwardArrays(c, s, &shared, in, layerDeviation{})
-	if err != nil {
-		return nil, err
-	}
-	return decodeArrays(c, s, &shared, in, decodeVariant{}, arrays)
 }
 
 // decodeForwardArrays is a decode case's expected arrays with those of the
@@ -424,23 +393,16 @@ func decodeForwardArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams,
 	return arrays, nil
 }
 
-// decodeWindowArrays is a decode case's expected arrays for a model whose
-// routed layers count the attention window in indices of the gathered
-// tokens (window_gathered_indices, d) in its full forward and, decoding, in
-// slots of each layer's cache: the same mistake made in both, as one
-// windowed kernel called on the gathered tensor and on the cache would.
-func decodeWindowArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, d layerDeviation) (map[string]*format.Array, error) {
-	arrays, err := decodeForwardArrays(c, s, p, in, d)
-	if err != nil {
-		return nil, err
-	}
-	return decodeArrays(c, s, p, in, decodeVariant{windowSlots: true}, arrays)
-}
-
 // decodeArrays is arrays, a decode case's expected arrays, with
 // expected.decode_logits and expected.L<l>.routed recomputed by a decoder
 // with variant v.
 func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
+	return decodeArraysUnder(c, s, p, in, v, nil, arrays)
+}
+
+// decodeArraysUnder is decodeArrays by a decoder whose routed layers also
+// have the layer deviation d (decodeUpdate; nil for none).
+func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, d *layerDeviation, arrays map[string]*format.Array) (map[string]*format.Array, error) {
 	vocab := s.Config.Vocab
 	logits := make([]float64, 0, s.Batch*s.SeqLen*vocab)
 	routed := make([][][]int, len(s.Config.Layers))
@@ -450,7 +412,7 @@ func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref
 	for b, tokens := range in.Tokens {
 		caches := make([]ref.KVCache, len(s.Config.Layers))
 		for pos, tok := range tokens {
-			x, err := v.step(s.Config, p, caches, tok, pos, routed, b)
+			x, err := v.step(s.Config, p, d, caches, tok, pos, routed, b)
 			if err != nil {
 				return nil, fmt.Errorf("row %d: %w", b, err)
 			}
@@ -467,9 +429,11 @@ func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref
 }
 
 // step decodes token tok at position pos through every layer, as ref.Decoder
-// does but with the variant's fault, appends each layer's routing decision
+// does but with the variant's fault and each routed layer with the layer
+// deviation d (nil for none: its gate, its update formula and its scaling
+// of a skipped token, decodeUpdate), appends each layer's routing decision
 // to routed[l][b] and returns the residual stream after the last layer.
-func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
+func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, d *layerDeviation, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
 	if tok < 0 || tok >= cfg.Vocab {
 		return nil, fmt.Errorf("token %d at position %d, want 0 <= id < vocab = %d", tok, pos, cfg.Vocab)
 	}
@@ -504,6 +468,9 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}
+		if d != nil && d.tanhGate {
+			g = 1 + float64(pmodAlpha*math.Tanh(r))
+		}
 		flag := 0
 		if on {
 			flag = 1
@@ -512,30 +479,53 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, caches []r
 		switch {
 		case lc.MLPOnly:
 			add(1, kv.AttentionStep(blk, &lp.Block, x, pos))
-			if on {
+			switch {
+			case on && d.changesUpdate():
+				d.decodeUpdate(x, nil, ref.MLPUpdate(blk, &lp.Block, x), g)
+			case on:
 				add(g, ref.MLPUpdate(blk, &lp.Block, x))
+			case d != nil && d.scaleSkipped:
+				scaleRow(x, g)
 			}
+		case on && d.changesUpdate():
+			at, bp := v.fed(blk, &lp.Block, routed[l][b], pos)
+			a, m := kv.BlockStepParts(blk, bp, x, at)
+			d.decodeUpdate(x, a, m, g)
 		case on:
-			at, bp := pos, &lp.Block
-			if v.slotPositions || v.windowSlots {
-				// The slot: how many tokens this layer cached before
-				// (the cache itself may have dropped some to a window).
-				at = -1
-				for _, f := range routed[l][b] {
-					at += f
-				}
-			}
-			if v.windowSlots {
-				// Fed at its slot, so that ref's window counts slots,
-				// and rotated back to its position (see regather).
-				bp = rotatedBlock(blk, bp, pos-at)
-			}
+			at, bp := v.fed(blk, &lp.Block, routed[l][b], pos)
 			add(g, kv.BlockStep(blk, bp, x, at))
-		case v.cacheSkipped:
-			kv.AttentionStep(blk, &lp.Block, x, pos)
+		case v.cacheSkipped || d != nil && d.scaleSkipped:
+			if v.cacheSkipped {
+				kv.AttentionStep(blk, &lp.Block, x, pos)
+			}
+			if d != nil && d.scaleSkipped {
+				scaleRow(x, g)
+			}
 		}
 	}
 	return x, nil
+}
+
+// fed is where a routed token at position pos is fed to its layer's cache
+// under the variant, and the block parameters it is fed with: at pos; or,
+// when the cache is misaligned or the window counts slots, at its slot
+// (the tokens the layer routed before it, by routed, which holds its own
+// flag last); with the window in slots alone, Wq and Wk rotated back to
+// its position (see regather), so that RoPE still turns at pos.
+func (v decodeVariant) fed(blk spec.BlockConfig, p *ref.BlockParams, routed []int, pos int) (int, *ref.BlockParams) {
+	if !v.slotPositions && !v.windowSlots {
+		return pos, p
+	}
+	// The slot: how many tokens this layer cached before (the cache
+	// itself may have dropped some to a window).
+	at := -1
+	for _, f := range routed {
+		at += f
+	}
+	if v.windowSlots && !v.slotPositions {
+		p = rotatedBlock(blk, p, pos-at)
+	}
+	return at, p
 }
 
 // decodeRouterWeight is r for one token of a decodable layer (no noise, no

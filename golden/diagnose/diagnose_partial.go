@@ -30,6 +30,8 @@ type Partial struct {
 	// CPU order).
 	Present []string `json:"present"`
 	Variant string   `json:"variant,omitempty"`
+	// Scale is weight_scaled's fitted α when it is present; 0 otherwise.
+	Scale float64 `json:"scale,omitempty"`
 	// Explained lists the arrays the deviations move onto the candidate's:
 	// outside tolerance of the oracle, within it of the deviant values, in
 	// the case's order.
@@ -83,7 +85,7 @@ func Explain(c *format.Case, cand map[string]*format.Array, results []DeviationR
 		if !needed(r, explained, byKey) {
 			continue
 		}
-		p := &Partial{Present: strings.Split(r.Name, "+"), Explained: explained}
+		p := &Partial{Present: strings.Split(r.Name, "+"), Explained: explained, Scale: r.Scale}
 		if slices.Contains(p.Present, "gather_first_k") {
 			p.Variant = r.Variant
 		}
@@ -105,7 +107,9 @@ func Explain(c *format.Case, cand map[string]*format.Array, results []DeviationR
 // moves is the first part of the test of a factor on the result r of a
 // set of deviations: the arrays it moves onto the candidate's, and whether
 // among them is one of values, none is moved away and some array remains
-// (oracle holds the arrays within tolerance of the oracle).
+// (oracle holds the arrays within tolerance of the oracle); and where the
+// set changes some forward array (r.forward), one of the arrays of values
+// it moves onto the candidate's is a forward one.
 func moves(oracle map[string]bool, r DeviationResult) ([]string, bool) {
 	var explained []string
 	for _, a := range r.arrays {
@@ -122,8 +126,18 @@ func moves(oracle map[string]bool, r DeviationResult) ([]string, bool) {
 	if len(explained) == len(r.arrays) || !slices.ContainsFunc(explained, valueArray) {
 		return nil, false
 	}
+	if r.forward && !slices.ContainsFunc(explained, func(a string) bool { return valueArray(a) && forwardArray(a) }) {
+		// A set that changes the forward and is seen only in gradients:
+		// an unnamed bug elsewhere can take the same gradient away (a
+		// router detached from the loss looks like no_weighting there).
+		return nil, false
+	}
 	return explained, true
 }
+
+// forwardArray reports whether a candidate array is a forward value or
+// decision, not a gradient.
+func forwardArray(name string) bool { return !strings.HasPrefix(name, "grad.") }
 
 // needed is the second part: whether each deviation of r is needed, some
 // array of values r moves onto the candidate's (explained) being outside
@@ -216,7 +230,7 @@ func remainder(c *format.Case, cand map[string]*format.Array, w map[string]writt
 	if !ok {
 		return nil, nil
 	}
-	d.written = w
+	d.written, d.scale = w, p.Scale
 	ems := []emulation{{name: d.name, variant: p.Variant}}
 	if err := emulateDeviations(c, []layerDeviation{d}, ems, nil); err != nil || ems[0].reason != "" {
 		return nil, err

@@ -140,6 +140,8 @@ func TestExplainClaimsNoAbsentDeviation(t *testing.T) {
 		// Both take the router's gradient from the output away.
 		"layer-paper no_weighting router_detached":       true,
 		"model-every-other no_weighting router_detached": true,
+		// A model case without per-layer arrays has nothing to fit α to.
+		"model-every-other weight_scaled": true,
 	}
 	for _, name := range []string{"layer-paper", "model-every-other"} {
 		c := loadCase(t, name)

@@ -314,8 +314,8 @@ func TestDeviantCandidate(t *testing.T) {
 			t.Errorf("%s: match %v", label(r), r.Match)
 		}
 	}
-	if _, err := DeviantCandidate(c, "residual_twice", ""); err == nil {
-		t.Error("residual_twice on a decode case: no error")
+	if _, err := DeviantCandidate(c, "capacity_off_by_one", ""); err == nil {
+		t.Error("capacity_off_by_one on a decode case, whose routing is causal: no error")
 	}
 	if _, err := DeviantCandidate(c, "bogus", ""); err == nil {
 		t.Error("an unknown deviation: no error")

@@ -28,6 +28,9 @@ type written struct {
 	multipliers [][]float64
 	// tol is the case's tolerance on multipliers.
 	tol format.Tolerance
+	// fits are the fits of weight_scaled's α to the candidate's arrays of
+	// the layer, by source (fitSources).
+	fits [3]scaleFit
 }
 
 // writtenByLayer reads what the candidate shows of each routed layer, by
@@ -43,6 +46,9 @@ func writtenByLayer(c *format.Case, cand map[string]*format.Array) map[string]wr
 			continue
 		}
 		a, ok := cand[format.CandidateName(info.Name)]
+		if ok {
+			addFits(c, out, info, a)
+		}
 		if !ok || len(a.Shape) != 2 || a.Shape[0] != c.Manifest.Config.Batch {
 			continue
 		}

@@ -110,6 +110,29 @@ func perfectWith(c *format.Case, name string, a *format.Array) map[string]*forma
 	return cand
 }
 
+// ascendingMultipliers are the multipliers of the routed layer whose
+// expected arrays start with prefix as a port writes them whose top-k
+// returns its indices in ascending position order (the t-th index's
+// weight at t), and the case's tolerance on them.
+func ascendingMultipliers(c *format.Case, prefix string) ([][]float64, format.Tolerance) {
+	sel := judge.PositionRows(c.Arrays[prefix+"selected"])
+	mult := oracle.Field(c.Arrays[prefix+"multipliers"])
+	m := make([][]float64, len(sel))
+	for b, row := range sel {
+		m[b] = make([]float64, c.Manifest.Config.SeqLen)
+		for t, p := range row {
+			m[b][t] = mult[b][p]
+		}
+	}
+	var tol format.Tolerance
+	for _, info := range c.Manifest.Arrays {
+		if info.Name == prefix+"multipliers" {
+			tol = *info.Tolerance
+		}
+	}
+	return m, tol
+}
+
 // TestGatherFirstKOrderFromMultipliers: a port whose top-k returns its
 // indices in ascending position order (not descending weight, the default
 // emulated) gathers positions 0..k−1 in order; diagnose reads that order
@@ -117,22 +140,8 @@ func perfectWith(c *format.Case, name string, a *format.Array) map[string]*forma
 // order, descending weight, does not explain that candidate.
 func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	c := loadCase(t, "layer-paper")
-	sel := judge.PositionRows(c.Arrays["expected.selected"])
-	mult := oracle.Field(c.Arrays["expected.multipliers"])
+	m, tol := ascendingMultipliers(c, "expected.")
 	s := c.Manifest.Config.SeqLen
-	m := make([][]float64, len(sel))
-	for b, row := range sel {
-		m[b] = make([]float64, s)
-		for t, p := range row {
-			m[b][t] = mult[b][p] // the t-th returned index's weight at t
-		}
-	}
-	var tol format.Tolerance
-	for _, info := range c.Manifest.Arrays {
-		if info.Name == "expected.multipliers" {
-			tol = *info.Tolerance
-		}
-	}
 	cand := writtenCandidate(t, c, "gather_first_k", written{multipliers: m, tol: tol})
 	for b := range m {
 		if got := cand["multipliers"].F[b*s : (b+1)*s]; !slices.Equal(got, m[b]) {
@@ -152,6 +161,52 @@ func TestGatherFirstKOrderFromMultipliers(t *testing.T) {
 	}
 	if res, err := judge.Compare(&format.Case{Manifest: c.Manifest, Arrays: expectedOf(c, def)}, cand, false); err != nil || res.Pass {
 		t.Errorf("the descending-weight emulation explains the candidate too (err %v): the test shows nothing", err)
+	}
+}
+
+// TestGatherFirstKOrderFromModelMultipliers: in a model case, the order a
+// port's top-k returned its indices in is read from the per-layer
+// multipliers it wrote (L<l>.multipliers, optional): a routed layer's
+// top-k returning ascending positions is named gather_first_k (layer 1
+// of model-dense-ends; a model's first layer reads embeddings, whose
+// repeated tokens tie, and tied multipliers show no order); without the
+// per-layer arrays the order cannot be read, and the default emulated
+// order does not explain the candidate.
+func TestGatherFirstKOrderFromModelMultipliers(t *testing.T) {
+	c := loadCase(t, "model-dense-ends") // layer 1, after a dense layer: weights distinct, top-k order not its positions in either row
+	m, tol := ascendingMultipliers(c, "expected.L1.")
+	s := c.Manifest.Config.SeqLen
+	d, _ := findLayerDeviation("gather_first_k")
+	d.written = map[string]written{"expected.L1.": {multipliers: m, tol: tol}}
+	arrays, err := modelArrays(c, modelSpecOf(c), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := (&format.Case{Manifest: c.Manifest, Arrays: arrays}).Candidate()
+	for b := range m {
+		if got := cand["L1.multipliers"].F[b*s : (b+1)*s]; !slices.Equal(got, m[b]) {
+			t.Fatalf("row %d: the emulation wrote multipliers %v, want %v", b, got, m[b])
+		}
+	}
+	rs, err := Diagnose(c, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); !slices.Contains(got, "gather_first_k") {
+		t.Errorf("matched %v, want gather_first_k", got)
+	}
+	var stages []string
+	for name := range cand {
+		if !strings.HasPrefix(name, "grad.") && judge.Optional(c, "expected."+name) {
+			stages = append(stages, name)
+		}
+	}
+	rs, err = Diagnose(c, without(cand, stages...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := matched(rs); slices.Contains(got, "gather_first_k") {
+		t.Errorf("without the per-layer arrays, matched %v (%v): the default order explains the candidate, the test shows nothing", got, matchedLabels(rs))
 	}
 }
 

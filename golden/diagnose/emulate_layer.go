@@ -105,6 +105,7 @@ func layerEmulations(c *format.Case, w map[string]written) ([]emulation, []layer
 		ems, devs = withTorchTopK(ems, devs)
 	}
 	refuseFD(c, devs, ems)
+	withScale(devs, ems)
 	if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 		return nil, nil, err
 	}
@@ -157,12 +158,12 @@ func shareEffective(c *format.Case, devs []layerDeviation, ems []emulation, cfgs
 			d.auxOverPadding = false
 		}
 		if d.capacity == capacityExact && !d.gathered() && !d.targetsFirstRow && d.feed == feedFrozenInput && d.output == nil && !d.sharedRouter &&
-			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK {
+			!d.tanhGate && !d.rowSoftmax && !d.scaleSkipped && !d.auxOverPadding && !d.swapQK && !d.scaled && !d.routerNormed {
 			ems[i].arrays = expectedArrays(c)
 			continue
 		}
-		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
-			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.feed, d.output)
+		key := fmt.Sprintf("%d %t %t %t %t %t %t %t %t %t %t %t %t %t %t %g %t %d %p", d.capacity, d.scoreOrder, d.windowByIndex, d.ropeAtIndex, d.noCausalMask, d.targetsFirstRow, d.weightMLPOnly, d.firstK, d.torchTopK, d.sharedRouter,
+			d.tanhGate, d.rowSoftmax, d.scaleSkipped, d.auxOverPadding, d.swapQK, d.alpha(), d.routerNormed, d.feed, d.output)
 		if j, ok := first[key]; ok {
 			ems[i].repeats = j + 1
 			ems[i].arrays = map[string]*format.Array{} // not computed; shareArrays fills it
@@ -278,6 +279,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			}
 		}
 		refuseFD(c, devs, ems)
+		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
@@ -290,12 +292,15 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			ems[i].reason = skipModel(s.Config, d)
 		}
 		refuseFD(c, devs, ems)
+		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err
 		}
 		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return modelArrays(c, s, &devs[i]) })
 		shareArrays(ems)
 		return err
+	case format.KindDecode:
+		return emulateDecodeDeviations(c, devs, ems, progress)
 	}
 	return fmt.Errorf("kind %q has no combined emulation", c.Manifest.Kind)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // without returns the candidate with the named arrays left out.
@@ -49,11 +50,32 @@ func TestCompareOptionalArrays(t *testing.T) {
 			t.Errorf("%s is optional", name)
 		}
 	}
+	// A model case: each routed layer's per-layer arrays
+	// (oracle.LayerStageArrays) and nothing else.
 	m := loadCase(t, "model-every-other")
+	var stages []string
 	for _, info := range m.Manifest.Arrays {
-		if judge.Optional(m, info.Name) {
-			t.Errorf("model case: %s is optional", info.Name)
+		name := format.CandidateName(info.Name)
+		_, stage, _ := strings.Cut(name, ".")
+		want := info.Role == format.RoleExpected && strings.HasPrefix(name, "L") && slices.Contains(oracle.LayerStageArrays, stage)
+		if got := judge.Optional(m, info.Name); got != want {
+			t.Errorf("model case: %s optional %v, want %v", info.Name, got, want)
 		}
+		if want {
+			stages = append(stages, name)
+		}
+	}
+	if len(stages) != 8 {
+		t.Fatalf("model-every-other (two routed layers) has per-layer arrays %v, want 8", stages)
+	}
+	res, err = judge.Compare(m, without(m.Candidate(), stages...), false)
+	if err != nil || !res.Pass || len(res.Absent) != 8 {
+		t.Errorf("model-every-other without its per-layer arrays: %v, %+v", err, res)
+	}
+	bad = m.Candidate()
+	bad["L2.weights"].F[0] += 1
+	if res, err := judge.Compare(m, bad, false); err != nil || res.Pass {
+		t.Errorf("a wrong L2.weights written passes (%v)", err)
 	}
 }
 

@@ -37,6 +37,8 @@ var Deviations = []Deviation{
 	{"aux_over_padding", "auxiliary losses over padding: each padded position counts as a valid token that is never selected, its router weight (or predictor logit) in each BCE mean against target 0 (the means over B·S) and σ(r) in load balancing's P_s"},
 	{"softmax_whole_row", "softmax weighting taken over every valid token of the row instead of the selected ones: a selected token's g = exp(r_i) / Σ_valid exp(r_j)"},
 	{"qk_swapped", "queries and keys swapped: token i attends to j by k_i·q_j instead of q_i·k_j, in every block of the model (the attention's code is shared)"},
+	{"weight_scaled", "router weight scaled by a constant α: every valid token's weight is α·g, so out = x + α·g·f for a selected token (α fitted to the candidate's arrays)"},
+	{"router_normed_input", "the router reads the block's normed input N1(x) instead of the residual stream x: r = w·N1(x), which decides the routing and the weights"},
 }
 
 // DeviationDescription returns the description of a deviation name, or "";

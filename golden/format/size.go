@@ -181,7 +181,8 @@ func (m *Manifest) checkConfigSizes(counts map[string]int) error {
 // CaseValues estimates the values a case of m's configuration holds.
 // certain counts only arrays every case of its kind has: its parameters and
 // their gradients, a layer case's input.x, upstream.out, expected.out and
-// grad.input.x, a model case's expected.logits; a lower bound, which
+// grad.input.x, a model case's expected.logits and each routed layer's
+// expected.L<l>.out; a lower bound, which
 // DecodeGenConfig holds to maxCaseElements before anything is generated.
 // estimate adds about ten B×S arrays per layer (routing values, tokens and
 // targets, noise), for the memory estimate.
@@ -199,6 +200,11 @@ func CaseValues(m *Manifest) (certain, estimate float64) {
 	case KindModel:
 		certain += float64(tokens * float64(cfg.Vocab))
 		layers = float64(len(cfg.Layers))
+		for _, l := range cfg.Layers {
+			if l.Routed {
+				certain += float64(tokens * float64(l.Config.Block.D)) // expected.L<l>.out
+			}
+		}
 	default:
 		estimate += float64(tokens * float64(cfg.Vocab))
 		layers = float64(len(cfg.Layers))
@@ -257,7 +263,7 @@ func GenMemory(m *Manifest) (fixed, perEmulation float64) {
 		layers = float64(len(cfg.Layers))
 	}
 	fixed = 64<<20 + float64(8*values*retainedCopies)
-	perEmulation = float64(8*values*2) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
+	perEmulation = float64(16*values) + float64(tokenBytes*float64(cfg.Batch)*float64(cfg.SeqLen)*layers)
 	return fixed, perEmulation
 }
 

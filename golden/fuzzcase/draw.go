@@ -63,6 +63,7 @@ func Draw(seed uint64, index, attempt int, sp Space) (*golden.GenConfig, error) 
 		// base is laid over it.
 		raw := drawKind(rng, sp.MaxSeq, kind)
 		drawAttention(rng, raw)
+		drawEdges(rng, raw)
 		raw["name"] = fmt.Sprintf("fuzz-%d-%d", seed, index)
 		g, err := decode(Overlay(raw, sp.Base))
 		if err == nil {

@@ -3,12 +3,17 @@ package fuzzcase
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/modref/modref/golden"
+	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/spec"
 )
 
@@ -266,6 +271,186 @@ func TestShrinkKeepsLayerNormWide(t *testing.T) {
 		sh := Shrink(g, base, 500, fails)
 		if b := sh.Config.Config.Layer.Block; b.D < MinLayerNormD || b.D > 2*MinLayerNormD {
 			t.Errorf("shrunk %s to %s, want LayerNorm over %d to %d features", Size(g), Size(sh.Config), MinLayerNormD, 2*MinLayerNormD)
+		}
+	}
+}
+
+// residualTwice is a Go candidate with a planted bug: every routed block
+// returns its own residual, out = x + g·(x + f) (the case's arrays under
+// diagnose's emulation of residual_twice, gradients included). fails
+// reports whether it fails the case g generates, as modref fuzz judges a
+// candidate.
+func residualTwice(t *testing.T) func(g *golden.GenConfig) bool {
+	return func(g *golden.GenConfig) bool {
+		c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
+		if err != nil {
+			return false
+		}
+		cand, err := diagnose.DeviantCandidate(c, "residual_twice", "")
+		if err != nil {
+			t.Fatalf("%s: %v", Size(g), err)
+		}
+		res, err := judge.Compare(c, cand, false)
+		if err != nil {
+			t.Fatalf("%s: %v", Size(g), err)
+		}
+		return !res.Pass
+	}
+}
+
+// TestShrinkToALayerCase: a model case failed by a bug in its routed
+// blocks (residualTwice) shrinks to a layer case of one of its routed
+// layers, which still fails; a failure only a model shows (a predicate of
+// this test's making) stays a model case, and a decode case's failure that
+// its full forward shows becomes a model case.
+func TestShrinkToALayerCase(t *testing.T) {
+	fails := residualTwice(t)
+	var g *golden.GenConfig
+	for i := range 200 {
+		d, err := Draw(21, i, 0, Space{MaxSeq: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		routed := 0
+		for _, l := range d.Config.Layers {
+			if l.Routed {
+				routed++
+			}
+		}
+		if d.Kind == format.KindModel && routed >= 2 && fails(d) {
+			g = d
+			break
+		}
+	}
+	if g == nil {
+		t.Fatal("no model draw with two routed layers fails")
+	}
+	sh := Shrink(g, nil, 200, fails)
+	if sh.Config.Kind != format.KindLayer || len(sh.Steps) == 0 || !strings.HasPrefix(sh.Steps[0], "layer case of routed layer ") || !fails(sh.Config) {
+		t.Fatalf("shrunk %s to %s, steps %v: want a failing layer case, made one first", Size(g), Size(sh.Config), sh.Steps)
+	}
+	t.Logf("shrunk %s to %s: %v", Size(g), Size(sh.Config), sh.Steps)
+
+	modelOnly := func(c *golden.GenConfig) bool { return c.Kind == format.KindModel }
+	if sh := Shrink(g, nil, 200, modelOnly); sh.Config.Kind != format.KindModel {
+		t.Errorf("a failure only a model shows shrunk to a %s case", sh.Config.Kind)
+	}
+	dec, err := Draw(21, 0, 0, Space{MaxSeq: 12, Base: map[string]any{"kind": format.KindDecode}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notLayer := func(c *golden.GenConfig) bool { return c.Kind != format.KindLayer }
+	if sh := Shrink(dec, nil, 200, notLayer); sh.Config.Kind != format.KindModel || sh.Steps[0] != "model case (the full forward, no decoding)" {
+		t.Errorf("a decode failure its full forward shows shrunk to %s, steps %v", Size(sh.Config), sh.Steps)
+	}
+	// A pinned kind is kept.
+	if sh := Shrink(g, map[string]any{"kind": format.KindModel}, 200, fails); sh.Config.Kind != format.KindModel {
+		t.Errorf("shrunk a case whose base pins kind model to a %s case", sh.Config.Kind)
+	}
+}
+
+// TestDrawReachesTheEdges: draws reach every edge the corpus holds, and
+// the case generated from the first draw of each has it: exact top-k ties
+// (every row's gap 0), a causal threshold with the router's or the
+// predictor's score exactly 0 in every row (that token not routed), every
+// routed layer at full capacity (each row selects its every valid token),
+// and a fully padded row (valid length 0, nothing selected).
+func TestDrawReachesTheEdges(t *testing.T) {
+	first := map[string]*golden.GenConfig{}
+	for i := range 3000 {
+		g, err := Draw(1, i, 0, Space{MaxSeq: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := g.Config
+		var edges []string
+		if g.Ties == "exact" {
+			edges = append(edges, "ties")
+		}
+		if g.Threshold {
+			edges = append(edges, "threshold by "+string(c.Layer.Causal))
+		}
+		// Top-k at full capacity (causal routing follows the scores'
+		// signs), in every routed layer.
+		isFull := func(l spec.Config) bool {
+			return l.Causal == spec.CausalOff && l.Capacity.Kind == spec.CapacityRatio && l.Capacity.Ratio == 1
+		}
+		full := c.Layer != nil && isFull(*c.Layer) || len(c.Layers) > 0
+		for _, l := range c.Layers {
+			full = full && (!l.Routed || isFull(l.Config))
+		}
+		if full && g.Kind != format.KindDecode {
+			edges = append(edges, "full capacity")
+		}
+		if slices.Contains(c.ValidLengths, 0) && slices.ContainsFunc(c.ValidLengths, func(v int) bool { return v > 0 }) && g.Kind != format.KindMoDE {
+			edges = append(edges, "fully padded row")
+		}
+		for _, e := range edges {
+			if first[e] == nil {
+				first[e] = g
+			}
+		}
+	}
+	for _, e := range []string{"ties", "threshold by router", "threshold by predictor", "full capacity", "fully padded row"} {
+		g := first[e]
+		if g == nil {
+			t.Errorf("no draw has %s", e)
+			continue
+		}
+		c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
+		if err != nil {
+			t.Errorf("%s: %s: %v", e, Size(g), err)
+			continue
+		}
+		sel := "expected.selected"
+		if g.Kind != format.KindLayer {
+			for l, ml := range g.Config.Layers {
+				if ml.Routed {
+					sel = fmt.Sprintf("expected.L%d.selected", l)
+					break
+				}
+			}
+		}
+		rows := judge.PositionRows(c.Arrays[sel])
+		valid := func(b int) int {
+			if g.Config.ValidLengths == nil {
+				return g.Config.SeqLen
+			}
+			return g.Config.ValidLengths[b]
+		}
+		switch e {
+		case "ties":
+			if !c.Manifest.Routing.Ties || slices.ContainsFunc(c.Manifest.Routing.Gaps[0], func(v float64) bool { return v != 0 }) {
+				t.Errorf("ties: %s has gaps %v", Size(g), c.Manifest.Routing.Gaps)
+			}
+		case "threshold by router", "threshold by predictor":
+			score := c.Arrays["expected.router_logits"]
+			if e == "threshold by predictor" {
+				score = c.Arrays["expected.predictor_logits"]
+			}
+			for b, row := range rows {
+				zero := -1
+				for i := range valid(b) {
+					if score.F[b*g.Config.SeqLen+i] == 0 {
+						zero = i
+					}
+				}
+				if zero < 0 || slices.Contains(row, zero) {
+					t.Errorf("%s: %s row %d: no score exactly 0 left out (selected %v)", e, Size(g), b, row)
+				}
+			}
+		case "full capacity":
+			for b, row := range rows {
+				if len(row) != valid(b) {
+					t.Errorf("full capacity: %s row %d selects %v of %d valid tokens", Size(g), b, row, valid(b))
+				}
+			}
+		case "fully padded row":
+			for b, row := range rows {
+				if valid(b) == 0 && len(row) != 0 {
+					t.Errorf("fully padded row: %s row %d selects %v", Size(g), b, row)
+				}
+			}
 		}
 	}
 }

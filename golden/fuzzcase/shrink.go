@@ -105,6 +105,39 @@ func sizeSteps(g *golden.GenConfig) []step {
 	return out
 }
 
+// kindSteps are the steps that make a configuration a simpler kind of
+// case, which Shrink tries before any other: a decode case becomes a model
+// case of the same configuration (its full forward alone), and a model
+// case a layer case of one of its routed layers, with the model's batch,
+// sequence and padding (its input x then drawn as a layer case's, not
+// embedded): a failure that one routed layer reproduces is reported on
+// that layer, first in the order of the layers.
+func kindSteps(g *golden.GenConfig) []step {
+	switch g.Kind {
+	case format.KindDecode:
+		return []step{{"model case (the full forward, no decoding)", func(g *golden.GenConfig) bool {
+			g.Kind = format.KindModel
+			return true
+		}, 0}}
+	case format.KindModel:
+		var out []step
+		for l, ml := range g.Config.Layers {
+			if !ml.Routed {
+				continue
+			}
+			out = append(out, step{fmt.Sprintf("layer case of routed layer %d", l), func(g *golden.GenConfig) bool {
+				layer := g.Config.Layers[l].Config
+				g.Kind = format.KindLayer
+				g.Config.Layer = &layer
+				g.Config.Layers, g.Config.Vocab, g.Config.MaxLen = nil, 0, 0
+				return true
+			}, 0})
+		}
+		return out
+	}
+	return nil
+}
+
 // choiceSteps are the steps that make a configuration's choices simpler:
 // each sets one choice of docs/spec.md to the paper's (or turns a feature
 // off) in every routed layer.
@@ -116,6 +149,8 @@ func choiceSteps() []step {
 		return step{what: what, apply: func(g *golden.GenConfig) bool { return eachBlock(g, f) }}
 	}
 	return []step{
+		{"no ties case", func(g *golden.GenConfig) bool { return change(&g.Ties, "") }, 0},
+		{"no threshold", func(g *golden.GenConfig) bool { return change(&g.Threshold, false) }, 0},
 		{"no padding", func(g *golden.GenConfig) bool {
 			ok := g.Config.ValidLengths != nil
 			g.Config.ValidLengths = nil
@@ -306,7 +341,8 @@ type Shrunk struct {
 }
 
 // Shrink simplifies the failing configuration g while it still fails:
-// it tries every size step, then every choice step, keeps the first whose
+// it tries every kind step (a simpler kind of case), then every size step,
+// then every choice step, keeps the first whose
 // configuration fails (fails reports it; an error counts as not failing)
 // and starts again from it, until no step fails or maxTries
 // configurations have been run. The base's pinned part is kept in every
@@ -316,7 +352,7 @@ func Shrink(g *golden.GenConfig, base map[string]any, maxTries int, fails func(*
 	seen := map[string]bool{key(g): true}
 	for out.Tried < maxTries {
 		progressed := false
-		steps := append(sizeSteps(out.Config), choiceSteps()...)
+		steps := slices.Concat(kindSteps(out.Config), sizeSteps(out.Config), choiceSteps())
 		for _, s := range steps {
 			c := clone(out.Config)
 			if !s.apply(c) {
@@ -392,6 +428,9 @@ func Size(g *golden.GenConfig) string {
 	}
 	if g.Ties != "" {
 		extra = append(extra, "ties="+g.Ties)
+	}
+	if g.Threshold {
+		extra = append(extra, "threshold")
 	}
 	if len(extra) > 0 {
 		s += " " + strings.Join(extra, " ")

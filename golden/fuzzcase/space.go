@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 )
 
@@ -93,7 +94,7 @@ func drawBlock(rng *rand.Rand, seq int) map[string]any {
 // tolerance), and at d = 4 a correct pure-bf16 implementation still missed
 // its tolerance by 1.4 times; such a case is ill conditioned by
 // construction, not hard (docs/fuzzing.md, docs/tolerances.md).
-const MinLayerNormD = 8
+const MinLayerNormD = golden.MinLayerNormD
 
 // drawRouting adds a routed layer's choices to block b: every router,
 // with or without jitter; every capacity rule; every weighting; gather or
@@ -273,4 +274,80 @@ func drawPattern(rng *rand.Rand, n int) []bool {
 		routed[rng.IntN(n)] = true
 	}
 	return routed
+}
+
+// drawEdges makes some draws one of the edges the corpus holds, which a
+// draw seldom reaches by chance (docs/fuzzing.md, "What is drawn"): of
+// every 32 draws of a layer case, 2 are about exact top-k ties ("ties":
+// "exact", a linear router, as layer-ties) and 2 routed causally, by a
+// linear router or the predictor, with a score exactly 0 in every row
+// ("threshold", as layer-causal-threshold); of every 32 of a layer, model
+// or decode case, 1 has every routed layer at full capacity (ratio 1:
+// every valid token selected) and 1 a row fully padded (valid length 0:
+// no token, k = 0, an empty selection). It draws after
+// drawKind and drawAttention, so that the rest of a case's draw is what it
+// was before edges were drawn; a MoDE case has none of them.
+func drawEdges(rng *rand.Rand, raw map[string]any) {
+	cfg := raw["config"].(map[string]any)
+	kind := raw["kind"].(string)
+	if kind == format.KindMoDE {
+		return
+	}
+	var routed []map[string]any
+	if l, ok := cfg["layer"].(map[string]any); ok {
+		routed = append(routed, l)
+	}
+	if layers, ok := cfg["layers"].([]any); ok {
+		for _, l := range layers {
+			if ml := l.(map[string]any); ml["routed"] == true {
+				routed = append(routed, ml["layer"].(map[string]any))
+			}
+		}
+	}
+	switch rng.IntN(32) {
+	case 0, 1:
+		if kind != format.KindLayer {
+			return
+		}
+		// Ties need a boundary in every row, a token selected and one
+		// left out, and the router reading the layer's input x (not
+		// x + a, as under MLP-only routing), which the tie copies.
+		l := routed[0]
+		l["router"], l["jitter"], l["causal"], l["mlp_only"] = "linear", 0.0, "off", false
+		l["capacity"] = map[string]any{"kind": "ratio", "ratio": 0.5}
+		delete(cfg, "valid_lengths")
+		cfg["seq_len"] = max(cfg["seq_len"].(int), 2)
+		raw["ties"] = "exact"
+	case 2, 3:
+		if kind != format.KindLayer {
+			return
+		}
+		l := routed[0]
+		l["router"], l["jitter"], l["mlp_only"] = "linear", 0.0, false
+		if l["causal"] == "off" {
+			l["causal"] = one(rng, "router", "predictor")
+		}
+		raw["threshold"] = true
+	case 4:
+		for _, l := range routed {
+			l["capacity"] = map[string]any{"kind": "ratio", "ratio": 1.0}
+		}
+	case 5:
+		batch := cfg["batch"].(int)
+		if batch < 2 {
+			cfg["batch"] = 2
+			batch = 2
+		}
+		seq := cfg["seq_len"].(int)
+		valid := make([]any, batch)
+		old, _ := cfg["valid_lengths"].([]any)
+		for b := range valid {
+			valid[b] = seq
+			if b < len(old) {
+				valid[b] = old[b]
+			}
+		}
+		valid[rng.IntN(batch)] = 0
+		cfg["valid_lengths"] = valid
+	}
 }

@@ -225,8 +225,16 @@ func ZeroByConfiguration(c *format.Case, expected string) bool {
 // "Candidates"): values that ports do not compute unless they need them. A
 // layer's weights and multipliers, which its output and gradients judge
 // already (most ports never hold g·m apart), and its targets where no loss
-// reads them: no auxiliary loss, or one of weight 0.
+// reads them: no auxiliary loss, or one of weight 0; and each routed layer
+// of a model case's per-layer arrays (oracle.LayerStageArrays:
+// L<l>.weights, L<l>.multipliers, L<l>.targets, L<l>.out), which the
+// logits and gradients judge already and which read the model layer by
+// layer when written.
 func Optional(c *format.Case, expected string) bool {
+	if c.Manifest.Kind == format.KindModel {
+		m := layerArray.FindStringSubmatch(strings.TrimPrefix(expected, "expected."))
+		return strings.HasPrefix(expected, "expected.") && m != nil && slices.Contains(oracle.LayerStageArrays, m[2])
+	}
 	l := c.LayerConfig("expected.")
 	if c.Manifest.Kind != format.KindLayer || l == nil {
 		return false

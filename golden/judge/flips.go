@@ -117,7 +117,7 @@ func JudgeFlips(c *format.Case, cand map[string]*format.Array, res *CaseResult, 
 // count is at most Binomial(d, 1/2)'s mean plus three standard deviations,
 // d/2 + 1.5·√d, rounded down; at least 1.
 func FlipLimit(d int) int {
-	return max(1, int(float64(d)/2+float64(1.5*math.Sqrt(float64(d)))))
+	return max(1, int(float64(float64(d)/2)+float64(1.5*math.Sqrt(float64(d)))))
 }
 
 // flipsOf reads the routing mismatches of a failed comparison. It returns

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // flipMarginTols is the near-tie margin in units of the router logits'
@@ -110,6 +111,10 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 			errs[name] = math.Max(e, rel*profileScale(p, c, info.Name))
 		}
 	}
+	mags, err := oracle.GradientMagnitudes(c)
+	if err != nil {
+		return nil, nil, fmt.Errorf("precision %s: %w", p.Name, err)
+	}
 	margin := 0.0
 	for i, info := range m.Arrays {
 		name := format.CandidateName(info.Name)
@@ -118,11 +123,19 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 			continue
 		}
 		scale := profileScale(p, c, info.Name)
+		of := ""
+		if mg := mags[name]; mg != nil && scale < p.Unit*maxAbs(mg.F) {
+			// Zero by cancellation as far as the format can tell: its
+			// truth is below one unit of what its terms add up to, and a
+			// correct implementation's value is the round-off of what
+			// cancelled.
+			scale, of = maxAbs(mg.F), fmt.Sprintf(", the scale of the terms it sums, its truth %.3g being below one unit of it (docs/tolerances.md, \"The scale of what cancelled\")", scale)
+		}
 		abs := p.AbsUnit()
 		tol := format.Tolerance{
-			ATol: float64(format.Multiple*e) + p.FloorUnits()*(p.Unit*scale+abs),
-			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g + %.3g)",
-				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, abs),
+			ATol: float64(format.Multiple*e) + float64(p.FloorUnits()*(float64(p.Unit*scale)+abs)),
+			Reason: fmt.Sprintf("precision %s: %d × the largest error %.3g of a family of emulated %s implementations (docs/tolerances.md, \"Precision profiles\") + %g × (unit %.3g × the scale %.3g%s + %.3g)",
+				p.Name, format.Multiple, e, p.Name, p.FloorUnits(), p.Unit, scale, of, abs),
 		}
 		m.Arrays[i].Tolerance = &tol
 		out = append(out, BaselineError{Array: name, Err: e, Tolerance: tol})
@@ -251,4 +264,13 @@ func profileScale(p format.Profile, c *format.Case, name string) float64 {
 	// measure the rest. With one, PyTorch in emulated fp16 came to 1.04
 	// of layer-gqa's loss tolerance.
 	return math.Max(scale, 2*math.Sqrt(ss)/p.FloorUnits())
+}
+
+// maxAbs is ‖v‖∞.
+func maxAbs(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, math.Abs(x))
+	}
+	return m
 }

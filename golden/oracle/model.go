@@ -81,6 +81,7 @@ func ModelCase(s ModelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 			b.Expect(pre+"predictor_logits", FieldArray(lr.PredictorLogits, s.Valid))
 		}
 		if !s.Decode {
+			ExpectLayerStages(b, pre, lr, s.Valid)
 			b.Expect(pre+"aux.total", format.Scalar(lr.AuxLoss))
 		}
 	}
@@ -100,6 +101,23 @@ func ModelCase(s ModelSpec, seed uint64, p *ref.ModelParams, in ref.ModelInputs,
 		b.Expect("grad.param."+params[k].Name, format.Float(t.Data, t.Shape...))
 	}
 	return b.Build(), nil
+}
+
+// LayerStageArrays are the arrays of a routed layer of a model case that a
+// candidate may leave out (judge.Optional): its weights g, multipliers,
+// auxiliary targets t and output, the residual stream it hands the next
+// layer. With them the stage report of a model case reads a layer's
+// stages (docs/golden-format.md, "Arrays"): "layer 1, output weights"
+// where the logits alone could only say "output".
+var LayerStageArrays = []string{"weights", "multipliers", "targets", "out"}
+
+// ExpectLayerStages adds a model case's per-layer arrays LayerStageArrays
+// of the routed layer lr, named with prefix pre ("expected.L<l>.").
+func ExpectLayerStages(b *Builder, pre string, lr *ref.LayerResult, valid []int) {
+	b.Expect(pre+"weights", FieldArray(lr.Weights, valid))
+	b.Expect(pre+"multipliers", FieldArray(lr.Multipliers, valid))
+	b.Expect(pre+"targets", FieldArray(lr.Targets, valid))
+	b.Expect(pre+"out", BatchArray(lr.Out))
 }
 
 // addDecode decodes each row's valid tokens one by one with ref.Decoder and

@@ -31,29 +31,16 @@ func RefCandidate(c *format.Case) (map[string]*format.Array, error) {
 // parameters.
 func Recompute(c *format.Case) (*format.Case, error) {
 	m := c.Manifest
-	cfg := m.Config
-	valid := cfg.ValidLengths
+	valid := m.Config.ValidLengths
 	switch m.Kind {
 	case format.KindLayer:
-		s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: valid, Config: *cfg.Layer, Ties: m.Routing.Ties}
-		dr, err := LayerDrawViewOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.LayerForward(s.Config, dr.P, dr.In)
+		s, dr, res, err := layerOf(c)
 		if err != nil {
 			return nil, err
 		}
 		return LayerCase(s, m.Provenance.Seed, dr, res, LayerGaps(s.Config, res, valid))
 	case format.KindModel, format.KindDecode:
-		s := ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: valid, Config: cfg.ModelConfig(), Decode: m.Kind == format.KindDecode}
-		p, in, err := ModelDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.ModelForward(s.Config, p, in)
+		s, p, in, res, err := modelOf(c)
 		if err != nil {
 			return nil, err
 		}
@@ -65,19 +52,58 @@ func Recompute(c *format.Case) (*format.Case, error) {
 		}
 		return ModelCase(s, m.Provenance.Seed, p, in, res, gaps)
 	case format.KindMoDE:
-		s := MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-			Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
-		dr, err := MoDEDrawOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
+		s, dr, res, err := modeOf(c)
 		if err != nil {
 			return nil, err
 		}
 		return MoDECase(s, m.Provenance.Seed, dr, res, MoDEGaps(res))
 	}
 	return nil, fmt.Errorf("kind %q", m.Kind)
+}
+
+// layerOf returns a layer case's spec, its draw (read from the case) and
+// ref's forward pass on it.
+func layerOf(c *format.Case) (LayerSpec, LayerDraw, *ref.LayerResult, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
+	dr, err := LayerDrawViewOf(c, s)
+	if err != nil {
+		return s, dr, nil, err
+	}
+	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
+	return s, dr, res, err
+}
+
+// modelOf returns a model or decode case's spec, its parameters and inputs
+// (read from the case) and ref's forward pass on them.
+func modelOf(c *format.Case) (ModelSpec, *ref.ModelParams, ref.ModelInputs, *ref.ModelResult, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := ModelSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: cfg.ModelConfig(), Decode: m.Kind == format.KindDecode}
+	p, in, err := ModelDrawOf(c, s)
+	if err != nil {
+		return s, nil, in, nil, err
+	}
+	res, err := ref.ModelForward(s.Config, p, in)
+	return s, p, in, res, err
+}
+
+// modeOf returns a MoDE case's spec, its draw (read from the case) and
+// ref's forward pass on it.
+func modeOf(c *format.Case) (MoDESpec, MoDEDraw, *ref.MoDEResult, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := MoDESpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Config: *cfg.MoDE}
+	dr, err := MoDEDrawOf(c, s)
+	if err != nil {
+		return s, dr, nil, err
+	}
+	res, err := ref.MoDEForward(s.Config, dr.P, dr.X)
+	return s, dr, res, err
 }
 
 // Matrices splits a B×S×d array into B matrices of S×d (copies).

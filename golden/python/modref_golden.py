@@ -241,11 +241,21 @@ def zero_by_configuration(case, key):
     return aux_off and not cfg.get("load_balance_weight")
 
 
+# A model case's per-layer arrays a candidate may write (each routed layer's
+# L<l>.weights, L<l>.multipliers, L<l>.targets and L<l>.out), all optional.
+LAYER_STAGE_ARRAYS = ("weights", "multipliers", "targets", "out")
+
+
 def optional(case, key):
     """True for an array a candidate may leave out because ports do not compute it
     unless they need it (modref check and diagnose list it as absent, not judged): a
     layer case's weights and multipliers, and its targets where no loss reads them
-    (no auxiliary loss, or one of weight 0) (docs/golden-format.md)."""
+    (no auxiliary loss, or one of weight 0); a model case's per-layer arrays
+    L<l>.weights, L<l>.multipliers, L<l>.targets and L<l>.out, which read the model
+    layer by layer when written (docs/golden-format.md)."""
+    if case.kind == "model":
+        m = re.match(r"L\d+\.(.*)$", key)
+        return m is not None and m.group(1) in LAYER_STAGE_ARRAYS
     cfg = case.config.get("layer")
     if case.kind != "layer" or cfg is None:
         return False

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -243,6 +244,26 @@ class TestWriteCandidate(unittest.TestCase):
         del vals["targets"]
         with self.assertRaises(mg.CandidateError):
             mg.write_candidate(bce, self.out, vals)
+
+    def test_model_layer_arrays_are_optional(self):
+        # A model case's per-layer arrays (L<l>.weights, .multipliers, .targets,
+        # .out) are written when the candidate has them and may be left out; the
+        # per-layer arrays a model case always judged may not.
+        case = mg.load_case("model-every-other")
+        stages = [k for k in case.outputs if re.match(r"L\d+\.(weights|multipliers|targets|out)$", k)]
+        self.assertEqual(len(stages), 4 * len([k for k in case.outputs if k.endswith(".selected")]))
+        vals = expected_candidate(case)
+        mg.write_candidate(case, self.out, vals)
+        with np.load(self.out) as z:
+            self.assertTrue(set(stages) <= set(z.files))
+        for k in stages:
+            del vals[k]
+        mg.write_candidate(case, self.out, vals)
+        with np.load(self.out) as z:
+            self.assertFalse(set(stages) & set(z.files))
+        del vals["L2.router_logits"]
+        with self.assertRaises(mg.CandidateError):
+            mg.write_candidate(case, self.out, vals)
 
     def test_works_without_torch(self):
         script = ("import sys; sys.modules['torch'] = None\n"  # any 'import torch' now fails

@@ -2,7 +2,7 @@
 
 Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
            [--dtype float32|float64|bfloat16|tf32|float32-native|bfloat16-pure|fp16] [--deviate NAME[+NAME...]] [--form FORM[,FORM...]]
-           [--bug NAME]
+           [--bug NAME] [--weight-scale ALPHA]
        /usr/bin/python3 golden/torch/candidate.py --into DIR CASE.json [CASE.json...] [flags as above]
 
 This is what a PyTorch user's CI does with modref: load a golden case's
@@ -30,7 +30,8 @@ the planted deviation is written where ports write it in several ways
 torch.topk(sorted=False) returns them, write_order writes `selected` in the
 order the block ran); --bug NAME plants a bug of mod_torch's own making that no
 deviation names (mod_torch.BUGS), to see `modref diagnose` say where the candidate
-first departs. --into DIR writes DIR/CASE.npz for each case named, in
+first departs; --weight-scale ALPHA is the α of a planted weight_scaled
+(mod_torch.WEIGHT_SCALE, 0.1 by default). --into DIR writes DIR/CASE.npz for each case named, in
 one process (torch's start-up, a second, is paid once). Exit status: 0 on
 success, 2 on bad input or usage.
 """
@@ -127,17 +128,18 @@ def fp16_products():
     return rounded_products(round_fp16, round_fp16)
 
 
-def candidate(case, dtype="float64", deviation=None, forms=(), bug=None):
+def candidate(case, dtype="float64", deviation=None, forms=(), bug=None, weight_scale=0.1):
     """The candidate arrays of mod_torch on case (a modref_golden.Case), in dtype
     (one of DTYPES), with the deviations deviation names (joined by +)
-    planted in the port forms forms names, and the unnamed bug bug: what
-    write_candidate takes."""
+    planted in the port forms forms names (weight_scaled's α weight_scale),
+    and the unnamed bug bug: what write_candidate takes."""
     M.DTYPE = {"float64": torch.float64, "bfloat16-pure": torch.bfloat16}.get(dtype, torch.float32)
     torch.set_default_dtype(torch.float32 if M.DTYPE == torch.bfloat16 else M.DTYPE)
     M.NATIVE = dtype in NATIVE_DTYPES
     M.DEVIATION = deviation
     M.FORMS = forms
     M.BUG = bug
+    M.WEIGHT_SCALE = weight_scale
     if dtype == "bfloat16":
         with torch.autocast("cpu", dtype=torch.bfloat16):
             values, grads, _ = C.run_case(case.manifest, case.arrays)
@@ -163,7 +165,7 @@ def candidate(case, dtype="float64", deviation=None, forms=(), bug=None):
 
 
 def main(argv):
-    args, dtype, deviation, forms, bug, into = [], "float64", None, (), None, None
+    args, dtype, deviation, forms, bug, into, scale = [], "float64", None, (), None, None, "0.1"
     it = iter(argv)
     for a in it:
         if a == "--into":
@@ -176,10 +178,16 @@ def main(argv):
             forms = tuple(next(it, "").split(","))
         elif a == "--bug":
             bug = next(it, "")
+        elif a == "--weight-scale":
+            scale = next(it, "")
         else:
             args.append(a)
-    if (len(args) != 2 if into is None else not args or not into) or dtype not in DTYPES or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)) or not set(forms) <= set(M.PORT_FORMS) or (bug is not None and bug not in M.BUGS):
-        print("\n".join(__doc__.strip().splitlines()[2:5]), file=sys.stderr)
+    try:
+        weight_scale = float(scale)
+    except ValueError:
+        weight_scale = float("nan")
+    if not weight_scale > 0 or (len(args) != 2 if into is None else not args or not into) or dtype not in DTYPES or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)) or not set(forms) <= set(M.PORT_FORMS) or (bug is not None and bug not in M.BUGS):
+        print("\n".join(__doc__.strip().splitlines()[2:6]), file=sys.stderr)
         return 2
     jobs = [tuple(args)] if into is None else [
         (m, os.path.join(into, os.path.basename(m)[:-len(".json")] + ".npz") if m.endswith(".json") else "") for m in args]
@@ -192,7 +200,7 @@ def main(argv):
             return 2
         try:
             case = G.Case(*C.load_case(case_json))
-            cand = candidate(case, dtype, deviation, forms, bug)
+            cand = candidate(case, dtype, deviation, forms, bug, weight_scale)
             G.write_candidate(case, out, cand)
         except (C.BadInput, G.CandidateError) as e:
             print("candidate: %s: %s" % (case_json, e), file=sys.stderr)

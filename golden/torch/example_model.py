@@ -40,6 +40,12 @@ def main(case_path, out_path):
         values["L%d.aux.total" % l] = layer["aux"]["total"]
         if "L%d.predictor_logits" % l in case.outputs:
             values["L%d.predictor_logits" % l] = layer["predictor_logits"]
+        # Optional: the layer's weights g, multipliers, targets and output, when your
+        # model keeps them, so that check reports the stage and layer a bug first
+        # departs at ("layer 1, output weights"), not only the logits.
+        for key in ("weights", "multipliers", "targets", "out"):
+            if "L%d.%s" % (l, key) in case.outputs and key in layer:
+                values["L%d.%s" % (l, key)] = layer[key]
     values.update({"grad.param." + n: p.grad for n, p in params.items()})
     mg.write_candidate(case, out_path, values)
 

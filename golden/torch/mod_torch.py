@@ -71,8 +71,12 @@ DEVIATIONS = ("residual_twice", "residual_scaled", "unsorted_indices", "no_weigh
               "capacity_off_by_one", "decode_mismatch", "window_gathered_indices",
               "rope_gathered_indices", "targets_first_row", "weight_mlp_only", "gather_first_k",
               "capacity_floor_zero", "no_causal_mask", "mode_ungated_experts", "shared_router",
-              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped")
+              "tanh_gate", "skipped_scaled", "aux_over_padding", "softmax_whole_row", "qk_swapped",
+              "weight_scaled", "router_normed_input")
 DEVIATION = None
+# weight_scaled's constant α: every valid token's router weight is WEIGHT_SCALE * g
+# (Mixture-of-Recursions' 0.1 * sigmoid(r) is 0.1 on sigmoid weighting).
+WEIGHT_SCALE = 0.1
 
 
 def deviates(name):
@@ -83,8 +87,7 @@ def deviates(name):
 # Bugs of this file's own making that no deviation of docs/spec.md §11 names,
 # planted only by candidate.py --bug NAME, to see `modref diagnose` say where a
 # candidate with each first departs from the oracle (docs/golden-format.md,
-# "Where a candidate first departs"): "router_normed_input", the router reads
-# N1(x) instead of the raw residual x (docs/spec.md §2); "rope_interleaved",
+# "Where a candidate first departs"): "rope_interleaved",
 # RoPE pairs coordinate 2j with 2j+1 in a rotate-half configuration (§5);
 # "stale_selection", every routed layer of a model after the first routes the
 # first one's selection again (its routing mask kept across layers); three of
@@ -95,7 +98,7 @@ def deviates(name):
 # auxiliary BCEs summed over the valid tokens instead of averaged;
 # "targets_late", a wrong index, each target set one position after the
 # token it marks (the last position's dropped).
-BUGS = ("router_normed_input", "rope_interleaved", "stale_selection",
+BUGS = ("rope_interleaved", "stale_selection",
         "router_detached", "bce_sum", "targets_late")
 BUG = None
 _first_selection = None   # stale_selection: the first routed layer's (sel, topk)
@@ -344,7 +347,7 @@ def block_update(xs, pos, P, cfg, mask_pos=None):
 def router_logits(x, P, cfg, noise=None, jitter=None):
     """r (B x S) before masking. x: B x S x d."""
     kind = cfg.get("router", "linear")
-    if BUG == "router_normed_input" and kind in ("linear", "linear_bias"):
+    if deviates("router_normed_input") and kind in ("linear", "linear_bias"):   # gamma-MoD: router(N1(x))
         x = norm(x, P, "Norm1", cfg)
     if kind == "linear":
         r = x @ P["Router"]
@@ -493,6 +496,8 @@ def routed_layer(x, valid, P, cfg, noise=None, jitter=None):
         g_router = (0.2 * torch.tanh(r) + 1) * vm
     if deviates("softmax_whole_row") and cfg.get("weighting", "raw") == "softmax":   # over every valid token
         g_router = weights_of(r, vm, vm, "softmax")
+    if deviates("weight_scaled"):   # a constant scale on the weight, applied and reported
+        g_router = WEIGHT_SCALE * g_router
     # no_weighting: g is computed (and reported as `weights`) but not applied.
     g = torch.ones_like(r) if deviates("no_weighting") else g_router
     if BUG == "router_detached":   # the router learns from its auxiliary loss alone

@@ -40,7 +40,7 @@ func logDD(x float64) (hi, lo float64) {
 	for i := 25; i >= 7; i -= 2 {
 		q = 1/float64(i) + float64(zh*q)
 	}
-	rest := float64(2*float64(s5h*zh)) * q
+	rest := float64(float64(2*float64(s5h*zh)) * q)
 	s, e := twoSum(hi, 2*sh)
 	s, e3 := twoSum(s, t3h)
 	s, e5 := twoSum(s, t5h)

@@ -233,6 +233,10 @@ func runModelCase(c *format.Case, em emulation) (map[string]any, error) {
 		got[pre+"selected"] = selection(lr.Selected)
 		got[pre+"predictor_logits"] = widen(lr.PredictorLogits)
 		got[pre+"aux.total"] = []float64{lr.Aux}
+		got[pre+"weights"] = widen(lr.Weights)
+		got[pre+"multipliers"] = widen(lr.Multipliers)
+		got[pre+"targets"] = widen(lr.Targets)
+		got[pre+"out"] = widen(lr.Out.Data)
 	}
 	if c.Manifest.Kind == format.KindDecode {
 		return got, decodeCase(c, m, in, got)

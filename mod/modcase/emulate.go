@@ -116,7 +116,7 @@ func randomRounding(p format.Profile) emulation {
 	rng := rand.New(rand.NewPCG(randomRoundingSeed, 0))
 	perturb := func(unit float64, round func(float64) float64) func(float32) float32 {
 		return func(v float32) float32 {
-			return float32(round(float64(v) * (1 + unit*(2*rng.Float64()-1))))
+			return float32(round(float64(v) * (1 + float64(unit*(float64(2*float64(rng.Float64()))-1)))))
 		}
 	}
 	to32 := func(x float64) float64 { return float64(float32(x)) }
@@ -187,7 +187,7 @@ func float64Family(c *format.Case, portable bool) ([]Member, error) {
 			}
 			f := make([]float64, len(a.F))
 			for k, v := range a.F {
-				f[k] = t.F[k] + (v-t.F[k])*float64Scale
+				f[k] = t.F[k] + float64((v-t.F[k])*float64Scale)
 			}
 			scaled[name] = &format.Array{Shape: a.Shape, F: f, DType: "<f8"}
 		}

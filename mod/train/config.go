@@ -169,8 +169,8 @@ func (c Config) EstimatedBytes() float64 {
 	tokens := float64(c.Batch) * float64(c.SeqLen)
 	params := float64(c.Model.ParamCount())
 	perLayer := float64(perTokenD*d) + float64(perTokenDFF*dff) + float64(perTokenHead*heads) + perTokenLayer
-	activations := float32Bytes * tokens * (float64(layers*perLayer) + float64(perTokenVocab*float64(c.Model.Vocab)))
-	history := float64(c.Steps) * (bytesPerStep + float64(bytesPerStepLayer*layers))
+	activations := float64(float32Bytes * tokens * (float64(layers*perLayer) + float64(perTokenVocab*float64(c.Model.Vocab))))
+	history := float64(float64(c.Steps) * (bytesPerStep + float64(bytesPerStepLayer*layers)))
 	return programBytes + float64(bytesPerParam*params) + activations + history
 }
 

@@ -59,7 +59,7 @@ func Exp(x float64) float64 {
 		return p * math.Float64frombits(uint64(ki+1023+600)<<52) * 0x1p-600
 	}
 	if ki > 1023 {
-		return p * math.Float64frombits(uint64(ki+1023-1)<<52) * 2
+		return float64(p*math.Float64frombits(uint64(ki+1023-1)<<52)) * 2
 	}
 	return p * math.Float64frombits(uint64(ki+1023)<<52)
 }

@@ -50,7 +50,7 @@ var geluTab = makeGELUTable()
 
 func makeGELUTable() (t geluTable) {
 	for i := range GELUPieces {
-		c := GELULo + (float64(i)+0.5)/GELUPerUnit
+		c := GELULo + float64((float64(i)+0.5)/GELUPerUnit)
 		pdf := math.Exp(-0.5*c*c) / math.Sqrt(2*math.Pi)
 		// b[k] = φ⁽ᵏ⁾(c)/k!, from He₀ = 1, He₁ = x, Heₙ₊₁ = x·Heₙ − n·Heₙ₋₁.
 		var b [geluDeg + 1]float64
@@ -70,7 +70,7 @@ func makeGELUTable() (t geluTable) {
 		// Φ(c+u) = Φ(c) + Σₖ≥₁ b[k−1]/k·uᵏ, and
 		// (c+u)·φ(c+u) = Σₖ (c·b[k] + b[k−1])·uᵏ.
 		var phi, deriv [geluDeg + 1]float64
-		phi[0] = 0.5 * math.Erfc(-c/math.Sqrt2)
+		phi[0] = float64(0.5 * math.Erfc(-c/math.Sqrt2))
 		deriv[0] = phi[0] + float64(c*b[0])
 		for k := 1; k <= geluDeg; k++ {
 			phi[k] = b[k-1] / float64(k)

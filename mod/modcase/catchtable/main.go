@@ -60,7 +60,7 @@ type separation struct {
 func worstRatio(res *judge.CaseResult) float64 {
 	worst := 0.0
 	for _, a := range res.Arrays {
-		bound := a.Tolerance.ATol + a.Tolerance.RTol*math.Abs(a.Want)
+		bound := a.Tolerance.ATol + float64(a.Tolerance.RTol*math.Abs(a.Want))
 		if (a.Routing != nil || bound == 0) && a.Status != judge.StatusPass {
 			return math.Inf(1) // caught exactly: a routing decision, a target
 		}
