@@ -59,7 +59,7 @@ func (tp *Tape) CausalAttention(q, k, v *Tensor, heads int, pos [][]int, window 
 		}
 	}
 	hw := tp.headWork()
-	hw.headParams = headParams{q: q, k: k, v: v, out: out, heads: heads, total: total, dh: dh, window: window}
+	hw.headParams = headParams{q: q, k: k, v: v, out: out, heads: heads, total: total, dh: dh, window: window, path: tp.kernels()}
 	stats := 0 // where the current sequence's row statistics start in nd.saved
 	for _, p := range pos {
 		m := len(p)
@@ -118,8 +118,9 @@ type headParams struct {
 	bs           int   // the block size, at most m
 	off, m       int   // its first row in each head's block and its length
 	buf          []float32
-	e            []float64 // a row of exponentials per goroutine
-	vals         []float64 // row maxima and sums, two per row of each head
+	path         kernel.Path // the products' kernels (Rounding.Portable)
+	e            []float64   // a row of exponentials per goroutine
+	vals         []float64   // row maxima and sums, two per row of each head
 }
 
 // setSequence makes p, a sequence of positions, the one to compute.
@@ -297,14 +298,14 @@ func (hw *headWork) forwardHead(hd, wk int) {
 		}
 		w := hi - lo
 		probs, head := b[:n*w], b[bs*m:][:n*dh]
-		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
+		hw.path.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
 			mx, sum := hw.forwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i)
 			if hw.vals != nil {
 				hw.vals[2*(hd*m+i)], hw.vals[2*(hd*m+i)+1] = mx, sum
 			}
 		}
-		kernel.MatMulNN(head, probs, vh[lo*dh:hi*dh], n, w, dh)
+		hw.path.MatMulNN(head, probs, vh[lo*dh:hi*dh], n, w, dh)
 		chainZeroSigns(head, vh[hi*dh:], dh)
 		for i := i0; i < i1; i++ {
 			copy(hw.out.Data[(hw.off+i)*heads*dh+hd*dh:][:dh], head[(i-i0)*dh:(i-i0+1)*dh])
@@ -470,7 +471,7 @@ func (tp *Tape) backwardCausalAttention(nd *node) {
 	rest := nd.idx[1:]
 	stats := nd.saved
 	hw := tp.headWork()
-	hw.headParams = headParams{backward: true, q: q, k: k, v: v, out: nd.out, heads: heads, total: total, dh: dh, window: window}
+	hw.headParams = headParams{backward: true, q: q, k: k, v: v, out: nd.out, heads: heads, total: total, dh: dh, window: window, path: tp.kernels()}
 	for len(rest) > 0 {
 		m := rest[0]
 		hw.setSequence(rest[1 : 1+m])
@@ -538,7 +539,7 @@ func (hw *headWork) backwardHead(hd, wk int) {
 		}
 		w := hi - lo
 		probs := rowP[:n*w]
-		kernel.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
+		hw.path.MatMulNT(probs, qh[i0*dh:i1*dh], kh[lo*dh:hi*dh], n, dh, w)
 		for i := i0; i < i1; i++ {
 			hw.backwardRow(probs[(i-i0)*w:(i-i0+1)*w], ew, lo, i, stats[2*i], stats[2*i+1])
 		}
@@ -549,10 +550,10 @@ func (hw *headWork) backwardHead(hd, wk int) {
 			continue
 		}
 		dp := rowS[:n*w]
-		kernel.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
+		hw.path.MatMulNT(dp, dout[i0*dh:i1*dh], vh[lo*dh:hi*dh], n, dh, w)
 		hw.scoreGrads(probs, dp, n, w, i0, lo, skip && visibleOnly)
 		if q.Grad != nil {
-			kernel.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
+			hw.path.MatMulNN(dq[i0*dh:i1*dh], dp, kh[lo*dh:hi*dh], n, w, dh)
 		}
 		if k.Grad != nil {
 			toPanels(sPanels, dp, m, bs, i0, i1, lo, hi)
@@ -686,7 +687,7 @@ func (hw *headWork) keyBlocks(grad, panels, x, tmp []float32, skip bool) {
 			lo, hi = hw.queries(j0, j1)
 		}
 		panel := panels[j0*m : j0*m+m*bw]
-		kernel.MatMulTN(tmp[:bw*dh], panel[lo*bw:hi*bw], x[lo*dh:hi*dh], bw, hi-lo, dh)
+		hw.path.MatMulTN(tmp[:bw*dh], panel[lo*bw:hi*bw], x[lo*dh:hi*dh], bw, hi-lo, dh)
 		vek32.Add_Inplace(grad[j0*dh:j1*dh], tmp[:bw*dh])
 	}
 }

@@ -44,13 +44,16 @@
 // call vek's AVX2 code, which does use FMA instructions, on CPUs that have
 // AVX2 and FMA, and plain Go elsewhere; bits are reproducible for a given
 // kernel path, and the two paths agree to the tolerance documented in
-// docs/tolerances.md. The standard library's math functions are the other
-// limit: math.Exp and math.Log have assembly on some architectures (on amd64
-// Exp picks an FMA path at run time), and their pure-Go code may itself be
-// fused, so their last bit can differ between architectures and builds.
+// docs/tolerances.md; Rounding.Portable runs a tape's products on the Go
+// loops on every machine, so that its results are the same bits everywhere.
+// The standard library's math functions are the other limit: math.Exp and
+// math.Log have assembly on some architectures (on amd64 Exp picks an FMA
+// path at run time), and their pure-Go code may itself be fused, so their
+// last bit can differ between architectures and builds. This package
+// calls internal/elem's instead, which give the same bits everywhere.
 //
-// Transcendental functions (exp, log, erf, sqrt) are evaluated in float64 with
-// the standard library and rounded once to float32, with two exceptions
+// Transcendental functions (exp, log) are evaluated in float64 with
+// internal/elem and rounded once to float32, with two exceptions
 // chosen for speed: GELU's Φ is a float32 polynomial (gelu.go), and the
 // exponentials of softmax, attention and cross-entropy are this package's
 // own float64 exponential (internal/kernel/exp.go; relative error under

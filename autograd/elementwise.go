@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/elem"
 	"math"
 
 	"github.com/viterin/vek/vek32"
@@ -207,18 +208,18 @@ func (tp *Tape) unary(op opcode, a *Tensor) *Tensor {
 // sigmoid is the logistic function, evaluated without overflow.
 func sigmoid(x float64) float64 {
 	if x >= 0 {
-		return 1 / (1 + math.Exp(-x))
+		return 1 / (1 + elem.Exp(-x))
 	}
-	e := math.Exp(x)
+	e := elem.Exp(x)
 	return e / (1 + e)
 }
 
 func unaryForward(op opcode, x float64) float64 {
 	switch op {
 	case opExp:
-		return math.Exp(x)
+		return elem.Exp(x)
 	case opLog:
-		return math.Log(x)
+		return elem.Log(x)
 	case opSqrt:
 		return math.Sqrt(x)
 	case opRsqrt:

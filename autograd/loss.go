@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/elem"
 	"math"
 
 	"github.com/modref/modref/autograd/internal/kernel"
@@ -33,7 +34,7 @@ func (tp *Tape) CrossEntropy(logits *Tensor, targets []int) *Tensor {
 		}
 		x := logits.Data[i*logits.Cols : (i+1)*logits.Cols]
 		m, s := rowExpSum(x, e)
-		l := m + math.Log(s)
+		l := m + elem.Log(s)
 		// The row's log-sum-exp, kept in float64 for the backward pass.
 		nd.saved = append(nd.saved, l)
 		sum += l - float64(x[c])
@@ -117,7 +118,7 @@ func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tenso
 			continue
 		}
 		z, t := float64(v), float64(targets[i])
-		l := math.Max(z, 0) - float64(z*t) + math.Log1p(math.Exp(-math.Abs(z)))
+		l := math.Max(z, 0) - float64(z*t) + elem.Log1p(elem.Exp(-math.Abs(z)))
 		sum += l
 		if f := tp.rounding.Store; f != nil {
 			// PyTorch's form, (1 − t)·z + m + log(e^−m + e^(−z−m)) with
@@ -127,8 +128,8 @@ func (tp *Tape) BCEWithLogits(x *Tensor, targets []float32, valid []bool) *Tenso
 			// is below the format's unit.
 			m := max(-v, 0)
 			a := f(f(float32((1-t)*z)) + m)
-			e := f(f(float32(math.Exp(float64(-m)))) + f(float32(math.Exp(float64(f(-v-m))))))
-			l = float64(f(a + f(float32(math.Log(float64(e))))))
+			e := f(f(float32(elem.Exp(float64(-m)))) + f(float32(elem.Exp(float64(f(-v-m))))))
+			l = float64(f(a + f(float32(elem.Log(float64(e))))))
 		}
 		if tp.sums32() {
 			terms = append(terms, float32(l))

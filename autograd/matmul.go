@@ -3,7 +3,6 @@ package autograd
 import (
 	"fmt"
 
-	"github.com/modref/modref/autograd/internal/kernel"
 	"github.com/viterin/vek/vek32"
 )
 
@@ -14,7 +13,7 @@ func (tp *Tape) MatMul(a, b *Tensor) *Tensor {
 	}
 	a, b = tp.operand(a), tp.operand(b)
 	out := tp.alloc(a.Rows, b.Cols, needsGrad(a, b))
-	kernel.MatMulNN(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Cols)
+	tp.kernels().MatMulNN(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Cols)
 	if out.Grad != nil {
 		tp.push(opMatMul, out, a, b)
 	}
@@ -29,7 +28,7 @@ func (tp *Tape) MatMulNT(a, b *Tensor) *Tensor {
 	}
 	a, b = tp.operand(a), tp.operand(b)
 	out := tp.alloc(a.Rows, b.Rows, needsGrad(a, b))
-	kernel.MatMulNT(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Rows)
+	tp.kernels().MatMulNT(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Rows)
 	if out.Grad != nil {
 		tp.push(opMatMulNT, out, a, b)
 	}
@@ -44,7 +43,7 @@ func (tp *Tape) MatMulTN(a, b *Tensor) *Tensor {
 	}
 	a, b = tp.operand(a), tp.operand(b)
 	out := tp.alloc(a.Cols, b.Cols, needsGrad(a, b))
-	kernel.MatMulTN(out.Data, a.Data, b.Data, a.Cols, a.Rows, b.Cols)
+	tp.kernels().MatMulTN(out.Data, a.Data, b.Data, a.Cols, a.Rows, b.Cols)
 	if out.Grad != nil {
 		tp.push(opMatMulTN, out, a, b)
 	}
@@ -70,11 +69,11 @@ func (tp *Tape) backwardMatMul(nd *node) {
 		dst, direct := tp.gradDestination(a)
 		switch nd.op {
 		case opMatMul:
-			kernel.MatMulNT(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
+			tp.kernels().MatMulNT(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
 		case opMatMulNT:
-			kernel.MatMulNN(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
+			tp.kernels().MatMulNN(dst, g, b.Data, a.Rows, c.Cols, a.Cols)
 		case opMatMulTN:
-			kernel.MatMulNT(dst, b.Data, g, a.Rows, b.Cols, a.Cols)
+			tp.kernels().MatMulNT(dst, b.Data, g, a.Rows, b.Cols, a.Cols)
 		}
 		if !direct {
 			vek32.Add_Inplace(a.Grad, dst)
@@ -84,11 +83,11 @@ func (tp *Tape) backwardMatMul(nd *node) {
 		dst, direct := tp.gradDestination(b)
 		switch nd.op {
 		case opMatMul:
-			kernel.MatMulTN(dst, a.Data, g, b.Rows, a.Rows, b.Cols)
+			tp.kernels().MatMulTN(dst, a.Data, g, b.Rows, a.Rows, b.Cols)
 		case opMatMulNT:
-			kernel.MatMulTN(dst, g, a.Data, b.Rows, a.Rows, b.Cols)
+			tp.kernels().MatMulTN(dst, g, a.Data, b.Rows, a.Rows, b.Cols)
 		case opMatMulTN:
-			kernel.MatMulNN(dst, a.Data, g, b.Rows, a.Cols, b.Cols)
+			tp.kernels().MatMulNN(dst, a.Data, g, b.Rows, a.Cols, b.Cols)
 		}
 		if !direct {
 			vek32.Add_Inplace(b.Grad, dst)

@@ -1,5 +1,7 @@
 package autograd
 
+import "github.com/modref/modref/autograd/internal/kernel"
+
 // Rounding makes a tape emulate an implementation that computes in a
 // low-precision format (bf16, fp16 or tf32 on a GPU) or that makes other
 // choices than mod's own float32 arithmetic: the tensor cores read their
@@ -36,6 +38,22 @@ type Rounding struct {
 	// losses' sums in float32 by pairwise summation (as PyTorch's cascade
 	// sums on a CPU and tree reductions on a GPU), instead of in float64.
 	Stats Stats
+	// Portable computes every matrix product and attention's products on
+	// the Go loops (two roundings per step, no fused multiply-add) on
+	// every CPU instead of the fastest kernels this machine has, whose
+	// bits differ between kernel paths (AVX-512 and AVX2 against the Go
+	// loops of other architectures): the tape's results are then the same
+	// bits on every machine. The precision profiles' families use it for
+	// the tolerances generated cases carry (docs/tolerances.md).
+	Portable bool
+}
+
+// kernels returns the path of the tape's matrix products.
+func (tp *Tape) kernels() kernel.Path {
+	if tp.rounding.Portable {
+		return kernel.Portable
+	}
+	return kernel.Fastest
 }
 
 // Stats says how Standardize computes a row's statistics (Rounding.Stats).

@@ -1,7 +1,7 @@
 package autograd
 
 import (
-	"math"
+	"github.com/modref/modref/internal/elem"
 
 	"github.com/modref/modref/autograd/internal/kernel"
 )
@@ -24,7 +24,7 @@ func (tp *Tape) softmax(op opcode, a *Tensor) *Tensor {
 		if op == opSoftmax {
 			kernel.DivToFloat32(y, e, sum)
 		} else {
-			lse := m + math.Log(sum)
+			lse := m + elem.Log(sum)
 			for j, v := range x {
 				y[j] = float32(float64(v) - lse)
 			}

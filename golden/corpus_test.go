@@ -14,14 +14,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // TestCorpusIsRegenerated checks that the committed corpus is exactly what
-// the generator produces from the current ref: manifests equal, every
-// array the same shape, dtype and bits. Regenerate with `go run ./cmd/modref gen`.
+// the generator produces from the current ref, with the float32 tolerances
+// gen sets (modcase.Float32Tolerances): manifests equal, every array the
+// same shape, dtype and bits. Regenerate with `go run ./cmd/modref gen`.
 func TestCorpusIsRegenerated(t *testing.T) {
 	dir := filepath.Join("corpus")
-	cases, err := Generate()
+	cases, err := Generate(modcase.Float32Tolerances)
 	if err != nil {
 		t.Fatal(err)
 	}

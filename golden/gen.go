@@ -356,13 +356,11 @@ func (tol Tolerancer) apply(c *format.Case) error {
 	return nil
 }
 
-// Generate computes every case of the catalogue from ref. Its float32
-// tolerances are the manifests' constants (oracle.ToleranceFor), never
-// the family's: those are the errors of mod's float32 kernels, whose last
-// bits differ between kernel paths (AVX-512, AVX2, the Go loops on other
-// architectures), and the committed corpus must be the same bytes on
-// every machine (docs/tolerances.md, "The golden corpus").
-func Generate() ([]*format.Case, error) {
+// Generate computes every case of the catalogue from ref, its float32
+// tolerances set by tol. With modcase.Float32Tolerances, which computes
+// them on the Go loops, the cases are the same bytes on every machine
+// (docs/tolerances.md, "The golden corpus").
+func Generate(tol Tolerancer) ([]*format.Case, error) {
 	var jobs []func() (*format.Case, error)
 	for _, s := range layerSpecs() {
 		jobs = append(jobs, func() (*format.Case, error) { return genLayer(s) })
@@ -377,7 +375,8 @@ func Generate() ([]*format.Case, error) {
 	for _, s := range modeSpecs() {
 		jobs = append(jobs, func() (*format.Case, error) { return genMoDE(s) })
 	}
-	// The cases are independent: generated on every core, each the same bits as alone, and returned in order.
+	// The cases are independent: generated (and their tolerances set) on
+	// every core, each the same bits as alone, and returned in order.
 	cases := make([]*format.Case, len(jobs))
 	errs := make([]error, len(jobs))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -389,6 +388,9 @@ func Generate() ([]*format.Case, error) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			cases[i], errs[i] = job()
+			if errs[i] == nil {
+				errs[i] = tol.apply(cases[i])
+			}
 		}()
 	}
 	wg.Wait()

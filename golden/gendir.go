@@ -55,6 +55,8 @@ type WriteOptions struct {
 	// refusing the directory: each file of the corpus is then replaced on
 	// its own, and the others are left as they are.
 	KeepOthers bool
+	// Tolerances sets the cases' float32 tolerances (Generate).
+	Tolerances Tolerancer
 }
 
 // WriteCorpus generates every case and writes it into dir, which must
@@ -98,7 +100,7 @@ func WriteCorpus(dir string, opt WriteOptions) ([]*format.Case, error) {
 			return nil, refuseOthers(dir, others)
 		}
 	}
-	cases, err := Generate()
+	cases, err := Generate(opt.Tolerances)
 	if err != nil {
 		return nil, err
 	}

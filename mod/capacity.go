@@ -2,6 +2,7 @@ package mod
 
 import (
 	"fmt"
+	"github.com/modref/modref/internal/elem"
 	"math"
 
 	"github.com/modref/modref/spec"
@@ -45,7 +46,7 @@ func Capacity(c spec.Capacity, n, s int) (int, error) {
 		}
 		ratio := 1.0
 		if n > 1 {
-			ratio = 1 - float64((math.Log(float64(n))/math.Log(float64(c.MaxLen)))*(1-c.Ratio))
+			ratio = 1 - float64((elem.Log(float64(n))/elem.Log(float64(c.MaxLen)))*(1-c.Ratio))
 		}
 		return min(max(floorRobust(float64(float64(n)*ratio)), 1), n), nil
 	default: // spec.CapacityRatio

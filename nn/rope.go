@@ -2,7 +2,7 @@ package nn
 
 import (
 	"fmt"
-	"math"
+	"github.com/modref/modref/internal/elem"
 
 	"github.com/modref/modref/autograd"
 )
@@ -89,15 +89,21 @@ func (r *RoPE) tables(pos []int) {
 	}
 	dh, half := r.Dim, r.Dim/2
 	c, s := make([]float32, rows*dh), make([]float32, rows*dh)
+	// The elementary functions are internal/elem's, which give the same
+	// bits on every machine (math.Pow and math.Sincos do not: docs/design.md).
+	freq := make([]float64, half)
+	for j := range freq {
+		freq[j] = elem.Pow(r.Base, -2*float64(j)/float64(dh))
+	}
 	for p := 0; p < rows; p++ {
 		for j := 0; j < half; j++ {
-			theta := float64(p) * math.Pow(r.Base, -2*float64(j)/float64(dh))
+			theta := float64(p) * freq[j]
 			if r.Float32Angles {
 				// float32 · float32 is exact in float64: one rounding,
 				// that of a float32 multiplication.
-				theta = float64(float32(float64(p) * float64(float32(math.Pow(r.Base, -2*float64(j)/float64(dh))))))
+				theta = float64(float32(float64(p) * float64(float32(freq[j]))))
 			}
-			sin, cos := math.Sincos(theta)
+			sin, cos := elem.Sin(theta), elem.Cos(theta)
 			c[p*dh+j], c[p*dh+half+j] = float32(cos), float32(cos)
 			s[p*dh+j], s[p*dh+half+j] = float32(-sin), float32(sin)
 		}

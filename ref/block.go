@@ -9,7 +9,7 @@ import (
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/internal/elem"
 )
 
 // RMSNorm is docs/spec.md §5: x / sqrt(mean(x^2) + eps) * gamma.

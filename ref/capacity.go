@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/spec"
 )
 

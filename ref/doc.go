@@ -71,7 +71,7 @@
 // passed on and added later (an attention score, a term of AuxLoss, the
 // argument of FloorRobust) is converted too. TestNoFusableProducts
 // (internal/fmacheck) enforces the rule for products added in the same
-// expression. The transcendental functions come from ref/internal/elem (Exp,
+// expression. The transcendental functions come from internal/elem (Exp,
 // Log, Log1p, Pow, Sin, Cos, Erf), written under the same rule and without
 // assembly, instead of the standard library's, whose assembly and fused
 // pure-Go code differ in the last bit between builds, and normal draws come

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/internal/elem"
 )
 
 // normal returns a standard normal draw from rng by Marsaglia's polar

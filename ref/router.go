@@ -7,7 +7,7 @@ import (
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/internal/elem"
 )
 
 // RouterLinearWeight is docs/spec.md §2, router `linear` (paper Sec. 3.4):

@@ -6,7 +6,7 @@ import (
 	"github.com/modref/modref/spec"
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/modref/modref/ref/internal/elem"
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/ref/internal/prod"
 )
 

@@ -304,7 +304,7 @@ flags:
 	case *configFile != "":
 		return genFromConfig(*configFile, dir, *keep, stdout)
 	}
-	opt := golden.WriteOptions{KeepOthers: *keep}
+	opt := golden.WriteOptions{KeepOthers: *keep, Tolerances: modcase.Float32Tolerances}
 	if dir == "" {
 		var err error
 		if dir, err = checkoutCorpus(); err != nil {

@@ -278,6 +278,9 @@ func printFuzzSummary(w io.Writer, s *fuzzSummary, asJSON bool) error {
 	if len(reasons) > shownSkipReasons {
 		fmt.Fprintf(w, "skipped for %d other reasons (--json lists them all)\n", len(reasons)-shownSkipReasons)
 	}
+	if c := s.ClosestPass; c != nil {
+		fmt.Fprintf(w, "closest to its tolerance of the cases that passed: %s %s at %.2g of it\n", c.Case, c.Array, c.Ratio)
+	}
 	if s.Redrawn > 0 {
 		fmt.Fprintf(w, "redrawn: %d draws had no case (no draw clear of a routing tie, or a configuration ref refuses)\n", s.Redrawn)
 	}

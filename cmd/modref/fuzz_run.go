@@ -196,6 +196,7 @@ func (r *fuzzRun) loop() *fuzzSummary {
 			continue
 		case kindPass:
 			sum.Passed++
+			sum.ClosestPass = closer(sum.ClosestPass, g.Name, oc.result)
 		default:
 			f := r.failure(idx, g, oc)
 			sum.Failures = append(sum.Failures, f)
@@ -297,7 +298,35 @@ type fuzzSummary struct {
 	// ServerStarts counts the server processes started (0 for one process
 	// per case): one, and one more after each case that ended one.
 	ServerStarts int `json:"server_starts"`
-	err          error
+	// ClosestPass is, of the cases that passed, the array that came
+	// closest to its tolerance: the margin the run measured (nil when
+	// none passed).
+	ClosestPass *closestArray `json:"closest_pass,omitempty"`
+	err         error
+}
+
+// closestArray is the array of a passing case closest to its tolerance:
+// its case, its name, and its worst element's error over the tolerance
+// there (diagnose.Excess, at most 1).
+type closestArray struct {
+	Case  string  `json:"case"`
+	Array string  `json:"array"`
+	Ratio float64 `json:"ratio"`
+}
+
+// closer returns c, or case name's array of res closest to its
+// tolerance when it is closer than c.
+func closer(c *closestArray, name string, res *judge.CaseResult) *closestArray {
+	for _, a := range res.Arrays {
+		e := diagnose.Excess(a)
+		if math.IsInf(e, 0) || math.IsNaN(e) {
+			continue // a passing case has none; never printed as a margin
+		}
+		if c == nil || e > c.Ratio {
+			c = &closestArray{Case: name, Array: a.Name, Ratio: e}
+		}
+	}
+	return c
 }
 
 // skipped is the number of cases declined.

@@ -18,7 +18,7 @@ const module = "github.com/modref/modref"
 var layers = [][]string{
 	// Leaves: the vocabulary and the utilities that know no model.
 	{"spec", "internal/readfile", "internal/lowp", "internal/benchcpu",
-		"internal/candidate", "internal/deps", "internal/race", "bench/peak", "ref/internal/elem", "ref/internal/prod",
+		"internal/candidate", "internal/deps", "internal/race", "bench/peak", "internal/elem", "ref/internal/prod",
 		"autograd/internal/kernel"},
 	{"internal/atomicfile", "autograd", "internal/fmacheck"},
 	{"internal/dirlock", "ref", "nn", "golden/format"},
@@ -50,13 +50,13 @@ var layers = [][]string{
 var allowed = map[string][]string{
 	"spec":                     {},
 	"bench/peak":               {},
-	"ref":                      {"spec", "ref/internal/elem", "ref/internal/prod"},
-	"ref/internal/elem":        {},
+	"ref":                      {"spec", "internal/elem", "ref/internal/prod"},
+	"internal/elem":            {},
 	"ref/internal/prod":        {},
-	"autograd":                 {"spec", "autograd/internal/kernel"},
+	"autograd":                 {"spec", "autograd/internal/kernel", "internal/elem"},
 	"autograd/internal/kernel": {},
-	"nn":                       {"spec", "autograd"},
-	"mod":                      {"spec", "autograd", "nn"},
+	"nn":                       {"spec", "autograd", "internal/elem"},
+	"mod":                      {"spec", "autograd", "nn", "internal/elem"},
 	"golden/format":            {"spec", "internal/atomicfile", "internal/readfile", "internal/lowp"},
 	"golden/oracle":            {"spec", "ref", "golden/format"},
 	"golden/judge":             {"spec", "ref", "golden/format", "golden/oracle"},
@@ -89,8 +89,8 @@ var allowed = map[string][]string{
 // candidate writes them) and internal/race (whether the race detector is
 // on, and time bounds scaled for it).
 var allowedInTests = map[string][]string{
-	"ref":               {"spec", "ref/internal/elem", "internal/fmacheck"},
-	"ref/internal/elem": {"internal/fmacheck"},
+	"ref":               {"spec", "internal/fmacheck"},
+	"internal/elem":     {"internal/fmacheck"},
 	"ref/internal/prod": {"internal/fmacheck"},
 	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 	// golden's tests regenerate the corpus as gen does, with the float32

@@ -38,11 +38,31 @@ type Member struct {
 //     the case has a LayerNorm, the same with one-pass statistics.
 //   - float64: ref alone; another float64 implementation's summation
 //     order is the floor's (judge.Tolerances).
+//
+// The members' matrix products run on the fastest kernels this machine
+// has, whose last bits differ between kernel paths: PortableFamily is the
+// same family with the bits of every machine.
 func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
+	return emulateFamily(c, p, false)
+}
+
+// PortableFamily is EmulateFamily with every member's products on the Go
+// loops (autograd.Rounding.Portable): the same bits on every machine and
+// kernel path, at a cost in speed (docs/tolerances.md, "The golden
+// corpus"), for the tolerances a generated case carries.
+func PortableFamily(c *format.Case, p format.Profile) ([]Member, error) {
+	return emulateFamily(c, p, true)
+}
+
+// emulateFamily is EmulateFamily, with the products on the Go loops when
+// portable is set.
+func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, error) {
 	if p.Name == "float64" {
-		return float64Family(c)
+		return float64Family(c, portable)
 	}
-	base, err := Emulate(c, p)
+	em := emulationOf(p)
+	em.rnd.Portable = portable
+	base, err := emulate(c, p, em)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +73,7 @@ func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	}
 	for _, st := range stats {
 		em := emulationOf(p)
+		em.rnd.Portable = portable
 		em.rnd.Stats = st
 		name := p.Name + ", float32 sums and norm statistics"
 		if p.Storage != nil {
@@ -68,7 +89,9 @@ func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
 		}
 		fam = append(fam, Member{Name: name, Arrays: got})
 	}
-	got, err := emulate(c, p, randomRounding(p))
+	rr := randomRounding(p)
+	rr.rnd.Portable = portable
+	got, err := emulate(c, p, rr)
 	if err != nil {
 		return nil, err
 	}
@@ -138,13 +161,13 @@ const float64Scale = 0x1p-53 / 0x1p-24
 // implementation (another summation order, a fused kernel) may by about k
 // units of float64, and an array that is nearly 0 by cancellation gets
 // the rounding of what cancelled.
-func float64Family(c *format.Case) ([]Member, error) {
+func float64Family(c *format.Case, portable bool) ([]Member, error) {
 	truth, err := oracle.RefCandidate(c)
 	if err != nil {
 		return nil, err
 	}
 	f32, _ := format.ParseProfile("float32")
-	fam32, err := EmulateFamily(c, f32)
+	fam32, err := emulateFamily(c, f32, portable)
 	if err != nil {
 		return nil, err
 	}

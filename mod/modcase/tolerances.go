@@ -17,11 +17,13 @@ import (
 // passes the case as it is printed, at any shape (docs/tolerances.md, "The
 // golden corpus"). A tolerance is never tightened below the constants,
 // which PyTorch in float32 was measured against; the reason of a widened
-// one says by how much and why. It is golden.Tolerancer for gen, gen
-// --config and fuzz.
+// one says by how much and why. The family runs on the Go loops
+// (PortableFamily), so that a case's tolerances, and so its bytes, are the
+// same on every machine. It is golden.Tolerancer for gen, gen --config
+// and fuzz.
 func Float32Tolerances(c *format.Case) error {
 	p, _ := format.ParseProfile("float32")
-	fam, err := EmulateFamily(c, p)
+	fam, err := PortableFamily(c, p)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,9 @@
 //     every product, as the FMA rule of docs/design.md requires of Go code,
 //     which no compiler may fuse), and agrees with them only within the
 //     tolerance the tests measure (8 units of float32 roundoff relative to
-//     Σ|a·b|, docs/tolerances.md);
+//     Σ|a·b|, docs/tolerances.md); Path Portable runs a product on the go
+//     path on every machine, for results that must be the same bits
+//     everywhere;
 //   - row i of MatMulNN and MatMulNT depends only on row i of a and on b, so
 //     a token's result does not depend on the other tokens in the batch;
 //   - row i of MatMulTN depends only on column i of a and on b; its
@@ -81,22 +83,53 @@ import "fmt"
 
 //go:generate sh -c "cd asmgen && go run . -out ../kernel_amd64.s -stubs ../stubs_amd64.go -pkg kernel"
 
+// Path says which kernels compute a product: the fastest this machine has
+// (Fastest, the zero Path), or the Go loops whatever the CPU (Portable),
+// whose bits are the same on every machine and architecture (two roundings
+// per step, no fused multiply-add), at a cost in speed: for results that
+// must not depend on the machine that computes them.
+type Path uint8
+
+const (
+	// Fastest runs a product on the fastest path this CPU has.
+	Fastest Path = iota
+	// Portable runs a product on the Go loops.
+	Portable
+)
+
 // MatMulNN sets c (m×n) to a (m×k) · b (k×n).
-func MatMulNN(c, a, b []float32, m, k, n int) {
-	check("MatMulNN", c, a, b, m, k, n)
-	run(opNN, c, a, b, m, k, n)
-}
+func MatMulNN(c, a, b []float32, m, k, n int) { Fastest.MatMulNN(c, a, b, m, k, n) }
 
 // MatMulNT sets c (m×n) to a (m×k) · bᵀ, where b is n×k.
-func MatMulNT(c, a, b []float32, m, k, n int) {
-	check("MatMulNT", c, a, b, m, k, n)
-	run(opNT, c, a, b, m, k, n)
-}
+func MatMulNT(c, a, b []float32, m, k, n int) { Fastest.MatMulNT(c, a, b, m, k, n) }
 
 // MatMulTN sets c (m×n) to aᵀ · b, where a is k×m and b is k×n.
-func MatMulTN(c, a, b []float32, m, k, n int) {
+func MatMulTN(c, a, b []float32, m, k, n int) { Fastest.MatMulTN(c, a, b, m, k, n) }
+
+// MatMulNN sets c (m×n) to a (m×k) · b (k×n) on path p.
+func (p Path) MatMulNN(c, a, b []float32, m, k, n int) {
+	check("MatMulNN", c, a, b, m, k, n)
+	run(opNN, p.path(), c, a, b, m, k, n)
+}
+
+// MatMulNT sets c (m×n) to a (m×k) · bᵀ, where b is n×k, on path p.
+func (p Path) MatMulNT(c, a, b []float32, m, k, n int) {
+	check("MatMulNT", c, a, b, m, k, n)
+	run(opNT, p.path(), c, a, b, m, k, n)
+}
+
+// MatMulTN sets c (m×n) to aᵀ · b, where a is k×m and b is k×n, on path p.
+func (p Path) MatMulTN(c, a, b []float32, m, k, n int) {
 	check("MatMulTN", c, a, b, m, k, n)
-	run(opTN, c, a, b, m, k, n)
+	run(opTN, p.path(), c, a, b, m, k, n)
+}
+
+// path returns the kernels p runs on.
+func (p Path) path() *path {
+	if p == Portable {
+		return goPath
+	}
+	return active
 }
 
 func check(op string, c, a, b []float32, m, k, n int) {

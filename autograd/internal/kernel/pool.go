@@ -98,9 +98,9 @@ func start() {
 	}
 }
 
-// run computes the product o, on the caller alone when it is small and
-// together with the pool otherwise.
-func run(o op, c, a, b []float32, m, k, n int) {
+// run computes the product o on path pt, on the caller alone when it is
+// small and together with the pool otherwise.
+func run(o op, pt *path, c, a, b []float32, m, k, n int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -108,7 +108,6 @@ func run(o op, c, a, b []float32, m, k, n int) {
 		clear(c)
 		return
 	}
-	pt := active
 	parts := 1
 	if m*k*n >= parallelMinFlops {
 		// The pool has NumCPU-1 workers, so helpers never outnumber them.

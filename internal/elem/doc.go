@@ -1,4 +1,5 @@
-// Package elem holds the elementary functions of modref's float64 reference:
+// Package elem holds the elementary functions of modref's float64 reference
+// (ref) and of its float32 path (autograd, nn, mod):
 // Exp, Log, Log1p, Pow, Sin, Cos and Erf, written so that every build of
 // every architecture computes the same bits.
 //
