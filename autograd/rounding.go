@@ -36,6 +36,14 @@ type Rounding struct {
 	// losses' sums in float32 by pairwise summation (as PyTorch's cascade
 	// sums on a CPU and tree reductions on a GPU), instead of in float64.
 	Stats Stats
+	// RMSDivide computes RMSNorm as PyTorch code commonly writes it out,
+	// x / sqrt(mean(x⊙x) + eps) ⊙ gain, each operation in float32 (the
+	// mean a pairwise sum) and stored as Store says, and differentiates
+	// that chain as PyTorch's autograd does (division, square root, mean,
+	// square), instead of mod's x·rsqrt(·) with the mean of squares in
+	// float64: at small widths, where RMSNorm's backward pass cancels,
+	// the two forms' round-off differs by an order of magnitude.
+	RMSDivide bool
 }
 
 // Stats says how Standardize computes a row's statistics (Rounding.Stats).

@@ -36,6 +36,11 @@ type Member struct {
 //     module.to(torch.bfloat16)), the residual stream, norms, softmax
 //     and losses included, with float32 statistics and sums; and, when
 //     the case has a LayerNorm, the same with one-pass statistics.
+//
+// Those members compute RMSNorm as x / sqrt(mean(x²) + eps) written out
+// in float32 operations and differentiate it as PyTorch's autograd does
+// (autograd.Rounding.RMSDivide); the first member and the random
+// rounding one keep mod's x·rsqrt(·).
 //   - float64: ref alone; another float64 implementation's summation
 //     order is the floor's (judge.Tolerances).
 func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
@@ -54,10 +59,11 @@ func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	for _, st := range stats {
 		em := emulationOf(p)
 		em.rnd.Stats = st
-		name := p.Name + ", float32 sums and norm statistics"
+		em.rnd.RMSDivide = true
+		name := p.Name + ", float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
 		if p.Storage != nil {
 			em.rnd.Store = p.Storage.Round32
-			name = p.Name + " throughout (every tensor in the format), float32 sums and norm statistics"
+			name = p.Name + " throughout (every tensor in the format), float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
 		}
 		if st == autograd.StatsOnePass32 {
 			name += " in one pass"
