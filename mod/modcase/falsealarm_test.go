@@ -33,14 +33,7 @@ func TestFalseAlarmsPass(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fam, err := EmulateFamily(c, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jc, _, err := judge.Tolerances(p, c, FamilyArrays(fam)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		jc, _ := judgedUnder(t, c, p)
 		cand, err := format.ReadCandidate(falseAlarmsDir+"/"+tc.name+".candidate.npz", c)
 		if err != nil {
 			t.Fatal(err)
