@@ -152,6 +152,10 @@ func (tp *Tape) RMSNorm(x, gain *Tensor, eps float32) *Tensor {
 	if out.Grad != nil {
 		nd = tp.push(opRMSNorm, out, x, gain)
 	}
+	if tp.rounding.RMSDivide {
+		tp.rmsNormDivide(nd, x, gain, out, eps)
+		return tp.store(out)
+	}
 	n := x.Cols
 	scale := 1 / float64(n)
 	for i := 0; i < x.Rows; i++ {
@@ -183,6 +187,10 @@ func plusZero(v float32) float32 { return v + 0 }
 // dx += dsq·x twice (once for each operand of x⊙x).
 func (tp *Tape) backwardRMSNorm(nd *node) {
 	x, gain, g := nd.a, nd.b, nd.out.Grad
+	if tp.rounding.RMSDivide {
+		tp.backwardRMSNormDivide(nd)
+		return
+	}
 	n := x.Cols
 	switch {
 	case gain.Grad != nil && x.Rows == 1:
@@ -225,6 +233,85 @@ func (tp *Tape) backwardRMSNorm(nd *node) {
 			t := float32(dsq * v)
 			dx[j] += t
 			dx[j] += t
+		}
+	}
+}
+
+// storeFunc returns Rounding.Store, or the identity when it is unset: the
+// rounding of a tensor an implementation stores.
+func (tp *Tape) storeFunc() func(float32) float32 {
+	if f := tp.rounding.Store; f != nil {
+		return f
+	}
+	return func(v float32) float32 { return v }
+}
+
+// rmsNormDivide is RMSNorm's forward pass under Rounding.RMSDivide: per
+// row, s = sqrt(mean(x⊙x) + eps) and y = (x / s)⊙gain, each operation's
+// output in float32 and stored (Rounding.Store), the mean a pairwise sum
+// divided by the width, as PyTorch computes the chain
+// x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain. It saves s
+// per row on nd; the caller stores out.
+func (tp *Tape) rmsNormDivide(nd *node, x, gain, out *Tensor, eps float32) {
+	st := tp.storeFunc()
+	n := x.Cols
+	sq := tp.f32(n)
+	for i := 0; i < x.Rows; i++ {
+		xi, y := x.Data[i*n:(i+1)*n], out.Data[i*n:(i+1)*n]
+		for j, v := range xi {
+			sq[j] = st(float32(v * v))
+		}
+		ms := st(st(pairwise32(sq)/float32(n)) + eps)
+		s := st(float32(math.Sqrt(float64(ms))))
+		for j, v := range xi {
+			y[j] = float32(st(v/s) * gain.Data[j])
+		}
+		if nd != nil {
+			nd.saved = append(nd.saved, float64(s))
+		}
+	}
+}
+
+// backwardRMSNormDivide differentiates rmsNormDivide's chain as PyTorch's
+// autograd does, each intermediate gradient stored (Rounding.Store): the
+// gain's gradient the pairwise sum over rows of g⊙(x / s); per row,
+// dq = g⊙gain, dx += dq / s from the division's numerator,
+// ds = Σ_j −dq_j·((x_j / s) / s) from its denominator, the square root's
+// dms = ds / (2s), the mean's dsq = dms / n, and dx += dsq·x + dsq·x from
+// the square's two operands.
+func (tp *Tape) backwardRMSNormDivide(nd *node) {
+	x, gain, g := nd.a, nd.b, nd.out.Grad
+	st := tp.storeFunc()
+	n := x.Cols
+	if gain.Grad != nil {
+		terms := tp.f32(x.Rows)
+		for j := range gain.Grad {
+			for i := range terms {
+				s := float32(nd.saved[i])
+				terms[i] = st(float32(g[i*n+j] * st(x.Data[i*n+j]/s)))
+			}
+			gain.Grad[j] += st(pairwise32(terms))
+		}
+	}
+	if x.Grad == nil {
+		return
+	}
+	buf := tp.f32(2 * n) // one tape buffer: a second call would return the same
+	dq, prod := buf[:n], buf[n:]
+	for i := 0; i < x.Rows; i++ {
+		s := float32(nd.saved[i])
+		xi, gi, dx := x.Data[i*n:(i+1)*n], g[i*n:(i+1)*n], x.Grad[i*n:(i+1)*n]
+		for j, v := range gi {
+			dq[j] = st(float32(v * gain.Data[j]))
+			prod[j] = st(float32(-dq[j] * st(st(xi[j]/s)/s)))
+		}
+		ds := st(pairwise32(prod))
+		dms := st(ds / st(float32(2*s)))
+		dsq := st(dms / float32(n))
+		for j, v := range xi {
+			t := st(float32(dsq * v))
+			dx[j] += st(dq[j] / s)
+			dx[j] += st(t + t)
 		}
 	}
 }

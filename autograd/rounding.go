@@ -46,6 +46,14 @@ type Rounding struct {
 	// bits on every machine. The precision profiles' families use it for
 	// the tolerances generated cases carry (docs/tolerances.md).
 	Portable bool
+	// RMSDivide computes RMSNorm as PyTorch code commonly writes it out,
+	// x / sqrt(mean(x⊙x) + eps) ⊙ gain, each operation in float32 (the
+	// mean a pairwise sum) and stored as Store says, and differentiates
+	// that chain as PyTorch's autograd does (division, square root, mean,
+	// square), instead of mod's x·rsqrt(·) with the mean of squares in
+	// float64: at small widths, where RMSNorm's backward pass cancels,
+	// the two forms' round-off differs by an order of magnitude.
+	RMSDivide bool
 }
 
 // kernels returns the path of the tape's matrix products.

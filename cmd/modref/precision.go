@@ -57,7 +57,7 @@ func uncovered(p format.Profile) string {
 		return ""
 	}
 	return "note: the bf16 profile's emulations accumulate every product in float32 and round it to bf16; they do not cover products accumulated in bf16, " +
-		"as Debian's PyTorch 1.13 on CPU computes small bf16 matrix products (the router's x@w with one output column, products at small d): " +
-		"such a candidate can exceed these tolerances at small widths, on gradients small by cancellation, without a bug; " +
-		"judge it with its products in float32 (torch.autocast) (docs/tolerances.md, \"Products accumulated in bf16\")"
+		"as Debian's PyTorch 1.13 on CPU computes small bf16 matrix products, in pure bf16 and under CPU autocast alike (the router's x@w with one output column, products at small d): " +
+		"such a candidate can exceed these tolerances on those products' outputs (router logits, predictor logits) and on gradients small by cancellation, without a bug; " +
+		"judge it with its products accumulated in float32 (a GPU's autocast, or the products computed in float32 and rounded to bf16) (docs/tolerances.md, \"Products accumulated in bf16\")"
 }
