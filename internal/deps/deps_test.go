@@ -96,6 +96,11 @@ var allowedInTests = map[string][]string{
 	// golden's tests regenerate the corpus as gen does, with the float32
 	// tolerances mod/modcase measures (golden.Tolerancer).
 	"golden": {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp", "internal/fmacheck", "internal/benchcpu", "internal/race", "mod/modcase"},
+	// golden/fuzzcase's tests generate drawn cases as modref fuzz does
+	// (with mod/modcase's float32 tolerances) and judge a planted
+	// deviation's candidate on them (golden/diagnose, golden/judge): a
+	// shrunk reproducer must still fail.
+	"golden/fuzzcase": {"spec", "golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase", "internal/fmacheck", "internal/benchcpu", "internal/lowp", "internal/race"},
 }
 
 // TestImportRule checks every package of the module against allowed, and
