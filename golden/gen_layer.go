@@ -262,7 +262,7 @@ const maxRedrawValues = 1 << 30
 // fields.
 func drawValues(s oracle.LayerSpec) float64 {
 	tokens := float64(s.Batch) * float64(s.SeqLen)
-	return float64(s.Config.ParamCount()) + 2*tokens*float64(s.Config.Block.D) + 2*tokens
+	return float64(s.Config.ParamCount()) + float64(2*tokens*float64(s.Config.Block.D)) + float64(2*tokens)
 }
 
 // maxRedraws is how many times gen redraws a layer case of s whose draw is

@@ -124,7 +124,7 @@ func TestDecodeGenConfigRefuses(t *testing.T) {
 		{edit(func(m map[string]any) { layer(m)["heads"] = 3 }), "config.layer.d_model = 8 is not a multiple of config.layer.heads = 3"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["batch"] = 0 }), "batch = 0"},
 		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 16 }), "multiply-adds (attention scores counted)"},
-		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 20 }), "at least"},
+		{edit(func(m map[string]any) { m["config"].(map[string]any)["seq_len"] = 1 << 26 }), "at least"},
 	} {
 		_, err := DecodeGenConfig([]byte(c.raw))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

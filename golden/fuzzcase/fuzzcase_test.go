@@ -179,7 +179,7 @@ func TestFit(t *testing.T) {
 			t.Fatalf("draw %d does not fit: %v", i, err)
 		}
 	}
-	huge, _ := DecodeObject([]byte(`{"kind": "layer", "config": {"batch": 4, "seq_len": 4000, "layer": {"d_model": 512, "heads": 4, "d_ff": 2048}}}`))
+	huge, _ := DecodeObject([]byte(`{"kind": "layer", "config": {"batch": 4, "seq_len": 4000, "layer": {"d_model": 4096, "heads": 4, "d_ff": 16384}}}`))
 	if _, err := Draw(5, 0, 0, Space{MaxSeq: 4096, Base: huge}); !errors.Is(err, ErrNoDraw) || !strings.Contains(err.Error(), "too large") {
 		t.Errorf("a base pinning sizes beyond the bound: %v, want ErrNoDraw naming the bound", err)
 	}
