@@ -261,7 +261,7 @@ const maxRedrawValues = 1 << 30
 // parameters, the input and upstream gradient, and the noise or jitter
 // fields.
 func drawValues(s oracle.LayerSpec) float64 {
-	tokens := float64(s.Batch) * float64(s.SeqLen)
+	tokens := float64(float64(s.Batch) * float64(s.SeqLen))
 	return float64(s.Config.ParamCount()) + float64(2*tokens*float64(s.Config.Block.D)) + float64(2*tokens)
 }
 

@@ -83,8 +83,8 @@ func gatheredWork(m *Manifest, k float64) float64 {
 		mult = 3
 	}
 	rows := float64(cfg.Batch)
-	perToken := 2*d*d + 2*d*dkv + 2*k*d + scoreCost*h*k + mult*d*dff
-	return rows*float64(cfg.SeqLen)*4*d + rows*k*perToken
+	perToken := float64(2*d*d) + float64(2*d*dkv) + float64(2*k*d) + float64(scoreCost*h*k) + float64(mult*d*dff)
+	return float64(rows*float64(cfg.SeqLen)*4*d) + float64(rows*k*perToken)
 }
 
 // scoreWork is the scoreCost·h·S per token and layer of RecomputeWork:
@@ -332,7 +332,7 @@ func GenMemory(m *Manifest) (fixed, perEmulation float64) {
 	tokens := float64(cfg.Batch) * float64(cfg.SeqLen)
 	if m.Kind == KindLayer {
 		fixed = 64<<20 + float64(8*values*streamedCopies)
-		perEmulation = 8*(certain/2+stateWidths*tokens*float64(cfg.Layer.Block.D)) + tokenBytes*tokens
+		perEmulation = float64(8*(float64(certain/2)+float64(stateWidths*tokens*float64(cfg.Layer.Block.D)))) + float64(tokenBytes*tokens)
 		return fixed, perEmulation
 	}
 	layers := 1.0
