@@ -53,10 +53,11 @@ func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	return emulateFamily(c, p, false)
 }
 
-// PortableFamily is EmulateFamily with every member's products on the Go
-// loops (autograd.Rounding.Portable): the same bits on every machine and
-// kernel path, at a cost in speed (docs/tolerances.md, "The golden
-// corpus"), for the tolerances a generated case carries.
+// PortableFamily is EmulateFamily with every member's products with the
+// bits of the Go loops (autograd.Rounding.Portable; SIMD kernels that
+// multiply and then add on amd64): the same bits on every machine and
+// kernel path (docs/tolerances.md, "The golden corpus"), for the
+// tolerances a generated case carries.
 func PortableFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	return emulateFamily(c, p, true)
 }
