@@ -357,15 +357,22 @@ func decodeData(r io.Reader, a *Array, item int) error {
 		if _, err := io.ReadFull(r, b); err != nil {
 			return memberError(err)
 		}
-		for j := 0; j < m; j++ {
-			switch a.DType {
-			case "<f8":
+		// One loop per type, the type's switch outside it.
+		switch a.DType {
+		case "<f8":
+			for j := range a.F[k : k+m] {
 				a.F[k+j] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*j:]))
-			case "<f4":
+			}
+		case "<f4":
+			for j := range a.F[k : k+m] {
 				a.F[k+j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:])))
-			case "<i8":
+			}
+		case "<i8":
+			for j := range a.I[k : k+m] {
 				a.I[k+j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
-			case "<i4":
+			}
+		case "<i4":
+			for j := range a.I[k : k+m] {
 				a.I[k+j] = int64(int32(binary.LittleEndian.Uint32(b[4*j:])))
 			}
 		}
