@@ -26,6 +26,15 @@ func fillSpecial(rng *rand.Rand, x []float32) {
 	}
 }
 
+// specialOperands returns operands a (m×k values) and b (k×n) filled by
+// fillSpecial.
+func specialOperands(rng *rand.Rand, m, k, n int) (a, b []float32) {
+	a, b = make([]float32, m*k), make([]float32, k*n)
+	fillSpecial(rng, a)
+	fillSpecial(rng, b)
+	return a, b
+}
+
 // portableShapes are the shapes TestPortableIsGoLoops compares: rows, steps
 // and columns on both sides of every register block's edge on every path
 // (mr = 4, 6, 12; widths 1-4, 8, 16, 32), of the main loop's unrolling (4),
@@ -54,9 +63,7 @@ func TestPortableIsGoLoops(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for _, sh := range portableShapes {
 		m, k, n := sh[0], sh[1], sh[2]
-		a, b := make([]float32, m*k), make([]float32, k*n)
-		fillSpecial(rng, a)
-		fillSpecial(rng, b)
+		a, b := specialOperands(rng, m, k, n)
 		for _, kn := range kernels {
 			want := make([]float32, m*n)
 			run(kn.o, goPath, want, a, b, m, k, n)
@@ -96,9 +103,7 @@ func TestPortableChains(t *testing.T) {
 	const m, k, n = 14, kc + 61, 37
 	rng := rand.New(rand.NewPCG(43, 44))
 	for _, kn := range kernels {
-		a, b := make([]float32, m*k), make([]float32, k*n)
-		fillSpecial(rng, a)
-		fillSpecial(rng, b)
+		a, b := specialOperands(rng, m, k, n)
 		for _, pt := range portables {
 			c := make([]float32, m*n)
 			run(kn.o, pt, c, a, b, m, k, n)
