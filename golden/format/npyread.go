@@ -72,7 +72,7 @@ type readPlan struct {
 	refuseOthers bool
 	// what names the other side in messages ("the manifest", "the case").
 	what string
-	// unkept are arrays of arrays checked as the others (header, dtype,
+	// unkept names the arrays checked as the others are (header, dtype,
 	// shape, length, CRC-32, and every float value finite) but not kept:
 	// decoded a chunk at a time into a fixed buffer, and returned with
 	// their shape and dtype and no values.
@@ -168,8 +168,8 @@ func skipMember(zf *zip.File) error {
 // against the member's. archive/zip does too, but skips the check when the
 // stored CRC-32 is 0, which numpy (Python's zipfile) reports as a bad CRC
 // for any non-empty member: crcReader computes it only then, and leaves
-// any other member's check to archive/zip (computing it twice took 8 % of
-// `modref check` at production shapes).
+// any other member's check to archive/zip (the CRC-32, computed by both,
+// took 8 % of `modref check` at production shapes).
 type crcReader struct {
 	rc  io.ReadCloser
 	zf  *zip.File
@@ -342,19 +342,18 @@ func readMember(zf *zip.File, maxElems int, plan *readPlan, keep bool) (*Array, 
 			h.shape, h.descr, n*item, int64(zf.UncompressedSize64)-int64(prefix+hlen))
 	}
 	a := &Array{Shape: h.shape, DType: h.descr}
-	if !keep {
-		if err := checkFinite(rc, a, int(n), int(item)); err != nil {
-			return nil, err
-		}
-	} else {
-		if h.descr[1] == 'f' {
-			a.F = make([]float64, n)
-		} else {
-			a.I = make([]int64, n)
-		}
-		if err := decodeData(rc, a, int(item)); err != nil {
-			return nil, err
-		}
+	switch {
+	case !keep:
+		err = checkFinite(rc, a, int(n), int(item))
+	case h.descr[1] == 'f':
+		a.F = make([]float64, n)
+		err = decodeData(rc, a, int(item))
+	default:
+		a.I = make([]int64, n)
+		err = decodeData(rc, a, int(item))
+	}
+	if err != nil {
+		return nil, err
 	}
 	// Reading to the end makes archive/zip check the length and CRC-32.
 	if _, err := io.Copy(io.Discard, rc); err != nil {
