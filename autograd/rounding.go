@@ -38,12 +38,13 @@ type Rounding struct {
 	// losses' sums in float32 by pairwise summation (as PyTorch's cascade
 	// sums on a CPU and tree reductions on a GPU), instead of in float64.
 	Stats Stats
-	// Portable computes every matrix product and attention's products on
-	// the Go loops (two roundings per step, no fused multiply-add) on
+	// Portable computes every matrix product and attention's products
+	// with the bits of the Go loops (two roundings per step, no fused
+	// multiply-add; on amd64, SIMD kernels that multiply and then add) on
 	// every CPU instead of the fastest kernels this machine has, whose
-	// bits differ between kernel paths (AVX-512 and AVX2 against the Go
-	// loops of other architectures): the tape's results are then the same
-	// bits on every machine. The precision profiles' families use it for
+	// bits differ between kernel paths (AVX-512 and AVX2 FMA against the
+	// Go loops of other architectures): the tape's results are then the
+	// same bits on every machine. The precision profiles' families use it for
 	// the tolerances generated cases carry (docs/tolerances.md).
 	Portable bool
 	// RMSDivide computes RMSNorm as PyTorch code commonly writes it out,

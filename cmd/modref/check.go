@@ -124,7 +124,7 @@ flags:
 	var results []*judge.CaseResult
 	var bad []error
 	for _, name := range names {
-		c, err := corpus().Load(name)
+		c, partial, err := loadForCheck(corpus(), name, *candidate != "", profile)
 		if err != nil {
 			return err
 		}
@@ -144,7 +144,16 @@ flags:
 		if err == nil {
 			r, err = judge.Compare(c, cand, *allowMissing)
 			if err == nil && !r.Pass {
-				r, err = judge.JudgeFlips(c, cand, r, *allowMissing)
+				// Judging at the candidate's decisions recomputes the
+				// case: it needs what LoadJudged left out (partial only
+				// under the manifest's own tolerances, which Load gives
+				// again).
+				if partial {
+					c, err = corpus().Load(name)
+				}
+				if err == nil {
+					r, err = judge.JudgeFlips(c, cand, r, *allowMissing)
+				}
 			}
 			if err != nil {
 				err = fmt.Errorf("%s (case %s): %w", path, name, err)
@@ -182,6 +191,23 @@ flags:
 		}
 	}
 	return nil
+}
+
+// loadForCheck loads case name for check: only what judge.Compare reads
+// (Corpus.LoadJudged; partial) when a candidate's file is judged under the
+// manifest's tolerances, and the whole case when modref's own
+// implementation computes it (candidate false) or a precision profile's
+// family emulates it (profile, or the manifest's precision).
+func loadForCheck(corpus format.Corpus, name string, candidate bool, profile format.Profile) (c *format.Case, partial bool, err error) {
+	if !candidate || !profile.IsZero() {
+		c, err = corpus.Load(name)
+		return c, false, err
+	}
+	if c, err = corpus.LoadJudged(name); err != nil || c.Manifest.Precision == "" {
+		return c, true, err
+	}
+	c, err = corpus.Load(name)
+	return c, false, err
 }
 
 // selfName is what the table and JSON call modref's own implementation.

@@ -65,14 +65,16 @@ var ErrManifestArrays = errors.New("the manifest's configuration disagrees with 
 func (c *Case) checkSizes() error {
 	cfg := c.Manifest.Config
 	for _, info := range c.Manifest.Arrays {
-		a := c.Arrays[info.Name]
+		// The shape is the manifest's, which Load checked the array's is;
+		// an array LoadJudged left out has no values to check.
+		a, shape := c.Arrays[info.Name], info.Shape
 		name := info.Name
-		if len(a.Shape) < 2 || strings.HasPrefix(name, "param.") || strings.Contains(name, "grad.param.") {
+		if len(shape) < 2 || strings.HasPrefix(name, "param.") || strings.Contains(name, "grad.param.") {
 			continue
 		}
 		if strings.HasSuffix(name, "selected") {
-			if a.Shape[0] != cfg.Batch || a.Shape[1] > cfg.SeqLen {
-				return fmt.Errorf("%w: array %q has shape %v, want %d×k with k ≤ seq_len %d", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+			if shape[0] != cfg.Batch || shape[1] > cfg.SeqLen {
+				return fmt.Errorf("%w: array %q has shape %v, want %d×k with k ≤ seq_len %d", ErrManifestArrays, name, shape, cfg.Batch, cfg.SeqLen)
 			}
 			if err := checkRange(a, name, -1, int64(cfg.SeqLen)-1); err != nil {
 				return err
@@ -80,16 +82,16 @@ func (c *Case) checkSizes() error {
 			continue
 		}
 		if strings.HasSuffix(name, "expert_choice") {
-			if len(a.Shape) != 3 || a.Shape[0] != cfg.Batch || a.Shape[2] > cfg.SeqLen {
-				return fmt.Errorf("%w: array %q has shape %v, want %d×E′×k_e with k_e ≤ seq_len %d", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+			if len(shape) != 3 || shape[0] != cfg.Batch || shape[2] > cfg.SeqLen {
+				return fmt.Errorf("%w: array %q has shape %v, want %d×E′×k_e with k_e ≤ seq_len %d", ErrManifestArrays, name, shape, cfg.Batch, cfg.SeqLen)
 			}
 			if err := checkRange(a, name, 0, int64(cfg.SeqLen)-1); err != nil {
 				return err
 			}
 			continue
 		}
-		if a.Shape[0] != cfg.Batch || a.Shape[1] != cfg.SeqLen {
-			return fmt.Errorf("%w: array %q has shape %v, want batch %d × seq_len %d first", ErrManifestArrays, name, a.Shape, cfg.Batch, cfg.SeqLen)
+		if shape[0] != cfg.Batch || shape[1] != cfg.SeqLen {
+			return fmt.Errorf("%w: array %q has shape %v, want batch %d × seq_len %d first", ErrManifestArrays, name, shape, cfg.Batch, cfg.SeqLen)
 		}
 	}
 	if a, ok := c.Arrays["input.valid"]; ok {

@@ -164,7 +164,20 @@ func (c Corpus) unknown(name string) error {
 // declared size is checked, the configuration's parameters exactly those
 // its param.* arrays hold and its recomputation within MaxRecomputeWork
 // (docs/golden-format.md).
-func (c Corpus) Load(name string) (*Case, error) {
+func (c Corpus) Load(name string) (*Case, error) { return c.load(name, false) }
+
+// LoadJudged is Load keeping only what judge.Compare reads: the expected
+// arrays and the integer arrays (valid lengths, token ids, targets). The
+// float inputs, parameters and upstream gradients are checked as Load
+// checks them, every value finite included, a chunk at a time, and left
+// out of the case's Arrays: for `modref check` of a candidate, whose
+// verdict needs none of them, in a third less memory at production shapes
+// (docs/performance.md). Whatever recomputes the case (judge.JudgeFlips,
+// a precision profile's family, diagnose) needs Load.
+func (c Corpus) LoadJudged(name string) (*Case, error) { return c.load(name, true) }
+
+// load is Load, keeping only the arrays LoadJudged keeps when judgedOnly.
+func (c Corpus) load(name string, judgedOnly bool) (*Case, error) {
 	m, err := c.Manifest(name)
 	if err != nil {
 		return nil, err
@@ -176,6 +189,14 @@ func (c Corpus) Load(name string) (*Case, error) {
 		return nil, fmt.Errorf("%s: %w", c.path(mfile), err)
 	}
 	plan := &readPlan{arrays: counts, refuseOthers: true, what: mfile}
+	if judgedOnly {
+		plan.unkept = map[string]bool{}
+		for _, info := range m.Arrays {
+			if info.Role != RoleExpected && info.DType != "<i8" {
+				plan.unkept[info.Name] = true
+			}
+		}
+	}
 	arrays, err := c.readNPZ(afile, plan)
 	if err != nil {
 		return nil, err
@@ -199,6 +220,9 @@ func (c Corpus) Load(name string) (*Case, error) {
 		if !listed[n] {
 			return nil, fmt.Errorf("%s: array %q is not listed in %s", apath, n, mfile)
 		}
+	}
+	for n := range plan.unkept {
+		delete(arrays, n) // checked above, without values
 	}
 	cs := &Case{Manifest: m, Arrays: arrays}
 	if err := cs.checkSizes(); err != nil {

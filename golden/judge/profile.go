@@ -2,6 +2,7 @@ package judge
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -71,22 +72,56 @@ func Tolerances(p format.Profile, c *format.Case, family ...map[string]*format.A
 	if p.IsZero() {
 		return c, nil, nil
 	}
-	if len(family) == 0 {
+	var fe FamilyErrors
+	for _, baseline := range family {
+		if err := fe.Add(p, c, baseline); err != nil {
+			return nil, nil, err
+		}
+	}
+	return fe.Tolerances(p, c)
+}
+
+// FamilyErrors is a family's largest error on each expected float array
+// of a case over the members added so far: the reduction Tolerances
+// makes, for a family computed a member at a time whose members' arrays
+// need not be held together. The zero value has no member.
+type FamilyErrors struct {
+	members int
+	// errs is the largest error of each array, by candidate name.
+	errs map[string]float64
+}
+
+// Add measures one emulated implementation's arrays (baseline, under
+// candidate names) on c under profile p and keeps, for each array, the
+// larger of its error and the errors added before.
+func (fe *FamilyErrors) Add(p format.Profile, c *format.Case, baseline map[string]*format.Array) error {
+	e, err := memberErrors(p, c, baseline)
+	if err != nil {
+		return err
+	}
+	if fe.errs == nil {
+		fe.errs = map[string]float64{}
+	}
+	for name, v := range e {
+		fe.errs[name] = math.Max(fe.errs[name], v)
+	}
+	fe.members++
+	return nil
+}
+
+// Tolerances is Tolerances of the family whose errors fe holds: a copy of
+// c judged under profile p.
+func (fe *FamilyErrors) Tolerances(p format.Profile, c *format.Case) (*format.Case, *ProfileReport, error) {
+	if p.IsZero() {
+		return c, nil, nil
+	}
+	if fe.members == 0 {
 		return nil, nil, fmt.Errorf("precision %s: no emulated implementation to measure", p.Name)
 	}
 	m := *c.Manifest
 	m.Arrays = slices.Clone(m.Arrays)
 	var out []BaselineError
-	errs := map[string]float64{}
-	for _, baseline := range family {
-		e, err := memberErrors(p, c, baseline)
-		if err != nil {
-			return nil, nil, err
-		}
-		for name, v := range e {
-			errs[name] = math.Max(errs[name], v)
-		}
-	}
+	errs := maps.Clone(fe.errs) // not nil: a member was added
 	if e, ok := errs["decode_logits"]; ok {
 		errs["decode_logits"] = math.Max(e, errs["logits"])
 	}

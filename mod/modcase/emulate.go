@@ -53,27 +53,48 @@ func EmulateFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	return emulateFamily(c, p, false)
 }
 
-// PortableFamily is EmulateFamily with every member's products on the Go
-// loops (autograd.Rounding.Portable): the same bits on every machine and
-// kernel path, at a cost in speed (docs/tolerances.md, "The golden
-// corpus"), for the tolerances a generated case carries.
+// PortableFamily is EmulateFamily with every member's products with the
+// bits of the Go loops (autograd.Rounding.Portable; SIMD kernels that
+// multiply and then add on amd64): the same bits on every machine and
+// kernel path (docs/tolerances.md, "The golden corpus"), for the
+// tolerances a generated case carries.
 func PortableFamily(c *format.Case, p format.Profile) ([]Member, error) {
 	return emulateFamily(c, p, true)
 }
 
-// emulateFamily is EmulateFamily, with the products on the Go loops when
-// portable is set.
+// emulateFamily is EmulateFamily, with the products on the Go loops' bits
+// when portable is set.
 func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, error) {
 	if p.Name == "float64" {
 		return float64Family(c, portable)
 	}
+	var fam []Member
+	err := eachMember(c, p, portable, func(m Member) error {
+		fam = append(fam, m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fam, nil
+}
+
+// eachMember computes the members of the family of a profile p other
+// than float64 (EmulateFamily) one after the other, in EmulateFamily's
+// order, and hands each to f as it is computed, so that a caller that
+// reduces a member to what it needs holds one member's arrays at a time;
+// an error from f stops it. The products run on the Go loops' bits when
+// portable is set.
+func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) error) error {
 	em := emulationOf(p)
 	em.rnd.Portable = portable
 	base, err := emulate(c, p, em)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	fam := []Member{{Name: p.Name, Arrays: base}}
+	if err := f(Member{Name: p.Name, Arrays: base}); err != nil {
+		return err
+	}
 	stats := []autograd.Stats{autograd.StatsTwoPass32}
 	if hasLayerNorm(c.Manifest.Config) {
 		stats = append(stats, autograd.StatsOnePass32)
@@ -93,20 +114,24 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 		}
 		got, err := emulate(c, p, em)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		fam = append(fam, Member{Name: name, Arrays: got})
+		if err := f(Member{Name: name, Arrays: got}); err != nil {
+			return err
+		}
 	}
 	for k := range randomRoundingDraws {
 		rr := randomRounding(p, randomRoundingSeed+uint64(k))
 		rr.rnd.Portable = portable
 		got, err := emulate(c, p, rr)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		fam = append(fam, Member{Name: fmt.Sprintf("%s with random rounding (Monte Carlo arithmetic), draw %d of %d", p.Name, k+1, randomRoundingDraws), Arrays: got})
+		if err := f(Member{Name: fmt.Sprintf("%s with random rounding (Monte Carlo arithmetic), draw %d of %d", p.Name, k+1, randomRoundingDraws), Arrays: got}); err != nil {
+			return err
+		}
 	}
-	return fam, nil
+	return nil
 }
 
 // randomRoundingSeed seeds the first random rounding member and the

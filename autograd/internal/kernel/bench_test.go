@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/viterin/vek/vek32"
@@ -56,11 +57,13 @@ func benchMatMul(b *testing.B, s benchShape, f func(c, x, y []float32)) {
 }
 
 // BenchmarkMatMul times the three products on every path this machine can
-// run (named path/op/shape; the default path is the first), and vek's
-// kernel beside them. Run it with GOMAXPROCS=1 for per-core figures.
+// run (named path/op/shape; the default path is the first), the SIMD paths
+// of Path Portable after them, and vek's kernel beside them. Run it with
+// GOMAXPROCS=1 for per-core figures.
 func BenchmarkMatMul(b *testing.B) {
+	all := append(slices.Clone(paths), portables[:len(portables)-1]...)
 	for _, s := range benchShapes() {
-		for _, pt := range paths {
+		for _, pt := range all {
 			for _, kn := range kernels {
 				b.Run(pt.name+"/"+kn.name+"/"+s.String(), func(b *testing.B) {
 					onPath(pt, func() {

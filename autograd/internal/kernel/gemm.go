@@ -65,6 +65,12 @@ var (
 	paths = available()
 	// active is the path the kernels run on: the fastest. Tests switch it.
 	active = paths[0]
+	// portables lists the paths this machine can run whose products have
+	// the Go loops' bits (two roundings per step), fastest first; the last
+	// is goPath.
+	portables = availablePortable()
+	// portable is the path of Path Portable: the fastest of portables.
+	portable = portables[0]
 )
 
 // Cache blocking, for an AMD Zen 4 core (32 KiB L1d, 1 MiB L2, 32 MiB L3

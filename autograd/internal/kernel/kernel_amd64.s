@@ -15620,6 +15620,6597 @@ store:
 	VZEROUPPER
 	RET
 
+// func gemmAVX512MulAdd_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_1x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z1
+	VMULPS.BCST (CX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	VMOVUPS     64(DX), Z1
+	VMULPS.BCST 4(CX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	VMOVUPS     128(DX), Z1
+	VMULPS.BCST 8(CX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	VMOVUPS     192(DX), Z1
+	VMULPS.BCST 12(CX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z1
+	VMULPS.BCST (CX), Z1, Z1
+	VADDPS      Z1, Z0, Z0
+	ADDQ        $0x00000004, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_1x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_1x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 124(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Z0
+	VMOVUPS    64(SI), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z2
+	VMOVUPS     64(DX), Z3
+	VMULPS.BCST (CX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST (CX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     128(DX), Z2
+	VMOVUPS     192(DX), Z3
+	VMULPS.BCST 4(CX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST 4(CX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     256(DX), Z2
+	VMOVUPS     320(DX), Z3
+	VMULPS.BCST 8(CX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST 8(CX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     384(DX), Z2
+	VMOVUPS     448(DX), Z3
+	VMULPS.BCST 12(CX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST 12(CX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z2
+	VMOVUPS     64(DX), Z3
+	VMULPS.BCST (CX), Z2, Z2
+	VADDPS      Z2, Z0, Z0
+	VMULPS.BCST (CX), Z3, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x00000004, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_2x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z2
+	VMULPS.BCST (CX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST 4(CX), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     64(DX), Z2
+	VMULPS.BCST 8(CX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST 12(CX), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     128(DX), Z2
+	VMULPS.BCST 16(CX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST 20(CX), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	VMOVUPS     192(DX), Z2
+	VMULPS.BCST 24(CX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST 28(CX), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z2
+	VMULPS.BCST (CX), Z2, Z3
+	VADDPS      Z3, Z0, Z0
+	VMULPS.BCST 4(CX), Z2, Z2
+	VADDPS      Z2, Z1, Z1
+	ADDQ        $0x00000008, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_2x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_2x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z4
+	VMOVUPS     64(DX), Z5
+	VMULPS.BCST (CX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST (CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 4(CX), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST 4(CX), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     128(DX), Z4
+	VMOVUPS     192(DX), Z5
+	VMULPS.BCST 8(CX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 8(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 12(CX), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST 12(CX), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     256(DX), Z4
+	VMOVUPS     320(DX), Z5
+	VMULPS.BCST 16(CX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 16(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 20(CX), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST 20(CX), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     384(DX), Z4
+	VMOVUPS     448(DX), Z5
+	VMULPS.BCST 24(CX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 24(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 28(CX), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST 28(CX), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z4
+	VMOVUPS     64(DX), Z5
+	VMULPS.BCST (CX), Z4, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST (CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 4(CX), Z4, Z4
+	VADDPS      Z4, Z2, Z2
+	VMULPS.BCST 4(CX), Z5, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x00000008, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_3x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z3
+	VMULPS.BCST (CX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST 4(CX), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST 8(CX), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     64(DX), Z3
+	VMULPS.BCST 12(CX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST 16(CX), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST 20(CX), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     128(DX), Z3
+	VMULPS.BCST 24(CX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST 28(CX), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST 32(CX), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	VMOVUPS     192(DX), Z3
+	VMULPS.BCST 36(CX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST 40(CX), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST 44(CX), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	ADDQ        $0x00000030, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z3
+	VMULPS.BCST (CX), Z3, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST 4(CX), Z3, Z4
+	VADDPS      Z4, Z1, Z1
+	VMULPS.BCST 8(CX), Z3, Z3
+	VADDPS      Z3, Z2, Z2
+	ADDQ        $0x0000000c, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_3x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_3x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z6
+	VMOVUPS     64(DX), Z7
+	VMULPS.BCST (CX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST (CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 4(CX), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 4(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 8(CX), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST 8(CX), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     128(DX), Z6
+	VMOVUPS     192(DX), Z7
+	VMULPS.BCST 12(CX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 12(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 16(CX), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 16(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 20(CX), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST 20(CX), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     256(DX), Z6
+	VMOVUPS     320(DX), Z7
+	VMULPS.BCST 24(CX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 24(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 28(CX), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 28(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 32(CX), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST 32(CX), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     384(DX), Z6
+	VMOVUPS     448(DX), Z7
+	VMULPS.BCST 36(CX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 36(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 40(CX), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 40(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 44(CX), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST 44(CX), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x00000030, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z6
+	VMOVUPS     64(DX), Z7
+	VMULPS.BCST (CX), Z6, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST (CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 4(CX), Z6, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 4(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 8(CX), Z6, Z6
+	VADDPS      Z6, Z4, Z4
+	VMULPS.BCST 8(CX), Z7, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x0000000c, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_4x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z4
+	VMULPS.BCST (CX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST 4(CX), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST 8(CX), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST 12(CX), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     64(DX), Z4
+	VMULPS.BCST 16(CX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST 20(CX), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST 24(CX), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST 28(CX), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     128(DX), Z4
+	VMULPS.BCST 32(CX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST 36(CX), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST 40(CX), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST 44(CX), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	VMOVUPS     192(DX), Z4
+	VMULPS.BCST 48(CX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST 52(CX), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST 56(CX), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST 60(CX), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z4
+	VMULPS.BCST (CX), Z4, Z5
+	VADDPS      Z5, Z0, Z0
+	VMULPS.BCST 4(CX), Z4, Z5
+	VADDPS      Z5, Z1, Z1
+	VMULPS.BCST 8(CX), Z4, Z5
+	VADDPS      Z5, Z2, Z2
+	VMULPS.BCST 12(CX), Z4, Z4
+	VADDPS      Z4, Z3, Z3
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_4x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_4x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z8
+	VMOVUPS     64(DX), Z9
+	VMULPS.BCST (CX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST (CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 4(CX), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 4(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 8(CX), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 8(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 12(CX), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST 12(CX), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     128(DX), Z8
+	VMOVUPS     192(DX), Z9
+	VMULPS.BCST 16(CX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 16(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 20(CX), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 20(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 24(CX), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 24(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 28(CX), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST 28(CX), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     256(DX), Z8
+	VMOVUPS     320(DX), Z9
+	VMULPS.BCST 32(CX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 32(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 36(CX), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 36(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 40(CX), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 40(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 44(CX), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST 44(CX), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     384(DX), Z8
+	VMOVUPS     448(DX), Z9
+	VMULPS.BCST 48(CX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 48(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 52(CX), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 52(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 56(CX), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 56(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 60(CX), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST 60(CX), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z8
+	VMOVUPS     64(DX), Z9
+	VMULPS.BCST (CX), Z8, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST (CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 4(CX), Z8, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 4(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 8(CX), Z8, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 8(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 12(CX), Z8, Z8
+	VADDPS      Z8, Z6, Z6
+	VMULPS.BCST 12(CX), Z9, Z8
+	VADDPS      Z8, Z7, Z7
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_5x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z5
+	VMULPS.BCST (CX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 4(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 8(CX), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST 12(CX), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST 16(CX), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	VMOVUPS     64(DX), Z5
+	VMULPS.BCST 20(CX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 24(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 28(CX), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST 32(CX), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST 36(CX), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	VMOVUPS     128(DX), Z5
+	VMULPS.BCST 40(CX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 44(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 48(CX), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST 52(CX), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST 56(CX), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	VMOVUPS     192(DX), Z5
+	VMULPS.BCST 60(CX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 64(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 68(CX), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST 72(CX), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST 76(CX), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	ADDQ        $0x00000050, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z5
+	VMULPS.BCST (CX), Z5, Z6
+	VADDPS      Z6, Z0, Z0
+	VMULPS.BCST 4(CX), Z5, Z6
+	VADDPS      Z6, Z1, Z1
+	VMULPS.BCST 8(CX), Z5, Z6
+	VADDPS      Z6, Z2, Z2
+	VMULPS.BCST 12(CX), Z5, Z6
+	VADDPS      Z6, Z3, Z3
+	VMULPS.BCST 16(CX), Z5, Z5
+	VADDPS      Z5, Z4, Z4
+	ADDQ        $0x00000014, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_5x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_5x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z10
+	VMOVUPS     64(DX), Z11
+	VMULPS.BCST (CX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST (CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 4(CX), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 4(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 8(CX), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 8(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 12(CX), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 12(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 16(CX), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST 16(CX), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     128(DX), Z10
+	VMOVUPS     192(DX), Z11
+	VMULPS.BCST 20(CX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 20(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 24(CX), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 24(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 28(CX), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 28(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 32(CX), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 32(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 36(CX), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST 36(CX), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     256(DX), Z10
+	VMOVUPS     320(DX), Z11
+	VMULPS.BCST 40(CX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 40(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 44(CX), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 44(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 48(CX), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 48(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 52(CX), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 52(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 56(CX), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST 56(CX), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     384(DX), Z10
+	VMOVUPS     448(DX), Z11
+	VMULPS.BCST 60(CX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 60(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 64(CX), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 64(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 68(CX), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 68(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 72(CX), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 72(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 76(CX), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST 76(CX), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	ADDQ        $0x00000050, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z10
+	VMOVUPS     64(DX), Z11
+	VMULPS.BCST (CX), Z10, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST (CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 4(CX), Z10, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 4(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 8(CX), Z10, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 8(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 12(CX), Z10, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 12(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 16(CX), Z10, Z10
+	VADDPS      Z10, Z8, Z8
+	VMULPS.BCST 16(CX), Z11, Z10
+	VADDPS      Z10, Z9, Z9
+	ADDQ        $0x00000014, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_6x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z6
+	VMULPS.BCST (CX), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST 4(CX), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST 8(CX), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST 12(CX), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST 16(CX), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST 20(CX), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     64(DX), Z6
+	VMULPS.BCST 24(CX), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST 28(CX), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST 32(CX), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST 36(CX), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST 40(CX), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST 44(CX), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     128(DX), Z6
+	VMULPS.BCST 48(CX), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST 52(CX), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST 56(CX), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST 60(CX), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST 64(CX), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST 68(CX), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	VMOVUPS     192(DX), Z6
+	VMULPS.BCST 72(CX), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST 76(CX), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST 80(CX), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST 84(CX), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST 88(CX), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST 92(CX), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x00000060, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z6
+	VMULPS.BCST (CX), Z6, Z7
+	VADDPS      Z7, Z0, Z0
+	VMULPS.BCST 4(CX), Z6, Z7
+	VADDPS      Z7, Z1, Z1
+	VMULPS.BCST 8(CX), Z6, Z7
+	VADDPS      Z7, Z2, Z2
+	VMULPS.BCST 12(CX), Z6, Z7
+	VADDPS      Z7, Z3, Z3
+	VMULPS.BCST 16(CX), Z6, Z7
+	VADDPS      Z7, Z4, Z4
+	VMULPS.BCST 20(CX), Z6, Z6
+	VADDPS      Z6, Z5, Z5
+	ADDQ        $0x00000018, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_6x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_6x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z12
+	VMOVUPS     64(DX), Z13
+	VMULPS.BCST (CX), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST (CX), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST 4(CX), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST 4(CX), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST 8(CX), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST 8(CX), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST 12(CX), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST 12(CX), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST 16(CX), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST 16(CX), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST 20(CX), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST 20(CX), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     128(DX), Z12
+	VMOVUPS     192(DX), Z13
+	VMULPS.BCST 24(CX), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST 24(CX), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST 28(CX), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST 28(CX), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST 32(CX), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST 32(CX), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST 36(CX), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST 36(CX), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST 40(CX), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST 40(CX), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST 44(CX), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST 44(CX), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     256(DX), Z12
+	VMOVUPS     320(DX), Z13
+	VMULPS.BCST 48(CX), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST 48(CX), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST 52(CX), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST 52(CX), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST 56(CX), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST 56(CX), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST 60(CX), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST 60(CX), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST 64(CX), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST 64(CX), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST 68(CX), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST 68(CX), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     384(DX), Z12
+	VMOVUPS     448(DX), Z13
+	VMULPS.BCST 72(CX), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST 72(CX), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST 76(CX), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST 76(CX), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST 80(CX), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST 80(CX), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST 84(CX), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST 84(CX), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST 88(CX), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST 88(CX), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST 92(CX), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST 92(CX), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	ADDQ        $0x00000060, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z12
+	VMOVUPS     64(DX), Z13
+	VMULPS.BCST (CX), Z12, Z14
+	VADDPS      Z14, Z0, Z0
+	VMULPS.BCST (CX), Z13, Z14
+	VADDPS      Z14, Z1, Z1
+	VMULPS.BCST 4(CX), Z12, Z14
+	VADDPS      Z14, Z2, Z2
+	VMULPS.BCST 4(CX), Z13, Z14
+	VADDPS      Z14, Z3, Z3
+	VMULPS.BCST 8(CX), Z12, Z14
+	VADDPS      Z14, Z4, Z4
+	VMULPS.BCST 8(CX), Z13, Z14
+	VADDPS      Z14, Z5, Z5
+	VMULPS.BCST 12(CX), Z12, Z14
+	VADDPS      Z14, Z6, Z6
+	VMULPS.BCST 12(CX), Z13, Z14
+	VADDPS      Z14, Z7, Z7
+	VMULPS.BCST 16(CX), Z12, Z14
+	VADDPS      Z14, Z8, Z8
+	VMULPS.BCST 16(CX), Z13, Z14
+	VADDPS      Z14, Z9, Z9
+	VMULPS.BCST 20(CX), Z12, Z12
+	VADDPS      Z12, Z10, Z10
+	VMULPS.BCST 20(CX), Z13, Z12
+	VADDPS      Z12, Z11, Z11
+	ADDQ        $0x00000018, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_7x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_7x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z7
+	VMULPS.BCST (CX), Z7, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 4(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 8(CX), Z7, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 12(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 16(CX), Z7, Z8
+	VADDPS      Z8, Z4, Z4
+	VMULPS.BCST 20(CX), Z7, Z8
+	VADDPS      Z8, Z5, Z5
+	VMULPS.BCST 24(CX), Z7, Z7
+	VADDPS      Z7, Z6, Z6
+	VMOVUPS     64(DX), Z7
+	VMULPS.BCST 28(CX), Z7, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 32(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 36(CX), Z7, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 40(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 44(CX), Z7, Z8
+	VADDPS      Z8, Z4, Z4
+	VMULPS.BCST 48(CX), Z7, Z8
+	VADDPS      Z8, Z5, Z5
+	VMULPS.BCST 52(CX), Z7, Z7
+	VADDPS      Z7, Z6, Z6
+	VMOVUPS     128(DX), Z7
+	VMULPS.BCST 56(CX), Z7, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 60(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 64(CX), Z7, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 68(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 72(CX), Z7, Z8
+	VADDPS      Z8, Z4, Z4
+	VMULPS.BCST 76(CX), Z7, Z8
+	VADDPS      Z8, Z5, Z5
+	VMULPS.BCST 80(CX), Z7, Z7
+	VADDPS      Z7, Z6, Z6
+	VMOVUPS     192(DX), Z7
+	VMULPS.BCST 84(CX), Z7, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 88(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 92(CX), Z7, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 96(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 100(CX), Z7, Z8
+	VADDPS      Z8, Z4, Z4
+	VMULPS.BCST 104(CX), Z7, Z8
+	VADDPS      Z8, Z5, Z5
+	VMULPS.BCST 108(CX), Z7, Z7
+	VADDPS      Z7, Z6, Z6
+	ADDQ        $0x00000070, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z7
+	VMULPS.BCST (CX), Z7, Z8
+	VADDPS      Z8, Z0, Z0
+	VMULPS.BCST 4(CX), Z7, Z8
+	VADDPS      Z8, Z1, Z1
+	VMULPS.BCST 8(CX), Z7, Z8
+	VADDPS      Z8, Z2, Z2
+	VMULPS.BCST 12(CX), Z7, Z8
+	VADDPS      Z8, Z3, Z3
+	VMULPS.BCST 16(CX), Z7, Z8
+	VADDPS      Z8, Z4, Z4
+	VMULPS.BCST 20(CX), Z7, Z8
+	VADDPS      Z8, Z5, Z5
+	VMULPS.BCST 24(CX), Z7, Z7
+	VADDPS      Z7, Z6, Z6
+	ADDQ        $0x0000001c, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_7x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_7x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z14
+	VMOVUPS     64(DX), Z15
+	VMULPS.BCST (CX), Z14, Z16
+	VADDPS      Z16, Z0, Z0
+	VMULPS.BCST (CX), Z15, Z16
+	VADDPS      Z16, Z1, Z1
+	VMULPS.BCST 4(CX), Z14, Z16
+	VADDPS      Z16, Z2, Z2
+	VMULPS.BCST 4(CX), Z15, Z16
+	VADDPS      Z16, Z3, Z3
+	VMULPS.BCST 8(CX), Z14, Z16
+	VADDPS      Z16, Z4, Z4
+	VMULPS.BCST 8(CX), Z15, Z16
+	VADDPS      Z16, Z5, Z5
+	VMULPS.BCST 12(CX), Z14, Z16
+	VADDPS      Z16, Z6, Z6
+	VMULPS.BCST 12(CX), Z15, Z16
+	VADDPS      Z16, Z7, Z7
+	VMULPS.BCST 16(CX), Z14, Z16
+	VADDPS      Z16, Z8, Z8
+	VMULPS.BCST 16(CX), Z15, Z16
+	VADDPS      Z16, Z9, Z9
+	VMULPS.BCST 20(CX), Z14, Z16
+	VADDPS      Z16, Z10, Z10
+	VMULPS.BCST 20(CX), Z15, Z16
+	VADDPS      Z16, Z11, Z11
+	VMULPS.BCST 24(CX), Z14, Z14
+	VADDPS      Z14, Z12, Z12
+	VMULPS.BCST 24(CX), Z15, Z14
+	VADDPS      Z14, Z13, Z13
+	VMOVUPS     128(DX), Z14
+	VMOVUPS     192(DX), Z15
+	VMULPS.BCST 28(CX), Z14, Z16
+	VADDPS      Z16, Z0, Z0
+	VMULPS.BCST 28(CX), Z15, Z16
+	VADDPS      Z16, Z1, Z1
+	VMULPS.BCST 32(CX), Z14, Z16
+	VADDPS      Z16, Z2, Z2
+	VMULPS.BCST 32(CX), Z15, Z16
+	VADDPS      Z16, Z3, Z3
+	VMULPS.BCST 36(CX), Z14, Z16
+	VADDPS      Z16, Z4, Z4
+	VMULPS.BCST 36(CX), Z15, Z16
+	VADDPS      Z16, Z5, Z5
+	VMULPS.BCST 40(CX), Z14, Z16
+	VADDPS      Z16, Z6, Z6
+	VMULPS.BCST 40(CX), Z15, Z16
+	VADDPS      Z16, Z7, Z7
+	VMULPS.BCST 44(CX), Z14, Z16
+	VADDPS      Z16, Z8, Z8
+	VMULPS.BCST 44(CX), Z15, Z16
+	VADDPS      Z16, Z9, Z9
+	VMULPS.BCST 48(CX), Z14, Z16
+	VADDPS      Z16, Z10, Z10
+	VMULPS.BCST 48(CX), Z15, Z16
+	VADDPS      Z16, Z11, Z11
+	VMULPS.BCST 52(CX), Z14, Z14
+	VADDPS      Z14, Z12, Z12
+	VMULPS.BCST 52(CX), Z15, Z14
+	VADDPS      Z14, Z13, Z13
+	VMOVUPS     256(DX), Z14
+	VMOVUPS     320(DX), Z15
+	VMULPS.BCST 56(CX), Z14, Z16
+	VADDPS      Z16, Z0, Z0
+	VMULPS.BCST 56(CX), Z15, Z16
+	VADDPS      Z16, Z1, Z1
+	VMULPS.BCST 60(CX), Z14, Z16
+	VADDPS      Z16, Z2, Z2
+	VMULPS.BCST 60(CX), Z15, Z16
+	VADDPS      Z16, Z3, Z3
+	VMULPS.BCST 64(CX), Z14, Z16
+	VADDPS      Z16, Z4, Z4
+	VMULPS.BCST 64(CX), Z15, Z16
+	VADDPS      Z16, Z5, Z5
+	VMULPS.BCST 68(CX), Z14, Z16
+	VADDPS      Z16, Z6, Z6
+	VMULPS.BCST 68(CX), Z15, Z16
+	VADDPS      Z16, Z7, Z7
+	VMULPS.BCST 72(CX), Z14, Z16
+	VADDPS      Z16, Z8, Z8
+	VMULPS.BCST 72(CX), Z15, Z16
+	VADDPS      Z16, Z9, Z9
+	VMULPS.BCST 76(CX), Z14, Z16
+	VADDPS      Z16, Z10, Z10
+	VMULPS.BCST 76(CX), Z15, Z16
+	VADDPS      Z16, Z11, Z11
+	VMULPS.BCST 80(CX), Z14, Z14
+	VADDPS      Z14, Z12, Z12
+	VMULPS.BCST 80(CX), Z15, Z14
+	VADDPS      Z14, Z13, Z13
+	VMOVUPS     384(DX), Z14
+	VMOVUPS     448(DX), Z15
+	VMULPS.BCST 84(CX), Z14, Z16
+	VADDPS      Z16, Z0, Z0
+	VMULPS.BCST 84(CX), Z15, Z16
+	VADDPS      Z16, Z1, Z1
+	VMULPS.BCST 88(CX), Z14, Z16
+	VADDPS      Z16, Z2, Z2
+	VMULPS.BCST 88(CX), Z15, Z16
+	VADDPS      Z16, Z3, Z3
+	VMULPS.BCST 92(CX), Z14, Z16
+	VADDPS      Z16, Z4, Z4
+	VMULPS.BCST 92(CX), Z15, Z16
+	VADDPS      Z16, Z5, Z5
+	VMULPS.BCST 96(CX), Z14, Z16
+	VADDPS      Z16, Z6, Z6
+	VMULPS.BCST 96(CX), Z15, Z16
+	VADDPS      Z16, Z7, Z7
+	VMULPS.BCST 100(CX), Z14, Z16
+	VADDPS      Z16, Z8, Z8
+	VMULPS.BCST 100(CX), Z15, Z16
+	VADDPS      Z16, Z9, Z9
+	VMULPS.BCST 104(CX), Z14, Z16
+	VADDPS      Z16, Z10, Z10
+	VMULPS.BCST 104(CX), Z15, Z16
+	VADDPS      Z16, Z11, Z11
+	VMULPS.BCST 108(CX), Z14, Z14
+	VADDPS      Z14, Z12, Z12
+	VMULPS.BCST 108(CX), Z15, Z14
+	VADDPS      Z14, Z13, Z13
+	ADDQ        $0x00000070, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z14
+	VMOVUPS     64(DX), Z15
+	VMULPS.BCST (CX), Z14, Z16
+	VADDPS      Z16, Z0, Z0
+	VMULPS.BCST (CX), Z15, Z16
+	VADDPS      Z16, Z1, Z1
+	VMULPS.BCST 4(CX), Z14, Z16
+	VADDPS      Z16, Z2, Z2
+	VMULPS.BCST 4(CX), Z15, Z16
+	VADDPS      Z16, Z3, Z3
+	VMULPS.BCST 8(CX), Z14, Z16
+	VADDPS      Z16, Z4, Z4
+	VMULPS.BCST 8(CX), Z15, Z16
+	VADDPS      Z16, Z5, Z5
+	VMULPS.BCST 12(CX), Z14, Z16
+	VADDPS      Z16, Z6, Z6
+	VMULPS.BCST 12(CX), Z15, Z16
+	VADDPS      Z16, Z7, Z7
+	VMULPS.BCST 16(CX), Z14, Z16
+	VADDPS      Z16, Z8, Z8
+	VMULPS.BCST 16(CX), Z15, Z16
+	VADDPS      Z16, Z9, Z9
+	VMULPS.BCST 20(CX), Z14, Z16
+	VADDPS      Z16, Z10, Z10
+	VMULPS.BCST 20(CX), Z15, Z16
+	VADDPS      Z16, Z11, Z11
+	VMULPS.BCST 24(CX), Z14, Z14
+	VADDPS      Z14, Z12, Z12
+	VMULPS.BCST 24(CX), Z15, Z14
+	VADDPS      Z14, Z13, Z13
+	ADDQ        $0x0000001c, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_8x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_8x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z8
+	VMULPS.BCST (CX), Z8, Z9
+	VADDPS      Z9, Z0, Z0
+	VMULPS.BCST 4(CX), Z8, Z9
+	VADDPS      Z9, Z1, Z1
+	VMULPS.BCST 8(CX), Z8, Z9
+	VADDPS      Z9, Z2, Z2
+	VMULPS.BCST 12(CX), Z8, Z9
+	VADDPS      Z9, Z3, Z3
+	VMULPS.BCST 16(CX), Z8, Z9
+	VADDPS      Z9, Z4, Z4
+	VMULPS.BCST 20(CX), Z8, Z9
+	VADDPS      Z9, Z5, Z5
+	VMULPS.BCST 24(CX), Z8, Z9
+	VADDPS      Z9, Z6, Z6
+	VMULPS.BCST 28(CX), Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     64(DX), Z8
+	VMULPS.BCST 32(CX), Z8, Z9
+	VADDPS      Z9, Z0, Z0
+	VMULPS.BCST 36(CX), Z8, Z9
+	VADDPS      Z9, Z1, Z1
+	VMULPS.BCST 40(CX), Z8, Z9
+	VADDPS      Z9, Z2, Z2
+	VMULPS.BCST 44(CX), Z8, Z9
+	VADDPS      Z9, Z3, Z3
+	VMULPS.BCST 48(CX), Z8, Z9
+	VADDPS      Z9, Z4, Z4
+	VMULPS.BCST 52(CX), Z8, Z9
+	VADDPS      Z9, Z5, Z5
+	VMULPS.BCST 56(CX), Z8, Z9
+	VADDPS      Z9, Z6, Z6
+	VMULPS.BCST 60(CX), Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     128(DX), Z8
+	VMULPS.BCST 64(CX), Z8, Z9
+	VADDPS      Z9, Z0, Z0
+	VMULPS.BCST 68(CX), Z8, Z9
+	VADDPS      Z9, Z1, Z1
+	VMULPS.BCST 72(CX), Z8, Z9
+	VADDPS      Z9, Z2, Z2
+	VMULPS.BCST 76(CX), Z8, Z9
+	VADDPS      Z9, Z3, Z3
+	VMULPS.BCST 80(CX), Z8, Z9
+	VADDPS      Z9, Z4, Z4
+	VMULPS.BCST 84(CX), Z8, Z9
+	VADDPS      Z9, Z5, Z5
+	VMULPS.BCST 88(CX), Z8, Z9
+	VADDPS      Z9, Z6, Z6
+	VMULPS.BCST 92(CX), Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	VMOVUPS     192(DX), Z8
+	VMULPS.BCST 96(CX), Z8, Z9
+	VADDPS      Z9, Z0, Z0
+	VMULPS.BCST 100(CX), Z8, Z9
+	VADDPS      Z9, Z1, Z1
+	VMULPS.BCST 104(CX), Z8, Z9
+	VADDPS      Z9, Z2, Z2
+	VMULPS.BCST 108(CX), Z8, Z9
+	VADDPS      Z9, Z3, Z3
+	VMULPS.BCST 112(CX), Z8, Z9
+	VADDPS      Z9, Z4, Z4
+	VMULPS.BCST 116(CX), Z8, Z9
+	VADDPS      Z9, Z5, Z5
+	VMULPS.BCST 120(CX), Z8, Z9
+	VADDPS      Z9, Z6, Z6
+	VMULPS.BCST 124(CX), Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z8
+	VMULPS.BCST (CX), Z8, Z9
+	VADDPS      Z9, Z0, Z0
+	VMULPS.BCST 4(CX), Z8, Z9
+	VADDPS      Z9, Z1, Z1
+	VMULPS.BCST 8(CX), Z8, Z9
+	VADDPS      Z9, Z2, Z2
+	VMULPS.BCST 12(CX), Z8, Z9
+	VADDPS      Z9, Z3, Z3
+	VMULPS.BCST 16(CX), Z8, Z9
+	VADDPS      Z9, Z4, Z4
+	VMULPS.BCST 20(CX), Z8, Z9
+	VADDPS      Z9, Z5, Z5
+	VMULPS.BCST 24(CX), Z8, Z9
+	VADDPS      Z9, Z6, Z6
+	VMULPS.BCST 28(CX), Z8, Z8
+	VADDPS      Z8, Z7, Z7
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_8x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_8x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z16
+	VMOVUPS     64(DX), Z17
+	VMULPS.BCST (CX), Z16, Z18
+	VADDPS      Z18, Z0, Z0
+	VMULPS.BCST (CX), Z17, Z18
+	VADDPS      Z18, Z1, Z1
+	VMULPS.BCST 4(CX), Z16, Z18
+	VADDPS      Z18, Z2, Z2
+	VMULPS.BCST 4(CX), Z17, Z18
+	VADDPS      Z18, Z3, Z3
+	VMULPS.BCST 8(CX), Z16, Z18
+	VADDPS      Z18, Z4, Z4
+	VMULPS.BCST 8(CX), Z17, Z18
+	VADDPS      Z18, Z5, Z5
+	VMULPS.BCST 12(CX), Z16, Z18
+	VADDPS      Z18, Z6, Z6
+	VMULPS.BCST 12(CX), Z17, Z18
+	VADDPS      Z18, Z7, Z7
+	VMULPS.BCST 16(CX), Z16, Z18
+	VADDPS      Z18, Z8, Z8
+	VMULPS.BCST 16(CX), Z17, Z18
+	VADDPS      Z18, Z9, Z9
+	VMULPS.BCST 20(CX), Z16, Z18
+	VADDPS      Z18, Z10, Z10
+	VMULPS.BCST 20(CX), Z17, Z18
+	VADDPS      Z18, Z11, Z11
+	VMULPS.BCST 24(CX), Z16, Z18
+	VADDPS      Z18, Z12, Z12
+	VMULPS.BCST 24(CX), Z17, Z18
+	VADDPS      Z18, Z13, Z13
+	VMULPS.BCST 28(CX), Z16, Z16
+	VADDPS      Z16, Z14, Z14
+	VMULPS.BCST 28(CX), Z17, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     128(DX), Z16
+	VMOVUPS     192(DX), Z17
+	VMULPS.BCST 32(CX), Z16, Z18
+	VADDPS      Z18, Z0, Z0
+	VMULPS.BCST 32(CX), Z17, Z18
+	VADDPS      Z18, Z1, Z1
+	VMULPS.BCST 36(CX), Z16, Z18
+	VADDPS      Z18, Z2, Z2
+	VMULPS.BCST 36(CX), Z17, Z18
+	VADDPS      Z18, Z3, Z3
+	VMULPS.BCST 40(CX), Z16, Z18
+	VADDPS      Z18, Z4, Z4
+	VMULPS.BCST 40(CX), Z17, Z18
+	VADDPS      Z18, Z5, Z5
+	VMULPS.BCST 44(CX), Z16, Z18
+	VADDPS      Z18, Z6, Z6
+	VMULPS.BCST 44(CX), Z17, Z18
+	VADDPS      Z18, Z7, Z7
+	VMULPS.BCST 48(CX), Z16, Z18
+	VADDPS      Z18, Z8, Z8
+	VMULPS.BCST 48(CX), Z17, Z18
+	VADDPS      Z18, Z9, Z9
+	VMULPS.BCST 52(CX), Z16, Z18
+	VADDPS      Z18, Z10, Z10
+	VMULPS.BCST 52(CX), Z17, Z18
+	VADDPS      Z18, Z11, Z11
+	VMULPS.BCST 56(CX), Z16, Z18
+	VADDPS      Z18, Z12, Z12
+	VMULPS.BCST 56(CX), Z17, Z18
+	VADDPS      Z18, Z13, Z13
+	VMULPS.BCST 60(CX), Z16, Z16
+	VADDPS      Z16, Z14, Z14
+	VMULPS.BCST 60(CX), Z17, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     256(DX), Z16
+	VMOVUPS     320(DX), Z17
+	VMULPS.BCST 64(CX), Z16, Z18
+	VADDPS      Z18, Z0, Z0
+	VMULPS.BCST 64(CX), Z17, Z18
+	VADDPS      Z18, Z1, Z1
+	VMULPS.BCST 68(CX), Z16, Z18
+	VADDPS      Z18, Z2, Z2
+	VMULPS.BCST 68(CX), Z17, Z18
+	VADDPS      Z18, Z3, Z3
+	VMULPS.BCST 72(CX), Z16, Z18
+	VADDPS      Z18, Z4, Z4
+	VMULPS.BCST 72(CX), Z17, Z18
+	VADDPS      Z18, Z5, Z5
+	VMULPS.BCST 76(CX), Z16, Z18
+	VADDPS      Z18, Z6, Z6
+	VMULPS.BCST 76(CX), Z17, Z18
+	VADDPS      Z18, Z7, Z7
+	VMULPS.BCST 80(CX), Z16, Z18
+	VADDPS      Z18, Z8, Z8
+	VMULPS.BCST 80(CX), Z17, Z18
+	VADDPS      Z18, Z9, Z9
+	VMULPS.BCST 84(CX), Z16, Z18
+	VADDPS      Z18, Z10, Z10
+	VMULPS.BCST 84(CX), Z17, Z18
+	VADDPS      Z18, Z11, Z11
+	VMULPS.BCST 88(CX), Z16, Z18
+	VADDPS      Z18, Z12, Z12
+	VMULPS.BCST 88(CX), Z17, Z18
+	VADDPS      Z18, Z13, Z13
+	VMULPS.BCST 92(CX), Z16, Z16
+	VADDPS      Z16, Z14, Z14
+	VMULPS.BCST 92(CX), Z17, Z16
+	VADDPS      Z16, Z15, Z15
+	VMOVUPS     384(DX), Z16
+	VMOVUPS     448(DX), Z17
+	VMULPS.BCST 96(CX), Z16, Z18
+	VADDPS      Z18, Z0, Z0
+	VMULPS.BCST 96(CX), Z17, Z18
+	VADDPS      Z18, Z1, Z1
+	VMULPS.BCST 100(CX), Z16, Z18
+	VADDPS      Z18, Z2, Z2
+	VMULPS.BCST 100(CX), Z17, Z18
+	VADDPS      Z18, Z3, Z3
+	VMULPS.BCST 104(CX), Z16, Z18
+	VADDPS      Z18, Z4, Z4
+	VMULPS.BCST 104(CX), Z17, Z18
+	VADDPS      Z18, Z5, Z5
+	VMULPS.BCST 108(CX), Z16, Z18
+	VADDPS      Z18, Z6, Z6
+	VMULPS.BCST 108(CX), Z17, Z18
+	VADDPS      Z18, Z7, Z7
+	VMULPS.BCST 112(CX), Z16, Z18
+	VADDPS      Z18, Z8, Z8
+	VMULPS.BCST 112(CX), Z17, Z18
+	VADDPS      Z18, Z9, Z9
+	VMULPS.BCST 116(CX), Z16, Z18
+	VADDPS      Z18, Z10, Z10
+	VMULPS.BCST 116(CX), Z17, Z18
+	VADDPS      Z18, Z11, Z11
+	VMULPS.BCST 120(CX), Z16, Z18
+	VADDPS      Z18, Z12, Z12
+	VMULPS.BCST 120(CX), Z17, Z18
+	VADDPS      Z18, Z13, Z13
+	VMULPS.BCST 124(CX), Z16, Z16
+	VADDPS      Z16, Z14, Z14
+	VMULPS.BCST 124(CX), Z17, Z16
+	VADDPS      Z16, Z15, Z15
+	ADDQ        $0x00000080, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z16
+	VMOVUPS     64(DX), Z17
+	VMULPS.BCST (CX), Z16, Z18
+	VADDPS      Z18, Z0, Z0
+	VMULPS.BCST (CX), Z17, Z18
+	VADDPS      Z18, Z1, Z1
+	VMULPS.BCST 4(CX), Z16, Z18
+	VADDPS      Z18, Z2, Z2
+	VMULPS.BCST 4(CX), Z17, Z18
+	VADDPS      Z18, Z3, Z3
+	VMULPS.BCST 8(CX), Z16, Z18
+	VADDPS      Z18, Z4, Z4
+	VMULPS.BCST 8(CX), Z17, Z18
+	VADDPS      Z18, Z5, Z5
+	VMULPS.BCST 12(CX), Z16, Z18
+	VADDPS      Z18, Z6, Z6
+	VMULPS.BCST 12(CX), Z17, Z18
+	VADDPS      Z18, Z7, Z7
+	VMULPS.BCST 16(CX), Z16, Z18
+	VADDPS      Z18, Z8, Z8
+	VMULPS.BCST 16(CX), Z17, Z18
+	VADDPS      Z18, Z9, Z9
+	VMULPS.BCST 20(CX), Z16, Z18
+	VADDPS      Z18, Z10, Z10
+	VMULPS.BCST 20(CX), Z17, Z18
+	VADDPS      Z18, Z11, Z11
+	VMULPS.BCST 24(CX), Z16, Z18
+	VADDPS      Z18, Z12, Z12
+	VMULPS.BCST 24(CX), Z17, Z18
+	VADDPS      Z18, Z13, Z13
+	VMULPS.BCST 28(CX), Z16, Z16
+	VADDPS      Z16, Z14, Z14
+	VMULPS.BCST 28(CX), Z17, Z16
+	VADDPS      Z16, Z15, Z15
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_9x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_9x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z9
+	VMULPS.BCST (CX), Z9, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 4(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 8(CX), Z9, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 12(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 16(CX), Z9, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 20(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 24(CX), Z9, Z10
+	VADDPS      Z10, Z6, Z6
+	VMULPS.BCST 28(CX), Z9, Z10
+	VADDPS      Z10, Z7, Z7
+	VMULPS.BCST 32(CX), Z9, Z9
+	VADDPS      Z9, Z8, Z8
+	VMOVUPS     64(DX), Z9
+	VMULPS.BCST 36(CX), Z9, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 40(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 44(CX), Z9, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 48(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 52(CX), Z9, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 56(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 60(CX), Z9, Z10
+	VADDPS      Z10, Z6, Z6
+	VMULPS.BCST 64(CX), Z9, Z10
+	VADDPS      Z10, Z7, Z7
+	VMULPS.BCST 68(CX), Z9, Z9
+	VADDPS      Z9, Z8, Z8
+	VMOVUPS     128(DX), Z9
+	VMULPS.BCST 72(CX), Z9, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 76(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 80(CX), Z9, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 84(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 88(CX), Z9, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 92(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 96(CX), Z9, Z10
+	VADDPS      Z10, Z6, Z6
+	VMULPS.BCST 100(CX), Z9, Z10
+	VADDPS      Z10, Z7, Z7
+	VMULPS.BCST 104(CX), Z9, Z9
+	VADDPS      Z9, Z8, Z8
+	VMOVUPS     192(DX), Z9
+	VMULPS.BCST 108(CX), Z9, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 112(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 116(CX), Z9, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 120(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 124(CX), Z9, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 128(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 132(CX), Z9, Z10
+	VADDPS      Z10, Z6, Z6
+	VMULPS.BCST 136(CX), Z9, Z10
+	VADDPS      Z10, Z7, Z7
+	VMULPS.BCST 140(CX), Z9, Z9
+	VADDPS      Z9, Z8, Z8
+	ADDQ        $0x00000090, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z9
+	VMULPS.BCST (CX), Z9, Z10
+	VADDPS      Z10, Z0, Z0
+	VMULPS.BCST 4(CX), Z9, Z10
+	VADDPS      Z10, Z1, Z1
+	VMULPS.BCST 8(CX), Z9, Z10
+	VADDPS      Z10, Z2, Z2
+	VMULPS.BCST 12(CX), Z9, Z10
+	VADDPS      Z10, Z3, Z3
+	VMULPS.BCST 16(CX), Z9, Z10
+	VADDPS      Z10, Z4, Z4
+	VMULPS.BCST 20(CX), Z9, Z10
+	VADDPS      Z10, Z5, Z5
+	VMULPS.BCST 24(CX), Z9, Z10
+	VADDPS      Z10, Z6, Z6
+	VMULPS.BCST 28(CX), Z9, Z10
+	VADDPS      Z10, Z7, Z7
+	VMULPS.BCST 32(CX), Z9, Z9
+	VADDPS      Z9, Z8, Z8
+	ADDQ        $0x00000024, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_9x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_9x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z18
+	VMOVUPS     64(DX), Z19
+	VMULPS.BCST (CX), Z18, Z20
+	VADDPS      Z20, Z0, Z0
+	VMULPS.BCST (CX), Z19, Z20
+	VADDPS      Z20, Z1, Z1
+	VMULPS.BCST 4(CX), Z18, Z20
+	VADDPS      Z20, Z2, Z2
+	VMULPS.BCST 4(CX), Z19, Z20
+	VADDPS      Z20, Z3, Z3
+	VMULPS.BCST 8(CX), Z18, Z20
+	VADDPS      Z20, Z4, Z4
+	VMULPS.BCST 8(CX), Z19, Z20
+	VADDPS      Z20, Z5, Z5
+	VMULPS.BCST 12(CX), Z18, Z20
+	VADDPS      Z20, Z6, Z6
+	VMULPS.BCST 12(CX), Z19, Z20
+	VADDPS      Z20, Z7, Z7
+	VMULPS.BCST 16(CX), Z18, Z20
+	VADDPS      Z20, Z8, Z8
+	VMULPS.BCST 16(CX), Z19, Z20
+	VADDPS      Z20, Z9, Z9
+	VMULPS.BCST 20(CX), Z18, Z20
+	VADDPS      Z20, Z10, Z10
+	VMULPS.BCST 20(CX), Z19, Z20
+	VADDPS      Z20, Z11, Z11
+	VMULPS.BCST 24(CX), Z18, Z20
+	VADDPS      Z20, Z12, Z12
+	VMULPS.BCST 24(CX), Z19, Z20
+	VADDPS      Z20, Z13, Z13
+	VMULPS.BCST 28(CX), Z18, Z20
+	VADDPS      Z20, Z14, Z14
+	VMULPS.BCST 28(CX), Z19, Z20
+	VADDPS      Z20, Z15, Z15
+	VMULPS.BCST 32(CX), Z18, Z18
+	VADDPS      Z18, Z16, Z16
+	VMULPS.BCST 32(CX), Z19, Z18
+	VADDPS      Z18, Z17, Z17
+	VMOVUPS     128(DX), Z18
+	VMOVUPS     192(DX), Z19
+	VMULPS.BCST 36(CX), Z18, Z20
+	VADDPS      Z20, Z0, Z0
+	VMULPS.BCST 36(CX), Z19, Z20
+	VADDPS      Z20, Z1, Z1
+	VMULPS.BCST 40(CX), Z18, Z20
+	VADDPS      Z20, Z2, Z2
+	VMULPS.BCST 40(CX), Z19, Z20
+	VADDPS      Z20, Z3, Z3
+	VMULPS.BCST 44(CX), Z18, Z20
+	VADDPS      Z20, Z4, Z4
+	VMULPS.BCST 44(CX), Z19, Z20
+	VADDPS      Z20, Z5, Z5
+	VMULPS.BCST 48(CX), Z18, Z20
+	VADDPS      Z20, Z6, Z6
+	VMULPS.BCST 48(CX), Z19, Z20
+	VADDPS      Z20, Z7, Z7
+	VMULPS.BCST 52(CX), Z18, Z20
+	VADDPS      Z20, Z8, Z8
+	VMULPS.BCST 52(CX), Z19, Z20
+	VADDPS      Z20, Z9, Z9
+	VMULPS.BCST 56(CX), Z18, Z20
+	VADDPS      Z20, Z10, Z10
+	VMULPS.BCST 56(CX), Z19, Z20
+	VADDPS      Z20, Z11, Z11
+	VMULPS.BCST 60(CX), Z18, Z20
+	VADDPS      Z20, Z12, Z12
+	VMULPS.BCST 60(CX), Z19, Z20
+	VADDPS      Z20, Z13, Z13
+	VMULPS.BCST 64(CX), Z18, Z20
+	VADDPS      Z20, Z14, Z14
+	VMULPS.BCST 64(CX), Z19, Z20
+	VADDPS      Z20, Z15, Z15
+	VMULPS.BCST 68(CX), Z18, Z18
+	VADDPS      Z18, Z16, Z16
+	VMULPS.BCST 68(CX), Z19, Z18
+	VADDPS      Z18, Z17, Z17
+	VMOVUPS     256(DX), Z18
+	VMOVUPS     320(DX), Z19
+	VMULPS.BCST 72(CX), Z18, Z20
+	VADDPS      Z20, Z0, Z0
+	VMULPS.BCST 72(CX), Z19, Z20
+	VADDPS      Z20, Z1, Z1
+	VMULPS.BCST 76(CX), Z18, Z20
+	VADDPS      Z20, Z2, Z2
+	VMULPS.BCST 76(CX), Z19, Z20
+	VADDPS      Z20, Z3, Z3
+	VMULPS.BCST 80(CX), Z18, Z20
+	VADDPS      Z20, Z4, Z4
+	VMULPS.BCST 80(CX), Z19, Z20
+	VADDPS      Z20, Z5, Z5
+	VMULPS.BCST 84(CX), Z18, Z20
+	VADDPS      Z20, Z6, Z6
+	VMULPS.BCST 84(CX), Z19, Z20
+	VADDPS      Z20, Z7, Z7
+	VMULPS.BCST 88(CX), Z18, Z20
+	VADDPS      Z20, Z8, Z8
+	VMULPS.BCST 88(CX), Z19, Z20
+	VADDPS      Z20, Z9, Z9
+	VMULPS.BCST 92(CX), Z18, Z20
+	VADDPS      Z20, Z10, Z10
+	VMULPS.BCST 92(CX), Z19, Z20
+	VADDPS      Z20, Z11, Z11
+	VMULPS.BCST 96(CX), Z18, Z20
+	VADDPS      Z20, Z12, Z12
+	VMULPS.BCST 96(CX), Z19, Z20
+	VADDPS      Z20, Z13, Z13
+	VMULPS.BCST 100(CX), Z18, Z20
+	VADDPS      Z20, Z14, Z14
+	VMULPS.BCST 100(CX), Z19, Z20
+	VADDPS      Z20, Z15, Z15
+	VMULPS.BCST 104(CX), Z18, Z18
+	VADDPS      Z18, Z16, Z16
+	VMULPS.BCST 104(CX), Z19, Z18
+	VADDPS      Z18, Z17, Z17
+	VMOVUPS     384(DX), Z18
+	VMOVUPS     448(DX), Z19
+	VMULPS.BCST 108(CX), Z18, Z20
+	VADDPS      Z20, Z0, Z0
+	VMULPS.BCST 108(CX), Z19, Z20
+	VADDPS      Z20, Z1, Z1
+	VMULPS.BCST 112(CX), Z18, Z20
+	VADDPS      Z20, Z2, Z2
+	VMULPS.BCST 112(CX), Z19, Z20
+	VADDPS      Z20, Z3, Z3
+	VMULPS.BCST 116(CX), Z18, Z20
+	VADDPS      Z20, Z4, Z4
+	VMULPS.BCST 116(CX), Z19, Z20
+	VADDPS      Z20, Z5, Z5
+	VMULPS.BCST 120(CX), Z18, Z20
+	VADDPS      Z20, Z6, Z6
+	VMULPS.BCST 120(CX), Z19, Z20
+	VADDPS      Z20, Z7, Z7
+	VMULPS.BCST 124(CX), Z18, Z20
+	VADDPS      Z20, Z8, Z8
+	VMULPS.BCST 124(CX), Z19, Z20
+	VADDPS      Z20, Z9, Z9
+	VMULPS.BCST 128(CX), Z18, Z20
+	VADDPS      Z20, Z10, Z10
+	VMULPS.BCST 128(CX), Z19, Z20
+	VADDPS      Z20, Z11, Z11
+	VMULPS.BCST 132(CX), Z18, Z20
+	VADDPS      Z20, Z12, Z12
+	VMULPS.BCST 132(CX), Z19, Z20
+	VADDPS      Z20, Z13, Z13
+	VMULPS.BCST 136(CX), Z18, Z20
+	VADDPS      Z20, Z14, Z14
+	VMULPS.BCST 136(CX), Z19, Z20
+	VADDPS      Z20, Z15, Z15
+	VMULPS.BCST 140(CX), Z18, Z18
+	VADDPS      Z18, Z16, Z16
+	VMULPS.BCST 140(CX), Z19, Z18
+	VADDPS      Z18, Z17, Z17
+	ADDQ        $0x00000090, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z18
+	VMOVUPS     64(DX), Z19
+	VMULPS.BCST (CX), Z18, Z20
+	VADDPS      Z20, Z0, Z0
+	VMULPS.BCST (CX), Z19, Z20
+	VADDPS      Z20, Z1, Z1
+	VMULPS.BCST 4(CX), Z18, Z20
+	VADDPS      Z20, Z2, Z2
+	VMULPS.BCST 4(CX), Z19, Z20
+	VADDPS      Z20, Z3, Z3
+	VMULPS.BCST 8(CX), Z18, Z20
+	VADDPS      Z20, Z4, Z4
+	VMULPS.BCST 8(CX), Z19, Z20
+	VADDPS      Z20, Z5, Z5
+	VMULPS.BCST 12(CX), Z18, Z20
+	VADDPS      Z20, Z6, Z6
+	VMULPS.BCST 12(CX), Z19, Z20
+	VADDPS      Z20, Z7, Z7
+	VMULPS.BCST 16(CX), Z18, Z20
+	VADDPS      Z20, Z8, Z8
+	VMULPS.BCST 16(CX), Z19, Z20
+	VADDPS      Z20, Z9, Z9
+	VMULPS.BCST 20(CX), Z18, Z20
+	VADDPS      Z20, Z10, Z10
+	VMULPS.BCST 20(CX), Z19, Z20
+	VADDPS      Z20, Z11, Z11
+	VMULPS.BCST 24(CX), Z18, Z20
+	VADDPS      Z20, Z12, Z12
+	VMULPS.BCST 24(CX), Z19, Z20
+	VADDPS      Z20, Z13, Z13
+	VMULPS.BCST 28(CX), Z18, Z20
+	VADDPS      Z20, Z14, Z14
+	VMULPS.BCST 28(CX), Z19, Z20
+	VADDPS      Z20, Z15, Z15
+	VMULPS.BCST 32(CX), Z18, Z18
+	VADDPS      Z18, Z16, Z16
+	VMULPS.BCST 32(CX), Z19, Z18
+	VADDPS      Z18, Z17, Z17
+	ADDQ        $0x00000024, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_10x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_10x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z10
+	VMULPS.BCST (CX), Z10, Z11
+	VADDPS      Z11, Z0, Z0
+	VMULPS.BCST 4(CX), Z10, Z11
+	VADDPS      Z11, Z1, Z1
+	VMULPS.BCST 8(CX), Z10, Z11
+	VADDPS      Z11, Z2, Z2
+	VMULPS.BCST 12(CX), Z10, Z11
+	VADDPS      Z11, Z3, Z3
+	VMULPS.BCST 16(CX), Z10, Z11
+	VADDPS      Z11, Z4, Z4
+	VMULPS.BCST 20(CX), Z10, Z11
+	VADDPS      Z11, Z5, Z5
+	VMULPS.BCST 24(CX), Z10, Z11
+	VADDPS      Z11, Z6, Z6
+	VMULPS.BCST 28(CX), Z10, Z11
+	VADDPS      Z11, Z7, Z7
+	VMULPS.BCST 32(CX), Z10, Z11
+	VADDPS      Z11, Z8, Z8
+	VMULPS.BCST 36(CX), Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     64(DX), Z10
+	VMULPS.BCST 40(CX), Z10, Z11
+	VADDPS      Z11, Z0, Z0
+	VMULPS.BCST 44(CX), Z10, Z11
+	VADDPS      Z11, Z1, Z1
+	VMULPS.BCST 48(CX), Z10, Z11
+	VADDPS      Z11, Z2, Z2
+	VMULPS.BCST 52(CX), Z10, Z11
+	VADDPS      Z11, Z3, Z3
+	VMULPS.BCST 56(CX), Z10, Z11
+	VADDPS      Z11, Z4, Z4
+	VMULPS.BCST 60(CX), Z10, Z11
+	VADDPS      Z11, Z5, Z5
+	VMULPS.BCST 64(CX), Z10, Z11
+	VADDPS      Z11, Z6, Z6
+	VMULPS.BCST 68(CX), Z10, Z11
+	VADDPS      Z11, Z7, Z7
+	VMULPS.BCST 72(CX), Z10, Z11
+	VADDPS      Z11, Z8, Z8
+	VMULPS.BCST 76(CX), Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     128(DX), Z10
+	VMULPS.BCST 80(CX), Z10, Z11
+	VADDPS      Z11, Z0, Z0
+	VMULPS.BCST 84(CX), Z10, Z11
+	VADDPS      Z11, Z1, Z1
+	VMULPS.BCST 88(CX), Z10, Z11
+	VADDPS      Z11, Z2, Z2
+	VMULPS.BCST 92(CX), Z10, Z11
+	VADDPS      Z11, Z3, Z3
+	VMULPS.BCST 96(CX), Z10, Z11
+	VADDPS      Z11, Z4, Z4
+	VMULPS.BCST 100(CX), Z10, Z11
+	VADDPS      Z11, Z5, Z5
+	VMULPS.BCST 104(CX), Z10, Z11
+	VADDPS      Z11, Z6, Z6
+	VMULPS.BCST 108(CX), Z10, Z11
+	VADDPS      Z11, Z7, Z7
+	VMULPS.BCST 112(CX), Z10, Z11
+	VADDPS      Z11, Z8, Z8
+	VMULPS.BCST 116(CX), Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	VMOVUPS     192(DX), Z10
+	VMULPS.BCST 120(CX), Z10, Z11
+	VADDPS      Z11, Z0, Z0
+	VMULPS.BCST 124(CX), Z10, Z11
+	VADDPS      Z11, Z1, Z1
+	VMULPS.BCST 128(CX), Z10, Z11
+	VADDPS      Z11, Z2, Z2
+	VMULPS.BCST 132(CX), Z10, Z11
+	VADDPS      Z11, Z3, Z3
+	VMULPS.BCST 136(CX), Z10, Z11
+	VADDPS      Z11, Z4, Z4
+	VMULPS.BCST 140(CX), Z10, Z11
+	VADDPS      Z11, Z5, Z5
+	VMULPS.BCST 144(CX), Z10, Z11
+	VADDPS      Z11, Z6, Z6
+	VMULPS.BCST 148(CX), Z10, Z11
+	VADDPS      Z11, Z7, Z7
+	VMULPS.BCST 152(CX), Z10, Z11
+	VADDPS      Z11, Z8, Z8
+	VMULPS.BCST 156(CX), Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	ADDQ        $0x000000a0, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z10
+	VMULPS.BCST (CX), Z10, Z11
+	VADDPS      Z11, Z0, Z0
+	VMULPS.BCST 4(CX), Z10, Z11
+	VADDPS      Z11, Z1, Z1
+	VMULPS.BCST 8(CX), Z10, Z11
+	VADDPS      Z11, Z2, Z2
+	VMULPS.BCST 12(CX), Z10, Z11
+	VADDPS      Z11, Z3, Z3
+	VMULPS.BCST 16(CX), Z10, Z11
+	VADDPS      Z11, Z4, Z4
+	VMULPS.BCST 20(CX), Z10, Z11
+	VADDPS      Z11, Z5, Z5
+	VMULPS.BCST 24(CX), Z10, Z11
+	VADDPS      Z11, Z6, Z6
+	VMULPS.BCST 28(CX), Z10, Z11
+	VADDPS      Z11, Z7, Z7
+	VMULPS.BCST 32(CX), Z10, Z11
+	VADDPS      Z11, Z8, Z8
+	VMULPS.BCST 36(CX), Z10, Z10
+	VADDPS      Z10, Z9, Z9
+	ADDQ        $0x00000028, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_10x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_10x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z20
+	VMOVUPS     64(DX), Z21
+	VMULPS.BCST (CX), Z20, Z22
+	VADDPS      Z22, Z0, Z0
+	VMULPS.BCST (CX), Z21, Z22
+	VADDPS      Z22, Z1, Z1
+	VMULPS.BCST 4(CX), Z20, Z22
+	VADDPS      Z22, Z2, Z2
+	VMULPS.BCST 4(CX), Z21, Z22
+	VADDPS      Z22, Z3, Z3
+	VMULPS.BCST 8(CX), Z20, Z22
+	VADDPS      Z22, Z4, Z4
+	VMULPS.BCST 8(CX), Z21, Z22
+	VADDPS      Z22, Z5, Z5
+	VMULPS.BCST 12(CX), Z20, Z22
+	VADDPS      Z22, Z6, Z6
+	VMULPS.BCST 12(CX), Z21, Z22
+	VADDPS      Z22, Z7, Z7
+	VMULPS.BCST 16(CX), Z20, Z22
+	VADDPS      Z22, Z8, Z8
+	VMULPS.BCST 16(CX), Z21, Z22
+	VADDPS      Z22, Z9, Z9
+	VMULPS.BCST 20(CX), Z20, Z22
+	VADDPS      Z22, Z10, Z10
+	VMULPS.BCST 20(CX), Z21, Z22
+	VADDPS      Z22, Z11, Z11
+	VMULPS.BCST 24(CX), Z20, Z22
+	VADDPS      Z22, Z12, Z12
+	VMULPS.BCST 24(CX), Z21, Z22
+	VADDPS      Z22, Z13, Z13
+	VMULPS.BCST 28(CX), Z20, Z22
+	VADDPS      Z22, Z14, Z14
+	VMULPS.BCST 28(CX), Z21, Z22
+	VADDPS      Z22, Z15, Z15
+	VMULPS.BCST 32(CX), Z20, Z22
+	VADDPS      Z22, Z16, Z16
+	VMULPS.BCST 32(CX), Z21, Z22
+	VADDPS      Z22, Z17, Z17
+	VMULPS.BCST 36(CX), Z20, Z20
+	VADDPS      Z20, Z18, Z18
+	VMULPS.BCST 36(CX), Z21, Z20
+	VADDPS      Z20, Z19, Z19
+	VMOVUPS     128(DX), Z20
+	VMOVUPS     192(DX), Z21
+	VMULPS.BCST 40(CX), Z20, Z22
+	VADDPS      Z22, Z0, Z0
+	VMULPS.BCST 40(CX), Z21, Z22
+	VADDPS      Z22, Z1, Z1
+	VMULPS.BCST 44(CX), Z20, Z22
+	VADDPS      Z22, Z2, Z2
+	VMULPS.BCST 44(CX), Z21, Z22
+	VADDPS      Z22, Z3, Z3
+	VMULPS.BCST 48(CX), Z20, Z22
+	VADDPS      Z22, Z4, Z4
+	VMULPS.BCST 48(CX), Z21, Z22
+	VADDPS      Z22, Z5, Z5
+	VMULPS.BCST 52(CX), Z20, Z22
+	VADDPS      Z22, Z6, Z6
+	VMULPS.BCST 52(CX), Z21, Z22
+	VADDPS      Z22, Z7, Z7
+	VMULPS.BCST 56(CX), Z20, Z22
+	VADDPS      Z22, Z8, Z8
+	VMULPS.BCST 56(CX), Z21, Z22
+	VADDPS      Z22, Z9, Z9
+	VMULPS.BCST 60(CX), Z20, Z22
+	VADDPS      Z22, Z10, Z10
+	VMULPS.BCST 60(CX), Z21, Z22
+	VADDPS      Z22, Z11, Z11
+	VMULPS.BCST 64(CX), Z20, Z22
+	VADDPS      Z22, Z12, Z12
+	VMULPS.BCST 64(CX), Z21, Z22
+	VADDPS      Z22, Z13, Z13
+	VMULPS.BCST 68(CX), Z20, Z22
+	VADDPS      Z22, Z14, Z14
+	VMULPS.BCST 68(CX), Z21, Z22
+	VADDPS      Z22, Z15, Z15
+	VMULPS.BCST 72(CX), Z20, Z22
+	VADDPS      Z22, Z16, Z16
+	VMULPS.BCST 72(CX), Z21, Z22
+	VADDPS      Z22, Z17, Z17
+	VMULPS.BCST 76(CX), Z20, Z20
+	VADDPS      Z20, Z18, Z18
+	VMULPS.BCST 76(CX), Z21, Z20
+	VADDPS      Z20, Z19, Z19
+	VMOVUPS     256(DX), Z20
+	VMOVUPS     320(DX), Z21
+	VMULPS.BCST 80(CX), Z20, Z22
+	VADDPS      Z22, Z0, Z0
+	VMULPS.BCST 80(CX), Z21, Z22
+	VADDPS      Z22, Z1, Z1
+	VMULPS.BCST 84(CX), Z20, Z22
+	VADDPS      Z22, Z2, Z2
+	VMULPS.BCST 84(CX), Z21, Z22
+	VADDPS      Z22, Z3, Z3
+	VMULPS.BCST 88(CX), Z20, Z22
+	VADDPS      Z22, Z4, Z4
+	VMULPS.BCST 88(CX), Z21, Z22
+	VADDPS      Z22, Z5, Z5
+	VMULPS.BCST 92(CX), Z20, Z22
+	VADDPS      Z22, Z6, Z6
+	VMULPS.BCST 92(CX), Z21, Z22
+	VADDPS      Z22, Z7, Z7
+	VMULPS.BCST 96(CX), Z20, Z22
+	VADDPS      Z22, Z8, Z8
+	VMULPS.BCST 96(CX), Z21, Z22
+	VADDPS      Z22, Z9, Z9
+	VMULPS.BCST 100(CX), Z20, Z22
+	VADDPS      Z22, Z10, Z10
+	VMULPS.BCST 100(CX), Z21, Z22
+	VADDPS      Z22, Z11, Z11
+	VMULPS.BCST 104(CX), Z20, Z22
+	VADDPS      Z22, Z12, Z12
+	VMULPS.BCST 104(CX), Z21, Z22
+	VADDPS      Z22, Z13, Z13
+	VMULPS.BCST 108(CX), Z20, Z22
+	VADDPS      Z22, Z14, Z14
+	VMULPS.BCST 108(CX), Z21, Z22
+	VADDPS      Z22, Z15, Z15
+	VMULPS.BCST 112(CX), Z20, Z22
+	VADDPS      Z22, Z16, Z16
+	VMULPS.BCST 112(CX), Z21, Z22
+	VADDPS      Z22, Z17, Z17
+	VMULPS.BCST 116(CX), Z20, Z20
+	VADDPS      Z20, Z18, Z18
+	VMULPS.BCST 116(CX), Z21, Z20
+	VADDPS      Z20, Z19, Z19
+	VMOVUPS     384(DX), Z20
+	VMOVUPS     448(DX), Z21
+	VMULPS.BCST 120(CX), Z20, Z22
+	VADDPS      Z22, Z0, Z0
+	VMULPS.BCST 120(CX), Z21, Z22
+	VADDPS      Z22, Z1, Z1
+	VMULPS.BCST 124(CX), Z20, Z22
+	VADDPS      Z22, Z2, Z2
+	VMULPS.BCST 124(CX), Z21, Z22
+	VADDPS      Z22, Z3, Z3
+	VMULPS.BCST 128(CX), Z20, Z22
+	VADDPS      Z22, Z4, Z4
+	VMULPS.BCST 128(CX), Z21, Z22
+	VADDPS      Z22, Z5, Z5
+	VMULPS.BCST 132(CX), Z20, Z22
+	VADDPS      Z22, Z6, Z6
+	VMULPS.BCST 132(CX), Z21, Z22
+	VADDPS      Z22, Z7, Z7
+	VMULPS.BCST 136(CX), Z20, Z22
+	VADDPS      Z22, Z8, Z8
+	VMULPS.BCST 136(CX), Z21, Z22
+	VADDPS      Z22, Z9, Z9
+	VMULPS.BCST 140(CX), Z20, Z22
+	VADDPS      Z22, Z10, Z10
+	VMULPS.BCST 140(CX), Z21, Z22
+	VADDPS      Z22, Z11, Z11
+	VMULPS.BCST 144(CX), Z20, Z22
+	VADDPS      Z22, Z12, Z12
+	VMULPS.BCST 144(CX), Z21, Z22
+	VADDPS      Z22, Z13, Z13
+	VMULPS.BCST 148(CX), Z20, Z22
+	VADDPS      Z22, Z14, Z14
+	VMULPS.BCST 148(CX), Z21, Z22
+	VADDPS      Z22, Z15, Z15
+	VMULPS.BCST 152(CX), Z20, Z22
+	VADDPS      Z22, Z16, Z16
+	VMULPS.BCST 152(CX), Z21, Z22
+	VADDPS      Z22, Z17, Z17
+	VMULPS.BCST 156(CX), Z20, Z20
+	VADDPS      Z20, Z18, Z18
+	VMULPS.BCST 156(CX), Z21, Z20
+	VADDPS      Z20, Z19, Z19
+	ADDQ        $0x000000a0, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z20
+	VMOVUPS     64(DX), Z21
+	VMULPS.BCST (CX), Z20, Z22
+	VADDPS      Z22, Z0, Z0
+	VMULPS.BCST (CX), Z21, Z22
+	VADDPS      Z22, Z1, Z1
+	VMULPS.BCST 4(CX), Z20, Z22
+	VADDPS      Z22, Z2, Z2
+	VMULPS.BCST 4(CX), Z21, Z22
+	VADDPS      Z22, Z3, Z3
+	VMULPS.BCST 8(CX), Z20, Z22
+	VADDPS      Z22, Z4, Z4
+	VMULPS.BCST 8(CX), Z21, Z22
+	VADDPS      Z22, Z5, Z5
+	VMULPS.BCST 12(CX), Z20, Z22
+	VADDPS      Z22, Z6, Z6
+	VMULPS.BCST 12(CX), Z21, Z22
+	VADDPS      Z22, Z7, Z7
+	VMULPS.BCST 16(CX), Z20, Z22
+	VADDPS      Z22, Z8, Z8
+	VMULPS.BCST 16(CX), Z21, Z22
+	VADDPS      Z22, Z9, Z9
+	VMULPS.BCST 20(CX), Z20, Z22
+	VADDPS      Z22, Z10, Z10
+	VMULPS.BCST 20(CX), Z21, Z22
+	VADDPS      Z22, Z11, Z11
+	VMULPS.BCST 24(CX), Z20, Z22
+	VADDPS      Z22, Z12, Z12
+	VMULPS.BCST 24(CX), Z21, Z22
+	VADDPS      Z22, Z13, Z13
+	VMULPS.BCST 28(CX), Z20, Z22
+	VADDPS      Z22, Z14, Z14
+	VMULPS.BCST 28(CX), Z21, Z22
+	VADDPS      Z22, Z15, Z15
+	VMULPS.BCST 32(CX), Z20, Z22
+	VADDPS      Z22, Z16, Z16
+	VMULPS.BCST 32(CX), Z21, Z22
+	VADDPS      Z22, Z17, Z17
+	VMULPS.BCST 36(CX), Z20, Z20
+	VADDPS      Z20, Z18, Z18
+	VMULPS.BCST 36(CX), Z21, Z20
+	VADDPS      Z20, Z19, Z19
+	ADDQ        $0x00000028, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_11x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_11x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z11
+	VMULPS.BCST (CX), Z11, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 4(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 8(CX), Z11, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 12(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 16(CX), Z11, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 20(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 24(CX), Z11, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 28(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 32(CX), Z11, Z12
+	VADDPS      Z12, Z8, Z8
+	VMULPS.BCST 36(CX), Z11, Z12
+	VADDPS      Z12, Z9, Z9
+	VMULPS.BCST 40(CX), Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     64(DX), Z11
+	VMULPS.BCST 44(CX), Z11, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 48(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 52(CX), Z11, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 56(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 60(CX), Z11, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 64(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 68(CX), Z11, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 72(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 76(CX), Z11, Z12
+	VADDPS      Z12, Z8, Z8
+	VMULPS.BCST 80(CX), Z11, Z12
+	VADDPS      Z12, Z9, Z9
+	VMULPS.BCST 84(CX), Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     128(DX), Z11
+	VMULPS.BCST 88(CX), Z11, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 92(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 96(CX), Z11, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 100(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 104(CX), Z11, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 108(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 112(CX), Z11, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 116(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 120(CX), Z11, Z12
+	VADDPS      Z12, Z8, Z8
+	VMULPS.BCST 124(CX), Z11, Z12
+	VADDPS      Z12, Z9, Z9
+	VMULPS.BCST 128(CX), Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	VMOVUPS     192(DX), Z11
+	VMULPS.BCST 132(CX), Z11, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 136(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 140(CX), Z11, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 144(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 148(CX), Z11, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 152(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 156(CX), Z11, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 160(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 164(CX), Z11, Z12
+	VADDPS      Z12, Z8, Z8
+	VMULPS.BCST 168(CX), Z11, Z12
+	VADDPS      Z12, Z9, Z9
+	VMULPS.BCST 172(CX), Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	ADDQ        $0x000000b0, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z11
+	VMULPS.BCST (CX), Z11, Z12
+	VADDPS      Z12, Z0, Z0
+	VMULPS.BCST 4(CX), Z11, Z12
+	VADDPS      Z12, Z1, Z1
+	VMULPS.BCST 8(CX), Z11, Z12
+	VADDPS      Z12, Z2, Z2
+	VMULPS.BCST 12(CX), Z11, Z12
+	VADDPS      Z12, Z3, Z3
+	VMULPS.BCST 16(CX), Z11, Z12
+	VADDPS      Z12, Z4, Z4
+	VMULPS.BCST 20(CX), Z11, Z12
+	VADDPS      Z12, Z5, Z5
+	VMULPS.BCST 24(CX), Z11, Z12
+	VADDPS      Z12, Z6, Z6
+	VMULPS.BCST 28(CX), Z11, Z12
+	VADDPS      Z12, Z7, Z7
+	VMULPS.BCST 32(CX), Z11, Z12
+	VADDPS      Z12, Z8, Z8
+	VMULPS.BCST 36(CX), Z11, Z12
+	VADDPS      Z12, Z9, Z9
+	VMULPS.BCST 40(CX), Z11, Z11
+	VADDPS      Z11, Z10, Z10
+	ADDQ        $0x0000002c, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_11x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_11x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z20
+	VMOVUPS    64(DI), Z21
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z22
+	VMOVUPS     64(DX), Z23
+	VMULPS.BCST (CX), Z22, Z24
+	VADDPS      Z24, Z0, Z0
+	VMULPS.BCST (CX), Z23, Z24
+	VADDPS      Z24, Z1, Z1
+	VMULPS.BCST 4(CX), Z22, Z24
+	VADDPS      Z24, Z2, Z2
+	VMULPS.BCST 4(CX), Z23, Z24
+	VADDPS      Z24, Z3, Z3
+	VMULPS.BCST 8(CX), Z22, Z24
+	VADDPS      Z24, Z4, Z4
+	VMULPS.BCST 8(CX), Z23, Z24
+	VADDPS      Z24, Z5, Z5
+	VMULPS.BCST 12(CX), Z22, Z24
+	VADDPS      Z24, Z6, Z6
+	VMULPS.BCST 12(CX), Z23, Z24
+	VADDPS      Z24, Z7, Z7
+	VMULPS.BCST 16(CX), Z22, Z24
+	VADDPS      Z24, Z8, Z8
+	VMULPS.BCST 16(CX), Z23, Z24
+	VADDPS      Z24, Z9, Z9
+	VMULPS.BCST 20(CX), Z22, Z24
+	VADDPS      Z24, Z10, Z10
+	VMULPS.BCST 20(CX), Z23, Z24
+	VADDPS      Z24, Z11, Z11
+	VMULPS.BCST 24(CX), Z22, Z24
+	VADDPS      Z24, Z12, Z12
+	VMULPS.BCST 24(CX), Z23, Z24
+	VADDPS      Z24, Z13, Z13
+	VMULPS.BCST 28(CX), Z22, Z24
+	VADDPS      Z24, Z14, Z14
+	VMULPS.BCST 28(CX), Z23, Z24
+	VADDPS      Z24, Z15, Z15
+	VMULPS.BCST 32(CX), Z22, Z24
+	VADDPS      Z24, Z16, Z16
+	VMULPS.BCST 32(CX), Z23, Z24
+	VADDPS      Z24, Z17, Z17
+	VMULPS.BCST 36(CX), Z22, Z24
+	VADDPS      Z24, Z18, Z18
+	VMULPS.BCST 36(CX), Z23, Z24
+	VADDPS      Z24, Z19, Z19
+	VMULPS.BCST 40(CX), Z22, Z22
+	VADDPS      Z22, Z20, Z20
+	VMULPS.BCST 40(CX), Z23, Z22
+	VADDPS      Z22, Z21, Z21
+	VMOVUPS     128(DX), Z22
+	VMOVUPS     192(DX), Z23
+	VMULPS.BCST 44(CX), Z22, Z24
+	VADDPS      Z24, Z0, Z0
+	VMULPS.BCST 44(CX), Z23, Z24
+	VADDPS      Z24, Z1, Z1
+	VMULPS.BCST 48(CX), Z22, Z24
+	VADDPS      Z24, Z2, Z2
+	VMULPS.BCST 48(CX), Z23, Z24
+	VADDPS      Z24, Z3, Z3
+	VMULPS.BCST 52(CX), Z22, Z24
+	VADDPS      Z24, Z4, Z4
+	VMULPS.BCST 52(CX), Z23, Z24
+	VADDPS      Z24, Z5, Z5
+	VMULPS.BCST 56(CX), Z22, Z24
+	VADDPS      Z24, Z6, Z6
+	VMULPS.BCST 56(CX), Z23, Z24
+	VADDPS      Z24, Z7, Z7
+	VMULPS.BCST 60(CX), Z22, Z24
+	VADDPS      Z24, Z8, Z8
+	VMULPS.BCST 60(CX), Z23, Z24
+	VADDPS      Z24, Z9, Z9
+	VMULPS.BCST 64(CX), Z22, Z24
+	VADDPS      Z24, Z10, Z10
+	VMULPS.BCST 64(CX), Z23, Z24
+	VADDPS      Z24, Z11, Z11
+	VMULPS.BCST 68(CX), Z22, Z24
+	VADDPS      Z24, Z12, Z12
+	VMULPS.BCST 68(CX), Z23, Z24
+	VADDPS      Z24, Z13, Z13
+	VMULPS.BCST 72(CX), Z22, Z24
+	VADDPS      Z24, Z14, Z14
+	VMULPS.BCST 72(CX), Z23, Z24
+	VADDPS      Z24, Z15, Z15
+	VMULPS.BCST 76(CX), Z22, Z24
+	VADDPS      Z24, Z16, Z16
+	VMULPS.BCST 76(CX), Z23, Z24
+	VADDPS      Z24, Z17, Z17
+	VMULPS.BCST 80(CX), Z22, Z24
+	VADDPS      Z24, Z18, Z18
+	VMULPS.BCST 80(CX), Z23, Z24
+	VADDPS      Z24, Z19, Z19
+	VMULPS.BCST 84(CX), Z22, Z22
+	VADDPS      Z22, Z20, Z20
+	VMULPS.BCST 84(CX), Z23, Z22
+	VADDPS      Z22, Z21, Z21
+	VMOVUPS     256(DX), Z22
+	VMOVUPS     320(DX), Z23
+	VMULPS.BCST 88(CX), Z22, Z24
+	VADDPS      Z24, Z0, Z0
+	VMULPS.BCST 88(CX), Z23, Z24
+	VADDPS      Z24, Z1, Z1
+	VMULPS.BCST 92(CX), Z22, Z24
+	VADDPS      Z24, Z2, Z2
+	VMULPS.BCST 92(CX), Z23, Z24
+	VADDPS      Z24, Z3, Z3
+	VMULPS.BCST 96(CX), Z22, Z24
+	VADDPS      Z24, Z4, Z4
+	VMULPS.BCST 96(CX), Z23, Z24
+	VADDPS      Z24, Z5, Z5
+	VMULPS.BCST 100(CX), Z22, Z24
+	VADDPS      Z24, Z6, Z6
+	VMULPS.BCST 100(CX), Z23, Z24
+	VADDPS      Z24, Z7, Z7
+	VMULPS.BCST 104(CX), Z22, Z24
+	VADDPS      Z24, Z8, Z8
+	VMULPS.BCST 104(CX), Z23, Z24
+	VADDPS      Z24, Z9, Z9
+	VMULPS.BCST 108(CX), Z22, Z24
+	VADDPS      Z24, Z10, Z10
+	VMULPS.BCST 108(CX), Z23, Z24
+	VADDPS      Z24, Z11, Z11
+	VMULPS.BCST 112(CX), Z22, Z24
+	VADDPS      Z24, Z12, Z12
+	VMULPS.BCST 112(CX), Z23, Z24
+	VADDPS      Z24, Z13, Z13
+	VMULPS.BCST 116(CX), Z22, Z24
+	VADDPS      Z24, Z14, Z14
+	VMULPS.BCST 116(CX), Z23, Z24
+	VADDPS      Z24, Z15, Z15
+	VMULPS.BCST 120(CX), Z22, Z24
+	VADDPS      Z24, Z16, Z16
+	VMULPS.BCST 120(CX), Z23, Z24
+	VADDPS      Z24, Z17, Z17
+	VMULPS.BCST 124(CX), Z22, Z24
+	VADDPS      Z24, Z18, Z18
+	VMULPS.BCST 124(CX), Z23, Z24
+	VADDPS      Z24, Z19, Z19
+	VMULPS.BCST 128(CX), Z22, Z22
+	VADDPS      Z22, Z20, Z20
+	VMULPS.BCST 128(CX), Z23, Z22
+	VADDPS      Z22, Z21, Z21
+	VMOVUPS     384(DX), Z22
+	VMOVUPS     448(DX), Z23
+	VMULPS.BCST 132(CX), Z22, Z24
+	VADDPS      Z24, Z0, Z0
+	VMULPS.BCST 132(CX), Z23, Z24
+	VADDPS      Z24, Z1, Z1
+	VMULPS.BCST 136(CX), Z22, Z24
+	VADDPS      Z24, Z2, Z2
+	VMULPS.BCST 136(CX), Z23, Z24
+	VADDPS      Z24, Z3, Z3
+	VMULPS.BCST 140(CX), Z22, Z24
+	VADDPS      Z24, Z4, Z4
+	VMULPS.BCST 140(CX), Z23, Z24
+	VADDPS      Z24, Z5, Z5
+	VMULPS.BCST 144(CX), Z22, Z24
+	VADDPS      Z24, Z6, Z6
+	VMULPS.BCST 144(CX), Z23, Z24
+	VADDPS      Z24, Z7, Z7
+	VMULPS.BCST 148(CX), Z22, Z24
+	VADDPS      Z24, Z8, Z8
+	VMULPS.BCST 148(CX), Z23, Z24
+	VADDPS      Z24, Z9, Z9
+	VMULPS.BCST 152(CX), Z22, Z24
+	VADDPS      Z24, Z10, Z10
+	VMULPS.BCST 152(CX), Z23, Z24
+	VADDPS      Z24, Z11, Z11
+	VMULPS.BCST 156(CX), Z22, Z24
+	VADDPS      Z24, Z12, Z12
+	VMULPS.BCST 156(CX), Z23, Z24
+	VADDPS      Z24, Z13, Z13
+	VMULPS.BCST 160(CX), Z22, Z24
+	VADDPS      Z24, Z14, Z14
+	VMULPS.BCST 160(CX), Z23, Z24
+	VADDPS      Z24, Z15, Z15
+	VMULPS.BCST 164(CX), Z22, Z24
+	VADDPS      Z24, Z16, Z16
+	VMULPS.BCST 164(CX), Z23, Z24
+	VADDPS      Z24, Z17, Z17
+	VMULPS.BCST 168(CX), Z22, Z24
+	VADDPS      Z24, Z18, Z18
+	VMULPS.BCST 168(CX), Z23, Z24
+	VADDPS      Z24, Z19, Z19
+	VMULPS.BCST 172(CX), Z22, Z22
+	VADDPS      Z22, Z20, Z20
+	VMULPS.BCST 172(CX), Z23, Z22
+	VADDPS      Z22, Z21, Z21
+	ADDQ        $0x000000b0, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z22
+	VMOVUPS     64(DX), Z23
+	VMULPS.BCST (CX), Z22, Z24
+	VADDPS      Z24, Z0, Z0
+	VMULPS.BCST (CX), Z23, Z24
+	VADDPS      Z24, Z1, Z1
+	VMULPS.BCST 4(CX), Z22, Z24
+	VADDPS      Z24, Z2, Z2
+	VMULPS.BCST 4(CX), Z23, Z24
+	VADDPS      Z24, Z3, Z3
+	VMULPS.BCST 8(CX), Z22, Z24
+	VADDPS      Z24, Z4, Z4
+	VMULPS.BCST 8(CX), Z23, Z24
+	VADDPS      Z24, Z5, Z5
+	VMULPS.BCST 12(CX), Z22, Z24
+	VADDPS      Z24, Z6, Z6
+	VMULPS.BCST 12(CX), Z23, Z24
+	VADDPS      Z24, Z7, Z7
+	VMULPS.BCST 16(CX), Z22, Z24
+	VADDPS      Z24, Z8, Z8
+	VMULPS.BCST 16(CX), Z23, Z24
+	VADDPS      Z24, Z9, Z9
+	VMULPS.BCST 20(CX), Z22, Z24
+	VADDPS      Z24, Z10, Z10
+	VMULPS.BCST 20(CX), Z23, Z24
+	VADDPS      Z24, Z11, Z11
+	VMULPS.BCST 24(CX), Z22, Z24
+	VADDPS      Z24, Z12, Z12
+	VMULPS.BCST 24(CX), Z23, Z24
+	VADDPS      Z24, Z13, Z13
+	VMULPS.BCST 28(CX), Z22, Z24
+	VADDPS      Z24, Z14, Z14
+	VMULPS.BCST 28(CX), Z23, Z24
+	VADDPS      Z24, Z15, Z15
+	VMULPS.BCST 32(CX), Z22, Z24
+	VADDPS      Z24, Z16, Z16
+	VMULPS.BCST 32(CX), Z23, Z24
+	VADDPS      Z24, Z17, Z17
+	VMULPS.BCST 36(CX), Z22, Z24
+	VADDPS      Z24, Z18, Z18
+	VMULPS.BCST 36(CX), Z23, Z24
+	VADDPS      Z24, Z19, Z19
+	VMULPS.BCST 40(CX), Z22, Z22
+	VADDPS      Z22, Z20, Z20
+	VMULPS.BCST 40(CX), Z23, Z22
+	VADDPS      Z22, Z21, Z21
+	ADDQ        $0x0000002c, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_12x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_12x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z11
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z12
+	VMULPS.BCST (CX), Z12, Z13
+	VADDPS      Z13, Z0, Z0
+	VMULPS.BCST 4(CX), Z12, Z13
+	VADDPS      Z13, Z1, Z1
+	VMULPS.BCST 8(CX), Z12, Z13
+	VADDPS      Z13, Z2, Z2
+	VMULPS.BCST 12(CX), Z12, Z13
+	VADDPS      Z13, Z3, Z3
+	VMULPS.BCST 16(CX), Z12, Z13
+	VADDPS      Z13, Z4, Z4
+	VMULPS.BCST 20(CX), Z12, Z13
+	VADDPS      Z13, Z5, Z5
+	VMULPS.BCST 24(CX), Z12, Z13
+	VADDPS      Z13, Z6, Z6
+	VMULPS.BCST 28(CX), Z12, Z13
+	VADDPS      Z13, Z7, Z7
+	VMULPS.BCST 32(CX), Z12, Z13
+	VADDPS      Z13, Z8, Z8
+	VMULPS.BCST 36(CX), Z12, Z13
+	VADDPS      Z13, Z9, Z9
+	VMULPS.BCST 40(CX), Z12, Z13
+	VADDPS      Z13, Z10, Z10
+	VMULPS.BCST 44(CX), Z12, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     64(DX), Z12
+	VMULPS.BCST 48(CX), Z12, Z13
+	VADDPS      Z13, Z0, Z0
+	VMULPS.BCST 52(CX), Z12, Z13
+	VADDPS      Z13, Z1, Z1
+	VMULPS.BCST 56(CX), Z12, Z13
+	VADDPS      Z13, Z2, Z2
+	VMULPS.BCST 60(CX), Z12, Z13
+	VADDPS      Z13, Z3, Z3
+	VMULPS.BCST 64(CX), Z12, Z13
+	VADDPS      Z13, Z4, Z4
+	VMULPS.BCST 68(CX), Z12, Z13
+	VADDPS      Z13, Z5, Z5
+	VMULPS.BCST 72(CX), Z12, Z13
+	VADDPS      Z13, Z6, Z6
+	VMULPS.BCST 76(CX), Z12, Z13
+	VADDPS      Z13, Z7, Z7
+	VMULPS.BCST 80(CX), Z12, Z13
+	VADDPS      Z13, Z8, Z8
+	VMULPS.BCST 84(CX), Z12, Z13
+	VADDPS      Z13, Z9, Z9
+	VMULPS.BCST 88(CX), Z12, Z13
+	VADDPS      Z13, Z10, Z10
+	VMULPS.BCST 92(CX), Z12, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     128(DX), Z12
+	VMULPS.BCST 96(CX), Z12, Z13
+	VADDPS      Z13, Z0, Z0
+	VMULPS.BCST 100(CX), Z12, Z13
+	VADDPS      Z13, Z1, Z1
+	VMULPS.BCST 104(CX), Z12, Z13
+	VADDPS      Z13, Z2, Z2
+	VMULPS.BCST 108(CX), Z12, Z13
+	VADDPS      Z13, Z3, Z3
+	VMULPS.BCST 112(CX), Z12, Z13
+	VADDPS      Z13, Z4, Z4
+	VMULPS.BCST 116(CX), Z12, Z13
+	VADDPS      Z13, Z5, Z5
+	VMULPS.BCST 120(CX), Z12, Z13
+	VADDPS      Z13, Z6, Z6
+	VMULPS.BCST 124(CX), Z12, Z13
+	VADDPS      Z13, Z7, Z7
+	VMULPS.BCST 128(CX), Z12, Z13
+	VADDPS      Z13, Z8, Z8
+	VMULPS.BCST 132(CX), Z12, Z13
+	VADDPS      Z13, Z9, Z9
+	VMULPS.BCST 136(CX), Z12, Z13
+	VADDPS      Z13, Z10, Z10
+	VMULPS.BCST 140(CX), Z12, Z12
+	VADDPS      Z12, Z11, Z11
+	VMOVUPS     192(DX), Z12
+	VMULPS.BCST 144(CX), Z12, Z13
+	VADDPS      Z13, Z0, Z0
+	VMULPS.BCST 148(CX), Z12, Z13
+	VADDPS      Z13, Z1, Z1
+	VMULPS.BCST 152(CX), Z12, Z13
+	VADDPS      Z13, Z2, Z2
+	VMULPS.BCST 156(CX), Z12, Z13
+	VADDPS      Z13, Z3, Z3
+	VMULPS.BCST 160(CX), Z12, Z13
+	VADDPS      Z13, Z4, Z4
+	VMULPS.BCST 164(CX), Z12, Z13
+	VADDPS      Z13, Z5, Z5
+	VMULPS.BCST 168(CX), Z12, Z13
+	VADDPS      Z13, Z6, Z6
+	VMULPS.BCST 172(CX), Z12, Z13
+	VADDPS      Z13, Z7, Z7
+	VMULPS.BCST 176(CX), Z12, Z13
+	VADDPS      Z13, Z8, Z8
+	VMULPS.BCST 180(CX), Z12, Z13
+	VADDPS      Z13, Z9, Z9
+	VMULPS.BCST 184(CX), Z12, Z13
+	VADDPS      Z13, Z10, Z10
+	VMULPS.BCST 188(CX), Z12, Z12
+	VADDPS      Z12, Z11, Z11
+	ADDQ        $0x000000c0, CX
+	ADDQ        $0x00000100, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z12
+	VMULPS.BCST (CX), Z12, Z13
+	VADDPS      Z13, Z0, Z0
+	VMULPS.BCST 4(CX), Z12, Z13
+	VADDPS      Z13, Z1, Z1
+	VMULPS.BCST 8(CX), Z12, Z13
+	VADDPS      Z13, Z2, Z2
+	VMULPS.BCST 12(CX), Z12, Z13
+	VADDPS      Z13, Z3, Z3
+	VMULPS.BCST 16(CX), Z12, Z13
+	VADDPS      Z13, Z4, Z4
+	VMULPS.BCST 20(CX), Z12, Z13
+	VADDPS      Z13, Z5, Z5
+	VMULPS.BCST 24(CX), Z12, Z13
+	VADDPS      Z13, Z6, Z6
+	VMULPS.BCST 28(CX), Z12, Z13
+	VADDPS      Z13, Z7, Z7
+	VMULPS.BCST 32(CX), Z12, Z13
+	VADDPS      Z13, Z8, Z8
+	VMULPS.BCST 36(CX), Z12, Z13
+	VADDPS      Z13, Z9, Z9
+	VMULPS.BCST 40(CX), Z12, Z13
+	VADDPS      Z13, Z10, Z10
+	VMULPS.BCST 44(CX), Z12, Z12
+	VADDPS      Z12, Z11, Z11
+	ADDQ        $0x00000030, CX
+	ADDQ        $0x00000040, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z5, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z7, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z9, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Z11, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX512MulAdd_12x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, AVX512F, MMX+
+TEXT ·gemmAVX512MulAdd_12x32(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 124(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Z0
+	VMOVUPS    64(DI), Z1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z2
+	VMOVUPS    64(DI), Z3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z4
+	VMOVUPS    64(DI), Z5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z6
+	VMOVUPS    64(DI), Z7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z8
+	VMOVUPS    64(DI), Z9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z10
+	VMOVUPS    64(DI), Z11
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z12
+	VMOVUPS    64(DI), Z13
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z14
+	VMOVUPS    64(DI), Z15
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z16
+	VMOVUPS    64(DI), Z17
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z18
+	VMOVUPS    64(DI), Z19
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z20
+	VMOVUPS    64(DI), Z21
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Z22
+	VMOVUPS    64(DI), Z23
+	JMP        loop
+
+zero:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+
+loop:
+	CMPQ        AX, $0x04
+	JL          tail
+	VMOVUPS     (DX), Z24
+	VMOVUPS     64(DX), Z25
+	VMULPS.BCST (CX), Z24, Z26
+	VADDPS      Z26, Z0, Z0
+	VMULPS.BCST (CX), Z25, Z26
+	VADDPS      Z26, Z1, Z1
+	VMULPS.BCST 4(CX), Z24, Z26
+	VADDPS      Z26, Z2, Z2
+	VMULPS.BCST 4(CX), Z25, Z26
+	VADDPS      Z26, Z3, Z3
+	VMULPS.BCST 8(CX), Z24, Z26
+	VADDPS      Z26, Z4, Z4
+	VMULPS.BCST 8(CX), Z25, Z26
+	VADDPS      Z26, Z5, Z5
+	VMULPS.BCST 12(CX), Z24, Z26
+	VADDPS      Z26, Z6, Z6
+	VMULPS.BCST 12(CX), Z25, Z26
+	VADDPS      Z26, Z7, Z7
+	VMULPS.BCST 16(CX), Z24, Z26
+	VADDPS      Z26, Z8, Z8
+	VMULPS.BCST 16(CX), Z25, Z26
+	VADDPS      Z26, Z9, Z9
+	VMULPS.BCST 20(CX), Z24, Z26
+	VADDPS      Z26, Z10, Z10
+	VMULPS.BCST 20(CX), Z25, Z26
+	VADDPS      Z26, Z11, Z11
+	VMULPS.BCST 24(CX), Z24, Z26
+	VADDPS      Z26, Z12, Z12
+	VMULPS.BCST 24(CX), Z25, Z26
+	VADDPS      Z26, Z13, Z13
+	VMULPS.BCST 28(CX), Z24, Z26
+	VADDPS      Z26, Z14, Z14
+	VMULPS.BCST 28(CX), Z25, Z26
+	VADDPS      Z26, Z15, Z15
+	VMULPS.BCST 32(CX), Z24, Z26
+	VADDPS      Z26, Z16, Z16
+	VMULPS.BCST 32(CX), Z25, Z26
+	VADDPS      Z26, Z17, Z17
+	VMULPS.BCST 36(CX), Z24, Z26
+	VADDPS      Z26, Z18, Z18
+	VMULPS.BCST 36(CX), Z25, Z26
+	VADDPS      Z26, Z19, Z19
+	VMULPS.BCST 40(CX), Z24, Z26
+	VADDPS      Z26, Z20, Z20
+	VMULPS.BCST 40(CX), Z25, Z26
+	VADDPS      Z26, Z21, Z21
+	VMULPS.BCST 44(CX), Z24, Z24
+	VADDPS      Z24, Z22, Z22
+	VMULPS.BCST 44(CX), Z25, Z24
+	VADDPS      Z24, Z23, Z23
+	VMOVUPS     128(DX), Z24
+	VMOVUPS     192(DX), Z25
+	VMULPS.BCST 48(CX), Z24, Z26
+	VADDPS      Z26, Z0, Z0
+	VMULPS.BCST 48(CX), Z25, Z26
+	VADDPS      Z26, Z1, Z1
+	VMULPS.BCST 52(CX), Z24, Z26
+	VADDPS      Z26, Z2, Z2
+	VMULPS.BCST 52(CX), Z25, Z26
+	VADDPS      Z26, Z3, Z3
+	VMULPS.BCST 56(CX), Z24, Z26
+	VADDPS      Z26, Z4, Z4
+	VMULPS.BCST 56(CX), Z25, Z26
+	VADDPS      Z26, Z5, Z5
+	VMULPS.BCST 60(CX), Z24, Z26
+	VADDPS      Z26, Z6, Z6
+	VMULPS.BCST 60(CX), Z25, Z26
+	VADDPS      Z26, Z7, Z7
+	VMULPS.BCST 64(CX), Z24, Z26
+	VADDPS      Z26, Z8, Z8
+	VMULPS.BCST 64(CX), Z25, Z26
+	VADDPS      Z26, Z9, Z9
+	VMULPS.BCST 68(CX), Z24, Z26
+	VADDPS      Z26, Z10, Z10
+	VMULPS.BCST 68(CX), Z25, Z26
+	VADDPS      Z26, Z11, Z11
+	VMULPS.BCST 72(CX), Z24, Z26
+	VADDPS      Z26, Z12, Z12
+	VMULPS.BCST 72(CX), Z25, Z26
+	VADDPS      Z26, Z13, Z13
+	VMULPS.BCST 76(CX), Z24, Z26
+	VADDPS      Z26, Z14, Z14
+	VMULPS.BCST 76(CX), Z25, Z26
+	VADDPS      Z26, Z15, Z15
+	VMULPS.BCST 80(CX), Z24, Z26
+	VADDPS      Z26, Z16, Z16
+	VMULPS.BCST 80(CX), Z25, Z26
+	VADDPS      Z26, Z17, Z17
+	VMULPS.BCST 84(CX), Z24, Z26
+	VADDPS      Z26, Z18, Z18
+	VMULPS.BCST 84(CX), Z25, Z26
+	VADDPS      Z26, Z19, Z19
+	VMULPS.BCST 88(CX), Z24, Z26
+	VADDPS      Z26, Z20, Z20
+	VMULPS.BCST 88(CX), Z25, Z26
+	VADDPS      Z26, Z21, Z21
+	VMULPS.BCST 92(CX), Z24, Z24
+	VADDPS      Z24, Z22, Z22
+	VMULPS.BCST 92(CX), Z25, Z24
+	VADDPS      Z24, Z23, Z23
+	VMOVUPS     256(DX), Z24
+	VMOVUPS     320(DX), Z25
+	VMULPS.BCST 96(CX), Z24, Z26
+	VADDPS      Z26, Z0, Z0
+	VMULPS.BCST 96(CX), Z25, Z26
+	VADDPS      Z26, Z1, Z1
+	VMULPS.BCST 100(CX), Z24, Z26
+	VADDPS      Z26, Z2, Z2
+	VMULPS.BCST 100(CX), Z25, Z26
+	VADDPS      Z26, Z3, Z3
+	VMULPS.BCST 104(CX), Z24, Z26
+	VADDPS      Z26, Z4, Z4
+	VMULPS.BCST 104(CX), Z25, Z26
+	VADDPS      Z26, Z5, Z5
+	VMULPS.BCST 108(CX), Z24, Z26
+	VADDPS      Z26, Z6, Z6
+	VMULPS.BCST 108(CX), Z25, Z26
+	VADDPS      Z26, Z7, Z7
+	VMULPS.BCST 112(CX), Z24, Z26
+	VADDPS      Z26, Z8, Z8
+	VMULPS.BCST 112(CX), Z25, Z26
+	VADDPS      Z26, Z9, Z9
+	VMULPS.BCST 116(CX), Z24, Z26
+	VADDPS      Z26, Z10, Z10
+	VMULPS.BCST 116(CX), Z25, Z26
+	VADDPS      Z26, Z11, Z11
+	VMULPS.BCST 120(CX), Z24, Z26
+	VADDPS      Z26, Z12, Z12
+	VMULPS.BCST 120(CX), Z25, Z26
+	VADDPS      Z26, Z13, Z13
+	VMULPS.BCST 124(CX), Z24, Z26
+	VADDPS      Z26, Z14, Z14
+	VMULPS.BCST 124(CX), Z25, Z26
+	VADDPS      Z26, Z15, Z15
+	VMULPS.BCST 128(CX), Z24, Z26
+	VADDPS      Z26, Z16, Z16
+	VMULPS.BCST 128(CX), Z25, Z26
+	VADDPS      Z26, Z17, Z17
+	VMULPS.BCST 132(CX), Z24, Z26
+	VADDPS      Z26, Z18, Z18
+	VMULPS.BCST 132(CX), Z25, Z26
+	VADDPS      Z26, Z19, Z19
+	VMULPS.BCST 136(CX), Z24, Z26
+	VADDPS      Z26, Z20, Z20
+	VMULPS.BCST 136(CX), Z25, Z26
+	VADDPS      Z26, Z21, Z21
+	VMULPS.BCST 140(CX), Z24, Z24
+	VADDPS      Z24, Z22, Z22
+	VMULPS.BCST 140(CX), Z25, Z24
+	VADDPS      Z24, Z23, Z23
+	VMOVUPS     384(DX), Z24
+	VMOVUPS     448(DX), Z25
+	VMULPS.BCST 144(CX), Z24, Z26
+	VADDPS      Z26, Z0, Z0
+	VMULPS.BCST 144(CX), Z25, Z26
+	VADDPS      Z26, Z1, Z1
+	VMULPS.BCST 148(CX), Z24, Z26
+	VADDPS      Z26, Z2, Z2
+	VMULPS.BCST 148(CX), Z25, Z26
+	VADDPS      Z26, Z3, Z3
+	VMULPS.BCST 152(CX), Z24, Z26
+	VADDPS      Z26, Z4, Z4
+	VMULPS.BCST 152(CX), Z25, Z26
+	VADDPS      Z26, Z5, Z5
+	VMULPS.BCST 156(CX), Z24, Z26
+	VADDPS      Z26, Z6, Z6
+	VMULPS.BCST 156(CX), Z25, Z26
+	VADDPS      Z26, Z7, Z7
+	VMULPS.BCST 160(CX), Z24, Z26
+	VADDPS      Z26, Z8, Z8
+	VMULPS.BCST 160(CX), Z25, Z26
+	VADDPS      Z26, Z9, Z9
+	VMULPS.BCST 164(CX), Z24, Z26
+	VADDPS      Z26, Z10, Z10
+	VMULPS.BCST 164(CX), Z25, Z26
+	VADDPS      Z26, Z11, Z11
+	VMULPS.BCST 168(CX), Z24, Z26
+	VADDPS      Z26, Z12, Z12
+	VMULPS.BCST 168(CX), Z25, Z26
+	VADDPS      Z26, Z13, Z13
+	VMULPS.BCST 172(CX), Z24, Z26
+	VADDPS      Z26, Z14, Z14
+	VMULPS.BCST 172(CX), Z25, Z26
+	VADDPS      Z26, Z15, Z15
+	VMULPS.BCST 176(CX), Z24, Z26
+	VADDPS      Z26, Z16, Z16
+	VMULPS.BCST 176(CX), Z25, Z26
+	VADDPS      Z26, Z17, Z17
+	VMULPS.BCST 180(CX), Z24, Z26
+	VADDPS      Z26, Z18, Z18
+	VMULPS.BCST 180(CX), Z25, Z26
+	VADDPS      Z26, Z19, Z19
+	VMULPS.BCST 184(CX), Z24, Z26
+	VADDPS      Z26, Z20, Z20
+	VMULPS.BCST 184(CX), Z25, Z26
+	VADDPS      Z26, Z21, Z21
+	VMULPS.BCST 188(CX), Z24, Z24
+	VADDPS      Z24, Z22, Z22
+	VMULPS.BCST 188(CX), Z25, Z24
+	VADDPS      Z24, Z23, Z23
+	ADDQ        $0x000000c0, CX
+	ADDQ        $0x00000200, DX
+	SUBQ        $0x04, AX
+	JMP         loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          store
+	VMOVUPS     (DX), Z24
+	VMOVUPS     64(DX), Z25
+	VMULPS.BCST (CX), Z24, Z26
+	VADDPS      Z26, Z0, Z0
+	VMULPS.BCST (CX), Z25, Z26
+	VADDPS      Z26, Z1, Z1
+	VMULPS.BCST 4(CX), Z24, Z26
+	VADDPS      Z26, Z2, Z2
+	VMULPS.BCST 4(CX), Z25, Z26
+	VADDPS      Z26, Z3, Z3
+	VMULPS.BCST 8(CX), Z24, Z26
+	VADDPS      Z26, Z4, Z4
+	VMULPS.BCST 8(CX), Z25, Z26
+	VADDPS      Z26, Z5, Z5
+	VMULPS.BCST 12(CX), Z24, Z26
+	VADDPS      Z26, Z6, Z6
+	VMULPS.BCST 12(CX), Z25, Z26
+	VADDPS      Z26, Z7, Z7
+	VMULPS.BCST 16(CX), Z24, Z26
+	VADDPS      Z26, Z8, Z8
+	VMULPS.BCST 16(CX), Z25, Z26
+	VADDPS      Z26, Z9, Z9
+	VMULPS.BCST 20(CX), Z24, Z26
+	VADDPS      Z26, Z10, Z10
+	VMULPS.BCST 20(CX), Z25, Z26
+	VADDPS      Z26, Z11, Z11
+	VMULPS.BCST 24(CX), Z24, Z26
+	VADDPS      Z26, Z12, Z12
+	VMULPS.BCST 24(CX), Z25, Z26
+	VADDPS      Z26, Z13, Z13
+	VMULPS.BCST 28(CX), Z24, Z26
+	VADDPS      Z26, Z14, Z14
+	VMULPS.BCST 28(CX), Z25, Z26
+	VADDPS      Z26, Z15, Z15
+	VMULPS.BCST 32(CX), Z24, Z26
+	VADDPS      Z26, Z16, Z16
+	VMULPS.BCST 32(CX), Z25, Z26
+	VADDPS      Z26, Z17, Z17
+	VMULPS.BCST 36(CX), Z24, Z26
+	VADDPS      Z26, Z18, Z18
+	VMULPS.BCST 36(CX), Z25, Z26
+	VADDPS      Z26, Z19, Z19
+	VMULPS.BCST 40(CX), Z24, Z26
+	VADDPS      Z26, Z20, Z20
+	VMULPS.BCST 40(CX), Z25, Z26
+	VADDPS      Z26, Z21, Z21
+	VMULPS.BCST 44(CX), Z24, Z24
+	VADDPS      Z24, Z22, Z22
+	VMULPS.BCST 44(CX), Z25, Z24
+	VADDPS      Z24, Z23, Z23
+	ADDQ        $0x00000030, CX
+	ADDQ        $0x00000080, DX
+	DECQ        AX
+	JMP         tail
+
+store:
+	VMOVUPS Z0, (BX)
+	VMOVUPS Z1, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z2, (BX)
+	VMOVUPS Z3, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z6, (BX)
+	VMOVUPS Z7, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z8, (BX)
+	VMOVUPS Z9, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z10, (BX)
+	VMOVUPS Z11, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z12, (BX)
+	VMOVUPS Z13, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z14, (BX)
+	VMOVUPS Z15, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z16, (BX)
+	VMOVUPS Z17, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z18, (BX)
+	VMOVUPS Z19, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z20, (BX)
+	VMOVUPS Z21, 64(BX)
+	ADDQ    SI, BX
+	VMOVUPS Z22, (BX)
+	VMOVUPS Z23, 64(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_1x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_1x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 28(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VMULPS       Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      32(DX), Y1
+	VBROADCASTSS 4(CX), Y2
+	VMULPS       Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      64(DX), Y1
+	VBROADCASTSS 8(CX), Y2
+	VMULPS       Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VMOVUPS      96(DX), Y1
+	VBROADCASTSS 12(CX), Y2
+	VMULPS       Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y1
+	VBROADCASTSS (CX), Y2
+	VMULPS       Y2, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	ADDQ         $0x00000004, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_1x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), SI
+	PREFETCHT1 (SI)
+	PREFETCHT1 60(SI)
+	MOVB       load+48(FP), SI
+	TESTB      SI, SI
+	JZ         zero
+	MOVQ       BX, SI
+	VMOVUPS    (SI), Y0
+	VMOVUPS    32(SI), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y4, Y3, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      64(DX), Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS 4(CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y4, Y3, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      128(DX), Y2
+	VMOVUPS      160(DX), Y3
+	VBROADCASTSS 8(CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y4, Y3, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      192(DX), Y2
+	VMOVUPS      224(DX), Y3
+	VBROADCASTSS 12(CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y4, Y3, Y2
+	VADDPS       Y2, Y1, Y1
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMULPS       Y4, Y3, Y2
+	VADDPS       Y2, Y1, Y1
+	ADDQ         $0x00000004, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_2x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_2x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y0, Y0
+	VBROADCASTSS 4(CX), Y3
+	VMULPS       Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      32(DX), Y2
+	VBROADCASTSS 8(CX), Y3
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y0, Y0
+	VBROADCASTSS 12(CX), Y3
+	VMULPS       Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      64(DX), Y2
+	VBROADCASTSS 16(CX), Y3
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y0, Y0
+	VBROADCASTSS 20(CX), Y3
+	VMULPS       Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	VMOVUPS      96(DX), Y2
+	VBROADCASTSS 24(CX), Y3
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y0, Y0
+	VBROADCASTSS 28(CX), Y3
+	VMULPS       Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y2
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y3, Y2, Y3
+	VADDPS       Y3, Y0, Y0
+	VBROADCASTSS 4(CX), Y3
+	VMULPS       Y3, Y2, Y2
+	VADDPS       Y2, Y1, Y1
+	ADDQ         $0x00000008, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_2x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 4(CX), Y6
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y6, Y5, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      64(DX), Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS 8(CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 12(CX), Y6
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y6, Y5, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      128(DX), Y4
+	VMOVUPS      160(DX), Y5
+	VBROADCASTSS 16(CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 20(CX), Y6
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y6, Y5, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      192(DX), Y4
+	VMOVUPS      224(DX), Y5
+	VBROADCASTSS 24(CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 28(CX), Y6
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y6, Y5, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000020, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VADDPS       Y7, Y0, Y0
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 4(CX), Y6
+	VMULPS       Y6, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMULPS       Y6, Y5, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000008, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_3x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_3x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y0, Y0
+	VBROADCASTSS 4(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y1, Y1
+	VBROADCASTSS 8(CX), Y4
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      32(DX), Y3
+	VBROADCASTSS 12(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y0, Y0
+	VBROADCASTSS 16(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y1, Y1
+	VBROADCASTSS 20(CX), Y4
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      64(DX), Y3
+	VBROADCASTSS 24(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y0, Y0
+	VBROADCASTSS 28(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y1, Y1
+	VBROADCASTSS 32(CX), Y4
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	VMOVUPS      96(DX), Y3
+	VBROADCASTSS 36(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y0, Y0
+	VBROADCASTSS 40(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y1, Y1
+	VBROADCASTSS 44(CX), Y4
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	ADDQ         $0x00000030, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y0, Y0
+	VBROADCASTSS 4(CX), Y4
+	VMULPS       Y4, Y3, Y4
+	VADDPS       Y4, Y1, Y1
+	VBROADCASTSS 8(CX), Y4
+	VMULPS       Y4, Y3, Y3
+	VADDPS       Y3, Y2, Y2
+	ADDQ         $0x0000000c, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_3x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y1, Y1
+	VBROADCASTSS 4(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y3, Y3
+	VBROADCASTSS 8(CX), Y8
+	VMULPS       Y8, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y8, Y7, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      64(DX), Y6
+	VMOVUPS      96(DX), Y7
+	VBROADCASTSS 12(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y1, Y1
+	VBROADCASTSS 16(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y3, Y3
+	VBROADCASTSS 20(CX), Y8
+	VMULPS       Y8, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y8, Y7, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      128(DX), Y6
+	VMOVUPS      160(DX), Y7
+	VBROADCASTSS 24(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y1, Y1
+	VBROADCASTSS 28(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y3, Y3
+	VBROADCASTSS 32(CX), Y8
+	VMULPS       Y8, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y8, Y7, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      192(DX), Y6
+	VMOVUPS      224(DX), Y7
+	VBROADCASTSS 36(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y1, Y1
+	VBROADCASTSS 40(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y3, Y3
+	VBROADCASTSS 44(CX), Y8
+	VMULPS       Y8, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y8, Y7, Y6
+	VADDPS       Y6, Y5, Y5
+	ADDQ         $0x00000030, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VMOVUPS      32(DX), Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y0, Y0
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y1, Y1
+	VBROADCASTSS 4(CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VADDPS       Y9, Y2, Y2
+	VMULPS       Y8, Y7, Y8
+	VADDPS       Y8, Y3, Y3
+	VBROADCASTSS 8(CX), Y8
+	VMULPS       Y8, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VMULPS       Y8, Y7, Y6
+	VADDPS       Y6, Y5, Y5
+	ADDQ         $0x0000000c, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_4x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_4x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS 4(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y1, Y1
+	VBROADCASTSS 8(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y2, Y2
+	VBROADCASTSS 12(CX), Y5
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      32(DX), Y4
+	VBROADCASTSS 16(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS 20(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y1, Y1
+	VBROADCASTSS 24(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y2, Y2
+	VBROADCASTSS 28(CX), Y5
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      64(DX), Y4
+	VBROADCASTSS 32(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS 36(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y1, Y1
+	VBROADCASTSS 40(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y2, Y2
+	VBROADCASTSS 44(CX), Y5
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VMOVUPS      96(DX), Y4
+	VBROADCASTSS 48(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS 52(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y1, Y1
+	VBROADCASTSS 56(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y2, Y2
+	VBROADCASTSS 60(CX), Y5
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y0, Y0
+	VBROADCASTSS 4(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y1, Y1
+	VBROADCASTSS 8(CX), Y5
+	VMULPS       Y5, Y4, Y5
+	VADDPS       Y5, Y2, Y2
+	VBROADCASTSS 12(CX), Y5
+	VMULPS       Y5, Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_4x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y1, Y1
+	VBROADCASTSS 4(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y3, Y3
+	VBROADCASTSS 8(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y5, Y5
+	VBROADCASTSS 12(CX), Y10
+	VMULPS       Y10, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y10, Y9, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      64(DX), Y8
+	VMOVUPS      96(DX), Y9
+	VBROADCASTSS 16(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y1, Y1
+	VBROADCASTSS 20(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y3, Y3
+	VBROADCASTSS 24(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y5, Y5
+	VBROADCASTSS 28(CX), Y10
+	VMULPS       Y10, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y10, Y9, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      128(DX), Y8
+	VMOVUPS      160(DX), Y9
+	VBROADCASTSS 32(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y1, Y1
+	VBROADCASTSS 36(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y3, Y3
+	VBROADCASTSS 40(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y5, Y5
+	VBROADCASTSS 44(CX), Y10
+	VMULPS       Y10, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y10, Y9, Y8
+	VADDPS       Y8, Y7, Y7
+	VMOVUPS      192(DX), Y8
+	VMOVUPS      224(DX), Y9
+	VBROADCASTSS 48(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y1, Y1
+	VBROADCASTSS 52(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y3, Y3
+	VBROADCASTSS 56(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y5, Y5
+	VBROADCASTSS 60(CX), Y10
+	VMULPS       Y10, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y10, Y9, Y8
+	VADDPS       Y8, Y7, Y7
+	ADDQ         $0x00000040, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y8
+	VMOVUPS      32(DX), Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y0, Y0
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y1, Y1
+	VBROADCASTSS 4(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y2, Y2
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y3, Y3
+	VBROADCASTSS 8(CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VADDPS       Y11, Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VADDPS       Y10, Y5, Y5
+	VBROADCASTSS 12(CX), Y10
+	VMULPS       Y10, Y8, Y8
+	VADDPS       Y8, Y6, Y6
+	VMULPS       Y10, Y9, Y8
+	VADDPS       Y8, Y7, Y7
+	ADDQ         $0x00000010, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_5x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_5x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y0, Y0
+	VBROADCASTSS 4(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 8(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y2, Y2
+	VBROADCASTSS 12(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y3, Y3
+	VBROADCASTSS 16(CX), Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VMOVUPS      32(DX), Y5
+	VBROADCASTSS 20(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y0, Y0
+	VBROADCASTSS 24(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 28(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y2, Y2
+	VBROADCASTSS 32(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y3, Y3
+	VBROADCASTSS 36(CX), Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VMOVUPS      64(DX), Y5
+	VBROADCASTSS 40(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y0, Y0
+	VBROADCASTSS 44(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 48(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y2, Y2
+	VBROADCASTSS 52(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y3, Y3
+	VBROADCASTSS 56(CX), Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VMOVUPS      96(DX), Y5
+	VBROADCASTSS 60(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y0, Y0
+	VBROADCASTSS 64(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 68(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y2, Y2
+	VBROADCASTSS 72(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y3, Y3
+	VBROADCASTSS 76(CX), Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	ADDQ         $0x00000050, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y0, Y0
+	VBROADCASTSS 4(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y1, Y1
+	VBROADCASTSS 8(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y2, Y2
+	VBROADCASTSS 12(CX), Y6
+	VMULPS       Y6, Y5, Y6
+	VADDPS       Y6, Y3, Y3
+	VBROADCASTSS 16(CX), Y6
+	VMULPS       Y6, Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	ADDQ         $0x00000014, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_5x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y8
+	VMOVUPS    32(DI), Y9
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y1, Y1
+	VBROADCASTSS 4(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y3, Y3
+	VBROADCASTSS 8(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y5, Y5
+	VBROADCASTSS 12(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y7, Y7
+	VBROADCASTSS 16(CX), Y12
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y12, Y11, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      96(DX), Y11
+	VBROADCASTSS 20(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y1, Y1
+	VBROADCASTSS 24(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y3, Y3
+	VBROADCASTSS 28(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y5, Y5
+	VBROADCASTSS 32(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y7, Y7
+	VBROADCASTSS 36(CX), Y12
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y12, Y11, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      128(DX), Y10
+	VMOVUPS      160(DX), Y11
+	VBROADCASTSS 40(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y1, Y1
+	VBROADCASTSS 44(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y3, Y3
+	VBROADCASTSS 48(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y5, Y5
+	VBROADCASTSS 52(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y7, Y7
+	VBROADCASTSS 56(CX), Y12
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y12, Y11, Y10
+	VADDPS       Y10, Y9, Y9
+	VMOVUPS      192(DX), Y10
+	VMOVUPS      224(DX), Y11
+	VBROADCASTSS 60(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y1, Y1
+	VBROADCASTSS 64(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y3, Y3
+	VBROADCASTSS 68(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y5, Y5
+	VBROADCASTSS 72(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y7, Y7
+	VBROADCASTSS 76(CX), Y12
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y12, Y11, Y10
+	VADDPS       Y10, Y9, Y9
+	ADDQ         $0x00000050, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y10
+	VMOVUPS      32(DX), Y11
+	VBROADCASTSS (CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y0, Y0
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y1, Y1
+	VBROADCASTSS 4(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y2, Y2
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y3, Y3
+	VBROADCASTSS 8(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y4, Y4
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y5, Y5
+	VBROADCASTSS 12(CX), Y12
+	VMULPS       Y12, Y10, Y13
+	VADDPS       Y13, Y6, Y6
+	VMULPS       Y12, Y11, Y12
+	VADDPS       Y12, Y7, Y7
+	VBROADCASTSS 16(CX), Y12
+	VMULPS       Y12, Y10, Y10
+	VADDPS       Y10, Y8, Y8
+	VMULPS       Y12, Y11, Y10
+	VADDPS       Y10, Y9, Y9
+	ADDQ         $0x00000014, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_6x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_6x8(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 28(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y5
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VBROADCASTSS 4(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y1, Y1
+	VBROADCASTSS 8(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS 12(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VBROADCASTSS 16(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y4, Y4
+	VBROADCASTSS 20(CX), Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      32(DX), Y6
+	VBROADCASTSS 24(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VBROADCASTSS 28(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y1, Y1
+	VBROADCASTSS 32(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS 36(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VBROADCASTSS 40(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y4, Y4
+	VBROADCASTSS 44(CX), Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      64(DX), Y6
+	VBROADCASTSS 48(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VBROADCASTSS 52(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y1, Y1
+	VBROADCASTSS 56(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS 60(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VBROADCASTSS 64(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y4, Y4
+	VBROADCASTSS 68(CX), Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      96(DX), Y6
+	VBROADCASTSS 72(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VBROADCASTSS 76(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y1, Y1
+	VBROADCASTSS 80(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS 84(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VBROADCASTSS 88(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y4, Y4
+	VBROADCASTSS 92(CX), Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	ADDQ         $0x00000060, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y0, Y0
+	VBROADCASTSS 4(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y1, Y1
+	VBROADCASTSS 8(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y2, Y2
+	VBROADCASTSS 12(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y3, Y3
+	VBROADCASTSS 16(CX), Y7
+	VMULPS       Y7, Y6, Y7
+	VADDPS       Y7, Y4, Y4
+	VBROADCASTSS 20(CX), Y7
+	VMULPS       Y7, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	ADDQ         $0x00000018, CX
+	ADDQ         $0x00000020, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y1, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y3, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	ADDQ    SI, BX
+	VMOVUPS Y5, (BX)
+	VZEROUPPER
+	RET
+
+// func gemmAVX2MulAdd_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+// Requires: AVX, MMX+
+TEXT ·gemmAVX2MulAdd_6x16(SB), NOSPLIT, $0-49
+	MOVQ       k+0(FP), AX
+	MOVQ       a+8(FP), CX
+	MOVQ       b+16(FP), DX
+	MOVQ       c+24(FP), BX
+	MOVQ       ldc+32(FP), SI
+	SHLQ       $0x02, SI
+	MOVQ       next+40(FP), DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	ADDQ       SI, DI
+	PREFETCHT1 (DI)
+	PREFETCHT1 60(DI)
+	MOVB       load+48(FP), DI
+	TESTB      DI, DI
+	JZ         zero
+	MOVQ       BX, DI
+	VMOVUPS    (DI), Y0
+	VMOVUPS    32(DI), Y1
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y2
+	VMOVUPS    32(DI), Y3
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y4
+	VMOVUPS    32(DI), Y5
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y6
+	VMOVUPS    32(DI), Y7
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y8
+	VMOVUPS    32(DI), Y9
+	ADDQ       SI, DI
+	VMOVUPS    (DI), Y10
+	VMOVUPS    32(DI), Y11
+	JMP        loop
+
+zero:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+loop:
+	CMPQ         AX, $0x04
+	JL           tail
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y1, Y1
+	VBROADCASTSS 4(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y3, Y3
+	VBROADCASTSS 8(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y5, Y5
+	VBROADCASTSS 12(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y7, Y7
+	VBROADCASTSS 16(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y9, Y9
+	VBROADCASTSS 20(CX), Y14
+	VMULPS       Y14, Y12, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y14, Y13, Y12
+	VADDPS       Y12, Y11, Y11
+	VMOVUPS      64(DX), Y12
+	VMOVUPS      96(DX), Y13
+	VBROADCASTSS 24(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y1, Y1
+	VBROADCASTSS 28(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y3, Y3
+	VBROADCASTSS 32(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y5, Y5
+	VBROADCASTSS 36(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y7, Y7
+	VBROADCASTSS 40(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y9, Y9
+	VBROADCASTSS 44(CX), Y14
+	VMULPS       Y14, Y12, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y14, Y13, Y12
+	VADDPS       Y12, Y11, Y11
+	VMOVUPS      128(DX), Y12
+	VMOVUPS      160(DX), Y13
+	VBROADCASTSS 48(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y1, Y1
+	VBROADCASTSS 52(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y3, Y3
+	VBROADCASTSS 56(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y5, Y5
+	VBROADCASTSS 60(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y7, Y7
+	VBROADCASTSS 64(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y9, Y9
+	VBROADCASTSS 68(CX), Y14
+	VMULPS       Y14, Y12, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y14, Y13, Y12
+	VADDPS       Y12, Y11, Y11
+	VMOVUPS      192(DX), Y12
+	VMOVUPS      224(DX), Y13
+	VBROADCASTSS 72(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y1, Y1
+	VBROADCASTSS 76(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y3, Y3
+	VBROADCASTSS 80(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y5, Y5
+	VBROADCASTSS 84(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y7, Y7
+	VBROADCASTSS 88(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y9, Y9
+	VBROADCASTSS 92(CX), Y14
+	VMULPS       Y14, Y12, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y14, Y13, Y12
+	VADDPS       Y12, Y11, Y11
+	ADDQ         $0x00000060, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x04, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           store
+	VMOVUPS      (DX), Y12
+	VMOVUPS      32(DX), Y13
+	VBROADCASTSS (CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y0, Y0
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y1, Y1
+	VBROADCASTSS 4(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y2, Y2
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y3, Y3
+	VBROADCASTSS 8(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y4, Y4
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y5, Y5
+	VBROADCASTSS 12(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y6, Y6
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y7, Y7
+	VBROADCASTSS 16(CX), Y14
+	VMULPS       Y14, Y12, Y15
+	VADDPS       Y15, Y8, Y8
+	VMULPS       Y14, Y13, Y14
+	VADDPS       Y14, Y9, Y9
+	VBROADCASTSS 20(CX), Y14
+	VMULPS       Y14, Y12, Y12
+	VADDPS       Y12, Y10, Y10
+	VMULPS       Y14, Y13, Y12
+	VADDPS       Y12, Y11, Y11
+	ADDQ         $0x00000018, CX
+	ADDQ         $0x00000040, DX
+	DECQ         AX
+	JMP          tail
+
+store:
+	VMOVUPS Y0, (BX)
+	VMOVUPS Y1, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y2, (BX)
+	VMOVUPS Y3, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y4, (BX)
+	VMOVUPS Y5, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y8, (BX)
+	VMOVUPS Y9, 32(BX)
+	ADDQ    SI, BX
+	VMOVUPS Y10, (BX)
+	VMOVUPS Y11, 32(BX)
+	VZEROUPPER
+	RET
+
 // func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
 // Requires: AVX
 TEXT ·transpose8AVX(SB), NOSPLIT, $0-40

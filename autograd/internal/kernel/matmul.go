@@ -49,6 +49,7 @@
 //
 //	avx512, avx2: c = fma(A[i,p], B[p,j], c)       (one rounding per step)
 //	go:           c = float32(A[i,p]·B[p,j]) + c  (two roundings per step)
+//	avx512muladd, avx2muladd: as go, a multiply and then an add
 //
 // for p = 0, 1, …, k-1. The micro-kernels carry the chain across runs of k
 // (they load c back rather than add partial sums), and no block size, split
@@ -62,9 +63,15 @@
 //     every product, as the FMA rule of docs/design.md requires of Go code,
 //     which no compiler may fuse), and agrees with them only within the
 //     tolerance the tests measure (8 units of float32 roundoff relative to
-//     Σ|a·b|, docs/tolerances.md); Path Portable runs a product on the go
-//     path on every machine, for results that must be the same bits
-//     everywhere;
+//     Σ|a·b|, docs/tolerances.md); Path Portable runs a product with the go
+//     path's bits on every machine, for results that must be the same bits
+//     everywhere: on the multiply-and-add micro-kernels avx512muladd or
+//     avx2muladd (gemmAVX512MulAdd_*, gemmAVX2MulAdd_*: the blocks of
+//     avx512 and avx2, each step a VMULPS and then a VADDPS, a always
+//     packed) where the CPU has AVX-512F or AVX2 (measured as fast as
+//     the FMA kernels on AMD Zen 5, whose multiplies and adds issue on
+//     separate pipes; docs/performance.md), and on the Go loops elsewhere
+//     (TestPortableIsGoLoops and TestPortableChains check the bits);
 //   - row i of MatMulNN and MatMulNT depends only on row i of a and on b, so
 //     a token's result does not depend on the other tokens in the batch;
 //   - row i of MatMulTN depends only on column i of a and on b; its
@@ -84,16 +91,20 @@ import "fmt"
 //go:generate sh -c "cd asmgen && go run . -out ../kernel_amd64.s -stubs ../stubs_amd64.go -pkg kernel"
 
 // Path says which kernels compute a product: the fastest this machine has
-// (Fastest, the zero Path), or the Go loops whatever the CPU (Portable),
-// whose bits are the same on every machine and architecture (two roundings
-// per step, no fused multiply-add), at a cost in speed: for results that
-// must not depend on the machine that computes them.
+// (Fastest, the zero Path), or kernels with the Go loops' bits whatever the
+// CPU (Portable), which are the same on every machine and architecture (two
+// roundings per step, no fused multiply-add): for results that must not
+// depend on the machine that computes them. On amd64 with AVX-512F or AVX2
+// Portable runs generated SIMD kernels that give those bits; elsewhere, the
+// Go loops, at a twenty-fifth of the speed.
 type Path uint8
 
 const (
 	// Fastest runs a product on the fastest path this CPU has.
 	Fastest Path = iota
-	// Portable runs a product on the Go loops.
+	// Portable runs a product with the Go loops' bits: on SIMD kernels
+	// that multiply and then add where the CPU has them, else on the Go
+	// loops.
 	Portable
 )
 
@@ -127,7 +138,7 @@ func (p Path) MatMulTN(c, a, b []float32, m, k, n int) {
 // path returns the kernels p runs on.
 func (p Path) path() *path {
 	if p == Portable {
-		return goPath
+		return portable
 	}
 	return active
 }

@@ -111,6 +111,50 @@ var avx2 = &path{
 	},
 }
 
+// avx512MulAdd is the AVX-512 path with the Go loops' bits (Path
+// Portable): the blocks of avx512, each step a multiply and then an add,
+// each rounded (gemmAVX512MulAdd_*), and a always packed.
+var avx512MulAdd = &path{
+	name:       "avx512muladd",
+	mr:         12,
+	widths:     []int{16, 32},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
+	asm: [][]asmKernel{
+		{gemmAVX512MulAdd_1x16, gemmAVX512MulAdd_1x32},
+		{gemmAVX512MulAdd_2x16, gemmAVX512MulAdd_2x32},
+		{gemmAVX512MulAdd_3x16, gemmAVX512MulAdd_3x32},
+		{gemmAVX512MulAdd_4x16, gemmAVX512MulAdd_4x32},
+		{gemmAVX512MulAdd_5x16, gemmAVX512MulAdd_5x32},
+		{gemmAVX512MulAdd_6x16, gemmAVX512MulAdd_6x32},
+		{gemmAVX512MulAdd_7x16, gemmAVX512MulAdd_7x32},
+		{gemmAVX512MulAdd_8x16, gemmAVX512MulAdd_8x32},
+		{gemmAVX512MulAdd_9x16, gemmAVX512MulAdd_9x32},
+		{gemmAVX512MulAdd_10x16, gemmAVX512MulAdd_10x32},
+		{gemmAVX512MulAdd_11x16, gemmAVX512MulAdd_11x32},
+		{gemmAVX512MulAdd_12x16, gemmAVX512MulAdd_12x32},
+	},
+}
+
+// avx2MulAdd is the AVX2 path with the Go loops' bits (Path Portable):
+// the blocks of avx2, each step a multiply and then an add, each rounded
+// (gemmAVX2MulAdd_*), and a always packed. It needs AVX2 only, not FMA.
+var avx2MulAdd = &path{
+	name:       "avx2muladd",
+	mr:         6,
+	widths:     []int{8, 16},
+	transpose4: transpose4AVX,
+	transpose8: transpose8AVX,
+	asm: [][]asmKernel{
+		{gemmAVX2MulAdd_1x8, gemmAVX2MulAdd_1x16},
+		{gemmAVX2MulAdd_2x8, gemmAVX2MulAdd_2x16},
+		{gemmAVX2MulAdd_3x8, gemmAVX2MulAdd_3x16},
+		{gemmAVX2MulAdd_4x8, gemmAVX2MulAdd_4x16},
+		{gemmAVX2MulAdd_5x8, gemmAVX2MulAdd_5x16},
+		{gemmAVX2MulAdd_6x8, gemmAVX2MulAdd_6x16},
+	},
+}
+
 // available lists the paths this CPU can run, fastest first: AVX-512 (the
 // F subset) when the CPU and OS support it, AVX2 with FMA, and the Go loops.
 func available() []*path {
@@ -120,6 +164,20 @@ func available() []*path {
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		ps = append(ps, avx2)
+	}
+	return append(ps, goPath)
+}
+
+// availablePortable lists the paths with the Go loops' bits this CPU can
+// run, fastest first: AVX-512's and AVX2's multiply-and-add kernels where
+// the CPU has them, and the Go loops.
+func availablePortable() []*path {
+	var ps []*path
+	if cpu.X86.HasAVX512F {
+		ps = append(ps, avx512MulAdd)
+	}
+	if cpu.X86.HasAVX2 {
+		ps = append(ps, avx2MulAdd)
 	}
 	return append(ps, goPath)
 }

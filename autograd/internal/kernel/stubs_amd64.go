@@ -326,6 +326,114 @@ func gemmAVX2Rows_6x8(k int, a *float32, lda int, b *float32, c *float32, ldc in
 // gemmAVX2Rows_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of A (6 rows of k values lda floats apart) and the packed panel b (k×16), with AVX2 FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.
 func gemmAVX2Rows_6x16(k int, a *float32, lda int, b *float32, c *float32, ldc int, next *float32, load bool)
 
+// gemmAVX512MulAdd_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_1x32 sets the 1×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_1x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_2x32 sets the 2×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_2x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_3x32 sets the 3×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_3x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_4x32 sets the 4×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_4x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_5x32 sets the 5×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_5x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_6x32 sets the 6×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_6x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_7x16 sets the 7×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_7x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_7x32 sets the 7×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×7) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_7x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_8x16 sets the 8×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_8x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_8x32 sets the 8×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×8) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_8x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_9x16 sets the 9×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_9x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_9x32 sets the 9×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×9) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_9x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_10x16 sets the 10×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_10x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_10x32 sets the 10×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×10) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_10x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_11x16 sets the 11×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_11x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_11x32 sets the 11×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×11) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_11x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_12x16 sets the 12×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×16), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_12x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX512MulAdd_12x32 sets the 12×32 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×12) and b (k×32), with AVX512 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX512MulAdd_12x32(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_1x8 sets the 1×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_1x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_1x16 sets the 1×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×1) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_1x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_2x8 sets the 2×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_2x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_2x16 sets the 2×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×2) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_2x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_3x8 sets the 3×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_3x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_3x16 sets the 3×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×3) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_3x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_4x8 sets the 4×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_4x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_4x16 sets the 4×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×4) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_4x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_5x8 sets the 5×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_5x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_5x16 sets the 5×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×5) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_5x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_6x8 sets the 6×8 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×8), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_6x8(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
+// gemmAVX2MulAdd_6x16 sets the 6×16 block of c (rows ldc floats apart) to its value (load) or 0, plus the product of the packed panels a (k×6) and b (k×16), with AVX2 multiplies and adds (each product rounded, then added: the Go loops' chain) in order of k. It prefetches the block at next (rows ldc apart) into L2.
+func gemmAVX2MulAdd_6x16(k int, a *float32, b *float32, c *float32, ldc int, next *float32, load bool)
+
 // transpose8AVX copies 8 rows of n values, src[i·lds+p], to dst[p·ldd+i] for i < 8 and p < n.
 func transpose8AVX(dst *float32, ldd int, src *float32, lds int, n int)
 

@@ -12,6 +12,11 @@
 // fused multiply-adds in order of p, c = fma(A[i,p], B[p,j], c), starting
 // from 0 (load false) or from the values in c (load true), so splitting k
 // into runs and calling the kernel once per run gives the bits of one call.
+//
+// The MulAdd micro-kernels (packed panels only) compute the chain of the Go
+// loops instead, c = float32(A[i,p]·B[p,j]) + c: a multiply and then an add,
+// each rounded, never fused, so that kernel.Portable runs at SIMD speed with
+// the Go loops' bits.
 package main
 
 import (
@@ -33,17 +38,9 @@ const (
 
 func main() {
 	for _, lay := range []aLayout{packedA, colsA, rowsA} {
-		for mr := 1; mr <= mrAVX512; mr++ {
-			for nv := 1; nv <= 2; nv++ {
-				kernel("AVX512", lay, mr, nv, 16)
-			}
-		}
-		for mr := 1; mr <= mrAVX2; mr++ {
-			for nv := 1; nv <= 2; nv++ {
-				kernel("AVX2", lay, mr, nv, 8)
-			}
-		}
+		kernels(lay, true)
 	}
+	kernels(packedA, false)
 	transpose(8)
 	transpose(4)
 	gelu()
@@ -60,6 +57,21 @@ func main() {
 	scaleShifted("AVX512", 8)
 	scaleShifted("AVX2", 4)
 	Generate()
+}
+
+// kernels emits the micro-kernels of both instruction sets for layout lay,
+// of every height and both widths, fused or not (kernel).
+func kernels(lay aLayout, fused bool) {
+	for mr := 1; mr <= mrAVX512; mr++ {
+		for nv := 1; nv <= 2; nv++ {
+			kernel("AVX512", lay, mr, nv, 16, fused)
+		}
+	}
+	for mr := 1; mr <= mrAVX2; mr++ {
+		for nv := 1; nv <= 2; nv++ {
+			kernel("AVX2", lay, mr, nv, 8, fused)
+		}
+	}
 }
 
 // vectors returns a maker of new virtual vector registers: ZMM registers
@@ -196,10 +208,18 @@ const (
 	rowsA
 )
 
-// kernel emits gemm<isa><layout>_<mr>x<w> for w = nv·lanes.
-func kernel(isa string, lay aLayout, mr, nv, lanes int) {
+// kernel emits gemm<isa><layout>_<mr>x<w> for w = nv·lanes, whose steps
+// are fused multiply-adds (fused), or gemm<isa>MulAdd_<mr>x<w> (packedA
+// only), whose steps are a multiply and an add, each rounded: the Go loops'
+// chain.
+func kernel(isa string, lay aLayout, mr, nv, lanes int, fused bool) {
 	w := nv * lanes
 	suffix := [...]string{"", "Cols", "Rows"}[lay]
+	how := isa + " FMAs"
+	if !fused {
+		suffix = "MulAdd"
+		how = isa + " multiplies and adds (each product rounded, then added: the Go loops' chain)"
+	}
 	name := fmt.Sprintf("gemm%s%s_%dx%d", isa, suffix, mr, w)
 	what := [...]string{
 		fmt.Sprintf("the packed panels a (k×%d) and b (k×%d)", mr, w),
@@ -211,7 +231,7 @@ func kernel(isa string, lay aLayout, mr, nv, lanes int) {
 	} else {
 		TEXT(name, NOSPLIT, "func(k int, a *float32, lda int, b, c *float32, ldc int, next *float32, load bool)")
 	}
-	Doc(fmt.Sprintf("%s sets the %d×%d block of c (rows ldc floats apart) to its value (load) or 0, plus the product of %s, with %s FMAs in order of k. It prefetches the block at next (rows ldc apart) into L2.", name, mr, w, what, isa))
+	Doc(fmt.Sprintf("%s sets the %d×%d block of c (rows ldc floats apart) to its value (load) or 0, plus the product of %s, with %s in order of k. It prefetches the block at next (rows ldc apart) into L2.", name, mr, w, what, how))
 	vec := vectors(lanes == 16)
 	k := Load(Param("k"), GP64())
 	pa := Load(Param("a"), GP64())
@@ -338,15 +358,29 @@ func kernel(isa string, lay aLayout, mr, nv, lanes int) {
 			VMOVUPS(Mem{Base: pb, Disp: 4 * (u*w + v*lanes)}, bv[v])
 		}
 		for i := range acc {
-			if lanes == 16 {
+			switch {
+			case fused && lanes == 16:
 				for v := range bv {
 					VFMADD231PS_BCST(am(u, i), bv[v], acc[i][v])
 				}
-				continue
-			}
-			VBROADCASTSS(am(u, i), bc)
-			for v := range bv {
-				VFMADD231PS(bc, bv[v], acc[i][v])
+			case fused:
+				VBROADCASTSS(am(u, i), bc)
+				for v := range bv {
+					VFMADD231PS(bc, bv[v], acc[i][v])
+				}
+			case lanes == 16:
+				for v := range bv {
+					t := vec()
+					VMULPS_BCST(am(u, i), bv[v], t)
+					VADDPS(t, acc[i][v], acc[i][v])
+				}
+			default:
+				VBROADCASTSS(am(u, i), bc)
+				for v := range bv {
+					t := vec()
+					VMULPS(bc, bv[v], t)
+					VADDPS(t, acc[i][v], acc[i][v])
+				}
 			}
 		}
 	}
