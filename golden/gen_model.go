@@ -3,6 +3,7 @@ package golden
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
@@ -36,12 +37,19 @@ func drawModel(s oracle.ModelSpec, seed uint64) (*ref.ModelParams, ref.ModelInpu
 }
 
 // genModel generates a model or decode case, redrawing until every routing
-// decision of every routed layer is at least minCaseGap from a flip.
+// decision of every routed layer is at least minCaseGap from a flip. When
+// no draw in 100 is, or the first draw's router weights put the chance
+// that any of the next 99 is under maxRedrawChance (as at long sequences:
+// genLayer), the first draw's routing is moved apart
+// (separateModelRouting), unless the case is about ties or the predictor
+// decides.
 func genModel(s oracle.ModelSpec) (*format.Case, error) {
 	if err := s.Config.Validate(); err != nil {
 		return nil, oracle.Errorf(s.Name, err)
 	}
 	s.Catches = diagnose.ModelCatches(s)
+	movable := !s.Ties && routersMovable(s.Config)
+	tried := fmt.Sprintf("none of 100 draws kept every routing decision %g clear of a tie", oracle.MinCaseGap)
 	for attempt := uint64(0); attempt < 100; attempt++ {
 		seed := s.Seed + attempt
 		p, in := drawModel(s, seed)
@@ -69,7 +77,16 @@ func genModel(s oracle.ModelSpec) (*format.Case, error) {
 		if s.Ties && slices.ContainsFunc(gaps[0], func(g float64) bool { return g != 0 }) {
 			return nil, oracle.Errorf(s.Name, fmt.Errorf("the first layer's router weights do not tie in every row: gaps %v", gaps[0]))
 		}
-		if smallest < oracle.MinCaseGap || s.Distinct && !rowsDiffer(res) {
+		if s.Distinct && !rowsDiffer(res) {
+			continue
+		}
+		if smallest < oracle.MinCaseGap {
+			if attempt == 0 && movable {
+				if chance := modelClearChance(s, res); float64(99*chance) < maxRedrawChance {
+					tried = fmt.Sprintf("the first draw did not keep every routing decision %g clear of a tie, and its router weights put the chance that any of the next 99 is at %.2g, under %g, so none was drawn", oracle.MinCaseGap, float64(99*chance), maxRedrawChance)
+					break
+				}
+			}
 			continue
 		}
 		c, err := oracle.ModelCase(s, seed, p, in, res, gaps)
@@ -78,7 +95,79 @@ func genModel(s oracle.ModelSpec) (*format.Case, error) {
 		}
 		return c, nil
 	}
+	if movable {
+		if c, done, err := separatedModelCase(s); err != nil || c != nil {
+			if c != nil {
+				c.Separation = fmt.Sprintf("%s (at S = %d the gap between the k-th and (k+1)-th router weight is about 1/(S·density)), so in the first draw each routed layer's router weights were moved, in layer order, until every routing decision is at least %g from its boundary (%s); the case holds none of the near-ties a real row of this length has, which an implementation in bf16 may flip",
+					tried, s.SeqLen, 2*oracle.MinCaseGap, strings.Join(done, "; "))
+			}
+			return c, err
+		}
+	}
 	return nil, oracle.Errorf(s.Name, fmt.Errorf("no draw in 100 keeps every routing gap above %v", oracle.MinCaseGap))
+}
+
+// separatedModelCase is the case of s's first draw with its routing moved
+// apart (separateModelRouting) and what was done, or nil if the gaps are
+// still short (as when moving rows apart made two rows route alike).
+func separatedModelCase(s oracle.ModelSpec) (*format.Case, []string, error) {
+	p, in := drawModel(s, s.Seed)
+	done, err := separateModelRouting(s, p, in)
+	if err != nil {
+		return nil, nil, oracle.Errorf(s.Name, err)
+	}
+	res, err := ref.ModelForward(s.Config, p, in)
+	if err != nil {
+		return nil, nil, oracle.Errorf(s.Name, err)
+	}
+	var gaps [][]float64
+	smallest := 1.0
+	for l, lr := range res.Layers {
+		if lr != nil {
+			g := oracle.LayerGaps(s.Config.Layers[l].Config, lr, s.Valid)
+			gaps = append(gaps, g)
+			smallest = min(smallest, oracle.MinGap(g))
+		}
+	}
+	if smallest < oracle.MinCaseGap || s.Distinct && !rowsDiffer(res) {
+		return nil, nil, nil
+	}
+	c, err := oracle.ModelCase(s, s.Seed, p, in, res, gaps)
+	if err != nil {
+		return nil, nil, oracle.Errorf(s.Name, err)
+	}
+	return c, done, nil
+}
+
+// modelClearChance is the chance, estimated from one draw's result res,
+// that a draw of s keeps every routed layer's decisions MinCaseGap clear
+// of a tie: the product of the layers' clearChance, as if they were drawn
+// independently.
+func modelClearChance(s oracle.ModelSpec, res *ref.ModelResult) float64 {
+	chance := 1.0
+	for l, lr := range res.Layers {
+		if lr == nil {
+			continue
+		}
+		var k []int
+		if s.Config.Layers[l].Config.Causal == spec.CausalOff {
+			k = lr.Capacity
+		}
+		chance = float64(chance * clearChance(lr.RouterWeights, k, s.Valid))
+	}
+	return chance
+}
+
+// routersMovable reports whether every routed layer of c decides by
+// router weights that separateRouter can move: not by the predictor, not
+// by the l2norm router, which has no weights.
+func routersMovable(c spec.ModelConfig) bool {
+	for _, ml := range c.Layers {
+		if ml.Routed && (ml.Config.Causal == spec.CausalPredictor || ml.Config.Router == spec.RouterL2Norm) {
+			return false
+		}
+	}
+	return true
 }
 
 // makeModelTies copies, in every row, the token at the first layer's last

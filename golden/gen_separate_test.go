@@ -98,3 +98,91 @@ func TestClearChanceMatchesDraws(t *testing.T) {
 		}
 	}
 }
+
+// TestGenSeparatesLongModels checks gen of model and decode cases at a
+// sequence long enough that hardly any draw keeps every routed layer
+// clear of the margin: the case is the first draw with each routed
+// layer's router weights moved apart in turn (separateModelRouting), every
+// gap at least MinCaseGap, the first routed layer's selection the draw's,
+// and no parameter but the routers' changed (a router's bias scaled with
+// its weights); under top-k routing with a
+// linear router with and without a bias and the random router, and under
+// causal routing by the router (a decode case). The l2norm router and
+// routing by the predictor have nothing to move, and are refused.
+func TestGenSeparatesLongModels(t *testing.T) {
+	race.SkipShort(t, "model generation at S = 512 runs on one goroutine, where the race detector has nothing to watch; go test ./golden runs it")
+	for _, c := range []struct {
+		router spec.RouterKind
+		causal spec.CausalRouting
+		decode bool
+		ok     bool
+	}{
+		{spec.RouterLinear, spec.CausalOff, false, true},
+		{spec.RouterLinearBias, spec.CausalOff, false, true},
+		{spec.RouterRandom, spec.CausalOff, false, true},
+		{spec.RouterLinear, spec.CausalRouter, true, true},
+		{spec.RouterL2Norm, spec.CausalOff, false, false},
+		{spec.RouterLinear, spec.CausalPredictor, true, false},
+	} {
+		name := fmt.Sprintf("%s router, causal %s", c.router, c.causal)
+		cfg := spec.DefaultConfig(spec.DefaultBlockConfig(128, 2, 128), 0.125)
+		cfg.Router, cfg.Causal = c.router, c.causal
+		if c.causal != spec.CausalOff {
+			cfg.Weighting, cfg.Aux, cfg.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.1
+			if c.causal == spec.CausalPredictor {
+				cfg.Aux = spec.AuxPredictor
+			}
+		}
+		mc := spec.ModelConfig{Vocab: 64, MaxLen: 1024, Layers: []spec.ModelLayer{{Config: cfg}, {Routed: true, Config: cfg}, {Routed: true, Config: cfg}}}
+		s := oracle.ModelSpec{Name: "long", Seed: 1, Batch: 3, SeqLen: 1024, Valid: []int{1024, 1024, 601}, Config: mc, Decode: c.decode}
+		if !c.ok {
+			p, in := drawModel(s, s.Seed)
+			if _, err := separateModelRouting(s, p, in); err == nil {
+				t.Errorf("%s: the routing was moved apart, want it refused", name)
+			}
+			continue
+		}
+		p0, in0 := drawModel(s, s.Seed)
+		res0, err := ref.ModelForward(mc, p0, in0)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		kase, err := genModel(s)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if seed := kase.Manifest.Provenance.Seed; seed != 1 || kase.Separation == "" {
+			t.Errorf("%s: the case is the draw of seed %d, separation %q; want the first (1), separated", name, seed, kase.Separation)
+		}
+		for l, g := range kase.Manifest.Routing.Gaps {
+			if m := oracle.MinGap(g); m < oracle.MinCaseGap {
+				t.Errorf("%s: routed layer %d's gaps %v, want each at least %v", name, l, g, oracle.MinCaseGap)
+			}
+		}
+		p, in := drawModel(s, s.Seed)
+		if _, err := separateModelRouting(s, p, in); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		res, err := ref.ModelForward(mc, p, in)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for b, row := range res0.Layers[1].Selection.Rows {
+			if got := res.Layers[1].Selection.Rows[b]; fmt.Sprint(got) != fmt.Sprint(row) {
+				t.Errorf("%s: the first routed layer's row %d selects %v, the draw %v", name, b, got, row)
+			}
+		}
+		before := p0.Tensors()
+		for n, tn := range p.Tensors() {
+			moved := fmt.Sprint(tn.Data) != fmt.Sprint(before[n].Data)
+			routed := !strings.HasPrefix(tn.Name, "L0.") && c.router != spec.RouterRandom
+			switch {
+			case routed && strings.HasSuffix(tn.Name, ".Router") && !moved:
+				t.Errorf("%s: %s did not move", name, tn.Name)
+			case moved && !(routed && (strings.HasSuffix(tn.Name, ".Router") || strings.HasSuffix(tn.Name, ".RouterBias"))):
+				t.Errorf("%s: %s moved, want only the routed layers' router weights (and a bias scaled with them) moved", name, tn.Name)
+			}
+		}
+	}
+}
