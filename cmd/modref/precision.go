@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strings"
+
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/mod/modcase"
-	"io"
-	"strings"
 )
 
 // precisionFlag adds --precision to a command and returns its parser: the
@@ -23,7 +24,8 @@ func precisionFlag(fs *flagSet) func() (format.Profile, error) {
 // underProfile returns the case judged under a profile (the --precision
 // flag's, or when that is the zero profile the case's manifest's): its
 // tolerances and near-tie margin measured on the profile's emulated
-// implementation, the measurements and the profile used. The zero profile
+// implementations with the Go loops' bits (modcase.ProfileTolerances: the
+// same verdict on every machine), the measurements and the profile used. The zero profile
 // returns the case as it is.
 func underProfile(c *format.Case, p format.Profile) (*format.Case, *judge.ProfileReport, format.Profile, error) {
 	if p.IsZero() {
@@ -32,11 +34,7 @@ func underProfile(c *format.Case, p format.Profile) (*format.Case, *judge.Profil
 			return c, nil, p, err
 		}
 	}
-	fam, err := modcase.EmulateFamily(c, p)
-	if err != nil {
-		return nil, nil, p, err
-	}
-	jc, rep, err := judge.Tolerances(p, c, modcase.FamilyArrays(fam)...)
+	jc, rep, err := modcase.ProfileTolerances(c, p)
 	return jc, rep, p, err
 }
 

@@ -24,12 +24,7 @@ import (
 // is golden.Tolerancer for gen, gen --config and fuzz.
 func Float32Tolerances(c *format.Case) error {
 	p, _ := format.ParseProfile("float32")
-	var fe judge.FamilyErrors
-	err := eachMember(c, p, true, func(m Member) error { return fe.Add(p, c, m.Arrays) })
-	if err != nil {
-		return err
-	}
-	jc, _, err := fe.Tolerances(p, c)
+	jc, _, err := ProfileTolerances(c, p)
 	if err != nil {
 		return err
 	}
@@ -45,4 +40,21 @@ func Float32Tolerances(c *format.Case) error {
 		c.Manifest.Arrays[i].Tolerance = &widened
 	}
 	return nil
+}
+
+// ProfileTolerances returns a copy of c judged under profile p
+// (judge.Tolerances) and the measurements, from p's family of emulated
+// implementations run with the Go loops' bits (PortableFamily), each
+// member measured as it is computed: the same tolerances, and so the same
+// verdicts, on every machine and kernel path, with one member's arrays
+// held at a time. check, diagnose and fuzz judge under a profile with it.
+func ProfileTolerances(c *format.Case, p format.Profile) (*format.Case, *judge.ProfileReport, error) {
+	if p.IsZero() {
+		return c, nil, nil
+	}
+	var fe judge.FamilyErrors
+	if err := eachMember(c, p, true, func(m Member) error { return fe.Add(p, c, m.Arrays) }); err != nil {
+		return nil, nil, err
+	}
+	return fe.Tolerances(p, c)
 }
