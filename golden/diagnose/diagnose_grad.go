@@ -115,7 +115,7 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	if d.feed == feedLiveInput {
 		fz.PredictorInput = in.X
 	}
-	res, err := ref.LayerForwardKept(cfg, p, in, fz)
+	res, err := d.keptForward(cfg, p, in, fz, st)
 	if err != nil {
 		return nil, nil, err
 	}

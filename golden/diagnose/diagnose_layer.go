@@ -127,11 +127,16 @@ type layerDeviation struct {
 type forwardCatch struct{ byForward bool }
 
 // sharedForward is ref.LayerForward of one layer case, computed by the
-// first deviation that needs it.
+// first deviation that needs it, and ref.LayerForwardKept at its decision
+// (kept), computed by the first deviation that keeps ref's decision.
 type sharedForward struct {
 	once sync.Once
 	res  *ref.LayerResult
 	err  error
+
+	keptOnce sync.Once
+	kept     *ref.LayerResult
+	keptErr  error
 }
 
 // layerForward is ref.LayerForward(cfg, p, in), shared through d.forward
@@ -143,6 +148,25 @@ func (d *layerDeviation) layerForward(cfg spec.Config, p *ref.LayerParams, in re
 	}
 	d.forward.once.Do(func() { d.forward.res, d.forward.err = ref.LayerForward(cfg, p, in) })
 	return d.forward.res, d.forward.err
+}
+
+// keptForward is ref.LayerForwardKept(cfg, p, in, fz), shared through
+// d.forward where fz is ref's own decision of the case with the
+// predictor's input as ref freezes it (st.refDecision, d.feed): every
+// deviation that keeps them starts from the same kept forward, which pass
+// reads and does not write (it replaces the result's fields in its own
+// copy of the result, never their contents).
+func (d *layerDeviation) keptForward(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen, st *layerState) (*ref.LayerResult, error) {
+	if d.forward == nil || !st.refDecision || d.feed != feedFrozenInput {
+		return ref.LayerForwardKept(cfg, p, in, fz)
+	}
+	f := d.forward
+	f.keptOnce.Do(func() { f.kept, f.keptErr = ref.LayerForwardKept(cfg, p, in, f.res.Frozen) })
+	if f.keptErr != nil {
+		return nil, f.keptErr
+	}
+	res := *f.kept
+	return &res, nil
 }
 
 // capacityRule is how a deviant layer computes each row's capacity k.
@@ -201,6 +225,9 @@ type layerState struct {
 	// order the deviant layer writes them: the order it ran them in, read
 	// from the candidate (unsorted_indices).
 	selectedOrder [][]int
+	// refDecision reports that the decision is ref's own, made by the
+	// shared forward (layerDeviation.forward), unchanged.
+	refDecision bool
 }
 
 // rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
@@ -356,6 +383,8 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 			return err
 		}
+	} else {
+		st.refDecision = d.forward != nil
 	}
 	st.g0 = res.Weights
 	if d.scoreOrder {

@@ -39,7 +39,7 @@ func layerSpecOf(c *format.Case) oracle.LayerSpec {
 // emulateLayerCase recomputes a layer case under each deviation, with what
 // the candidate wrote (w).
 func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
-	ems, _, err := emulateLayer(c, w, progress, false, nil)
+	ems, _, err := emulateLayer(c, w, progress, false, nil, nil)
 	return ems, err
 }
 
@@ -51,7 +51,7 @@ func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, 
 type settleFunc func(i int, em emulation, byForward bool) error
 
 // emulateLayer is emulateLayerCase, every deviation starting from ref's
-// forward computed once (sharedForward). With measure (MeasuredCatches),
+// forward computed once (forward, or its own sharedForward when nil). With measure (MeasuredCatches),
 // a deviation's gradients are computed only where its forward arrays do
 // not already fail the case's comparison, which tells it apart as surely
 // as the whole case would: caught[i].byForward says so, and emulation i
@@ -59,13 +59,15 @@ type settleFunc func(i int, em emulation, byForward bool) error
 // arrays go to settle as soon as computed and are not kept: ems then holds
 // none (and an emulation that repeats another shares its verdict, not its
 // arrays).
-func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool, settle settleFunc) (ems []emulation, caught []*forwardCatch, err error) {
+func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool, settle settleFunc, forward *sharedForward) (ems []emulation, caught []*forwardCatch, err error) {
 	ems, devs, err := layerEmulations(c, w)
 	if err != nil {
 		return nil, nil, err
 	}
 	s := layerSpecOf(c)
-	forward := new(sharedForward)
+	if forward == nil {
+		forward = new(sharedForward)
+	}
 	if measure {
 		caught = make([]*forwardCatch, len(devs))
 	}
@@ -286,6 +288,15 @@ func expectedArrays(c *format.Case) map[string]*format.Array {
 // emulateDeviations fills ems[i] with the case recomputed under devs[i]
 // (a layer or model case), or the reason it cannot be.
 func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
+	return emulateSettled(c, devs, ems, progress, nil, nil)
+}
+
+// emulateSettled is emulateDeviations; in a layer case the deviations
+// start from ref's forward of the case computed once (forward, or a
+// sharedForward of their own when nil), and with settle each emulation's
+// arrays go to settle as soon as computed and are not kept (emulateLayer's
+// settle; byForward false).
+func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int), settle settleFunc, forward *sharedForward) error {
 	switch c.Manifest.Kind {
 	case format.KindLayer:
 		s := layerSpecOf(c)
@@ -302,7 +313,22 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
-		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
+		if forward == nil {
+			forward = new(sharedForward)
+		}
+		for i := range devs {
+			devs[i].forward = forward
+		}
+		compute := func(i int) (map[string]*format.Array, error) {
+			arrays, err := layerArrays(c, s, &devs[i])
+			if err != nil || settle == nil {
+				return arrays, err
+			}
+			em := ems[i]
+			em.arrays = arrays
+			return nil, settle(i, em, false)
+		}
+		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
 		shareArrays(ems)
 		return err
 	case format.KindModel:
