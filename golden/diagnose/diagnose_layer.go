@@ -2,8 +2,10 @@ package diagnose
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 
 	"gonum.org/v1/gonum/mat"
@@ -137,6 +139,79 @@ type sharedForward struct {
 	keptOnce sync.Once
 	kept     *ref.LayerResult
 	keptErr  error
+
+	// passes are the blocks run again on gathered tokens (regatherPasses),
+	// by row, tokens and placement (passKey), while their values fit in
+	// maxSharedPassBytes (passBytes counts them): many deviations and
+	// combinations gather the same tokens the same way (a combination
+	// with an output formula gathers as its other deviations do).
+	passMu    sync.Mutex
+	passes    map[string]*sharedPass
+	passBytes int
+}
+
+// maxSharedPassBytes bounds the memory of the block passes a layer case's
+// emulations share (sharedForward.passes): at d = 512 (the production
+// example) about five of them, at Llama-3-8B's width about one.
+const maxSharedPassBytes = 256 << 20
+
+// sharedPass is one block pass on gathered tokens, made once.
+type sharedPass struct {
+	once sync.Once
+	bp   *ref.BlockPass
+	a, m *mat.Dense // its attention and MLP updates, read only
+	err  error
+}
+
+// blockPass is ref.NewBlockPass of row b's tokens order at placement at,
+// with its attention and MLP updates, shared through d.forward where the
+// memory bound allows: the pass, a and m are read only (BlockPass.Backward
+// writes only into the gradients it is given).
+func (d *layerDeviation) blockPass(c spec.BlockConfig, p *ref.BlockParams, x *mat.Dense, b int, order []int, at ref.BlockAt) (*ref.BlockPass, *mat.Dense, *mat.Dense, error) {
+	build := func() (*ref.BlockPass, *mat.Dense, *mat.Dense, error) {
+		bp, err := ref.NewBlockPass(c, p, ref.GatherRows(x, order), at)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return bp, bp.Attention(), bp.MLP(), nil
+	}
+	f := d.forward
+	if f == nil {
+		return build()
+	}
+	key := passKey(b, order, at)
+	f.passMu.Lock()
+	sp, ok := f.passes[key]
+	if !ok {
+		size := 8 * len(order) * (12*c.D + 3*c.DFF)
+		if f.passBytes+size > maxSharedPassBytes {
+			f.passMu.Unlock()
+			return build()
+		}
+		if f.passes == nil {
+			f.passes = make(map[string]*sharedPass)
+		}
+		sp = new(sharedPass)
+		f.passes[key] = sp
+		f.passBytes += size
+	}
+	f.passMu.Unlock()
+	sp.once.Do(func() { sp.bp, sp.a, sp.m, sp.err = build() })
+	return sp.bp, sp.a, sp.m, sp.err
+}
+
+// passKey names a block pass of row b: its tokens in order and their
+// placement.
+func passKey(b int, order []int, at ref.BlockAt) string {
+	k := fmt.Appendf(nil, "%d %t|", b, at.Bidirectional)
+	for _, l := range [][]int{order, at.RoPE, at.Window} {
+		for _, v := range l {
+			k = strconv.AppendInt(k, int64(v), 10)
+			k = append(k, ',')
+		}
+		k = append(k, '|')
+	}
+	return string(k)
 }
 
 // layerForward is ref.LayerForward(cfg, p, in), shared through d.forward
