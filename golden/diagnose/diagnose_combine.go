@@ -182,6 +182,9 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 		}
 	}
 	beam = closest(beam, combineBeam)
+	if forward != nil {
+		forward.sharePasses = true
+	}
 	var out []DeviationResult
 	seen := map[string]bool{}
 	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {

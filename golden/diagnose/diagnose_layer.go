@@ -142,12 +142,14 @@ type sharedForward struct {
 
 	// passes are the blocks run again on gathered tokens (regatherPasses),
 	// by row, tokens and placement (passKey), while their values fit in
-	// maxSharedPassBytes (passBytes counts them): many deviations and
-	// combinations gather the same tokens the same way (a combination
-	// with an output formula gathers as its other deviations do).
-	passMu    sync.Mutex
-	passes    map[string]*sharedPass
-	passBytes int
+	// maxSharedPassBytes (passBytes counts them), once sharePasses is
+	// set: the combinations of the search gather the same tokens the same
+	// way (a combination with an output formula gathers as its other
+	// deviations do), where the single deviations each gather their own.
+	sharePasses bool
+	passMu      sync.Mutex
+	passes      map[string]*sharedPass
+	passBytes   int
 }
 
 // maxSharedPassBytes bounds the memory of the block passes a layer case's
@@ -176,7 +178,7 @@ func (d *layerDeviation) blockPass(c spec.BlockConfig, p *ref.BlockParams, x *ma
 		return bp, bp.Attention(), bp.MLP(), nil
 	}
 	f := d.forward
-	if f == nil {
+	if f == nil || !f.sharePasses {
 		return build()
 	}
 	key := passKey(b, order, at)

@@ -45,7 +45,7 @@ func TestSharedForwardSameBits(t *testing.T) {
 				}
 			}
 		}
-		forward := new(sharedForward)
+		forward := &sharedForward{sharePasses: true}
 		for _, d := range all {
 			if !d.hasBackward() {
 				continue
