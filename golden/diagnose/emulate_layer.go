@@ -64,19 +64,30 @@ func emulateLayer(c *format.Case, w map[string]written, progress func(done, tota
 	if err != nil {
 		return nil, nil, err
 	}
+	if measure {
+		caught = make([]*forwardCatch, len(devs))
+		for i := range devs {
+			caught[i] = new(forwardCatch)
+			devs[i].caught = caught[i]
+		}
+	}
+	byForward := func(i int) bool { return measure && caught[i].byForward }
+	err = emulateLayerDeviations(c, devs, ems, progress, settle, forward, byForward)
+	return ems, caught, err
+}
+
+// emulateLayerDeviations computes the emulations ems of a layer case's
+// deviations devs (emulateEach), each from ref's forward of the case
+// (forward, or a sharedForward of their own when nil); with settle, each
+// emulation's arrays go to settle as soon as computed, byForward(i) its
+// third argument.
+func emulateLayerDeviations(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int), settle settleFunc, forward *sharedForward, byForward func(i int) bool) error {
 	s := layerSpecOf(c)
 	if forward == nil {
 		forward = new(sharedForward)
 	}
-	if measure {
-		caught = make([]*forwardCatch, len(devs))
-	}
 	for i := range devs {
 		devs[i].forward = forward
-		if measure {
-			caught[i] = new(forwardCatch)
-			devs[i].caught = caught[i]
-		}
 	}
 	compute := func(i int) (map[string]*format.Array, error) {
 		arrays, err := layerArrays(c, s, &devs[i])
@@ -85,11 +96,11 @@ func emulateLayer(c *format.Case, w map[string]written, progress func(done, tota
 		}
 		em := ems[i]
 		em.arrays = arrays
-		return nil, settle(i, em, measure && caught[i].byForward)
+		return nil, settle(i, em, byForward(i))
 	}
-	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
+	err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
 	shareArrays(ems)
-	return ems, caught, err
+	return err
 }
 
 // layerEmulations lists the emulations of a layer case and their
@@ -313,24 +324,7 @@ func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, prog
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
-		if forward == nil {
-			forward = new(sharedForward)
-		}
-		for i := range devs {
-			devs[i].forward = forward
-		}
-		compute := func(i int) (map[string]*format.Array, error) {
-			arrays, err := layerArrays(c, s, &devs[i])
-			if err != nil || settle == nil {
-				return arrays, err
-			}
-			em := ems[i]
-			em.arrays = arrays
-			return nil, settle(i, em, false)
-		}
-		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
-		shareArrays(ems)
-		return err
+		return emulateLayerDeviations(c, devs, ems, progress, settle, forward, func(int) bool { return false })
 	case format.KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {
