@@ -139,7 +139,7 @@ func measuredLayerCatches(c *format.Case) ([]string, error) {
 		mu.Unlock()
 		return nil
 	}
-	ems, _, err := emulateLayer(c, nil, nil, true, settle)
+	ems, _, err := emulateLayer(c, nil, nil, true, settle, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}

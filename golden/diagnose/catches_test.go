@@ -48,7 +48,7 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
 		}
-		_, caught, err := emulateLayer(c, nil, nil, true, nil)
+		_, caught, err := emulateLayer(c, nil, nil, true, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestDiagnoseLayerStreamed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := diagnoseLayer(c, cand, w, nil)
+			got, err := diagnoseLayer(c, cand, w, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

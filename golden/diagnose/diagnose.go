@@ -105,8 +105,9 @@ func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o Diagno
 	w := writtenByLayer(c, cand)
 	var out []DeviationResult
 	var err error
+	forward := new(sharedForward) // ref's forward of a layer case, for every emulation
 	if c.Manifest.Kind == format.KindLayer {
-		out, err = diagnoseLayer(c, cand, w, progress)
+		out, err = diagnoseLayer(c, cand, w, progress, forward)
 	} else {
 		var ems []emulation
 		if ems, err = emulate(c, w, progress); err != nil {
@@ -117,7 +118,7 @@ func DiagnoseWithOptions(c *format.Case, cand map[string]*format.Array, o Diagno
 	if err != nil {
 		return nil, err
 	}
-	combos, err := diagnoseCombinations(c, cand, w, out, progress)
+	combos, err := diagnoseCombinations(c, cand, w, out, progress, forward)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -144,9 +145,10 @@ func diagnoseWith(c *format.Case, cand map[string]*format.Array, ems []emulation
 
 // diagnoseLayer is diagnoseWith of a layer case, each emulation judged as
 // soon as it is computed (emulateLayer's settle) and its arrays then
-// dropped, with what the candidate wrote (w); an emulation that is the
-// oracle holds the case's own arrays and is judged on them.
-func diagnoseLayer(c *format.Case, cand map[string]*format.Array, w map[string]written, progress func(done, total int)) ([]DeviationResult, error) {
+// dropped, with what the candidate wrote (w), from ref's forward
+// computed once (forward); an emulation that is the oracle holds the
+// case's own arrays and is judged on them.
+func diagnoseLayer(c *format.Case, cand map[string]*format.Array, w map[string]written, progress func(done, total int), forward *sharedForward) ([]DeviationResult, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -159,7 +161,7 @@ func diagnoseLayer(c *format.Case, cand map[string]*format.Array, w map[string]w
 		mu.Unlock()
 		return err
 	}
-	ems, _, err := emulateLayer(c, w, progress, false, settle)
+	ems, _, err := emulateLayer(c, w, progress, false, settle, forward)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}

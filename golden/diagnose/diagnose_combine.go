@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/spec"
@@ -161,8 +162,9 @@ func resultKey(name, variant string) string { return name + "\x00" + variant }
 // stops at the first size with a combination that matches, and returns
 // those, after the closest combinations of the smaller sizes; a
 // combination's result's Name joins the deviations' names with "+", in the
-// order of Deviations.
-func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int)) ([]DeviationResult, error) {
+// order of Deviations. In a layer case every combination starts from
+// ref's forward computed once (forward; nil, once for each size).
+func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int), forward *sharedForward) ([]DeviationResult, error) {
 	oracle := single[0]
 	if oracle.Match || c.Manifest.Kind == format.KindMoDE {
 		return nil, nil
@@ -180,6 +182,9 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 		}
 	}
 	beam = closest(beam, combineBeam)
+	if forward != nil {
+		forward.sharePasses = true
+	}
 	var out []DeviationResult
 	seen := map[string]bool{}
 	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {
@@ -202,7 +207,7 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 				}
 			}
 		}
-		judged, err := judgeCombinations(c, cand, w, sets, progress)
+		judged, err := judgeCombinations(c, cand, w, sets, progress, forward)
 		if err != nil {
 			return nil, err
 		}
@@ -242,9 +247,11 @@ func inDeviationOrder(names ...string) []string {
 }
 
 // judgeCombinations emulates each set of deviations at once where they can
-// be combined (with what the candidate wrote, w) and judges the candidate
-// against it; sets that cannot be combined give no result.
-func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int)) ([]DeviationResult, error) {
+// be combined (with what the candidate wrote, w; in a layer case from
+// ref's forward, forward, as emulateSettled) and judges the candidate
+// against it; sets that cannot be combined give no result. A layer case's
+// emulations are judged as they finish and their arrays dropped.
+func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int), forward *sharedForward) ([]DeviationResult, error) {
 	var devs []layerDeviation
 	var ems []emulation
 	for _, set := range sets {
@@ -262,12 +269,33 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 	if len(ems) == 0 {
 		return nil, nil
 	}
-	if err := emulateDeviations(c, devs, ems, progress); err != nil {
+	var settle settleFunc
+	var mu sync.Mutex
+	judged := make(map[int]DeviationResult)
+	if c.Manifest.Kind == format.KindLayer {
+		settle = func(i int, em emulation, _ bool) error {
+			r, err := judgeDeviation(c, cand, em)
+			mu.Lock()
+			judged[i] = r
+			mu.Unlock()
+			return err
+		}
+	}
+	if err := emulateSettled(c, devs, ems, progress, settle, forward); err != nil {
 		return nil, err
 	}
 	var out []DeviationResult
-	for _, em := range ems {
+	for i, em := range ems {
 		if em.reason != "" {
+			continue
+		}
+		if settle != nil && em.arrays == nil { // judged as it finished
+			if em.repeats > 0 {
+				i = em.repeats - 1
+			}
+			r := judged[i]
+			r.Name, r.Variant, r.Scale = em.name, em.variant, em.scale
+			out = append(out, r)
 			continue
 		}
 		r, err := judgeDeviation(c, cand, em)

@@ -115,7 +115,7 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	if d.feed == feedLiveInput {
 		fz.PredictorInput = in.X
 	}
-	res, err := ref.LayerForwardKept(cfg, p, in, fz)
+	res, err := d.keptForward(cfg, p, in, fz, st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,11 +234,11 @@ func (d *layerDeviation) regatherPasses(l *layerRun) (*passes, error) {
 				at.Window[t] = t
 			}
 		}
-		bp, err := ref.NewBlockPass(blk, &l.p.Block, ref.GatherRows(x, order[b]), at)
+		bp, a, m, err := d.blockPass(blk, &l.p.Block, x, b, order[b], at)
 		if err != nil {
 			return nil, err
 		}
-		rp := rowPass{order: order[b], bp: bp, a: bp.Attention(), m: bp.MLP()}
+		rp := rowPass{order: order[b], bp: bp, a: a, m: m}
 		ps.rows[b] = rp
 		for t, i := range order[b] {
 			g := l.res.Multipliers[b][i]
@@ -274,9 +274,15 @@ func (d *layerDeviation) partGrads(l *layerRun, base []*mat.Dense, mult [][]floa
 	var parts ref.LayerPartGrads
 	var dfs []*mat.Dense
 	steMask := l.res.Frozen.Selection.Mask()
+	// Where the base's factor is 1 at every token, dbase is U itself
+	// (1·v is v), which LayerBackward reads and does not write.
+	unitBase := form == "" || form == "no_weighting" || form == "ste_m_plus_1"
 	for b, ub := range u {
 		s, dm := ub.Dims()
-		dbase, df := mat.NewDense(s, dm, nil), mat.NewDense(s, dm, nil)
+		dbase, df := ub, mat.NewDense(s, dm, nil)
+		if !unitBase {
+			dbase = mat.NewDense(s, dm, nil)
+		}
 		dmult := make([]float64, s)
 		for i := 0; i < s; i++ {
 			ui, xi, fi := ub.RawRowView(i), base[b].RawRowView(i), l.upd[b].RawRowView(i)
@@ -315,7 +321,9 @@ func (d *layerDeviation) partGrads(l *layerRun, base []*mat.Dense, mult [][]floa
 				dmu = float64((steMask[b][i] + 1) * dotRow(ui, fi))
 			}
 			for j, v := range ui {
-				dbi[j] = float64(baseFac * v)
+				if !unitBase {
+					dbi[j] = float64(baseFac * v)
+				}
 				dfi[j] = float64(fac * v)
 			}
 			at := i

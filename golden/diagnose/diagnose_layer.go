@@ -2,8 +2,10 @@ package diagnose
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 
 	"gonum.org/v1/gonum/mat"
@@ -127,11 +129,91 @@ type layerDeviation struct {
 type forwardCatch struct{ byForward bool }
 
 // sharedForward is ref.LayerForward of one layer case, computed by the
-// first deviation that needs it.
+// first deviation that needs it, and ref.LayerForwardKept at its decision
+// (kept), computed by the first deviation that keeps ref's decision.
 type sharedForward struct {
 	once sync.Once
 	res  *ref.LayerResult
 	err  error
+
+	keptOnce sync.Once
+	kept     *ref.LayerResult
+	keptErr  error
+
+	// passes are the blocks run again on gathered tokens (regatherPasses),
+	// by row, tokens and placement (passKey), while their values fit in
+	// maxSharedPassBytes (passBytes counts them), once sharePasses is
+	// set: the combinations of the search gather the same tokens the same
+	// way (a combination with an output formula gathers as its other
+	// deviations do), where the single deviations each gather their own.
+	sharePasses bool
+	passMu      sync.Mutex
+	passes      map[string]*sharedPass
+	passBytes   int
+}
+
+// maxSharedPassBytes bounds the memory of the block passes a layer case's
+// emulations share (sharedForward.passes): at d = 512 (the production
+// example) about five of them, at Llama-3-8B's width about one.
+const maxSharedPassBytes = 256 << 20
+
+// sharedPass is one block pass on gathered tokens, made once.
+type sharedPass struct {
+	once sync.Once
+	bp   *ref.BlockPass
+	a, m *mat.Dense // its attention and MLP updates, read only
+	err  error
+}
+
+// blockPass is ref.NewBlockPass of row b's tokens order at placement at,
+// with its attention and MLP updates, shared through d.forward where the
+// memory bound allows: the pass, a and m are read only (BlockPass.Backward
+// writes only into the gradients it is given).
+func (d *layerDeviation) blockPass(c spec.BlockConfig, p *ref.BlockParams, x *mat.Dense, b int, order []int, at ref.BlockAt) (*ref.BlockPass, *mat.Dense, *mat.Dense, error) {
+	build := func() (*ref.BlockPass, *mat.Dense, *mat.Dense, error) {
+		bp, err := ref.NewBlockPass(c, p, ref.GatherRows(x, order), at)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return bp, bp.Attention(), bp.MLP(), nil
+	}
+	f := d.forward
+	if f == nil || !f.sharePasses {
+		return build()
+	}
+	key := passKey(b, order, at)
+	f.passMu.Lock()
+	sp, ok := f.passes[key]
+	if !ok {
+		size := 8 * len(order) * (12*c.D + 3*c.DFF)
+		if f.passBytes+size > maxSharedPassBytes {
+			f.passMu.Unlock()
+			return build()
+		}
+		if f.passes == nil {
+			f.passes = make(map[string]*sharedPass)
+		}
+		sp = new(sharedPass)
+		f.passes[key] = sp
+		f.passBytes += size
+	}
+	f.passMu.Unlock()
+	sp.once.Do(func() { sp.bp, sp.a, sp.m, sp.err = build() })
+	return sp.bp, sp.a, sp.m, sp.err
+}
+
+// passKey names a block pass of row b: its tokens in order and their
+// placement.
+func passKey(b int, order []int, at ref.BlockAt) string {
+	k := fmt.Appendf(nil, "%d %t|", b, at.Bidirectional)
+	for _, l := range [][]int{order, at.RoPE, at.Window} {
+		for _, v := range l {
+			k = strconv.AppendInt(k, int64(v), 10)
+			k = append(k, ',')
+		}
+		k = append(k, '|')
+	}
+	return string(k)
 }
 
 // layerForward is ref.LayerForward(cfg, p, in), shared through d.forward
@@ -143,6 +225,25 @@ func (d *layerDeviation) layerForward(cfg spec.Config, p *ref.LayerParams, in re
 	}
 	d.forward.once.Do(func() { d.forward.res, d.forward.err = ref.LayerForward(cfg, p, in) })
 	return d.forward.res, d.forward.err
+}
+
+// keptForward is ref.LayerForwardKept(cfg, p, in, fz), shared through
+// d.forward where fz is ref's own decision of the case with the
+// predictor's input as ref freezes it (st.refDecision, d.feed): every
+// deviation that keeps them starts from the same kept forward, which pass
+// reads and does not write (it replaces the result's fields in its own
+// copy of the result, never their contents).
+func (d *layerDeviation) keptForward(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen, st *layerState) (*ref.LayerResult, error) {
+	if d.forward == nil || !st.refDecision || d.feed != feedFrozenInput {
+		return ref.LayerForwardKept(cfg, p, in, fz)
+	}
+	f := d.forward
+	f.keptOnce.Do(func() { f.kept, f.keptErr = ref.LayerForwardKept(cfg, p, in, f.res.Frozen) })
+	if f.keptErr != nil {
+		return nil, f.keptErr
+	}
+	res := *f.kept
+	return &res, nil
 }
 
 // capacityRule is how a deviant layer computes each row's capacity k.
@@ -201,6 +302,9 @@ type layerState struct {
 	// order the deviant layer writes them: the order it ran them in, read
 	// from the candidate (unsorted_indices).
 	selectedOrder [][]int
+	// refDecision reports that the decision is ref's own, made by the
+	// shared forward (layerDeviation.forward), unchanged.
+	refDecision bool
 }
 
 // rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
@@ -356,6 +460,8 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
 			return err
 		}
+	} else {
+		st.refDecision = d.forward != nil
 	}
 	st.g0 = res.Weights
 	if d.scoreOrder {

@@ -39,7 +39,7 @@ func layerSpecOf(c *format.Case) oracle.LayerSpec {
 // emulateLayerCase recomputes a layer case under each deviation, with what
 // the candidate wrote (w).
 func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, total int)) ([]emulation, error) {
-	ems, _, err := emulateLayer(c, w, progress, false, nil)
+	ems, _, err := emulateLayer(c, w, progress, false, nil, nil)
 	return ems, err
 }
 
@@ -51,7 +51,7 @@ func emulateLayerCase(c *format.Case, w map[string]written, progress func(done, 
 type settleFunc func(i int, em emulation, byForward bool) error
 
 // emulateLayer is emulateLayerCase, every deviation starting from ref's
-// forward computed once (sharedForward). With measure (MeasuredCatches),
+// forward computed once (forward, or its own sharedForward when nil). With measure (MeasuredCatches),
 // a deviation's gradients are computed only where its forward arrays do
 // not already fail the case's comparison, which tells it apart as surely
 // as the whole case would: caught[i].byForward says so, and emulation i
@@ -59,22 +59,35 @@ type settleFunc func(i int, em emulation, byForward bool) error
 // arrays go to settle as soon as computed and are not kept: ems then holds
 // none (and an emulation that repeats another shares its verdict, not its
 // arrays).
-func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool, settle settleFunc) (ems []emulation, caught []*forwardCatch, err error) {
+func emulateLayer(c *format.Case, w map[string]written, progress func(done, total int), measure bool, settle settleFunc, forward *sharedForward) (ems []emulation, caught []*forwardCatch, err error) {
 	ems, devs, err := layerEmulations(c, w)
 	if err != nil {
 		return nil, nil, err
 	}
-	s := layerSpecOf(c)
-	forward := new(sharedForward)
 	if measure {
 		caught = make([]*forwardCatch, len(devs))
-	}
-	for i := range devs {
-		devs[i].forward = forward
-		if measure {
+		for i := range devs {
 			caught[i] = new(forwardCatch)
 			devs[i].caught = caught[i]
 		}
+	}
+	byForward := func(i int) bool { return measure && caught[i].byForward }
+	err = emulateLayerDeviations(c, devs, ems, progress, settle, forward, byForward)
+	return ems, caught, err
+}
+
+// emulateLayerDeviations computes the emulations ems of a layer case's
+// deviations devs (emulateEach), each from ref's forward of the case
+// (forward, or a sharedForward of their own when nil); with settle, each
+// emulation's arrays go to settle as soon as computed, byForward(i) its
+// third argument.
+func emulateLayerDeviations(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int), settle settleFunc, forward *sharedForward, byForward func(i int) bool) error {
+	s := layerSpecOf(c)
+	if forward == nil {
+		forward = new(sharedForward)
+	}
+	for i := range devs {
+		devs[i].forward = forward
 	}
 	compute := func(i int) (map[string]*format.Array, error) {
 		arrays, err := layerArrays(c, s, &devs[i])
@@ -83,11 +96,11 @@ func emulateLayer(c *format.Case, w map[string]written, progress func(done, tota
 		}
 		em := ems[i]
 		em.arrays = arrays
-		return nil, settle(i, em, measure && caught[i].byForward)
+		return nil, settle(i, em, byForward(i))
 	}
-	err = emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
+	err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, compute)
 	shareArrays(ems)
-	return ems, caught, err
+	return err
 }
 
 // layerEmulations lists the emulations of a layer case and their
@@ -286,6 +299,15 @@ func expectedArrays(c *format.Case) map[string]*format.Array {
 // emulateDeviations fills ems[i] with the case recomputed under devs[i]
 // (a layer or model case), or the reason it cannot be.
 func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int)) error {
+	return emulateSettled(c, devs, ems, progress, nil, nil)
+}
+
+// emulateSettled is emulateDeviations; in a layer case the deviations
+// start from ref's forward of the case computed once (forward, or a
+// sharedForward of their own when nil), and with settle each emulation's
+// arrays go to settle as soon as computed and are not kept (emulateLayer's
+// settle; byForward false).
+func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int), settle settleFunc, forward *sharedForward) error {
 	switch c.Manifest.Kind {
 	case format.KindLayer:
 		s := layerSpecOf(c)
@@ -302,9 +324,7 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
-		err := emulateEach(c, ems, progress, func(i int) int { return devs[i].cost() }, func(i int) (map[string]*format.Array, error) { return layerArrays(c, s, &devs[i]) })
-		shareArrays(ems)
-		return err
+		return emulateLayerDeviations(c, devs, ems, progress, settle, forward, func(int) bool { return false })
 	case format.KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {

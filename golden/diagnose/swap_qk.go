@@ -16,6 +16,7 @@ import (
 func swapQKArrays(c *format.Case, d *layerDeviation, compute func(*format.Case, *layerDeviation) (map[string]*format.Array, error)) (map[string]*format.Array, error) {
 	plain := *d
 	plain.swapQK = false
+	plain.forward = nil // ref's forward of the case itself, not of the exchanged one
 	arrays := make(map[string]*format.Array, len(c.Arrays))
 	for name, a := range c.Arrays {
 		if strings.HasPrefix(name, "param.") {
