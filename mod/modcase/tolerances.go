@@ -52,6 +52,13 @@ func ProfileTolerances(c *format.Case, p format.Profile) (*format.Case, *judge.P
 	if p.IsZero() {
 		return c, nil, nil
 	}
+	if p.Name == "float64" {
+		fam, err := float64Family(c, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		return judge.Tolerances(p, c, FamilyArrays(fam)...)
+	}
 	var fe judge.FamilyErrors
 	if err := eachMember(c, p, true, func(m Member) error { return fe.Add(p, c, m.Arrays) }); err != nil {
 		return nil, nil, err

@@ -77,3 +77,42 @@ func TestFloat32TolerancesFullyPadded(t *testing.T) {
 		t.Errorf("the truth judged against itself: %v", err)
 	}
 }
+
+// TestProfileTolerancesIsThePortableFamily checks that ProfileTolerances,
+// which measures the family a member at a time, gives every array the
+// tolerance, and the routing the margin, that judge.Tolerances gives from
+// the whole of PortableFamily, bit for bit, under the profiles whose
+// families differ in kind: bf16 (rounded products and the random-rounding
+// draws), tf32, and float64 (ref and the scaled float32 family).
+func TestProfileTolerancesIsThePortableFamily(t *testing.T) {
+	for _, name := range []string{"layer-layernorm-swiglu", "model-every-other"} {
+		for _, pn := range []string{"bf16", "tf32", "float64"} {
+			c := load(t, name)
+			p, err := format.ParseProfile(pn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, rep, err := ProfileTolerances(c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fam, err := PortableFamily(c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantRep, err := judge.Tolerances(p, c, FamilyArrays(fam)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Margin != wantRep.Margin {
+				t.Errorf("%s under %s: margin %v, want %v", name, pn, rep.Margin, wantRep.Margin)
+			}
+			for i, info := range want.Manifest.Arrays {
+				g, w := got.Manifest.Arrays[i].Tolerance, info.Tolerance
+				if (g == nil) != (w == nil) || g != nil && (g.ATol != w.ATol || g.RTol != w.RTol) {
+					t.Errorf("%s under %s: %s: tolerance %+v, want %+v", name, pn, info.Name, g, w)
+				}
+			}
+		}
+	}
+}
