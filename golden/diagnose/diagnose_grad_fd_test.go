@@ -207,6 +207,10 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 		"residual_twice+weight_scaled",
 		"weight_mlp_only+skipped_scaled+weight_scaled",
 		"residual_scaled+gather_first_k+weight_scaled",
+		"rope_gathered_indices+weight_mlp_only+router_normed_input",
+		"tanh_gate+skipped_scaled+router_normed_input",
+		"residual_twice+weight_scaled+router_normed_input",
+		"shared_router+router_normed_input",
 	}
 	var mu sync.Mutex
 	worst := map[string]float64{}

@@ -163,9 +163,6 @@ func routedConfigs(cfg spec.ModelConfig) []spec.Config {
 // skipModel says why a deviation cannot be emulated for some routed layer of
 // the model, or returns "".
 func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
-	if d.routerNormed {
-		return routerNormedInModel
-	}
 	if d.sharedRouter {
 		routed := routedConfigs(cfg)
 		if len(routed) < 2 {
