@@ -298,6 +298,9 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			}
 		}
 		refuseFD(c, devs, ems)
+		if err := fitCombined(c, devs, ems); err != nil {
+			return err
+		}
 		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
@@ -311,6 +314,9 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 			ems[i].reason = skipModel(s.Config, d)
 		}
 		refuseFD(c, devs, ems)
+		if err := fitCombined(c, devs, ems); err != nil {
+			return err
+		}
 		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err
