@@ -10,7 +10,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/oracle"
 )
 
 // weight_scaled: the router weight scaled by a constant α: every valid
@@ -276,29 +275,11 @@ func forwardArrays(c *format.Case, d *layerDeviation) (map[string]*format.Array,
 		return swapQKArrays(c, d, forwardArrays)
 	}
 	if c.Manifest.Kind == format.KindLayer {
-		s := layerSpecOf(c)
-		dr, err := oracle.LayerDrawViewOf(c, s)
-		if err != nil {
-			return nil, err
-		}
-		st := layerState{written: d.writtenFor("expected.")}
-		l, err := d.run(s.Config, dr.P, dr.In, &st)
-		if err != nil {
-			return nil, err
-		}
-		return layerValueArrays(c, s, l, &st)
+		_, _, arrays, err := layerForwardOf(c, layerSpecOf(c), d)
+		return arrays, err
 	}
-	s := modelSpecOf(c)
-	p, in, err := oracle.ModelDrawOf(c, s)
-	if err != nil {
-		return nil, err
-	}
-	st := d.modelStates(len(s.Config.Layers))
-	mr, err := d.runModel(s.Config, p, in, st)
-	if err != nil {
-		return nil, err
-	}
-	return modelValueArrays(c, s, mr, st)
+	_, _, _, arrays, err := modelForwardOf(c, modelSpecOf(c), d)
+	return arrays, err
 }
 
 // withScale gives each deviation of devs to be emulated that has
