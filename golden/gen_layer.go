@@ -10,6 +10,7 @@ import (
 	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
@@ -328,7 +329,7 @@ func clearChance(r [][]float64, k []int, valid []int) float64 {
 		}
 		exponent += float64(float64(n) / (2 * w) * width)
 	}
-	return math.Exp(-exponent)
+	return elem.Exp(-exponent)
 }
 
 // separateRouting moves router weights of draw dr away from the routing

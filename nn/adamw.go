@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/internal/elem"
 )
 
 // AdamWConfig holds AdamW's hyperparameters.
@@ -77,8 +78,8 @@ func NewAdamW(params []*autograd.Tensor, cfg AdamWConfig) (*AdamW, error) {
 // Step applies one update to every parameter from its current gradient.
 func (o *AdamW) Step() {
 	o.t++
-	c1 := 1 - math.Pow(o.Beta1, float64(o.t))
-	c2 := 1 - math.Pow(o.Beta2, float64(o.t))
+	c1 := 1 - elem.Pow(o.Beta1, float64(o.t))
+	c2 := 1 - elem.Pow(o.Beta2, float64(o.t))
 	for k, p := range o.params {
 		decay := 1.0
 		if p.Rows > 1 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/internal/elem"
 )
 
 // kinds are the case kinds Draw draws when the base pins none, with their
@@ -50,7 +51,7 @@ func drawSeq(rng *rand.Rand, lo, maxSeq int) int {
 		hi = min(hi, 32)
 	default:
 		if hi > 33 {
-			s := int(math.Exp(math.Log(33) + float64(rng.Float64()*(math.Log(float64(hi))-math.Log(33)))))
+			s := int(elem.Exp(elem.Log(33) + float64(rng.Float64()*(elem.Log(float64(hi))-elem.Log(33)))))
 			return max(lo, min(hi, s))
 		}
 	}

@@ -4,6 +4,7 @@ Usage: /usr/bin/python3 golden/torch/candidate.py CASE.json OUT.npz
            [--dtype float32|float64|bfloat16|tf32|float32-native|bfloat16-pure|fp16] [--deviate NAME[+NAME...]] [--form FORM[,FORM...]]
            [--bug NAME] [--weight-scale ALPHA]
        /usr/bin/python3 golden/torch/candidate.py --into DIR CASE.json [CASE.json...] [flags as above]
+       /usr/bin/python3 golden/torch/candidate.py --jobs FILE
 
 This is what a PyTorch user's CI does with modref: load a golden case's
 inputs and parameters, run their own MoD layer or model on them, compute the
@@ -32,11 +33,14 @@ order the block ran); --bug NAME plants a bug of mod_torch's own making that no
 deviation names (mod_torch.BUGS), to see `modref diagnose` say where the candidate
 first departs; --weight-scale ALPHA is the α of a planted weight_scaled
 (mod_torch.WEIGHT_SCALE, 0.1 by default). --into DIR writes DIR/CASE.npz for each case named, in
-one process (torch's start-up, a second, is paid once). Exit status: 0 on
-success, 2 on bad input or usage.
+one process (torch's start-up, a second, is paid once). --jobs FILE runs, in
+one process too, each non-empty line of FILE as the arguments of one of the
+calls above (split as a POSIX shell would, without expansions), stopping at
+the first that fails. Exit status: 0 on success, 2 on bad input or usage.
 """
 
 import os
+import shlex
 import sys
 
 import numpy as np
@@ -164,7 +168,37 @@ def candidate(case, dtype="float64", deviation=None, forms=(), bug=None, weight_
     return cand
 
 
+def run_jobs(path):
+    """Runs each non-empty line of the file at path as main's arguments."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        print("candidate: --jobs %s: %s" % (path, e), file=sys.stderr)
+        return 2
+    for n, line in enumerate(lines, 1):
+        try:
+            argv = shlex.split(line)
+        except ValueError as e:
+            print("candidate: --jobs %s line %d: %s" % (path, n, e), file=sys.stderr)
+            return 2
+        if argv and "--jobs" in argv:
+            print("candidate: --jobs %s line %d: a job cannot name --jobs" % (path, n), file=sys.stderr)
+            return 2
+        if argv:
+            rc = main(argv)
+            if rc:
+                print("candidate: --jobs %s line %d failed" % (path, n), file=sys.stderr)
+                return rc
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["--jobs"]:
+        if len(argv) != 2:
+            print("\n".join(__doc__.strip().splitlines()[2:7]), file=sys.stderr)
+            return 2
+        return run_jobs(argv[1])
     args, dtype, deviation, forms, bug, into, scale = [], "float64", None, (), None, None, "0.1"
     it = iter(argv)
     for a in it:
@@ -187,7 +221,7 @@ def main(argv):
     except ValueError:
         weight_scale = float("nan")
     if not weight_scale > 0 or (len(args) != 2 if into is None else not args or not into) or dtype not in DTYPES or (deviation is not None and not set(deviation.split("+")) <= set(M.DEVIATIONS)) or not set(forms) <= set(M.PORT_FORMS) or (bug is not None and bug not in M.BUGS):
-        print("\n".join(__doc__.strip().splitlines()[2:6]), file=sys.stderr)
+        print("\n".join(__doc__.strip().splitlines()[2:7]), file=sys.stderr)
         return 2
     jobs = [tuple(args)] if into is None else [
         (m, os.path.join(into, os.path.basename(m)[:-len(".json")] + ".npz") if m.endswith(".json") else "") for m in args]

@@ -154,6 +154,31 @@ class TestKeep(unittest.TestCase):
             self.assertEqual(p.returncode, 2, "%s: %s" % (argv, p.stderr))
 
 
+class TestJobs(Restore):
+    def test_jobs_write_what_separate_calls_write_and_stop_at_a_failure(self):
+        man = os.path.join(CORPUS, "layer-paper.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            jobs = os.path.join(tmp, "jobs")
+            with open(jobs, "w") as f:
+                f.write("%s %s/a.npz --dtype float32 --deviate residual_twice\n\n" % (man, tmp))
+                f.write("'%s' %s/b.npz --dtype float32 --form torch_topk --deviate gather_first_k\n" % (man, tmp))
+            self.assertEqual(T.main(["--jobs", jobs]), 0)
+            self.assertEqual(T.main([man, os.path.join(tmp, "a1.npz"), "--dtype", "float32", "--deviate", "residual_twice"]), 0)
+            self.assertEqual(T.main([man, os.path.join(tmp, "b1.npz"), "--dtype", "float32", "--form", "torch_topk",
+                                     "--deviate", "gather_first_k"]), 0)
+            for job, single in (("a", "a1"), ("b", "b1")):
+                a, b = np.load(os.path.join(tmp, job + ".npz")), np.load(os.path.join(tmp, single + ".npz"))
+                self.assertEqual(sorted(a.files), sorted(b.files))
+                for k in a.files:
+                    self.assertTrue(np.array_equal(a[k], b[k]), "%s: %s" % (job, k))
+            with open(jobs, "w") as f:
+                f.write("%s %s/c.npz --deviate no_such_deviation\n%s %s/d.npz\n" % (man, tmp, man, tmp))
+            self.assertEqual(T.main(["--jobs", jobs]), 2)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "d.npz")), "a job after a failing one ran")
+            self.assertEqual(T.main(["--jobs", jobs, "extra"]), 2)
+            self.assertEqual(T.main(["--jobs", os.path.join(tmp, "missing")]), 2)
+
+
 class TestMeasure(unittest.TestCase):
     def test_ratio_is_error_over_tolerance_at_the_reported_element(self):
         tol = {"atol": 1e-3, "rtol": 1e-2}

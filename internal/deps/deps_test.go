@@ -61,7 +61,7 @@ var allowed = map[string][]string{
 	"golden/oracle":            {"spec", "ref", "golden/format"},
 	"golden/judge":             {"spec", "ref", "golden/format", "golden/oracle"},
 	"golden/diagnose":          {"spec", "ref", "golden/format", "golden/oracle", "golden/judge"},
-	"golden":                   {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
+	"golden":                   {"spec", "internal/elem", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp"},
 	"internal/lowp":            {},
 	"internal/readfile":        {},
 	"internal/atomicfile":      {"internal/readfile"},
@@ -71,10 +71,10 @@ var allowed = map[string][]string{
 	"internal/deps":            {},
 	"internal/candidate":       {},
 	"internal/race":            {},
-	"golden/fuzzcase":          {"spec", "golden", "golden/format"},
+	"golden/fuzzcase":          {"spec", "internal/elem", "golden", "golden/format"},
 	"mod/modcase":              {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "internal/lowp"},
 	"mod/modcase/catchtable":   {"golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase"},
-	"mod/train":                {"spec", "autograd", "nn", "mod", "golden/format", "internal/atomicfile", "internal/readfile"},
+	"mod/train":                {"spec", "internal/elem", "autograd", "nn", "mod", "golden/format", "internal/atomicfile", "internal/readfile"},
 	"mod/train/plot":           {"mod/train", "internal/atomicfile"},
 	"mod/train/experiment":     {"spec", "autograd", "mod", "mod/train", "mod/train/plot"},
 	"cmd/modref":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/candidate", "golden/fuzzcase", "mod/train", "mod/train/plot"},
@@ -95,12 +95,12 @@ var allowedInTests = map[string][]string{
 	"mod":               {"spec", "autograd", "nn", "mod", "ref", "golden", "golden/format", "golden/diagnose", "golden/judge", "golden/oracle", "mod/modcase", "internal/fmacheck", "internal/benchcpu"},
 	// golden's tests regenerate the corpus as gen does, with the float32
 	// tolerances mod/modcase measures (golden.Tolerancer).
-	"golden": {"spec", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp", "internal/fmacheck", "internal/benchcpu", "internal/race", "mod/modcase"},
+	"golden": {"spec", "internal/elem", "ref", "golden/format", "golden/oracle", "golden/judge", "golden/diagnose", "internal/atomicfile", "internal/readfile", "internal/dirlock", "internal/lowp", "internal/fmacheck", "internal/benchcpu", "internal/race", "mod/modcase"},
 	// golden/fuzzcase's tests generate drawn cases as modref fuzz does
 	// (with mod/modcase's float32 tolerances) and judge a planted
 	// deviation's candidate on them (golden/diagnose, golden/judge): a
 	// shrunk reproducer must still fail.
-	"golden/fuzzcase": {"spec", "golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase", "internal/fmacheck", "internal/benchcpu", "internal/lowp", "internal/race"},
+	"golden/fuzzcase": {"spec", "internal/elem", "golden", "golden/format", "golden/diagnose", "golden/judge", "mod/modcase", "internal/fmacheck", "internal/benchcpu", "internal/lowp", "internal/race"},
 }
 
 // TestImportRule checks every package of the module against allowed, and

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/nn"
 	"github.com/modref/modref/spec"
@@ -266,7 +267,7 @@ func (c Config) lrAt(s int) float64 {
 		return c.LR
 	}
 	p := float64(s-c.Warmup) / float64(n-1)
-	return c.MinLR + float64(0.5*(c.LR-c.MinLR)*(1+math.Cos(math.Pi*p)))
+	return c.MinLR + float64(0.5*(c.LR-c.MinLR)*(1+elem.Cos(math.Pi*p)))
 }
 
 // adamW returns the optimiser's hyperparameters at the peak learning rate,

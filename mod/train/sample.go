@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/mod"
 	"github.com/modref/modref/spec"
 )
@@ -182,7 +183,7 @@ func Pick(logits []float32, temperature float64, topK int, rng *rand.Rand) int {
 	w := make([]float64, len(ids))
 	var sum float64
 	for j, id := range ids {
-		w[j] = math.Exp((float64(logits[id]) - top) / temperature)
+		w[j] = elem.Exp((float64(logits[id]) - top) / temperature)
 		sum += w[j]
 	}
 	u := rng.Float64() * sum
