@@ -20,6 +20,10 @@ type LayerGrads struct {
 	// nil without a predictor): the gradient that the stop-gradient of
 	// docs/spec.md §8 keeps from X, which X does not receive.
 	PredictorInput []*mat.Dense
+	// RouterInput is dL/d of LayerPartGrads.RouterInput, the router's
+	// share of the gradient, when the router read it in place of X (B
+	// matrices S×d); nil otherwise.
+	RouterInput []*mat.Dense
 }
 
 // LayerPartGrads are the gradients of a loss with respect to the parts of
@@ -45,6 +49,13 @@ type LayerPartGrads struct {
 	// the auxiliary losses (a gate computed from r in place of g), read at
 	// every valid position.
 	Router [][]float64 // B×S
+	// RouterInput, if not nil, is what the router read in place of X (B
+	// matrices S×d: a router fed another function of X, as a port whose
+	// router reads N1(X), docs/spec.md §11's router_normed_input, with
+	// res.RouterWeights computed from it): the router's parameters take
+	// their gradient at it, and its dL/d of it is returned in
+	// LayerGrads.RouterInput instead of being added into X.
+	RouterInput []*mat.Dense
 }
 
 // LayerForwardKept is LayerForwardFrozen keeping the values LayerBackward
@@ -82,6 +93,11 @@ func LayerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 	if parts.Router != nil {
 		if err := checkShape2("router weights' gradient", parts.Router, len(in.X), s); err != nil {
 			return nil, fmt.Errorf("layer: %w", err)
+		}
+	}
+	if parts.RouterInput != nil {
+		if err := checkUpstream(cfg, in, parts.RouterInput); err != nil {
+			return nil, fmt.Errorf("router input: %w", err)
 		}
 	}
 	return layerBackward(cfg, signed, p, in, res, parts), nil
@@ -193,7 +209,16 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 		g.X = append(g.X, dx)
 	}
 	auxRouterBackward(cfg, a, res, res.auxValid, dr)
-	routerBackward(cfg, a, p, g, in, dr)
+	rx, rdx := in.X, g.X
+	if parts.RouterInput != nil {
+		rx, rdx = parts.RouterInput, make([]*mat.Dense, len(in.X))
+		for b, x := range rx {
+			n, d := x.Dims()
+			rdx[b] = mat.NewDense(n, d, nil)
+		}
+		g.RouterInput = rdx
+	}
+	routerBackward(cfg, a, p, g.Params, rx, rdx, dr)
 	if cfg.Aux == spec.AuxPredictor {
 		g.PredictorInput = predictorBackward(cfg, a, p, g.Params, res, res.auxValid)
 	}
@@ -328,28 +353,29 @@ func bceBackward(a arith, z, t [][]float64, valid []int, weight float64, dz [][]
 }
 
 // routerBackward adds the gradients of r (docs/spec.md §2; jitter adds a
-// constant) into the router's parameters and X:
+// constant) into the router's parameters (gp) and dx, r read from the rows
+// of xs:
 //
 //	linear:      r = w·x      dw += Σ dr_i x_i,  dx_i += dr_i w
 //	linear_bias: r = w·x + b  as linear, and db += Σ dr_i
 //	l2norm:      r = ‖x‖₂     dx_i += dr_i x_i / ‖x_i‖ (0 where x_i = 0)
 //	random:      nothing
-func routerBackward(cfg spec.Config, a arith, p *LayerParams, g *LayerGrads, in LayerInputs, dr [][]float64) {
-	for b, xb := range in.X {
+func routerBackward(cfg spec.Config, a arith, p, gp *LayerParams, xs, dx []*mat.Dense, dr [][]float64) {
+	for b, xb := range xs {
 		s, _ := xb.Dims()
 		for i := 0; i < s; i++ {
 			if dr[b][i] == 0 {
 				continue
 			}
-			xi, dxi := xb.RawRowView(i), g.X[b].RawRowView(i)
+			xi, dxi := xb.RawRowView(i), dx[b].RawRowView(i)
 			switch cfg.Router {
 			case spec.RouterLinear, spec.RouterLinearBias:
 				for j, v := range xi {
-					g.Params.Router[j] += a.acc2(dr[b][i], v)
+					gp.Router[j] += a.acc2(dr[b][i], v)
 					dxi[j] += float64(dr[b][i] * a.f(p.Router[j]))
 				}
 				if cfg.Router == spec.RouterLinearBias {
-					g.Params.RouterBias[0] += dr[b][i]
+					gp.RouterBias[0] += dr[b][i]
 				}
 			case spec.RouterL2Norm:
 				norm := RouterL2NormWeight(xi)

@@ -198,7 +198,8 @@ func gradientsOnProcs(t *testing.T, kv int) {
 // LayerForward frozen and AuxLoss as AuxLosses computes it with the valid
 // lengths, or, when drawn, over every position; where the predictor's loss
 // counts, its input is X itself (the stop-gradient removed) and the
-// gradient reaching X is X's plus PredictorInput's.
+// gradient reaching X is X's plus PredictorInput's; and where the router
+// is drawn to read X as RouterInput, plus RouterInput's.
 func TestLayerBackwardOfPartsIsTheFiniteDifferences(t *testing.T) {
 	var e gradErr
 	rapid.Check(t, func(t *rapid.T) {
@@ -218,6 +219,9 @@ func TestLayerBackwardOfPartsIsTheFiniteDifferences(t *testing.T) {
 		}
 		if rapid.Bool().Draw(t, "router") {
 			pg.Router = RandomField(rng, len(in.X), s)
+		}
+		if rapid.Bool().Draw(t, "routerInput") {
+			pg.RouterInput = in.X // the router reads X, given as another tensor
 		}
 		auxAll := rapid.Bool().Draw(t, "auxOverEveryPosition")
 		aux := func(r *LayerResult) {
@@ -274,6 +278,9 @@ func TestLayerBackwardOfPartsIsTheFiniteDifferences(t *testing.T) {
 			dx := mat.DenseCopyOf(g.X[b])
 			if live {
 				dx.Add(dx, g.PredictorInput[b])
+			}
+			if pg.RouterInput != nil {
+				dx.Add(dx, g.RouterInput[b])
 			}
 			e.compare(t, "X", dx.RawMatrix().Data, loss, xb.RawMatrix().Data)
 		}

@@ -64,6 +64,17 @@ func mulWt(dy []float64, n int, w *mat.Dense, into []float64) []float64 {
 	return into
 }
 
+// NormBackward returns dL/dx of y = N(x), the norm of block configuration
+// c with gain gamma and bias beta (nil under RMSNorm), for the rows of x
+// given dy (both n×d), and adds the gain's and the bias's gradients into
+// dgamma and dbeta (nil under RMSNorm): the block's own norm backward.
+func NormBackward(c spec.BlockConfig, gamma, beta []float64, x, dy *mat.Dense, dgamma, dbeta []float64) *mat.Dense {
+	n, d := x.Dims()
+	xs := rawRows(x)
+	_, st := normRows(c, gamma, beta, xs, n, d)
+	return mat.NewDense(n, d, normBackward(c, signed, dgamma, dbeta, gamma, xs, st, rawRows(dy), n, d))
+}
+
 // normBackward returns dL/dx of y = N(x) for the n rows of x (n×d) given
 // dy, and adds the gain's (and bias's) gradients into dgamma (and dbeta).
 //

@@ -3,6 +3,7 @@ package ref
 import (
 	"testing"
 
+	"github.com/modref/modref/spec"
 	"pgregory.net/rapid"
 )
 
@@ -40,6 +41,33 @@ func TestBlockBackwardIsTheFiniteDifferences(t *testing.T) {
 		gts := g.Tensors("")
 		for k, pt := range p.Tensors("") {
 			e.compare(t, pt.Name, gts[k].Data, loss, pt.Data)
+		}
+	})
+	e.report(t)
+}
+
+// TestNormBackwardIsTheFiniteDifferences checks NormBackward, the input's
+// gradient and the gain's (and LayerNorm's bias's), against central
+// differences of L = Σ U⊙N(X) under the norms of drawn block
+// configurations, X of 1 to 6 rows.
+func TestNormBackwardIsTheFiniteDifferences(t *testing.T) {
+	var e gradErr
+	rapid.Check(t, func(t *rapid.T) {
+		c := drawBlockConfig(t)
+		p := NewBlockParams(c, NewRand(rapid.Uint64().Draw(t, "seed")))
+		n := rapid.IntRange(1, 6).Draw(t, "n")
+		rng := NewRand(rapid.Uint64().Draw(t, "xseed"))
+		x, u := RandomMatrix(rng, n, c.D, 1), RandomMatrix(rng, n, c.D, 1)
+		loss := func() (float64, error) {
+			y, _ := normRows(c, p.Norm1, p.Norm1Bias, rawRows(x), n, c.D)
+			return dotRows(y, rawRows(u)), nil
+		}
+		g := zeroBlockLike(&p)
+		dx := NormBackward(c, p.Norm1, p.Norm1Bias, x, u, g.Norm1, g.Norm1Bias)
+		e.compare(t, "x", rawRows(dx), loss, x.RawMatrix().Data)
+		e.compare(t, "Norm1", g.Norm1, loss, p.Norm1)
+		if c.Norm == spec.NormLayer {
+			e.compare(t, "Norm1Bias", g.Norm1Bias, loss, p.Norm1Bias)
 		}
 	})
 	e.report(t)

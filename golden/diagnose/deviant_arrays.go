@@ -61,21 +61,12 @@ func layerValueArrays(c *format.Case, s oracle.LayerSpec, l *layerRun, st *layer
 // (TestAnalyticDeviantGradientsAreTheFiniteDifferences), and the way of a
 // deviation that has none yet, at sizes within maxFDWork.
 func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := oracle.LayerDrawOf(c, s)
-	if err != nil {
-		return nil, err
-	}
-	st := layerState{written: d.writtenFor("expected.")}
-	l, err := d.run(s.Config, dr.P, dr.In, &st)
-	if err != nil {
-		return nil, err
-	}
-	arrays, err := layerValueArrays(c, s, l, &st)
+	dr, st, arrays, err := layerForwardOf(c, s, d)
 	if err != nil {
 		return nil, err
 	}
 	loss := func() (float64, error) {
-		l, err := d.run(s.Config, dr.P, dr.In, &st)
+		l, err := d.run(s.Config, dr.P, dr.In, st)
 		if err != nil {
 			return 0, err
 		}
@@ -89,7 +80,7 @@ func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[s
 	// A token outside the selection passes unchanged, and a padded one
 	// counts in no loss, but for these two; and under softmax_whole_row a
 	// skipped token's router weight is in every selected token's weight.
-	gx, err := inputGradient(s, &dr, d, &st, loss, !d.scaleSkipped && !d.auxOverPadding && !d.rowSoftmax)
+	gx, err := inputGradient(s, &dr, d, st, loss, !d.scaleSkipped && !d.auxOverPadding && !d.rowSoftmax)
 	if err != nil {
 		return nil, fmt.Errorf("gradient of input.x: %w", err)
 	}
@@ -102,6 +93,23 @@ func layerArraysFD(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[s
 		arrays["grad.param."+t.Name] = g
 	}
 	return arrays, nil
+}
+
+// layerForwardOf evaluates layer case c under d on its draw (a copy,
+// which finite differences may perturb), deciding the routing into a new
+// state: the draw, the state and the forward arrays.
+func layerForwardOf(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (oracle.LayerDraw, *layerState, map[string]*format.Array, error) {
+	dr, err := oracle.LayerDrawOf(c, s)
+	if err != nil {
+		return dr, nil, nil, err
+	}
+	st := &layerState{written: d.writtenFor("expected.")}
+	l, err := d.run(s.Config, dr.P, dr.In, st)
+	if err != nil {
+		return dr, nil, nil, err
+	}
+	arrays, err := layerValueArrays(c, s, l, st)
+	return dr, st, arrays, err
 }
 
 // inputGradient is grad.input.x of a layer case under deviation d, whose

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/spec"
 )
 
@@ -164,42 +165,78 @@ func resultKey(name, variant string) string { return name + "\x00" + variant }
 // combination's result's Name joins the deviations' names with "+", in the
 // order of Deviations. In a layer case every combination starts from
 // ref's forward computed once (forward; nil, once for each size).
+//
+// In a model or decode case, where no combination matches, the search runs
+// again ranked by where the candidate first departs (byDeparture): an
+// earlier layer's deviations applied in part change a later layer's
+// selection, so that every subset of them is further by the sum than a
+// single one, though each brings the later layer's router weights nearer.
+// Only the matches of that second search are added to the results.
 func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, single []DeviationResult, progress func(done, total int), forward *sharedForward) ([]DeviationResult, error) {
 	oracle := single[0]
 	if oracle.Match || c.Manifest.Kind == format.KindMoDE {
 		return nil, nil
 	}
-	var pool, beam []DeviationResult
+	s := &combinationSearch{c: c, cand: cand, w: w, progress: progress, forward: forward, judged: map[string]*DeviationResult{}}
 	for _, r := range single[1:] {
 		if r.Match && r.Distinct {
 			return nil, nil
 		}
 		if r.Emulated && r.Distinct && (r.Variant == "" || r.Variant == torchTopKVariant || r.Name == "decode_mismatch") {
-			pool = append(pool, r)
-			if r.distance < oracle.distance {
-				beam = append(beam, r)
-			}
+			s.pool = append(s.pool, r)
 		}
 	}
-	beam = closest(beam, combineBeam)
 	if forward != nil {
 		forward.sharePasses = true
 	}
-	var out []DeviationResult
+	out, matches, err := s.grow(oracle, byDistance)
+	if err != nil || len(matches) > 0 || (c.Manifest.Kind != format.KindModel && c.Manifest.Kind != format.KindDecode) {
+		return append(out, matches...), err
+	}
+	_, matches, err = s.grow(oracle, byDeparture(c))
+	return append(out, matches...), err
+}
+
+// combinationSearch is the state diagnoseCombinations' searches share: the
+// case, the candidate and what it wrote, ref's shared forward (layer
+// cases), the single deviations combined (pool), and every set judged, by
+// its key (nil for one that cannot be combined), so that the second search
+// judges no set again.
+type combinationSearch struct {
+	c        *format.Case
+	cand     map[string]*format.Array
+	w        map[string]written
+	progress func(done, total int)
+	forward  *sharedForward
+	pool     []DeviationResult
+	judged   map[string]*DeviationResult
+}
+
+// grow is one greedy search ranked by compare (negative when its first
+// argument brings the candidate closer): the closest combinations of each
+// size it grew, and the matches of the first size that has one.
+func (s *combinationSearch) grow(oracle DeviationResult, compare func(a, b DeviationResult) int) (out, matches []DeviationResult, err error) {
+	var beam []DeviationResult
+	for _, r := range s.pool {
+		if compare(r, oracle) < 0 {
+			beam = append(beam, r)
+		}
+	}
+	beam = closest(beam, combineBeam, compare)
 	seen := map[string]bool{}
 	for size := 2; size <= maxDeviations && len(beam) > 0; size++ {
 		var sets []combination
-		parent := map[string]float64{} // the closest set each grew from
+		parent := map[string]DeviationResult{} // the closest set each grew from
 		for _, b := range beam {
 			names := strings.Split(b.Name, "+")
-			for _, r := range pool {
+			for _, r := range s.pool {
 				if slices.Contains(names, r.Name) {
 					continue
 				}
 				set := combination{inDeviationOrder(append(slices.Clone(names), r.Name)...), cmp.Or(b.Variant, r.Variant)}
 				key := set.key()
-				if d, ok := parent[key]; !ok || b.distance < d {
-					parent[key] = b.distance
+				if p, ok := parent[key]; !ok || compare(b, p) < 0 {
+					parent[key] = b
 				}
 				if !seen[key] {
 					seen[key] = true
@@ -207,33 +244,91 @@ func diagnoseCombinations(c *format.Case, cand map[string]*format.Array, w map[s
 				}
 			}
 		}
-		judged, err := judgeCombinations(c, cand, w, sets, progress, forward)
+		judged, err := s.judge(sets)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var matches, closer []DeviationResult
+		var closer []DeviationResult
 		for _, r := range judged {
 			switch {
 			case r.Match:
 				matches = append(matches, r)
-			case r.distance < parent[resultKey(r.Name, r.Variant)]:
+			case compare(r, parent[resultKey(r.Name, r.Variant)]) < 0:
 				closer = append(closer, r)
 			}
 		}
 		if len(matches) > 0 {
-			return append(out, matches...), nil
+			return out, matches, nil
 		}
-		beam = closest(closer, combineBeam)
+		beam = closest(closer, combineBeam, compare)
 		out = append(out, beam...)
+	}
+	return out, nil, nil
+}
+
+// judge is judgeCombinations on the sets not judged before: the results of
+// sets that can be combined, in their order.
+func (s *combinationSearch) judge(sets []combination) ([]DeviationResult, error) {
+	var missing []combination
+	for _, set := range sets {
+		if _, ok := s.judged[set.key()]; !ok {
+			missing = append(missing, set)
+			s.judged[set.key()] = nil
+		}
+	}
+	judged, err := judgeCombinations(s.c, s.cand, s.w, missing, s.progress, s.forward)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range judged {
+		s.judged[resultKey(r.Name, r.Variant)] = &r
+	}
+	var out []DeviationResult
+	for _, set := range sets {
+		if r := s.judged[set.key()]; r != nil {
+			out = append(out, *r)
+		}
 	}
 	return out, nil
 }
 
-// closest returns the n results of rs nearest the candidate (smallest
-// distance; ties in their order).
-func closest(rs []DeviationResult, n int) []DeviationResult {
+// byDistance ranks results by distance: the sum of the logarithms of the
+// excess of the arrays outside tolerance.
+func byDistance(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) }
+
+// byDeparture ranks results by where the candidate first departs from them
+// in the order case c computes its arrays: the later the closer, and at the
+// same array, the smaller its excess.
+func byDeparture(c *format.Case) func(a, b DeviationResult) int {
+	type departure struct {
+		right  int     // the arrays before the first outside tolerance
+		excess float64 // that array's excess
+	}
+	memo := map[string]departure{}
+	of := func(r DeviationResult) departure {
+		key := resultKey(r.Name, r.Variant)
+		if d, ok := memo[key]; ok {
+			return d
+		}
+		arrays := judge.InComputeOrder(c, r.arrays)
+		d := departure{right: len(arrays)}
+		if i := slices.IndexFunc(arrays, func(a judge.ArrayResult) bool { return a.Status != judge.StatusPass }); i >= 0 {
+			d = departure{i, Excess(arrays[i])}
+		}
+		memo[key] = d
+		return d
+	}
+	return func(a, b DeviationResult) int {
+		da, db := of(a), of(b)
+		return cmp.Or(cmp.Compare(db.right, da.right), cmp.Compare(da.excess, db.excess))
+	}
+}
+
+// closest returns the n results of rs nearest the candidate by compare
+// (ties in their order).
+func closest(rs []DeviationResult, n int, compare func(a, b DeviationResult) int) []DeviationResult {
 	rs = slices.Clone(rs)
-	slices.SortStableFunc(rs, func(a, b DeviationResult) int { return cmp.Compare(a.distance, b.distance) })
+	slices.SortStableFunc(rs, compare)
 	return rs[:min(len(rs), n)]
 }
 

@@ -36,7 +36,7 @@ var outputBackwards = map[string]bool{
 // backwardNames lists the deviations whose every effect pass differentiates
 // (the fields of layerDeviation they set: capacity, targetsFirstRow, feed,
 // the regathering flags, sharedRouter, an output in outputBackwards,
-// tanhGate, scaleSkipped and auxOverPadding). A
+// tanhGate, scaleSkipped, auxOverPadding, routerNormed). A
 // deviation added to layerDeviations without a backward here is
 // differentiated by finite differences, at sizes within maxFDWork only.
 var backwardNames = map[string]bool{
@@ -52,6 +52,9 @@ var backwardNames = map[string]bool{
 	// weight_scaled's α is carried back onto ref's multipliers and weights
 	// (scaleBack).
 	"weight_scaled": true,
+	// router_normed_input's router gradient is taken at N1(x) and carried
+	// back through N1 (normedInputBackward).
+	"router_normed_input": true,
 }
 
 // hasBackward reports whether every deviation d is made of (its name joins
@@ -121,6 +124,14 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 	}
 	l := &layerRun{cfg: cfg, p: p, in: in, st: st, res: res, out: res.Out, upd: res.Update, mult: res.Multipliers,
 		weightMLPOnly: d.weightMLPOnly, ran: res.Frozen.Selection.Mask()}
+	var routerInput []*mat.Dense // N1(x) under routerNormed
+	if d.routerNormed {
+		if err := normedRouter(l); err != nil {
+			return nil, nil, err
+		}
+		// The routing's backward reads the router weights of N1(x).
+		res, routerInput = l.res, normedInput(cfg, p, in)
+	}
 	if d.scaled {
 		scaleWeight(l, d.alpha())
 	}
@@ -172,9 +183,13 @@ func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerI
 			scaleBack(d.alpha(), parts.Mult)
 			scaleBack(d.alpha(), parts.Weights)
 		}
+		parts.RouterInput = routerInput
 		g, err := ref.LayerBackward(cfg, p, in, res, parts)
 		if err != nil {
 			return nil, err
+		}
+		if routerInput != nil {
+			normedInputBackward(cfg, p, in, g)
 		}
 		if ps != nil {
 			ps.backward(g, dfs, d.weightMLPOnly, u)

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/ref"
 )
 
 // TestAnalyticDeviantGradientsAreTheFiniteDifferences holds every deviant
@@ -113,9 +115,52 @@ func analyticEqualsFD(t *testing.T, name string, mu *sync.Mutex, worst map[strin
 		if gerr != nil || werr != nil {
 			t.Fatalf("%s: %s: analytic: %v; finite differences: %v", name, d.name, gerr, werr)
 		}
+		if _, ok := fineInputGradients[name+" "+d.name]; ok {
+			want["grad.input.x"] = fineInputGradient(t, c, d, 1e-7)
+		}
 		label := fmt.Sprintf("%s: %s%s", name, d.name, map[bool]string{true: " (torch order)"}[d.torchTopK])
 		compareDeviant(t, c, label, d.name, got, want, mu, worst)
 	}
+}
+
+// fineInputGradients are the cases and deviations whose grad.input.x the
+// central differences at ref.FDStep miss by more than deviantGradTol, and
+// why: analyticEqualsFD takes them at a step of 1e-7 (fineInputGradient).
+var fineInputGradients = map[string]string{
+	"layer-causal-threshold router_normed_input": "a row of each batch row's input is 0, where N1(x) = x·γ·(Σx²/d + ε)^(−1/2) bends on the scale √ε = 1e-3, and the router reads it: at ref.FDStep, grad.input.x[0 1 0] is 2.7516634, at h = 1e-6 2.7516753, at 1e-7 2.7516754, the backward pass's 2.7516754 (measured 2026-11-27)",
+}
+
+// fineInputGradient is grad.input.x of layer case c under d by central
+// differences at step h.
+func fineInputGradient(t *testing.T, c *format.Case, d *layerDeviation, h float64) *format.Array {
+	t.Helper()
+	s := layerSpecOf(c)
+	dr, st, _, err := layerForwardOf(c, s, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() (float64, error) {
+		l, err := d.run(s.Config, dr.P, dr.In, st)
+		if err != nil {
+			return 0, err
+		}
+		return oracle.Dot(l.out, dr.U) + l.res.AuxLoss, nil
+	}
+	var g []float64
+	for _, x := range dr.In.X {
+		rows, cols := x.Dims()
+		for i := range rows {
+			row := x.RawRowView(i)
+			for j := range cols {
+				v, err := ref.FDDerivative(loss, row, j, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g = append(g, v)
+			}
+		}
+	}
+	return format.Float(g, s.Batch, s.SeqLen, s.Config.Block.D)
 }
 
 // compareDeviant compares the expected arrays of case c computed by the
@@ -207,6 +252,10 @@ func TestAnalyticCombinationsAreTheFiniteDifferences(t *testing.T) {
 		"residual_twice+weight_scaled",
 		"weight_mlp_only+skipped_scaled+weight_scaled",
 		"residual_scaled+gather_first_k+weight_scaled",
+		"rope_gathered_indices+weight_mlp_only+router_normed_input",
+		"tanh_gate+skipped_scaled+router_normed_input",
+		"residual_twice+weight_scaled+router_normed_input",
+		"shared_router+router_normed_input",
 	}
 	var mu sync.Mutex
 	worst := map[string]float64{}

@@ -163,9 +163,6 @@ func routedConfigs(cfg spec.ModelConfig) []spec.Config {
 // skipModel says why a deviation cannot be emulated for some routed layer of
 // the model, or returns "".
 func skipModel(cfg spec.ModelConfig, d layerDeviation) string {
-	if d.routerNormed {
-		return routerNormedInModel
-	}
 	if d.sharedRouter {
 		routed := routedConfigs(cfg)
 		if len(routed) < 2 {
@@ -246,20 +243,28 @@ func (d *layerDeviation) modelStates(layers int) []layerState {
 	return st
 }
 
-// modelArraysFD is modelArrays with the gradients by ref.FDGradient over
-// runModel (the backward passes' test oracle, and the way of a deviation
-// that has none yet, at sizes within maxFDWork).
-func modelArraysFD(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+// modelForwardOf evaluates model case c under d on its draw, deciding
+// each routed layer's routing into new states: the draw, the states and
+// the forward arrays.
+func modelForwardOf(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (*ref.ModelParams, ref.ModelInputs, []layerState, map[string]*format.Array, error) {
 	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
-		return nil, err
+		return nil, in, nil, nil, err
 	}
 	st := d.modelStates(len(s.Config.Layers))
 	mr, err := d.runModel(s.Config, p, in, st)
 	if err != nil {
-		return nil, err
+		return nil, in, nil, nil, err
 	}
 	arrays, err := modelValueArrays(c, s, mr, st)
+	return p, in, st, arrays, err
+}
+
+// modelArraysFD is modelArrays with the gradients by ref.FDGradient over
+// runModel (the backward passes' test oracle, and the way of a deviation
+// that has none yet, at sizes within maxFDWork).
+func modelArraysFD(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
+	p, in, st, arrays, err := modelForwardOf(c, s, d)
 	if err != nil {
 		return nil, err
 	}

@@ -29,8 +29,11 @@ type written struct {
 	// tol is the case's tolerance on multipliers.
 	tol format.Tolerance
 	// fits are the fits of weight_scaled's α to the candidate's arrays of
-	// the layer, by source (fitSources).
-	fits [3]scaleFit
+	// the layer, by source (fitSources), against the oracle's; sources
+	// are those arrays (nil where absent), for a fit against an
+	// emulation's (fitAgainst).
+	fits    [3]scaleFit
+	sources [3]*format.Array
 }
 
 // writtenByLayer reads what the candidate shows of each routed layer, by

@@ -320,6 +320,9 @@ func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, prog
 			}
 		}
 		refuseFD(c, devs, ems)
+		if err := fitCombined(c, devs, ems); err != nil {
+			return err
+		}
 		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
@@ -331,6 +334,9 @@ func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, prog
 			ems[i].reason = skipModel(s.Config, d)
 		}
 		refuseFD(c, devs, ems)
+		if err := fitCombined(c, devs, ems); err != nil {
+			return err
+		}
 		withScale(devs, ems)
 		if err := shareEffective(c, devs, ems, routedConfigs(s.Config)); err != nil {
 			return err

@@ -15,13 +15,10 @@ import (
 // router on input_layernorm(hidden_states). It sets routerNormed: decide
 // routes by those router weights, and run reports them and weights the
 // update by them (normedRouter). It applies where skipRouterNormed finds
-// no reason against it. Its gradients are finite differences (no backward
-// pass here: backwardNames).
+// no reason against it. Its backward pass (pass) takes the router's
+// gradient at N1(x) (ref.LayerPartGrads.RouterInput) and carries it back
+// through N1 (normedInputBackward).
 var devRouterNormed = layerDeviation{name: "router_normed_input", skip: skipRouterNormed, routerNormed: true}
-
-// routerNormedInModel is why router_normed_input is not emulated for a
-// model or decode case.
-const routerNormedInModel = "no backward pass yet: its gradients are finite differences, which over every parameter of a model, for it and each combination the search tries, cost minutes; layer cases test it"
 
 // skipRouterNormed says why router_normed_input does not apply to a routed
 // layer of configuration cfg, or returns "".
@@ -36,6 +33,11 @@ func skipRouterNormed(cfg spec.Config) string {
 // block's first norm of every position, instead of x (noise and jitter as
 // the case draws them).
 func normedRouterWeights(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) ([][]float64, error) {
+	return ref.RouterWeights(cfg, p, normedInput(cfg, p, in), in.Noise, in.Jitter)
+}
+
+// normedInput is N1(x), the block's first norm of every position of x.
+func normedInput(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) []*mat.Dense {
 	xn := make([]*mat.Dense, len(in.X))
 	for b, x := range in.X {
 		s, d := x.Dims()
@@ -49,7 +51,16 @@ func normedRouterWeights(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs
 			}
 		}
 	}
-	return ref.RouterWeights(cfg, p, xn, in.Noise, in.Jitter)
+	return xn
+}
+
+// normedInputBackward carries the router's gradient at N1(x)
+// (g.RouterInput) back through N1: into x (g.X) and N1's gain and bias.
+func normedInputBackward(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, g *ref.LayerGrads) {
+	for b, x := range in.X {
+		dx := ref.NormBackward(cfg.Block, p.Block.Norm1, p.Block.Norm1Bias, x, g.RouterInput[b], g.Params.Block.Norm1, g.Params.Block.Norm1Bias)
+		g.X[b].Add(g.X[b], dx)
+	}
 }
 
 // normedDecision is the routing decision of a layer whose router reads

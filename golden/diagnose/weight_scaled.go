@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -121,38 +122,50 @@ func (f scaleFit) fitted() (float64, bool) { return f.gw / f.ww, f.ww > 0 }
 // the block's update is weighted as a whole.
 var fitSources = []string{"multipliers", "weights", "out"}
 
-// addFits accumulates into w, by layer prefix and source, the fits of the
-// candidate's arrays to the case's (cand and c's arrays of expected name
-// info.Name): the α for which α times the case's value is nearest the
-// candidate's.
+// addFits records into w, by layer prefix and source, the candidate's
+// array cand of expected name info.Name and its fit to the case's: the α
+// for which α times the case's value is nearest the candidate's.
 func addFits(c *format.Case, w map[string]written, info format.ArrayInfo, cand *format.Array) {
-	want := c.Arrays[info.Name]
-	if want == nil || cand.IsInt() || want.IsInt() || !slices.Equal(cand.Shape, want.Shape) {
-		return
-	}
 	for k, src := range fitSources {
 		prefix, ok := cutSuffix(info.Name, src)
 		if !ok {
 			continue
 		}
-		got, exp := cand.F, want.F
-		if src == "out" {
-			x := c.Arrays["input.x"]
-			if c.Manifest.Kind != format.KindLayer || x == nil || !slices.Equal(x.Shape, want.Shape) || c.Manifest.Config.Layer.MLPOnly {
-				return
-			}
-			xs := x.F
-			got, exp = slices.Clone(got), slices.Clone(exp)
-			for i := range got {
-				got[i] -= xs[i]
-				exp[i] -= xs[i]
-			}
+		f, ok := sourceFit(c, k, c.Arrays[info.Name], cand)
+		if !ok {
+			return
 		}
 		lw := w[prefix]
-		lw.fits[k].add(got, exp)
+		lw.fits[k], lw.sources[k] = f, cand
 		w[prefix] = lw
 		return
 	}
+}
+
+// sourceFit is the fit of the candidate's array cand of source
+// fitSources[k] to want, the same array of the case or of an emulation (of
+// out, the update out − x, in a layer case); false where the two cannot be
+// fitted.
+func sourceFit(c *format.Case, k int, want, cand *format.Array) (scaleFit, bool) {
+	var f scaleFit
+	if want == nil || cand.IsInt() || want.IsInt() || !slices.Equal(cand.Shape, want.Shape) {
+		return f, false
+	}
+	got, exp := cand.F, want.F
+	if fitSources[k] == "out" {
+		x := c.Arrays["input.x"]
+		if c.Manifest.Kind != format.KindLayer || x == nil || !slices.Equal(x.Shape, want.Shape) || c.Manifest.Config.Layer.MLPOnly {
+			return f, false
+		}
+		xs := x.F
+		got, exp = slices.Clone(got), slices.Clone(exp)
+		for i := range got {
+			got[i] -= xs[i]
+			exp[i] -= xs[i]
+		}
+	}
+	f.add(got, exp)
+	return f, true
 }
 
 // cutSuffix is name without the suffix src when name is a layer's expected
@@ -167,9 +180,10 @@ func cutSuffix(name, src string) (string, bool) {
 // fitScale is the α of weight_scaled fitted to what the candidate wrote (w;
 // nil without a candidate: defaultScale): from the first routed layer, by
 // prefix, that has a source, its first source of fitSources, α = Σ
-// got·want / Σ want² over its elements where neither is 0. reason says why none is fitted:
-// the candidate writes no source, or the fit is not a scale (not finite,
-// not positive, or within unscaledBand of 1).
+// got·want / Σ want² over its elements where neither is 0, want the
+// oracle's values (w's fits; fitAgainst's, an emulation's). reason says
+// why none is fitted: the candidate writes no source, or the fit is not a
+// scale (not finite, not positive, or within unscaledBand of 1).
 func fitScale(w map[string]written) (alpha float64, reason string) {
 	if w == nil {
 		return defaultScale, ""
@@ -187,7 +201,7 @@ func fitScale(w map[string]written) (alpha float64, reason string) {
 			}
 			switch {
 			case math.IsNaN(a) || math.IsInf(a, 0) || a <= 0:
-				return 0, fmt.Sprintf("the candidate's %s%s fit no positive scale of the oracle's (α = %.3g)", p, src, a)
+				return 0, fmt.Sprintf("the candidate's %s%s fit no positive scale of the unscaled values (α = %.3g)", p, src, a)
 			case math.Abs(a-1) <= unscaledBand:
 				return 0, fmt.Sprintf("the candidate's %s%s fit α = %.4g, within %g of 1: its weight is not scaled", p, src, a, unscaledBand)
 			}
@@ -195,6 +209,77 @@ func fitScale(w map[string]written) (alpha float64, reason string) {
 		}
 	}
 	return 0, "the candidate writes no multipliers, weights or layer output to fit α to"
+}
+
+// fitAgainst is fitScale with the candidate's arrays (w's sources) fitted
+// to arrays, the expected arrays of an emulation, in place of the
+// oracle's.
+func fitAgainst(c *format.Case, w map[string]written, arrays map[string]*format.Array) (alpha float64, reason string) {
+	refit := make(map[string]written, len(w))
+	for prefix, lw := range w {
+		var r written
+		for k, src := range fitSources {
+			if lw.sources[k] == nil {
+				continue
+			}
+			if f, ok := sourceFit(c, k, arrays[prefix+src], lw.sources[k]); ok {
+				r.fits[k] = f
+			}
+		}
+		refit[prefix] = r
+	}
+	return fitScale(refit)
+}
+
+// fitCombined gives each deviation of devs to be emulated on c (a layer or
+// model case) that has weight_scaled beside other deviations, and no α
+// yet, the α fitted to what its candidate wrote against the forward of the
+// others (forwardArrays): the values the scale multiplies where they are
+// present (docs/golden-format.md, "A fitted scale"), not the oracle's,
+// which another deviation may change (capacity_off_by_one renormalising a
+// softmax over k − 1 tokens, router_normed_input's weights of N1(x));
+// where none fits, it records the reason.
+func fitCombined(c *format.Case, devs []layerDeviation, ems []emulation) error {
+	for i := range devs {
+		d := &devs[i]
+		if !d.scaled || d.scale != 0 || d.written == nil || ems[i].reason != "" {
+			continue
+		}
+		names := slices.DeleteFunc(strings.Split(d.name, "+"), func(n string) bool { return n == devWeightScaled.name })
+		if len(names) == 0 {
+			continue // weight_scaled alone: fitted to the oracle (withScale)
+		}
+		rest, ok := combineNames(names)
+		if !ok {
+			return fmt.Errorf("%s: %s without weight_scaled does not combine", d.name, strings.Join(names, "+"))
+		}
+		rest.written, rest.torchTopK = d.written, d.torchTopK
+		arrays, err := forwardArrays(c, &rest)
+		if err != nil {
+			return fmt.Errorf("%s: fitting α: %w", d.name, err)
+		}
+		a, why := fitAgainst(c, d.written, arrays)
+		if why != "" {
+			ems[i].reason = why
+			continue
+		}
+		d.scale = a
+	}
+	return nil
+}
+
+// forwardArrays are the forward arrays of case c, a layer or model case,
+// under d, without gradients.
+func forwardArrays(c *format.Case, d *layerDeviation) (map[string]*format.Array, error) {
+	if d.swapQK {
+		return swapQKArrays(c, d, forwardArrays)
+	}
+	if c.Manifest.Kind == format.KindLayer {
+		_, _, arrays, err := layerForwardOf(c, layerSpecOf(c), d)
+		return arrays, err
+	}
+	_, _, _, arrays, err := modelForwardOf(c, modelSpecOf(c), d)
+	return arrays, err
 }
 
 // withScale gives each deviation of devs to be emulated that has

@@ -12,19 +12,21 @@ import (
 // cases of each weighting and compute (and, with residual_twice, Mixture-
 // of-Recursions' 0.1·σ(r) port; and with capacity_off_by_one, whose
 // dropped token the fit skips) and checks that Diagnose fits α and names
-// it, and that every deviation it claims has weight_scaled among its. α is
-// fitted against the oracle's values: beside a deviation that changes the
-// weights otherwise (capacity_off_by_one under softmax weighting
-// renormalises over k − 1 tokens) the fit misses, and nothing is named.
+// it, and that every deviation it claims has weight_scaled among its.
+// Beside other deviations α is fitted against their emulation, not the
+// oracle's values (fitCombined): capacity_off_by_one under softmax
+// weighting renormalises over k − 1 tokens, and router_normed_input's
+// weights are those of N1(x); with the oracle's, the fit missed both.
 func TestWeightScaledIsFitted(t *testing.T) {
-	for _, name := range []string{"layer-paper", "layer-linear-bias-sigmoid", "layer-softmax", "layer-dense-ste", "layer-mlp-only"} {
+	for _, name := range []string{"layer-paper", "layer-linear-bias-sigmoid", "layer-softmax", "layer-dense-ste", "layer-mlp-only", "model-every-other"} {
 		c := loadCase(t, name)
 		for _, tc := range []struct {
 			dev   string
 			alpha float64
-		}{{"weight_scaled", 0.1}, {"weight_scaled", 0.137}, {"weight_scaled", 0.5}, {"weight_scaled", 2.5}, {"residual_twice+weight_scaled", 0.1}, {"capacity_off_by_one+weight_scaled", 0.137}} {
-			if name == "layer-softmax" && strings.Contains(tc.dev, "capacity_off_by_one") {
-				continue
+		}{{"weight_scaled", 0.1}, {"weight_scaled", 0.137}, {"weight_scaled", 0.5}, {"weight_scaled", 2.5}, {"residual_twice+weight_scaled", 0.1}, {"capacity_off_by_one+weight_scaled", 0.137},
+			{"weight_scaled+router_normed_input", 0.137}, {"weight_mlp_only+weight_scaled+router_normed_input", 0.3}} {
+			if (name == "layer-mlp-only" || name == "layer-dense-ste") && strings.Contains(tc.dev, "weight_mlp_only") {
+				continue // MLP-only routing weights the MLP's update alone already; dense compute weights the whole
 			}
 			cand, err := DeviantCandidate(c, tc.dev, strconv.FormatFloat(tc.alpha, 'g', -1, 64))
 			if err != nil {

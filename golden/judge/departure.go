@@ -138,14 +138,44 @@ func compareOrder(a, b stageOrder) int {
 // passed over); nil when every array it has passes.
 func Depart(c *format.Case, cand map[string]*format.Array, res *CaseResult) *Departure {
 	n := len(c.Manifest.Config.Layers)
+	all := InComputeOrder(c, res.Arrays)
+	first := slices.IndexFunc(all, func(a ArrayResult) bool { return a.Status != StatusPass })
+	if first < 0 {
+		return nil
+	}
+	f := all[first]
+	o := orderOf(f.Name, n)
+	d := &Departure{Stage: o.stage, Layer: o.layer, Array: f.Name, Right: []string{}, Later: []string{}}
+	if d.Layer >= n || d.Layer < 0 || n == 0 {
+		d.Layer = -1
+	}
+	for _, a := range all[:first] {
+		d.Right = append(d.Right, a.Name)
+	}
+	for _, a := range all[first+1:] {
+		if a.Status != StatusPass {
+			d.Later = append(d.Later, a.Name)
+		}
+	}
+	d.How = describeDeparture(c, cand, f)
+	return d
+}
+
+// InComputeOrder returns the array results of a comparison with case c
+// that are not missing (a missing array is no departure: it says nothing),
+// in the order Depart reads them: forward stages layer by layer, then
+// gradients in backward order; arrays of one stage in their order in
+// arrays.
+func InComputeOrder(c *format.Case, arrays []ArrayResult) []ArrayResult {
+	n := len(c.Manifest.Config.Layers)
 	type placed struct {
 		a ArrayResult
 		o stageOrder
 		i int
 	}
 	var all []placed
-	for i, a := range res.Arrays {
-		if a.Status != StatusMissing { // a missing array is no departure: it says nothing
+	for i, a := range arrays {
+		if a.Status != StatusMissing {
 			all = append(all, placed{a, orderOf(a.Name, n), i})
 		}
 	}
@@ -155,31 +185,11 @@ func Depart(c *format.Case, cand map[string]*format.Array, res *CaseResult) *Dep
 		}
 		return cmp.Compare(x.i, y.i)
 	})
-	first := -1
-	for i, j := range all {
-		if j.a.Status != StatusPass {
-			first = i
-			break
-		}
+	out := make([]ArrayResult, len(all))
+	for i, p := range all {
+		out[i] = p.a
 	}
-	if first < 0 {
-		return nil
-	}
-	f := all[first]
-	d := &Departure{Stage: f.o.stage, Layer: f.o.layer, Array: f.a.Name, Right: []string{}, Later: []string{}}
-	if d.Layer >= n || d.Layer < 0 || n == 0 {
-		d.Layer = -1
-	}
-	for _, j := range all[:first] {
-		d.Right = append(d.Right, j.a.Name)
-	}
-	for _, j := range all[first+1:] {
-		if j.a.Status != StatusPass {
-			d.Later = append(d.Later, j.a.Name)
-		}
-	}
-	d.How = describeDeparture(c, cand, f.a)
-	return d
+	return out
 }
 
 // describeDeparture says how an array departs from the oracle's: by the

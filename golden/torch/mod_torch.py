@@ -758,7 +758,13 @@ def cross_entropy(logits, targets):
 def decode(tokens, valid, P, cfg_model):
     """Decode each row token by token. A routed layer's cache holds only the tokens
     routed through it (keys already rotated at their original positions); a dense
-    layer caches every token. Returns (logits B x S x V, routed dict l -> B x S)."""
+    layer caches every token. Returns (logits B x S x V, routed dict l -> B x S).
+
+    A planted layer deviation is decoded as the full forward has it (a port makes
+    the same mistake in both, as modref's emulation decodes it): tanh_gate's gate,
+    no_weighting's weight of 1, the update of residual_twice, residual_scaled and
+    weight_mlp_only, skipped_scaled's g * x for a skipped token, and
+    rope_gathered_indices' RoPE at the token's slot in the layer's cache."""
     B, S = tokens.shape
     L = len(cfg_model["layers"])
     Vn = P["Head"].shape[1]
@@ -801,6 +807,9 @@ def decode(tokens, valid, P, cfg_model):
                 r = router_logits(x[None], Pl, dict(lc, jitter=0))[0]      # 1
                 z = r if mode == "router" else predictor_logits(x[None], Pl)[0]
                 go = float(z[0]) > 0.0
+                g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
+                if deviates("tanh_gate"):   # p-MoD's TanhNorm, as in the full forward
+                    g = 0.2 * torch.tanh(r) + 1
                 if lc.get("mlp_only", False):
                     if deviates("decode_mismatch"):   # routing off at inference
                         go = True
@@ -809,9 +818,10 @@ def decode(tokens, valid, P, cfg_model):
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
                     xp = x + attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
                     if go:
-                        g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
-                        xp = xp + g[:, None] * mlp_block(xp, Pl, lc)
+                        xp = xp + decoded_update(xp, None, mlp_block(xp, Pl, lc), g)
                         routed[l][b, t] = 1
+                    elif deviates("skipped_scaled"):
+                        xp = g[:, None] * xp
                     x = xp
                     continue
                 if not go and deviates("decode_mismatch"):   # a skipped token cached
@@ -820,21 +830,46 @@ def decode(tokens, valid, P, cfg_model):
                     kc.append(k[0]); vc.append(v[0]); pc.append(t)
                 if go:
                     routed[l][b, t] = 1
-                    g = weights_of(r[None], torch.ones(1, 1, dtype=DTYPE), None, lc.get("weighting", "raw"))[0]
                     h = norm(x, Pl, "Norm1", lc)
-                    q, k, v = attention_qkv(h, pos, Pl, lc)
-                    kc.append(k[0]); vc.append(v[0]); pc.append(t)
+                    slot = torch.tensor([len(pc)])
+                    if deviates("rope_gathered_indices"):   # RoPE at the cache slot, the decoder's gathered index
+                        q, k, v = attention_qkv(h, slot, Pl, lc)
+                        kc.append(k[0]); vc.append(v[0]); pc.append(len(pc))
+                    else:
+                        q, k, v = attention_qkv(h, pos, Pl, lc)
+                        kc.append(k[0]); vc.append(v[0]); pc.append(t)
                     if deviates("window_gathered_indices"):   # the window counted in cache slots
                         n = len(pc)
                         a = attend(q, torch.tensor([n - 1]), torch.stack(kc), torch.stack(vc), torch.arange(n), Pl, window_of(lc))
                     else:
-                        a = attend(q, pos, torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
-                    hh = x + a
-                    y = hh + mlp_block(hh, Pl, lc)
-                    x = x + g[:, None] * (y - x)
+                        a = attend(q, torch.tensor([pc[-1]]), torch.stack(kc), torch.stack(vc), torch.tensor(pc), Pl, window_of(lc))
+                    x = x + decoded_update(x, a, mlp_block(x + a, Pl, lc), g)
+                elif deviates("skipped_scaled"):   # p-MoD's STRing: a skipped token is g * x
+                    x = g[:, None] * x
             hn = norm(x, P, "FinalNorm", fc)
             logits[b, t] = (hn @ P["Head"])[0]
     return logits, routed
+
+
+def decoded_update(x, a, m, g):
+    """What a decoded routed token adds to its residual stream x: x + a + g * m under
+    weight_mlp_only (a = None: the attention's update is in x already), the full
+    forward's formula otherwise: g * (a + m), with residual_twice g * (x + a + m),
+    with residual_scaled g * (x + a + m) - x, with no_weighting a + m."""
+    f = m if a is None else a + m
+    if deviates("residual_twice") and deviates("weight_mlp_only") and a is not None:
+        return x + a + g[:, None] * m
+    if deviates("weight_mlp_only") and a is not None:
+        return a + g[:, None] * m
+    if deviates("residual_twice"):
+        return g[:, None] * (x + f)
+    if deviates("residual_scaled"):
+        return g[:, None] * (x + f) - x
+    if deviates("no_weighting"):
+        return f
+    if a is not None:
+        return g[:, None] * (x + a + m - x)   # x + g (y - x), y the block's output, as ref decodes
+    return g[:, None] * f
 
 
 # --------------------------------------------------------------------------
