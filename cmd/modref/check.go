@@ -423,8 +423,11 @@ func flipLines(f *judge.FlipReport) []string {
 			layer = fmt.Sprintf("expert %d ", *x.Expert)
 		}
 		within := "within the margin"
-		if !x.Within {
+		switch {
+		case !x.Within:
 			within = "NOT within the margin"
+		case x.RoundOffTie:
+			within = "within the margin, an exact tie of the truth's router weights among them, which the candidate's own router weights order its way (its round-off broke the tie)"
 		}
 		out = append(out, fmt.Sprintf("    %srow %d: routed only by the candidate %s, only by the truth %s; furthest %.3g from the boundary, %s",
 			layer, x.Row, judge.PositionList(x.OnlyCandidate), judge.PositionList(x.OnlyOracle), x.Distance, within))
@@ -443,7 +446,7 @@ func describeFlip(m judge.RowMismatch) string {
 		if m.Causal {
 			return "a score of exactly 0: the rule decides (routed only when > 0, docs/spec.md §9), and the candidate broke it"
 		}
-		return "router weights exactly tied (gap 0): the tie rule decides (the lower position wins, docs/spec.md §4), and the candidate broke it"
+		return "router weights exactly tied (gap 0): the tie rule decides (the lower position wins, docs/spec.md §4), and the candidate broke it (its own router weights do not put the token it routed just above the tied one it left out, as a round-off that broke the tie would: docs/tolerances.md, \"Exact ties broken by round-off\")"
 	}
 	var what string
 	switch {

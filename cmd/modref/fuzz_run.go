@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -58,6 +59,8 @@ type outcome struct {
 	cand         map[string]*format.Array
 	// candFile is where the candidate's output of a failing case is kept.
 	candFile string
+	// widened says c carries its float32 tolerances (judgeFuzzCase).
+	widened bool
 }
 
 // judgeCandidate judges a candidate's arrays on a case as modref check does: under
@@ -77,9 +80,9 @@ func judgeCandidate(c *format.Case, cand map[string]*format.Array) (*judge.CaseR
 }
 
 // runCase generates configuration g's case, runs the candidate on it and
-// judges its output.
-func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
-	c, err := golden.GenerateUnmeasured(g, modcase.Float32Tolerances)
+// judges its output (judgeFuzzCase; need as there).
+func (r *fuzzRun) runCase(g *golden.GenConfig, need float64) outcome {
+	c, err := golden.GenerateUnmeasured(g, nil)
 	if err != nil {
 		return outcome{kind: kindUngenerable, reason: err.Error()}
 	}
@@ -101,9 +104,11 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 	}
 	o.cand, err = format.ReadCandidate(out, c)
 	if err == nil {
-		o.result, err = judgeCandidate(c, o.cand)
+		o.result, o.widened, err = judgeFuzzCase(c, o.cand, need)
 	}
 	switch {
+	case errors.Is(err, errNoFloat32Tolerances):
+		return outcome{kind: kindUngenerable, reason: err.Error()}
 	case err != nil:
 		o.kind, o.reason = kindBadOutput, err.Error()
 	case o.result.Pass:
@@ -124,6 +129,42 @@ func (r *fuzzRun) runCase(g *golden.GenConfig) outcome {
 		scratchMu.Unlock()
 	}
 	return o
+}
+
+// errNoFloat32Tolerances marks a case whose float32 tolerances could not be
+// computed: it is drawn again, as a case that cannot be generated.
+var errNoFloat32Tolerances = errors.New("float32 tolerances")
+
+// judgeFuzzCase judges a candidate's arrays on case c, generated without
+// its float32 tolerances (golden.GenerateUnmeasured with no Tolerancer),
+// as modref check judges the case with them (judgeCandidate), computing
+// them only where they can change what the run reports. Under a precision
+// profile (the manifest's precision) the profile's tolerances replace the
+// manifest's, which are not read. Without one, the case is judged first
+// under the manifest's constant tolerances; the float32 tolerances
+// (modcase.Float32Tolerances, the family of emulated float32
+// implementations: most of a case's cost) are set on c, and the case
+// judged again under them, when it fails, or when an array's error is
+// above need times its tolerance (need is the ratio of the closest pass
+// the run has seen, which it reports; negative when none, +Inf when only
+// the verdict matters, as while shrinking). Float32Tolerances only widens a
+// constant's atol, and a wider tolerance, or a wider gate margin, never
+// fails a candidate that passed, nor raises an array's ratio: the verdict
+// and the run's closest pass are the same as judging under the float32
+// tolerances every time. widened says whether c now carries them.
+func judgeFuzzCase(c *format.Case, cand map[string]*format.Array, need float64) (res *judge.CaseResult, widened bool, err error) {
+	if c.Manifest.Precision != "" {
+		res, err = judgeCandidate(c, cand)
+		return res, false, err
+	}
+	if res, err = judgeCandidate(c, cand); err != nil || res.Pass && closestRatio(res) <= need {
+		return res, false, err
+	}
+	if err := modcase.Float32Tolerances(c); err != nil {
+		return nil, false, fmt.Errorf("%w: %w", errNoFloat32Tolerances, err)
+	}
+	res, err = judgeCandidate(c, cand)
+	return res, true, err
 }
 
 // writeScratchCase writes case c into caseDir, and empties outDir for the
@@ -178,7 +219,11 @@ func (r *fuzzRun) loop() *fuzzSummary {
 				sum.err = err
 				return sum
 			}
-			if oc = r.runCase(g); oc.kind != kindUngenerable {
+			need := -1.0
+			if sum.ClosestPass != nil {
+				need = sum.ClosestPass.Ratio
+			}
+			if oc = r.runCase(g, need); oc.kind != kindUngenerable {
 				break
 			}
 			sum.Redrawn++
@@ -219,7 +264,7 @@ func (r *fuzzRun) failure(idx int, g *golden.GenConfig, oc outcome) *fuzzFailure
 			r.status(fmt.Sprintf("fuzz: %s failed (%s); shrinking", g.Name, oc.kind))
 		}
 		sh := fuzzcase.Shrink(g, r.o.space.Base, r.o.shrinkTries, func(n *golden.GenConfig) bool {
-			x := r.runCase(n)
+			x := r.runCase(n, math.Inf(1))
 			if x.kind != oc.kind {
 				removeKept(x)
 				return false
@@ -231,6 +276,14 @@ func (r *fuzzRun) failure(idx int, g *golden.GenConfig, oc outcome) *fuzzFailure
 		g, f.ShrinkSteps, f.Tried = sh.Config, append(f.ShrinkSteps, sh.Steps...), sh.Tried
 	}
 	f.Shrunk, f.Reason, f.Stderr = fuzzcase.Size(g), oc.reason, oc.reply.Stderr
+	if !oc.widened && oc.c != nil {
+		// The reproducer's manifest carries the float32 tolerances, as a
+		// case gen --config makes does, whether or not judging needed them.
+		if err := modcase.Float32Tolerances(oc.c); err != nil {
+			f.Reason += fmt.Sprintf(" (the reproducer's manifest keeps the constant tolerances: %s: %v)", errNoFloat32Tolerances, err)
+		}
+		oc.widened = true
+	}
 	var d *fuzzDiagnosis
 	if oc.kind == kindMismatch {
 		if r.status != nil {
@@ -327,6 +380,18 @@ func closer(c *closestArray, name string, res *judge.CaseResult) *closestArray {
 		}
 	}
 	return c
+}
+
+// closestRatio is the largest ratio of error to tolerance of a result's
+// arrays that closer reads (0 when none).
+func closestRatio(res *judge.CaseResult) float64 {
+	worst := 0.0
+	for _, a := range res.Arrays {
+		if e := diagnose.Excess(a); !math.IsInf(e, 0) && !math.IsNaN(e) {
+			worst = math.Max(worst, e)
+		}
+	}
+	return worst
 }
 
 // skipped is the number of cases declined.

@@ -351,8 +351,8 @@ func TestShrinkToALayerCase(t *testing.T) {
 }
 
 // TestDrawReachesTheEdges: draws reach every edge the corpus holds, and
-// the case generated from the first draw of each has it (exact top-k ties
-// are not drawn, golden/fuzzcase/space.go says why): a causal threshold with the router's or the
+// the case generated from the first draw of each has it: exact top-k ties
+// (every row's gap 0), a causal threshold with the router's or the
 // predictor's score exactly 0 in every row (that token not routed), every
 // routed layer at full capacity (each row selects its every valid token),
 // and a fully padded row (valid length 0, nothing selected).
@@ -392,7 +392,7 @@ func TestDrawReachesTheEdges(t *testing.T) {
 			}
 		}
 	}
-	for _, e := range []string{"threshold by router", "threshold by predictor", "full capacity", "fully padded row"} {
+	for _, e := range []string{"ties", "threshold by router", "threshold by predictor", "full capacity", "fully padded row"} {
 		g := first[e]
 		if g == nil {
 			t.Errorf("no draw has %s", e)

@@ -279,8 +279,8 @@ func drawPattern(rng *rand.Rand, n int) []bool {
 
 // drawEdges makes some draws one of the edges the corpus holds, which a
 // draw seldom reaches by chance (docs/fuzzing.md, "What is drawn"): of
-// every 32 draws of a layer case, 2 would be about exact top-k ties but
-// are left plain (below) and 2 routed causally, by a
+// every 32 draws of a layer case, 2 are about exact top-k ties ("ties":
+// "exact", a linear router, as layer-ties) and 2 routed causally, by a
 // linear router or the predictor, with a score exactly 0 in every row
 // ("threshold", as layer-causal-threshold); of every 32 of a layer, model
 // or decode case, 1 has every routed layer at full capacity (ratio 1:
@@ -307,13 +307,23 @@ func drawEdges(rng *rand.Rand, raw map[string]any) {
 	}
 	switch rng.IntN(32) {
 	case 0, 1:
-		// Not drawn: a float32 implementation may compute the two copies
-		// of a tied token's router score with different bits (a matrix
-		// kernel treats a block's last rows differently), and so break an
-		// exact tie the other way, which the tie rule then fails: a false
-		// alarm (the docs' example_fuzz.py, 2026-11-27). layer-ties keeps
-		// the edge in the corpus; drawing it needs the flip rule for ties.
-		return
+		if kind != format.KindLayer {
+			return
+		}
+		// Ties need a boundary in every row, a token selected and one
+		// left out, and the router reading the layer's input x (not
+		// x + a, as under MLP-only routing), which the tie copies. A
+		// float32 implementation may compute the two copies of a tied
+		// token's router weight with different bits (a matrix kernel
+		// treats a block's last rows otherwise) and so route the other:
+		// the judge accepts that where its own router weights order the
+		// two its way (judge.JudgeFlips).
+		l := routed[0]
+		l["router"], l["jitter"], l["causal"], l["mlp_only"] = "linear", 0.0, "off", false
+		l["capacity"] = map[string]any{"kind": "ratio", "ratio": 0.5}
+		delete(cfg, "valid_lengths")
+		cfg["seq_len"] = max(cfg["seq_len"].(int), 2)
+		raw["ties"] = "exact"
 	case 2, 3:
 		if kind != format.KindLayer {
 			return

@@ -21,7 +21,8 @@ type FlipReport struct {
 	Flips []Flip `json:"flips"`
 	// Count is the number of flipped decisions (tokens routed by one side
 	// only), NearTies the number of the truth's decisions within the
-	// margin, and Limit the most flips NearTies explains.
+	// margin (a token exactly on a top-k boundary, an exact tie, among
+	// them), and Limit the most flips NearTies explains.
 	Count    int `json:"count"`
 	NearTies int `json:"near_ties"`
 	Limit    int `json:"limit"`
@@ -52,23 +53,32 @@ type Flip struct {
 	// 0 under causal routing): by how much the flip crossed it.
 	Distance float64 `json:"distance"`
 	// Within says every flipped token is within the margin of the
-	// boundary (and not exactly on it, where the tie rule decides), and the
-	// row routed as many tokens as the truth's.
+	// boundary, and the row routed as many tokens as the truth's. A token
+	// exactly on it, where the truth's tie rule decided, is within only
+	// when the candidate's own router weights order it against the tokens
+	// it is tied with the candidate's way (RoundOffTie).
 	Within bool `json:"within"`
+	// RoundOffTie says some flipped token is exactly tied in the truth with
+	// a token flipped the other way, and the candidate's own router
+	// weights, apart by less than the margin, put the one it routed above
+	// the one it left out: its round-off broke the tie, not its tie rule.
+	RoundOffTie bool `json:"round_off_tie,omitempty"`
 }
 
 // Verdicts of a FlipReport.
 const (
 	FlipsRejudged   = "rejudged"
-	FlipsBeyond     = "a flip beyond the margin, an exact tie broken, or another number of tokens routed"
+	FlipsBeyond     = "a flip beyond the margin, an exact tie broken against the candidate's own router weights, or another number of tokens routed"
 	FlipsTooMany    = "too many flips"
 	FlipsNotHandled = "flips in this kind of case are not rejudged"
 )
 
 // JudgeFlips re-judges a comparison that failed on routing decisions. When
 // every flipped decision lies within the case's near-tie margin of the
-// truth's decision boundary (never exactly on it: an exact tie is the tie
-// rule's), every row routes as many tokens as the truth's, and there are no
+// truth's decision boundary (exactly on it, an exact tie of top-k routing
+// that the truth's tie rule decided, only where the candidate's own router
+// weights order the tied tokens its way: roundOffTie), every row routes as
+// many tokens as the truth's, and there are no
 // more flips than Limit allows, the truth is recomputed with the
 // candidate's decisions frozen, in every routed layer in order (a flip in
 // one layer moves the inputs of the next), and the candidate is judged
@@ -145,7 +155,7 @@ func flipsOf(c *format.Case, cand map[string]*format.Array, res *CaseResult) *Fl
 		}
 		for _, m := range a.Routing {
 			f := Flip{Layer: layerOf(prefix), Row: m.Row, OnlyCandidate: m.OnlyCandidate, OnlyOracle: m.OnlyOracle}
-			f.Distance, f.Within = flipDistance(c, prefix, kind, m)
+			f.Distance, f.Within, f.RoundOffTie = flipDistance(c, cand, prefix, kind, m)
 			if m.Order || !f.Within {
 				rep.Verdict = FlipsBeyond
 			}
@@ -367,15 +377,17 @@ func (bd boundary) distance(p int, routed bool) float64 {
 
 // flipDistance returns the largest distance of a flipped token of a row
 // from the truth's boundary, and whether every flipped token is within the
-// margin of it (not on it) with the row routing as many tokens as the
-// truth's under top-k.
-func flipDistance(c *format.Case, prefix, kind string, m RowMismatch) (float64, bool) {
+// margin of it with the row routing as many tokens as the truth's under
+// top-k: strictly inside, or exactly on it where the candidate's own router
+// weights broke the tie (roundOffTie), which tie reports.
+func flipDistance(c *format.Case, cand map[string]*format.Array, prefix, kind string, m RowMismatch) (dist float64, within, tie bool) {
 	bd, ok := rowBoundary(c, prefix, kind, m.Row)
 	if !ok || m.Order || (!bd.causal && len(m.OnlyCandidate) != len(m.OnlyOracle)) {
-		return math.Inf(1), false
+		return math.Inf(1), false, false
 	}
+	margin := c.Manifest.Routing.Margin
 	worst, within := 0.0, true
-	check := func(ps []int, routed bool) {
+	check := func(ps, other []int, routed bool) {
 		for _, p := range ps {
 			if p >= bd.valid {
 				worst, within = math.Inf(1), false
@@ -383,12 +395,54 @@ func flipDistance(c *format.Case, prefix, kind string, m RowMismatch) (float64, 
 			}
 			d := bd.distance(p, routed)
 			worst = math.Max(worst, d)
-			within = within && d > 0 && d < c.Manifest.Routing.Margin
+			switch {
+			case d > 0 && d < margin:
+			case d == 0 && !bd.causal && roundOffTie(c, cand, prefix, m.Row, p, other, routed):
+				tie = true
+			default:
+				within = false
+			}
 		}
 	}
-	check(m.OnlyCandidate, false)
-	check(m.OnlyOracle, true)
-	return worst, within
+	check(m.OnlyCandidate, m.OnlyOracle, false)
+	check(m.OnlyOracle, m.OnlyCandidate, true)
+	return worst, within, tie
+}
+
+// roundOffTie reports whether token p of row b of a top-k routed layer
+// (prefix), whose truth's router weight is exactly the truth's boundary
+// (routed: the truth routed it), flipped because the candidate's round-off
+// broke an exact tie: p is exactly tied in the truth with some token of
+// other, the tokens flipped the other way, and with each of them the
+// candidate's own router weights (its router_logits, which it is judged on
+// too) put the token it routed strictly above the one it left out, by less
+// than the near-tie margin. A float32 implementation may compute a tied
+// token's two copies with different bits (a matrix kernel treats a block's
+// last rows otherwise) and so route either; a candidate whose weights for
+// the tied tokens are equal had its tie rule to decide, and broke it
+// (docs/tolerances.md, "Exact ties broken by round-off").
+func roundOffTie(c *format.Case, cand map[string]*format.Array, prefix string, b, p int, other []int, routed bool) bool {
+	seqLen := c.Manifest.Config.SeqLen
+	truth, mine := c.Arrays[prefix+"router_logits"], cand[format.CandidateName(prefix+"router_logits")]
+	if truth == nil || mine == nil || mine.F == nil || !slices.Equal(mine.Shape, truth.Shape) || len(truth.F) < (b+1)*seqLen {
+		return false
+	}
+	s, own := truth.F[b*seqLen:(b+1)*seqLen], mine.F[b*seqLen:(b+1)*seqLen]
+	tied := false
+	for _, q := range other {
+		if q >= len(s) || s[q] != s[p] {
+			continue
+		}
+		tied = true
+		in, out := p, q // the token the candidate routed, the one it left out
+		if routed {
+			in, out = q, p
+		}
+		if gap := own[in] - own[out]; !(gap > 0 && gap < c.Manifest.Routing.Margin) {
+			return false
+		}
+	}
+	return tied
 }
 
 // nearTies counts the truth's decisions of a routing array within the
@@ -401,7 +455,9 @@ func nearTies(c *format.Case, prefix, kind string) int {
 			continue
 		}
 		for p := range bd.valid {
-			if d := bd.distance(p, bd.routed(p)); d > 0 && d < c.Manifest.Routing.Margin {
+			// A token exactly on a top-k boundary (an exact tie) is a
+			// decision the candidate's round-off may flip too (roundOffTie).
+			if d := bd.distance(p, bd.routed(p)); (d > 0 || d == 0 && !bd.causal) && d < c.Manifest.Routing.Margin {
 				n++
 			}
 		}

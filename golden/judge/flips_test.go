@@ -291,3 +291,127 @@ func truthAtFlip(t *testing.T, c *format.Case, cand map[string]*format.Array) ma
 	}
 	return expectedAsCandidate(fc)
 }
+
+// TestJudgeFlipsRoundOffTie: on layer-ties and model-ties (in its first
+// layer), a candidate that routes the higher position of row 0's exactly
+// tied pair, with every value the truth's at that decision, passes when
+// its own router weights put the token it routed above the one it left
+// out by less than the margin and within their tolerance (a float32 implementation whose round-off
+// broke the tie: docs/tolerances.md, "Exact ties broken by round-off"),
+// and fails when its weights for the two are equal (its tie rule broke the
+// tie), order them the other way, or differ by the margin or more; one
+// that routes a token not tied, far below the boundary, in place of the
+// tied one fails though its own weights put it first.
+func TestJudgeFlipsRoundOffTie(t *testing.T) {
+	for _, tc := range []struct{ name, prefix string }{{"layer-ties", ""}, {"model-ties", "L0."}} {
+		c := loadCase(t, tc.name)
+		margin := c.Manifest.Routing.Margin
+		r := c.Arrays["expected."+tc.prefix+"router_logits"].F
+		rtol := 0.0 // the router weights' atol, below the margin
+		for _, info := range c.Manifest.Arrays {
+			if info.Name == "expected."+tc.prefix+"router_logits" {
+				rtol = info.Tolerance.ATol
+			}
+		}
+		if rtol <= 0 || rtol >= margin {
+			t.Fatalf("%s: router weights' atol %g, want in (0, margin %g)", tc.name, rtol, margin)
+		}
+		sel := c.Arrays["expected."+tc.prefix+"selected"]
+		k := sel.Shape[1]
+		row := sel.I[:k]
+		// The tied pair of row 0: the truth routed lo, left hi out.
+		lo, hi := -1, -1
+		for _, p := range row {
+			for q := range c.Manifest.Config.SeqLen {
+				if !slices.Contains(row, int64(q)) && r[q] == r[p] {
+					lo, hi = int(p), q
+				}
+			}
+		}
+		// far is the token left out with the smallest weight: decisive.
+		far := -1
+		for q := range c.Manifest.Config.SeqLen {
+			if !slices.Contains(row, int64(q)) && (far < 0 || r[q] < r[far]) {
+				far = q
+			}
+		}
+		if lo < 0 || far < 0 || r[lo]-r[far] < 10*margin {
+			t.Fatalf("%s: row 0 has no tied pair (%d, %d) or no token far below it (%d)", tc.name, lo, hi, far)
+		}
+		// routing returns a candidate that routes in instead of out in row
+		// 0, its values the truth's at that decision, and its router weight
+		// of in raised by up.
+		routing := func(in, out int, up float64) map[string]*format.Array {
+			cand := expectedAsCandidate(c)
+			s := cand[tc.prefix+"selected"]
+			s.I[slices.Index(s.I[:k], int64(out))] = int64(in)
+			slices.Sort(s.I[:k])
+			if tc.prefix == "" {
+				cand["targets"].F[in], cand["targets"].F[out] = 1, 0
+			}
+			at := truthAtFlip(t, c, cand)
+			at[tc.prefix+"router_logits"].F[in] += up
+			return at
+		}
+		for _, x := range []struct {
+			what    string
+			in, out int
+			up      float64
+			pass    bool
+		}{
+			{"routed by its own weights, a float32 rounding apart", hi, lo, 0x1p-23 * math.Abs(r[hi]), true},
+			{"routed by its own weights, their tolerance apart", hi, lo, rtol, true},
+			{"its own weights equal: its tie rule broke the tie", hi, lo, 0, false},
+			{"its own weights ordered the other way", hi, lo, -0x1p-23 * math.Abs(r[hi]), false},
+			{"its own weights the margin apart", hi, lo, margin, false},
+			{"a token not tied, far below the boundary", far, lo, r[lo] - r[far] + 0x1p-23*math.Abs(r[lo]), false},
+		} {
+			res := judgeWithFlips(t, c, routing(x.in, x.out, x.up))
+			if res.Pass != x.pass || res.Flips == nil || (res.Flips.Verdict == FlipsRejudged) != x.pass {
+				t.Errorf("%s, %s: pass %v, flips %+v; want pass %v", tc.name, x.what, res.Pass, res.Flips, x.pass)
+				continue
+			}
+			if x.pass && (res.Flips.Count != 2 || !res.Flips.Flips[0].RoundOffTie || res.Flips.NearTies < 2) {
+				t.Errorf("%s, %s: flips %+v, want 2 at a tie broken by round-off among 2 or more near-ties", tc.name, x.what, res.Flips)
+			}
+		}
+	}
+}
+
+// TestJudgeFlipsRoundOffTieEveryRow: a candidate whose round-off broke the
+// exact tie of every row of layer-ties its way is re-judged and passes:
+// each tie's two tokens count among the near-ties that bound the flips.
+func TestJudgeFlipsRoundOffTieEveryRow(t *testing.T) {
+	c := loadCase(t, "layer-ties")
+	r := c.Arrays["expected.router_logits"].F
+	s, sel := c.Manifest.Config.SeqLen, c.Arrays["expected.selected"]
+	k := sel.Shape[1]
+	cand := expectedAsCandidate(c)
+	var raised []int
+	for b := range sel.Shape[0] {
+		row := cand["selected"].I[b*k : (b+1)*k]
+		swapped := false
+		for j, p := range row {
+			for q := range s {
+				if !swapped && !slices.Contains(row, int64(q)) && r[b*s+q] == r[b*s+int(p)] {
+					row[j] = int64(q)
+					cand["targets"].F[b*s+q], cand["targets"].F[b*s+int(p)] = 1, 0
+					raised = append(raised, b*s+q)
+					swapped = true
+				}
+			}
+		}
+		if !swapped {
+			t.Fatalf("layer-ties row %d has no tied pair", b)
+		}
+		slices.Sort(row)
+	}
+	at := truthAtFlip(t, c, cand)
+	for _, i := range raised {
+		at["router_logits"].F[i] += 0x1p-23 * math.Abs(r[i])
+	}
+	res := judgeWithFlips(t, c, at)
+	if !res.Pass || res.Flips == nil || res.Flips.Verdict != FlipsRejudged || res.Flips.Count != 2*sel.Shape[0] {
+		t.Errorf("every row's tie broken by round-off: pass %v, flips %+v; want %d flips rejudged, passing", res.Pass, res.Flips, 2*sel.Shape[0])
+	}
+}
