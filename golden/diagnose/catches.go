@@ -73,9 +73,7 @@ func ComputedCatches(catches []string, cfgs []spec.Config, padded bool) []string
 }
 
 // ModelCatches is s's catches with those that follow from its routed
-// layers' configurations (ComputedCatches, but router_normed_input, which
-// model cases emulate since 2026-11-27 but whose claim the corpus's model
-// manifests, written before, do not make) and shared_router wherever
+// layers' configurations (ComputedCatches) and shared_router wherever
 // two or more routed layers each have a router of their own; a decode case
 // tests the decoding, not the forward, and claims only its own.
 func ModelCatches(s oracle.ModelSpec) []string {
@@ -86,8 +84,6 @@ func ModelCatches(s oracle.ModelSpec) []string {
 	if shared, _ := findLayerDeviation("shared_router"); skipModel(s.Config, shared) == "" && !slices.Contains(catches, shared.name) {
 		catches = append(catches, shared.name)
 	}
-	// Not claimed: the corpus's model manifests predate its emulation.
-	catches = slices.DeleteFunc(catches, func(n string) bool { return n == "router_normed_input" })
 	return catches
 }
 
