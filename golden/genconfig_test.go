@@ -280,3 +280,27 @@ func TestDiagnoseRoutesMoreThanTheCaseHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesDecode checks that every configuration docs/examples holds
+// is one gen --config accepts (DecodeGenConfig: known fields, valid, within
+// the size bounds), and that its name is its file's.
+func TestExamplesDecode(t *testing.T) {
+	files, err := filepath.Glob("../docs/examples/*.json")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("docs/examples: %d configurations (%v), want at least 5", len(files), err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := DecodeGenConfig(raw)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if want := strings.TrimSuffix(filepath.Base(f), ".json"); g.Name != want {
+			t.Errorf("%s: named %q, want %q", f, g.Name, want)
+		}
+	}
+}
