@@ -2,9 +2,9 @@ package autograd
 
 import (
 	"fmt"
-	"github.com/modref/modref/internal/elem"
 	"math"
 
+	"github.com/modref/modref/internal/elem"
 	"github.com/viterin/vek/vek32"
 )
 

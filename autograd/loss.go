@@ -2,10 +2,10 @@ package autograd
 
 import (
 	"fmt"
-	"github.com/modref/modref/internal/elem"
 	"math"
 
 	"github.com/modref/modref/autograd/internal/kernel"
+	"github.com/modref/modref/internal/elem"
 )
 
 // IgnoreIndex is the target value that CrossEntropy skips (a padded token).

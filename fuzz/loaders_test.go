@@ -7,8 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +16,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
 )
 
 // corpusDir is the committed golden corpus, relative to this package.

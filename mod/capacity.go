@@ -2,9 +2,9 @@ package mod
 
 import (
 	"fmt"
-	"github.com/modref/modref/internal/elem"
 	"math"
 
+	"github.com/modref/modref/internal/elem"
 	"github.com/modref/modref/spec"
 )
 

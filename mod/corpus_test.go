@@ -1,12 +1,13 @@
 package mod_test
 
 import (
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
-	"github.com/modref/modref/mod/modcase"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // corpusDir is the golden corpus, relative to this package.

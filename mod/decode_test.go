@@ -2,17 +2,16 @@ package mod_test
 
 import (
 	"fmt"
-	"github.com/modref/modref/mod"
-	"github.com/modref/modref/mod/modcase"
 	"slices"
 	"strings"
 	"testing"
 
-	"pgregory.net/rapid"
-
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
+	"pgregory.net/rapid"
 )
 
 // decodeTol bounds the difference between token-by-token decoding and the

@@ -3,8 +3,6 @@ package mod_test
 import (
 	"flag"
 	"fmt"
-	"github.com/modref/modref/mod"
-	"github.com/modref/modref/mod/modcase"
 	"math"
 	"os"
 	"sort"
@@ -12,10 +10,11 @@ import (
 	"sync"
 	"testing"
 
-	"gonum.org/v1/gonum/mat"
-
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
+	"gonum.org/v1/gonum/mat"
 )
 
 // measure makes TestMain print the measured errors: go test ./mod -measure -v

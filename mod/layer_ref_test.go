@@ -2,19 +2,18 @@ package mod_test
 
 import (
 	"fmt"
-	"github.com/modref/modref/mod"
-	"github.com/modref/modref/mod/modcase"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
-	"gonum.org/v1/gonum/mat"
-	"pgregory.net/rapid"
-
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
+	"gonum.org/v1/gonum/mat"
+	"pgregory.net/rapid"
 )
 
 // Tolerances of mod (float32) against ref (float64), relative to the scale

@@ -2,17 +2,16 @@ package mod_test
 
 import (
 	"fmt"
-	"github.com/modref/modref/mod"
-	"github.com/modref/modref/mod/modcase"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
-	"pgregory.net/rapid"
-
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/mod"
+	"github.com/modref/modref/mod/modcase"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
+	"pgregory.net/rapid"
 )
 
 // modelCase is a drawn model with ref's parameters (rounded to float32) and

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/modref/modref/golden"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
@@ -16,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modref/modref/golden"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"

@@ -2,14 +2,15 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
-	"github.com/modref/modref/golden/oracle"
-	"github.com/modref/modref/mod/modcase"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/mod/modcase"
 )
 
 // TestCheckPrecision runs check under each profile on modref's own float32

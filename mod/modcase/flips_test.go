@@ -1,12 +1,13 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
-	"github.com/modref/modref/golden/oracle"
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/golden/oracle"
 )
 
 // roundingTies returns layer-ties with, in every row, the router weight of

@@ -7,13 +7,12 @@
 package modcase
 
 import (
-	"github.com/modref/modref/golden/format"
-
 	"fmt"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/modref/modref/autograd"
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/mod"
 )
 

@@ -18,18 +18,17 @@
 package main
 
 import (
-	"github.com/modref/modref/golden/diagnose"
-	"github.com/modref/modref/golden/format"
-	"github.com/modref/modref/golden/judge"
-
 	"flag"
 	"fmt"
 	"math"
-
-	"github.com/modref/modref/mod/modcase"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/modref/modref/golden/diagnose"
+	"github.com/modref/modref/golden/format"
+	"github.com/modref/modref/golden/judge"
+	"github.com/modref/modref/mod/modcase"
 )
 
 func main() {
