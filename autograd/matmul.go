@@ -13,7 +13,11 @@ func (tp *Tape) MatMul(a, b *Tensor) *Tensor {
 	}
 	a, b = tp.operand(a), tp.operand(b)
 	out := tp.alloc(a.Rows, b.Cols, needsGrad(a, b))
-	tp.kernels().MatMulNN(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Cols)
+	if tp.accumulates(a.Rows, a.Cols, b.Cols) {
+		productInFormat(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Cols, false, tp.rounding.Result)
+	} else {
+		tp.kernels().MatMulNN(out.Data, a.Data, b.Data, a.Rows, a.Cols, b.Cols)
+	}
 	if out.Grad != nil {
 		tp.push(opMatMul, out, a, b)
 	}
@@ -83,7 +87,11 @@ func (tp *Tape) backwardMatMul(nd *node) {
 		dst, direct := tp.gradDestination(b)
 		switch nd.op {
 		case opMatMul:
-			tp.kernels().MatMulTN(dst, a.Data, g, b.Rows, a.Rows, b.Cols)
+			if tp.accumulates(b.Rows, a.Rows, b.Cols) {
+				productInFormat(dst, a.Data, g, b.Rows, a.Rows, b.Cols, true, tp.rounding.Result)
+			} else {
+				tp.kernels().MatMulTN(dst, a.Data, g, b.Rows, a.Rows, b.Cols)
+			}
 		case opMatMulNT:
 			tp.kernels().MatMulTN(dst, g, a.Data, b.Rows, a.Rows, b.Cols)
 		case opMatMulTN:

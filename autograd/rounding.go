@@ -55,6 +55,16 @@ type Rounding struct {
 	// float64: at small widths, where RMSNorm's backward pass cancels,
 	// the two forms' round-off differs by an order of magnitude.
 	RMSDivide bool
+	// Accumulate, when set, says of a product of an m×k and a k×n matrix
+	// whether it accumulates in the format of Result instead of in
+	// float32: each term a·b rounded by Result, and each partial sum, in
+	// the order of k (s = Result(s + Result(a·b))), as PyTorch 1.13's
+	// fallback CPU kernel for bf16 computes c += a·b with c, a and b in
+	// bf16. It applies to MatMul's product and to its gradient with
+	// respect to b, aᵀ·dC, a sum over a's rows; not to a's gradient dC·bᵀ,
+	// which that kernel sums as dot products in float32, nor to MatMulNT,
+	// MatMulTN and attention. Result must be set with it.
+	Accumulate func(m, k, n int) bool
 }
 
 // kernels returns the path of the tape's matrix products.
@@ -171,5 +181,32 @@ func (tp *Tape) backwardRound(nd *node) {
 	f := tp.roundFunc(nd.arg)
 	for i, g := range nd.out.Grad {
 		nd.a.Grad[i] += f(g)
+	}
+}
+
+// accumulates reports whether the tape accumulates a product of an m×k and
+// a k×n matrix in the format of Rounding.Result (Rounding.Accumulate).
+func (tp *Tape) accumulates(m, k, n int) bool {
+	return tp.rounding.Accumulate != nil && tp.rounding.Accumulate(m, k, n)
+}
+
+// productInFormat sets dst (m×n) to a·b accumulated in the format r
+// rounds to (Rounding.Accumulate): for every element, s = r(s + r(a_il ·
+// b_lj)) for l = 0, …, k−1 from s = 0, each sum and product computed in
+// float32 first, as PyTorch's bf16 arithmetic does. a is m×k, or k×m
+// read transposed when aT; b is k×n.
+func productInFormat(dst, a, b []float32, m, k, n int, aT bool, r func(float32) float32) {
+	for i := range m {
+		for j := range n {
+			var s float32
+			for l := range k {
+				x := a[i*k+l]
+				if aT {
+					x = a[l*m+i]
+				}
+				s = r(s + r(x*b[l*n+j]))
+			}
+			dst[i*n+j] = s
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/modref/modref/autograd"
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/internal/lowp"
 	"github.com/modref/modref/spec"
 )
 
@@ -36,6 +37,10 @@ type Member struct {
 //     module.to(torch.bfloat16)), the residual stream, norms, softmax
 //     and losses included, with float32 statistics and sums; and, when
 //     the case has a LayerNorm, the same with one-pass statistics.
+//   - bf16: the first member with every matrix product of at most 16³
+//     multiply-adds, and its weight gradient, accumulated in bf16
+//     (cpuAccumulatesInBF16: PyTorch 1.13 on a CPU, pure bf16 and
+//     autocast alike).
 //   - every profile but float64: randomRoundingDraws draws of random
 //     rounding (randomRounding).
 //   - float64: ref alone; another float64 implementation's summation
@@ -120,6 +125,18 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 			return err
 		}
 	}
+	if p.Storage == &lowp.BF16 {
+		em := emulationOf(p)
+		em.rnd.Portable = portable
+		em.rnd.Accumulate = cpuAccumulatesInBF16
+		got, err := emulate(c, p, em)
+		if err != nil {
+			return err
+		}
+		if err := f(Member{Name: p.Name + ", products of at most 16³ multiply-adds accumulated in bf16 (PyTorch 1.13 on a CPU)", Arrays: got}); err != nil {
+			return err
+		}
+	}
 	for k := range randomRoundingDraws {
 		rr := randomRounding(p, randomRoundingSeed+uint64(k))
 		rr.rnd.Portable = portable
@@ -133,6 +150,16 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	}
 	return nil
 }
+
+// cpuAccumulatesInBF16 says whether PyTorch 1.13 on a CPU accumulates a
+// bf16 product of an m×k and a k×n matrix in bf16 (autograd.Rounding.Accumulate):
+// a product of at most 16³ multiply-adds (mkldnn_gemm_min_size) runs in
+// its fallback kernel, c += a·b in bf16, each term and partial sum
+// rounded; a larger one runs in oneDNN, which accumulates in float32, on
+// a CPU with AVX-512 (measured with Debian's PyTorch 1.13, bit for bit;
+// docs/tolerances.md, "Products accumulated in bf16"). Under autocast
+// too, which casts to bf16 and calls the same kernel.
+func cpuAccumulatesInBF16(m, k, n int) bool { return m*k*n <= 16*16*16 }
 
 // randomRoundingSeed seeds the first random rounding member and the
 // others the seeds after it, so that a case's tolerances are the same at
