@@ -104,3 +104,55 @@ func TestRoundingAttention(t *testing.T) {
 		t.Fatal("the zero Rounding changed CausalAttention's output")
 	}
 }
+
+// TestAccumulateInFormat checks Rounding.Accumulate on a sum whose bf16
+// accumulation stops where float32's does not: 300 terms of 1 count
+// exactly to 256 in bf16 (8 significant bits), where 256 + 1 rounds back
+// to 256 (ties to even), while 300 itself is a bf16 value. MatMul's
+// product (inner dimension 300) and its gradient with respect to b (a
+// sum over a's 300 rows) accumulate in bf16 and stop at 256; a's gradient
+// (dC·bᵀ, summed as dot products in float32 by the kernel emulated) and a
+// product Accumulate declines do not.
+func TestAccumulateInFormat(t *testing.T) {
+	const n = 300
+	ones := func(rows, cols int) *Tensor {
+		x := New(rows, cols, nil)
+		for i := range x.Data {
+			x.Data[i] = 1
+		}
+		x.Grad = make([]float32, len(x.Data))
+		return x
+	}
+	for _, c := range []struct {
+		name       string
+		accumulate func(m, k, n int) bool
+		want       float32
+	}{
+		{"accumulated in bf16", func(m, k, n int) bool { return true }, 256},
+		{"declined", func(m, k, n int) bool { return false }, n},
+	} {
+		var tp Tape
+		tp.SetRounding(Rounding{Operand: toBF16, Result: toBF16, Accumulate: c.accumulate})
+		a, b := ones(1, n), ones(n, 1)
+		out := tp.MatMul(a, b)
+		if out.Data[0] != c.want {
+			t.Errorf("%s: a·b = %v, want %v", c.name, out.Data[0], c.want)
+		}
+		// b's gradient aᵀ·dC sums over a's rows: a as n×1, dC = 1.
+		a2, b2 := ones(n, 1), ones(1, 1)
+		out2 := tp.MatMul(a2, b2)
+		up := make([]float32, n)
+		for i := range up {
+			up[i] = 1
+		}
+		tp.BackwardFrom(out2, up)
+		if b2.Grad[0] != c.want {
+			t.Errorf("%s: b's gradient aᵀ·dC = %v, want %v", c.name, b2.Grad[0], c.want)
+		}
+		for i, g := range a2.Grad {
+			if g != 1 {
+				t.Fatalf("%s: a's gradient [%d] = %v, want 1", c.name, i, g)
+			}
+		}
+	}
+}
