@@ -54,8 +54,9 @@ func uncovered(p format.Profile) string {
 	if p.Name != "bf16" {
 		return ""
 	}
-	return "note: the bf16 profile's emulations accumulate every product in float32 and round it to bf16; they do not cover products accumulated in bf16, " +
-		"as Debian's PyTorch 1.13 on CPU computes small bf16 matrix products, in pure bf16 and under CPU autocast alike (the router's x@w with one output column, products at small d): " +
-		"such a candidate can exceed these tolerances on those products' outputs (router logits, predictor logits) and on gradients small by cancellation, without a bug; " +
-		"judge it with its products accumulated in float32 (a GPU's autocast, or the products computed in float32 and rounded to bf16) (docs/tolerances.md, \"Products accumulated in bf16\")"
+	return "note: the bf16 profile's family accumulates products in float32 and rounds them to bf16, and, as Debian's PyTorch 1.13 does on a CPU with AVX-512 " +
+		"in pure bf16 and under CPU autocast alike, accumulates in bf16 every product of at most 16³ multiply-adds and its weight gradient, at the shapes modref computes them " +
+		"(every row's tokens in one product); it does not cover bf16 accumulation of larger products (PyTorch 1.13 on a CPU without AVX-512 accumulates every bf16 product in bf16), " +
+		"of products a candidate splits smaller (one batch row or one token at a time), nor the gain and bias gradients of PyTorch's native LayerNorm in pure bf16, which it sums over tokens in bf16: " +
+		"such a candidate can exceed these tolerances there without a bug (docs/tolerances.md, \"Products accumulated in bf16\")"
 }

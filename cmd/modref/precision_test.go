@@ -38,13 +38,14 @@ func TestCheckPrecision(t *testing.T) {
 
 // TestPrecisionCatches: a deviation moves values far beyond the bf16
 // tolerance on layer-paper: check fails it, saying what the bf16 profile
-// does not cover (products accumulated in bf16), and diagnose names it.
+// does not cover (larger products accumulated in bf16), and diagnose
+// names it.
 func TestPrecisionCatches(t *testing.T) {
 	path := writeDeviant(t, "layer-paper", "no_weighting")
-	if code, out, _ := runCmd("check", "-dir", corpus, "--precision", "bf16", "--candidate", path, "layer-paper"); code != 1 || !strings.Contains(out, "they do not cover products accumulated in bf16") {
+	if code, out, _ := runCmd("check", "-dir", corpus, "--precision", "bf16", "--candidate", path, "layer-paper"); code != 1 || !strings.Contains(out, "it does not cover bf16 accumulation of larger products") {
 		t.Errorf("no_weighting under bf16: exit %d, want 1 and a note of what the profile does not cover\n%s", code, out)
 	}
-	if _, out, _ := runCmd("check", "-dir", corpus, "--precision", "fp16", "--candidate", path, "layer-paper"); strings.Contains(out, "accumulated in bf16") {
+	if _, out, _ := runCmd("check", "-dir", corpus, "--precision", "fp16", "--candidate", path, "layer-paper"); strings.Contains(out, "accumulation of larger products") {
 		t.Errorf("no_weighting under fp16: a note of the bf16 profile\n%s", out)
 	}
 	code, out, _ := runCmd("diagnose", "-dir", corpus, "--precision", "bf16", "--candidate", path, "layer-paper")
