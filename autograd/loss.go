@@ -76,6 +76,10 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 	// ∂/∂x_j = (softmax(x)_j - 1[j = target]) · g / count
 	scale := float64(nd.out.Grad[0]) / float64(nd.count)
 	lse := nd.saved
+	if tp.sums32() {
+		tp.backwardCrossEntropy32(nd, float32(scale))
+		return
+	}
 	e := tp.f64(a.Cols)
 	for i, c := range nd.idx {
 		if c == IgnoreIndex {
@@ -91,6 +95,39 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 				p--
 			}
 			da[j] += float32(p * scale)
+		}
+	}
+}
+
+// backwardCrossEntropy32 is backwardCrossEntropy as PyTorch computes it
+// (log_softmax's backward after nll_loss's), each operation in float32 and
+// stored as Rounding.Store says: the log-probabilities o = x − lse stored,
+// p = exp(o) stored, p·g, and g subtracted from it at the target after the
+// product, so that a row that predicts its target well (p ≈ 1) gets the
+// round-off of p·g, about one unit of g, not of the difference.
+func (tp *Tape) backwardCrossEntropy32(nd *node, scale float32) {
+	a := nd.a
+	r := tp.rounding.Store
+	if r == nil {
+		r = func(v float32) float32 { return v }
+	}
+	g := r(scale)
+	lse := nd.saved
+	for i, c := range nd.idx {
+		if c == IgnoreIndex {
+			continue
+		}
+		x := a.Data[i*a.Cols : (i+1)*a.Cols]
+		da := a.Grad[i*a.Cols : (i+1)*a.Cols]
+		l := lse[0]
+		lse = lse[1:]
+		for j, v := range x {
+			o := r(float32(float64(v) - l))
+			q := r(float32(r(float32(elem.Exp(float64(o)))) * g))
+			if j == c {
+				q = r(q - g)
+			}
+			da[j] += q
 		}
 	}
 }
@@ -158,6 +195,26 @@ func (tp *Tape) backwardBCE(nd *node) {
 	}
 	// ∂/∂x = (σ(x) - t) · g / count
 	scale := float64(nd.out.Grad[0]) / float64(nd.count)
+	if tp.sums32() {
+		// PyTorch's binary_cross_entropy_with_logits backward, each
+		// operation in float32 and stored as Rounding.Store says: σ(x)
+		// rounded before t is subtracted, so that a token the logit
+		// predicts well (σ(x) ≈ t) gets the round-off of σ, about one
+		// unit of 1, not of the difference.
+		r := tp.rounding.Store
+		if r == nil {
+			r = func(v float32) float32 { return v }
+		}
+		g := r(float32(scale))
+		for i, v := range x.Data {
+			if len(nd.mask) > 0 && !nd.mask[i] {
+				continue
+			}
+			d := r(r(float32(sigmoid(float64(v)))) - nd.target[i])
+			x.Grad[i] += r(float32(d * g))
+		}
+		return
+	}
 	for i, v := range x.Data {
 		if len(nd.mask) > 0 && !nd.mask[i] {
 			continue

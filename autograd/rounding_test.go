@@ -105,6 +105,48 @@ func TestRoundingAttention(t *testing.T) {
 	}
 }
 
+// TestLossGradientsAsPyTorch: with float32 sums (Rounding.Stats), the
+// losses' gradients round σ(x) and softmax's p before the target is
+// subtracted, as PyTorch does, so that a well-predicted logit's gradient
+// is the round-off of σ or p, here exactly 0; mod's own (float64 inside,
+// one rounding) keeps the difference, 1 − σ(20) ≈ 2.1e-9 and 1 − p ≈
+// 9.4e-14, to a few units of float64.
+func TestLossGradientsAsPyTorch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		loss     func(tp *Tape, x *Tensor) *Tensor
+		data     []float32
+		at       int
+		own      float64 // mod's gradient at x[at]
+		pytorchs float32 // PyTorch's in float32
+	}{
+		{"BCEWithLogits", func(tp *Tape, x *Tensor) *Tensor { return tp.BCEWithLogits(x, []float32{1}, nil) },
+			[]float32{20}, 0, -1 / (1 + math.Exp(20)), 0},
+		{"CrossEntropy", func(tp *Tape, x *Tensor) *Tensor { return tp.CrossEntropy(x, []int{0}) },
+			[]float32{30, 0}, 0, -math.Exp(-30) / (1 + math.Exp(-30)), 0},
+	} {
+		for _, stats := range []Stats{StatsFloat64, StatsTwoPass32} {
+			var tp Tape
+			tp.SetRounding(Rounding{Stats: stats})
+			x := NewParam(1, len(tc.data), slices.Clone(tc.data))
+			tp.Backward(tc.loss(&tp, x))
+			got := x.Grad[tc.at]
+			if stats != StatsFloat64 {
+				if got != tc.pytorchs {
+					t.Errorf("%s, float32 sums: gradient %.6g at %d, want PyTorch's %.6g", tc.name, got, tc.at, tc.pytorchs)
+				}
+				continue
+			}
+			// The difference of two values near 1 in float64 is good to
+			// a few units of 1 (mod's exp kernel and the log-sum-exp
+			// round at 1e-16 relative), not to the last bit of 9.4e-14.
+			if d := math.Abs(float64(got) - tc.own); got == 0 || d > 0x1p-46 {
+				t.Errorf("%s, float64 sums: gradient %.6g at %d, want %.6g (off by %.3g)", tc.name, got, tc.at, tc.own, d)
+			}
+		}
+	}
+}
+
 // TestAccumulateInFormat checks Rounding.Accumulate on a sum whose bf16
 // accumulation stops where float32's does not: 300 terms of 1 count
 // exactly to 256 in bf16 (8 significant bits), where 256 + 1 rounds back

@@ -89,8 +89,10 @@ func DecodeGenConfig(raw []byte) (*GenConfig, error) {
 	if err := g.Config.Validate(g.Kind); err != nil {
 		return nil, err
 	}
-	if _, err := format.ParseProfile(g.Precision); err != nil {
+	if p, err := format.ParseProfile(g.Precision); err != nil {
 		return nil, err
+	} else if err := p.Judges(g.Config); err != nil {
+		return nil, fmt.Errorf("precision = %q: %w", g.Precision, err)
 	}
 	if err := g.checkTies(); err != nil {
 		return nil, err
@@ -329,37 +331,15 @@ func generateCase(g *GenConfig) (*format.Case, error) {
 	}
 	if err == nil {
 		c.Manifest.Precision = g.Precision
-		if d := narrowLayerNorm(cfg); d > 0 {
-			c.Manifest.Description += fmt.Sprintf(" Ill conditioned by construction: LayerNorm over d = %d features, fewer than %d, maps its input onto a sphere of dimension %d (at d = 2 its output is ±1 whatever the input, and the gradients through it cancel but for eps); an implementation that keeps every tensor in bf16 or fp16 computes them as the round-off of what cancelled, which the bf16 and fp16 profiles' tolerances do not hold for (docs/tolerances.md, \"LayerNorm at tiny widths\").", d, MinLayerNormD, max(d-2, 0))
+		if d := format.NarrowLayerNorm(cfg); d > 0 {
+			c.Manifest.Description += fmt.Sprintf(" Ill conditioned by construction: LayerNorm over d = %d features, fewer than %d, maps its input onto a sphere of dimension %d (at d = 2 its output is ±1 whatever the input, and the gradients through it cancel but for eps); an implementation that keeps every tensor in bf16 or fp16 computes them as the round-off of what cancelled, so the bf16 and fp16 profiles do not judge it (judge it under float32 or tf32; docs/tolerances.md, \"LayerNorm at tiny widths\").", d, MinLayerNormD, max(d-2, 0))
 		}
 	}
 	return c, err
 }
 
-// MinLayerNormD is the narrowest LayerNorm whose gradients the bf16 and
-// fp16 profiles' tolerances hold for in an implementation that keeps every
-// tensor in the format: fuzz draws none narrower (fuzzcase.MinLayerNormD),
-// and gen --config marks a narrower one in its case's description.
-const MinLayerNormD = 8
-
-// narrowLayerNorm returns the width of the narrowest block of cfg that
-// normalises by LayerNorm over fewer than MinLayerNormD features, or 0.
-func narrowLayerNorm(cfg format.CaseConfig) int {
-	var blocks []spec.BlockConfig
-	if cfg.Layer != nil {
-		blocks = append(blocks, cfg.Layer.Block)
-	}
-	if cfg.MoDE != nil {
-		blocks = append(blocks, cfg.MoDE.Block)
-	}
-	for _, l := range cfg.Layers {
-		blocks = append(blocks, l.Config.Block)
-	}
-	d := 0
-	for _, b := range blocks {
-		if b.Norm == spec.NormLayer && b.D < MinLayerNormD && (d == 0 || b.D < d) {
-			d = b.D
-		}
-	}
-	return d
-}
+// MinLayerNormD is the narrowest LayerNorm the bf16 and fp16 profiles
+// judge (format.MinLayerNormD): fuzz draws none narrower
+// (fuzzcase.MinLayerNormD), and gen --config marks a narrower one in its
+// case's description.
+const MinLayerNormD = format.MinLayerNormD

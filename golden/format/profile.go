@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/modref/modref/internal/lowp"
+	"github.com/modref/modref/spec"
 )
 
 // Profile is the precision a candidate computes in, as a manifest's
@@ -113,3 +114,53 @@ func (p Profile) AbsUnit() float64 {
 
 // IsZero reports whether p is the zero Profile, the manifests' tolerances.
 func (p Profile) IsZero() bool { return p.Name == "" }
+
+// MinLayerNormD is the narrowest LayerNorm the bf16 and fp16 profiles
+// judge. LayerNorm over d features maps its input onto a sphere of
+// dimension d − 2 (at d = 2 its output is ±1 whatever the input), so the
+// gradients through a narrower one cancel but for eps, and an
+// implementation that keeps every tensor in bf16 or fp16 computes them as
+// the round-off of what cancelled: PyTorch with every tensor in bf16 erred
+// by 27 to 7,200 times the bf16 tolerances at d = 2 and 1.0 to 1.4 at
+// d = 4 (docs/tolerances.md, "LayerNorm at tiny widths"). fuzz draws none
+// narrower.
+const MinLayerNormD = 8
+
+// NarrowLayerNorm returns the width of the narrowest block of cfg that
+// normalises by LayerNorm over fewer than MinLayerNormD features, or 0.
+func NarrowLayerNorm(cfg CaseConfig) int {
+	var blocks []spec.BlockConfig
+	if cfg.Layer != nil {
+		blocks = append(blocks, cfg.Layer.Block)
+	}
+	if cfg.MoDE != nil {
+		blocks = append(blocks, cfg.MoDE.Block)
+	}
+	for _, l := range cfg.Layers {
+		blocks = append(blocks, l.Config.Block)
+	}
+	d := 0
+	for _, b := range blocks {
+		if b.Norm == spec.NormLayer && b.D < MinLayerNormD && (d == 0 || b.D < d) {
+			d = b.D
+		}
+	}
+	return d
+}
+
+// Judges returns an error when p cannot judge a case of configuration cfg
+// without failing correct implementations: a profile that stores every
+// tensor in a coarse format (bf16, fp16) on a case with a LayerNorm
+// narrower than MinLayerNormD, ill conditioned by construction. No
+// tolerance that would hold there would still catch a bug: judge such a
+// case under float32 or tf32.
+func (p Profile) Judges(cfg CaseConfig) error {
+	if p.Storage == nil {
+		return nil
+	}
+	if d := NarrowLayerNorm(cfg); d > 0 {
+		return fmt.Errorf("the %s profile does not judge a case with LayerNorm over d = %d features, fewer than %d: ill conditioned by construction, its gradients are the round-off of what cancels, which an implementation that keeps every tensor in %s computes without a bug (docs/tolerances.md, \"LayerNorm at tiny widths\"); judge it under float32 or tf32, or use d ≥ %d or RMSNorm",
+			p.Name, d, MinLayerNormD, p.Name, MinLayerNormD)
+	}
+	return nil
+}

@@ -32,7 +32,9 @@ type Member struct {
 //     pass and every reduction's and loss's sum in float32 by pairwise
 //     summation (autograd.StatsTwoPass32: PyTorch's kernels), and, when
 //     the case has a LayerNorm, with the variance in one pass,
-//     mean(x²) − mean(x)² (autograd.StatsOnePass32: fused kernels).
+//     mean(x²) − mean(x)² (autograd.StatsOnePass32: fused kernels); the
+//     losses' gradients, as with every float32-sums member, in PyTorch's
+//     order (σ and softmax's p rounded before the target is subtracted).
 //   - bf16, fp16: every tensor in the format (autograd.Rounding.Store:
 //     module.to(torch.bfloat16)), the residual stream, norms, softmax
 //     and losses included, with float32 statistics and sums; and, when

@@ -48,9 +48,14 @@ func Float32Tolerances(c *format.Case) error {
 // member measured as it is computed: the same tolerances, and so the same
 // verdicts, on every machine and kernel path, with one member's arrays
 // held at a time. check, diagnose and fuzz judge under a profile with it.
+// A case the profile does not judge (format.Profile.Judges: LayerNorm
+// narrower than format.MinLayerNormD under bf16 or fp16) is an error.
 func ProfileTolerances(c *format.Case, p format.Profile) (*format.Case, *judge.ProfileReport, error) {
 	if p.IsZero() {
 		return c, nil, nil
+	}
+	if err := p.Judges(c.Manifest.Config); err != nil {
+		return nil, nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	if p.Name == "float64" {
 		fam, err := float64Family(c, true)
