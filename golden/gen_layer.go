@@ -223,9 +223,20 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 }
 
 // clearCase is the layer case of draw dr (seed) if every routing decision
-// is clear of a tie (or of the threshold) as s asks.
+// is clear of a tie (or of the threshold) as s asks. Outside threshold
+// cases the draw reaching it is clear already (drawGaps measured its gaps
+// from the router alone) or tests ties, so the forward pass is made once,
+// kept for the gradients (ref.LayerForwardGradients: the bits of
+// ref.LayerForward and then ref.LayerGradients).
 func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Case, bool, error) {
-	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
+	var res *ref.LayerResult
+	var g *ref.LayerGrads
+	var err error
+	if s.Threshold {
+		res, err = ref.LayerForward(s.Config, dr.P, dr.In)
+	} else {
+		res, g, err = ref.LayerForwardGradients(oracle.WrittenOut(s.Config), dr.P, dr.In, dr.U)
+	}
 	if err != nil {
 		return nil, false, oracle.Errorf(s.Name, err)
 	}
@@ -233,7 +244,12 @@ func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Ca
 	if s.Threshold && !clearOfThreshold(causalScores(s.Config, res), s.Valid) || !s.Ties && !s.Threshold && oracle.MinGap(gaps) < oracle.MinCaseGap {
 		return nil, false, nil
 	}
-	c, err := oracle.LayerCase(s, seed, dr, res, gaps)
+	var c *format.Case
+	if g != nil {
+		c, err = oracle.LayerCaseOf(s, seed, dr, res, g, gaps)
+	} else {
+		c, err = oracle.LayerCase(s, seed, dr, res, gaps)
+	}
 	if err != nil {
 		return nil, false, oracle.Errorf(s.Name, err)
 	}
