@@ -69,7 +69,7 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 		return float64Family(c, portable)
 	}
 	var fam []Member
-	err := eachMember(c, p, portable, func(m Member) error {
+	err := eachMember(c, p, portable, nil, func(m Member) error {
 		fam = append(fam, m)
 		return nil
 	})
@@ -84,10 +84,20 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 // order, and hands each to f as it is computed, so that a caller that
 // reduces a member to what it needs holds one member's arrays at a time;
 // an error from f stops it. The products run on the Go loops' bits when
-// portable is set.
-func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) error) error {
+// portable is set. With free, f keeps nothing of a member's arrays, and
+// each member's float arrays are written into the last one's (freeFloats).
+func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloats, f func(Member) error) error {
+	if free != nil {
+		g := f
+		f = func(m Member) error {
+			err := g(m)
+			free.put(m.Arrays)
+			return err
+		}
+	}
 	em := emulationOf(p)
 	em.rnd.Portable = portable
+	em.free = free
 	base, err := emulate(c, p, em)
 	if err != nil {
 		return err
@@ -102,6 +112,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	for _, st := range stats {
 		em := emulationOf(p)
 		em.rnd.Portable = portable
+		em.free = free
 		em.rnd.Stats = st
 		em.rnd.RMSDivide = true
 		name := p.Name + ", float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
@@ -123,6 +134,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	for k := range randomRoundingDraws {
 		rr := randomRounding(p, randomRoundingSeed+uint64(k))
 		rr.rnd.Portable = portable
+		rr.free = free
 		got, err := emulate(c, p, rr)
 		if err != nil {
 			return err
