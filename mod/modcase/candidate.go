@@ -29,6 +29,21 @@ type emulation struct {
 	// free, when set, holds the arrays of members already measured, for
 	// widen to write into (eachMember's recycling); nil allocates.
 	free *freeFloats
+	// tape, when set, is the tape of the member before, whose tensors
+	// nothing reads any more (every array a run returns is a copy): reset
+	// and reused instead of a new tape's fresh memory.
+	tape *autograd.Tape
+}
+
+// newTape returns em's tape reset, or a new one, rounding as em says.
+func (em emulation) newTape() *autograd.Tape {
+	tp := em.tape
+	if tp == nil {
+		tp = new(autograd.Tape)
+	}
+	tp.Reset()
+	tp.SetRounding(em.rnd)
+	return tp
 }
 
 // freeFloats is a free list of float64 slices by length: the arrays of a
@@ -157,9 +172,8 @@ func runLayerCase(c *format.Case, em emulation) (map[string]any, error) {
 		return nil, err
 	}
 	em.setAngles(l.Block())
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := l.Forward(&tp, in)
+	tp := em.newTape()
+	res, err := l.Forward(tp, in)
 	if err != nil {
 		return nil, err
 	}
@@ -203,9 +217,8 @@ func runMoDECase(c *format.Case, em emulation) (map[string]any, error) {
 	}
 	em.setAngles(l.Block())
 	rows, s := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := l.Forward(&tp, x, rows, s)
+	tp := em.newTape()
+	res, err := l.Forward(tp, x, rows, s)
 	if err != nil {
 		return nil, err
 	}
@@ -247,9 +260,8 @@ func runModelCase(c *format.Case, em emulation) (map[string]any, error) {
 	for l := range m.Layers {
 		em.setAngles(m.Block(l))
 	}
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := m.Forward(&tp, in)
+	tp := em.newTape()
+	res, err := m.Forward(tp, in)
 	if err != nil {
 		return nil, err
 	}

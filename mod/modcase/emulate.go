@@ -85,7 +85,8 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 // reduces a member to what it needs holds one member's arrays at a time;
 // an error from f stops it. The products run on the Go loops' bits when
 // portable is set. With free, f keeps nothing of a member's arrays, and
-// each member's float arrays are written into the last one's (freeFloats).
+// each member's float arrays are written into the last one's (freeFloats)
+// and its forward and backward passes run on the last one's tape.
 func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloats, f func(Member) error) error {
 	if free != nil {
 		g := f
@@ -95,9 +96,13 @@ func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloat
 			return err
 		}
 	}
+	var tape *autograd.Tape
+	if free != nil {
+		tape = new(autograd.Tape)
+	}
 	em := emulationOf(p)
 	em.rnd.Portable = portable
-	em.free = free
+	em.free, em.tape = free, tape
 	base, err := emulate(c, p, em)
 	if err != nil {
 		return err
@@ -112,7 +117,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloat
 	for _, st := range stats {
 		em := emulationOf(p)
 		em.rnd.Portable = portable
-		em.free = free
+		em.free, em.tape = free, tape
 		em.rnd.Stats = st
 		em.rnd.RMSDivide = true
 		name := p.Name + ", float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
@@ -134,7 +139,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloat
 	for k := range randomRoundingDraws {
 		rr := randomRounding(p, randomRoundingSeed+uint64(k))
 		rr.rnd.Portable = portable
-		rr.free = free
+		rr.free, rr.tape = free, tape
 		got, err := emulate(c, p, rr)
 		if err != nil {
 			return err
