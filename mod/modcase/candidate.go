@@ -33,6 +33,49 @@ type emulation struct {
 	// nothing reads any more (every array a run returns is a copy): reset
 	// and reused instead of a new tape's fresh memory.
 	tape *autograd.Tape
+	// layer, when set, holds the layer case's mod layer and inputs built
+	// for the member before (eachMember): the same values for every
+	// member, rebuilt only for another case.
+	layer *caseLayer
+}
+
+// caseLayer is a layer case's mod layer, inputs and upstream gradient,
+// built once for the members of a family; each run zeroes the gradients
+// the one before accumulated.
+type caseLayer struct {
+	c  *format.Case
+	l  *mod.Layer
+	in mod.LayerInputs
+	u  []float32
+	// src and run are the case the family runs on and its copy with the
+	// inputs rounded to the profile's storage format (emulate), made once.
+	src, run *format.Case
+}
+
+// layerFromCase is LayerFromCase of c and its upstream gradient in
+// float32, from em.layer where it holds c's, their gradients zeroed.
+func (em emulation) layerFromCase(c *format.Case) (*mod.Layer, mod.LayerInputs, []float32, error) {
+	cl := em.layer
+	if cl != nil && cl.c == c {
+		for _, p := range cl.l.Params("") {
+			p.T.ZeroGrad()
+		}
+		cl.in.X.ZeroGrad()
+		return cl.l, cl.in, cl.u, nil
+	}
+	l, in, err := LayerFromCase(c)
+	if err != nil {
+		return nil, mod.LayerInputs{}, nil, err
+	}
+	u, ok := c.Arrays["upstream.out"]
+	if !ok || len(u.F) != in.X.Len() {
+		return nil, mod.LayerInputs{}, nil, fmt.Errorf("upstream.out is missing or does not match input.x (%dx%d)", in.X.Rows, in.X.Cols)
+	}
+	u32 := to32(u.F)
+	if cl != nil {
+		*cl = caseLayer{c: c, l: l, in: in, u: u32}
+	}
+	return l, in, u32, nil
 }
 
 // newTape returns em's tape reset, or a new one, rounding as em says.
@@ -167,7 +210,7 @@ func (s selection) array() *format.Array {
 // runLayerCase computes every array a layer case judges: the forward values
 // and the gradients of sum(upstream.out * out) + aux.total.
 func runLayerCase(c *format.Case, em emulation) (map[string]any, error) {
-	l, in, err := LayerFromCase(c)
+	l, in, u, err := em.layerFromCase(c)
 	if err != nil {
 		return nil, err
 	}
@@ -191,11 +234,10 @@ func runLayerCase(c *format.Case, em emulation) (map[string]any, error) {
 		"expected.aux.load_balance":   []float64{res.LoadBalance},
 		"expected.aux.total":          []float64{res.Aux},
 	}
-	u, ok := c.Arrays["upstream.out"]
-	if !ok || len(u.F) != res.Out.Len() {
+	if len(u) != res.Out.Len() {
 		return nil, fmt.Errorf("upstream.out is missing or does not match out (%dx%d)", res.Out.Rows, res.Out.Cols)
 	}
-	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
+	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, u)))
 	if res.AuxLoss != nil {
 		loss = tp.Add(loss, res.AuxLoss)
 	}

@@ -10,8 +10,9 @@ import (
 
 // TestRecycledMembersSameBits runs the float32 and bf16 families as
 // Float32Tolerances and ProfileTolerances do, each member's arrays widened
-// into the last measured member's and its passes on the last member's
-// tape, and as PortableFamily does, each member in fresh memory: every
+// into the last measured member's, its passes on the last member's tape
+// and a layer case's mod layer and rounded inputs built once, and as
+// PortableFamily does, each member in fresh memory: every
 // member's arrays hash the same, on a layer case with LayerNorm (two
 // statistics members), a model case and a MoDE case.
 func TestRecycledMembersSameBits(t *testing.T) {
