@@ -159,6 +159,22 @@ func LayerGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, fz
 	return g, nil
 }
 
+// LayerForwardGradientMagnitudes is LayerForward and then
+// LayerGradientMagnitudes at the decision it made, with one forward pass
+// instead of two (as LayerForwardGradients): the same magnitudes.
+func LayerForwardGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, upstream []*mat.Dense) (*LayerGrads, error) {
+	res, err := layerForward(cfg, p, in, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkUpstream(cfg, in, upstream); err != nil {
+		return nil, err
+	}
+	g := layerBackward(cfg, squares, p, in, res, upstreamParts(squares, res, squares.mats(upstream)))
+	rootAll(g.Params.Tensors(""), g.X)
+	return g, nil
+}
+
 // ModelGradientMagnitudes is ModelGradients in the squares arithmetic,
 // square-rooted (LayerGradientMagnitudes): the cross-entropy's
 // dz = (softmax − onehot)/N has the terms softmax/N and onehot/N.
