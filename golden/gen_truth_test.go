@@ -6,7 +6,6 @@ import (
 
 	"github.com/modref/modref/golden/diagnose"
 	"github.com/modref/modref/golden/oracle"
-	"github.com/modref/modref/spec"
 )
 
 // TestCatchesFromGeneratorsTruth measures a generated layer case's
@@ -16,8 +15,7 @@ import (
 // the same deviations are caught, and the generator's truth is that of the
 // case it wrote (its output is the case's expected.out, bit for bit).
 func TestCatchesFromGeneratorsTruth(t *testing.T) {
-	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(64, 4, 128), 0.25)
-	cfg.Weighting, cfg.Aux, cfg.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.01
+	cfg := smallRoutedLayer()
 	g := &GenConfig{Name: "truth", Kind: "layer", Seed: 1}
 	g.Config.Batch, g.Config.SeqLen, g.Config.ValidLengths, g.Config.Layer = 2, 96, []int{96, 51}, &cfg
 	c, truth, err := generateCaseTruth(g)
