@@ -193,8 +193,11 @@ func failsOn(c *format.Case, arrays map[string]*format.Array) (bool, error) {
 // departsOn reports whether candidate cand is outside tolerance of the
 // deviant arrays (expected names; some of the case's) on some array of
 // theirs it has: then it departs from the whole emulation too, each array
-// judged on its own.
-func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (bool, error) {
+// judged on its own. distance is DeviationResult.distance over those
+// arrays alone, summed in the same order: no more than the whole
+// emulation's (its terms are a subsequence of that sum's, none negative,
+// and rounding is monotonic).
+func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (departs bool, distance float64, err error) {
 	dc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 	some := make(map[string]*format.Array, len(arrays))
 	for name, a := range arrays {
@@ -205,7 +208,7 @@ func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (bool, err
 	}
 	res, err := judge.CompareWith(dc, some, judge.SkipMissing)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	return !res.Pass, nil
+	return !res.Pass, summarize(DeviationResult{}, res).distance, nil
 }

@@ -108,7 +108,8 @@ func TestDiagnoseNoCombination(t *testing.T) {
 // and once computing every one whole: the refused sets are exactly some
 // that do not match (at least one refused at its selection, before the
 // layer runs: capacity_off_by_one's), and every set not refused has the
-// same result both ways, the planted pair among them, matching.
+// same result both ways, the planted pair among them, matching. Each
+// refused set's bound is above 0 and no more than its distance.
 func TestRefusedCombinationsCannotMatch(t *testing.T) {
 	c := loadCase(t, "layer-paper")
 	const planted = "residual_twice+rope_gathered_indices"
@@ -138,12 +139,16 @@ func TestRefusedCombinationsCannotMatch(t *testing.T) {
 	if len(some)+len(refused) != len(whole) {
 		t.Fatalf("%d results and %d refused, want %d in all", len(some), len(refused), len(whole))
 	}
-	for _, set := range refused {
-		if r := byName[strings.Join(set.names, "+")]; r.Match {
+	for _, rf := range refused {
+		r := byName[strings.Join(rf.set.names, "+")]
+		if r.Match {
 			t.Errorf("%s refused, but it matches", r.Name)
 		}
+		if rf.bound > r.distance || rf.bound <= 0 {
+			t.Errorf("%s refused with distance bound %g; its distance is %g", r.Name, rf.bound, r.distance)
+		}
 	}
-	if !slices.ContainsFunc(refused, func(s combination) bool { return slices.Contains(s.names, "capacity_off_by_one") }) {
+	if !slices.ContainsFunc(refused, func(rf refusedSet) bool { return slices.Contains(rf.set.names, "capacity_off_by_one") }) {
 		t.Errorf("residual_twice+capacity_off_by_one not refused (refused %v)", refused)
 	}
 	matched := false
@@ -156,5 +161,47 @@ func TestRefusedCombinationsCannotMatch(t *testing.T) {
 	}
 	if !matched {
 		t.Errorf("%s not judged a match with refusal: %+v", planted, some)
+	}
+}
+
+// TestRefusalChangesNoResult runs Diagnose on candidates with named
+// deviations planted, found at two, three and four deviations, and on one
+// with an unnamed bug besides (no set matches, so that every size ranks
+// refused sets), with the combination search's refusal and without it:
+// the results must be the same, distances included.
+func TestRefusalChangesNoResult(t *testing.T) {
+	for _, tc := range []struct{ name, combo, unnamed string }{
+		{"layer-paper", "residual_twice+unsorted_indices", ""},
+		{"layer-paper", "residual_twice+rope_gathered_indices+weight_mlp_only", ""},
+		{"layer-integer-capacity", "residual_twice+rope_gathered_indices+weight_mlp_only+gather_first_k", ""},
+		{"layer-capacity-floor", "residual_twice+weight_mlp_only", "router_detached"},
+	} {
+		c := loadCase(t, tc.name)
+		cand, err := DeviantCandidate(c, tc.combo, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.unnamed != "" {
+			unnamedBugs[tc.unnamed](c, cand)
+		}
+		refused, err := Diagnose(c, cand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refuseSets = false
+		whole, err := Diagnose(c, cand)
+		refuseSets = true
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refused) != len(whole) {
+			t.Fatalf("%s, %s: %d results with refusal, %d without", tc.name, tc.combo, len(refused), len(whole))
+		}
+		for i, r := range refused {
+			w := whole[i]
+			if !reflect.DeepEqual(r, w) {
+				t.Errorf("%s, %s: result %d is %s (distance %g) with refusal, %s (distance %g) without", tc.name, tc.combo, i, r.Name, r.distance, w.Name, w.distance)
+			}
+		}
 	}
 }
