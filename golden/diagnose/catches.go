@@ -193,11 +193,8 @@ func failsOn(c *format.Case, arrays map[string]*format.Array) (bool, error) {
 // departsOn reports whether candidate cand is outside tolerance of the
 // deviant arrays (expected names; some of the case's) on some array of
 // theirs it has: then it departs from the whole emulation too, each array
-// judged on its own. distance is DeviationResult.distance over those
-// arrays alone, summed in the same order: no more than the whole
-// emulation's (its terms are a subsequence of that sum's, none negative,
-// and rounding is monotonic).
-func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (departs bool, distance float64, err error) {
+// judged on its own.
+func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (bool, error) {
 	dc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 	some := make(map[string]*format.Array, len(arrays))
 	for name, a := range arrays {
@@ -208,7 +205,7 @@ func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (departs b
 	}
 	res, err := judge.CompareWith(dc, some, judge.SkipMissing)
 	if err != nil {
-		return false, 0, err
+		return false, err
 	}
-	return !res.Pass, summarize(DeviationResult{}, res).distance, nil
+	return !res.Pass, nil
 }

@@ -2,7 +2,6 @@ package diagnose
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -245,7 +244,7 @@ func (s *combinationSearch) grow(oracle DeviationResult, compare func(a, b Devia
 				}
 			}
 		}
-		judged, err := s.judge(sets, parent)
+		judged, err := s.judge(sets)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -268,14 +267,12 @@ func (s *combinationSearch) grow(oracle DeviationResult, compare func(a, b Devia
 }
 
 // judge is judgeCombinations on the sets not judged before: the results of
-// sets that can be combined, in their order, each of which grew from
-// parent[its key]. In a layer case a set whose forward arrays the
-// candidate departs from cannot match (judgeCombinations' refusal), and
-// its gradients are computed only when no set matches, and then only
-// where the search may rank it (rankRefused): when one matches, the search
-// ends there and reports the matches alone. The others' results are left
-// out.
-func (s *combinationSearch) judge(sets []combination, parent map[string]DeviationResult) ([]DeviationResult, error) {
+// sets that can be combined, in their order. In a layer case a set whose
+// forward arrays the candidate departs from cannot match, and its
+// gradients are computed only when no set matches (judgeCombinations'
+// refusal): when one does, the search ends there and reports the matches
+// alone, and the others' results are left out.
+func (s *combinationSearch) judge(sets []combination) ([]DeviationResult, error) {
 	var missing []combination
 	for _, set := range sets {
 		if _, ok := s.judged[set.key()]; !ok {
@@ -288,11 +285,12 @@ func (s *combinationSearch) judge(sets []combination, parent map[string]Deviatio
 		return nil, err
 	}
 	if len(refused) > 0 && !slices.ContainsFunc(judged, func(r DeviationResult) bool { return r.Match }) {
-		more, err := s.rankRefused(judged, refused, parent)
+		// No set matches: the search ranks them all, by every array.
+		again, _, err := judgeCombinations(s.c, s.cand, s.w, refused, s.progress, s.forward, false)
 		if err != nil {
 			return nil, err
 		}
-		judged = append(judged, more...)
+		judged = append(judged, again...)
 	}
 	for _, r := range judged {
 		s.judged[resultKey(r.Name, r.Variant)] = &r
@@ -302,75 +300,6 @@ func (s *combinationSearch) judge(sets []combination, parent map[string]Deviatio
 		if r := s.judged[set.key()]; r != nil {
 			out = append(out, *r)
 		}
-	}
-	return out, nil
-}
-
-// rankRefused judges whole, where none of a size matches, the refused sets
-// the search may rank, given the sets judged whole (judged) and the set
-// each grew from (parent): grow keeps a set only when it is closer than
-// its parent and among the combineBeam closest (byDistance, the ranking of
-// a layer case, the only kind that refuses). A refused set's distance is
-// at least its bound, so that one whose bound is not below its parent's
-// distance is not closer, and once the bound exceeds the combineBeam-th
-// smallest distance of the closer sets known, neither that set nor any
-// with a larger bound is among the closest: they are left out. The others
-// are judged in increasing order of bound, a few at a time
-// (format.ParallelEmulations), which changes which are judged, never
-// which are kept. progress counts them, from done 0.
-func (s *combinationSearch) rankRefused(judged []DeviationResult, refused []refusedSet, parent map[string]DeviationResult) ([]DeviationResult, error) {
-	var closer []float64 // the distances of the closer sets known
-	isCloser := func(r DeviationResult) bool {
-		return r.distance < parent[resultKey(r.Name, r.Variant)].distance
-	}
-	for _, r := range judged {
-		if isCloser(r) {
-			closer = append(closer, r.distance)
-		}
-	}
-	kth := func() float64 {
-		if len(closer) < combineBeam {
-			return math.Inf(1)
-		}
-		slices.Sort(closer)
-		return closer[combineBeam-1]
-	}
-	refused = slices.Clone(refused)
-	slices.SortStableFunc(refused, func(a, b refusedSet) int { return cmp.Compare(a.bound, b.bound) })
-	var todo []refusedSet
-	for _, rf := range refused {
-		if rf.bound < parent[rf.set.key()].distance {
-			todo = append(todo, rf)
-		}
-	}
-	var out []DeviationResult
-	done := 0
-	if s.progress != nil {
-		s.progress(0, len(todo))
-	}
-	progress := func(d, _ int) {
-		if s.progress != nil && d > 0 {
-			s.progress(done+d, len(todo))
-		}
-	}
-	batch := format.ParallelEmulations(s.c.Manifest)
-	for len(todo) > 0 && todo[0].bound <= kth() {
-		var sets []combination
-		for len(todo) > 0 && len(sets) < batch && todo[0].bound <= kth() {
-			sets = append(sets, todo[0].set)
-			todo = todo[1:]
-		}
-		more, _, err := judgeCombinations(s.c, s.cand, s.w, sets, progress, s.forward, false)
-		if err != nil {
-			return nil, err
-		}
-		done += len(sets)
-		for _, r := range more {
-			if isCloser(r) {
-				closer = append(closer, r.distance)
-			}
-		}
-		out = append(out, more...)
 	}
 	return out, nil
 }
@@ -428,14 +357,6 @@ func inDeviationOrder(names ...string) []string {
 // TestRefusalChangesNoResult turns it off, to compare.
 var refuseSets = true
 
-// refusedSet is a set of deviations the candidate departs from before its
-// gradients were computed (judgeCombinations), and a lower bound of its
-// distance (forwardCatch.bound).
-type refusedSet struct {
-	set   combination
-	bound float64
-}
-
 // judgeCombinations emulates each set of deviations at once where they can
 // be combined (with what the candidate wrote, w; in a layer case from
 // ref's forward, forward, as emulateSettled) and judges the candidate
@@ -443,9 +364,8 @@ type refusedSet struct {
 // emulations are judged as they finish and their arrays dropped; with
 // refuse, a set whose forward arrays the candidate already departs from
 // (departsOn), which therefore cannot match, is refused before its
-// gradients are computed: it gives no result and is listed in refused,
-// with the lower bound of its distance.
-func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int), forward *sharedForward, refuse bool) (out []DeviationResult, refused []refusedSet, err error) {
+// gradients are computed: it gives no result and is listed in refused.
+func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int), forward *sharedForward, refuse bool) (out []DeviationResult, refused []combination, err error) {
 	var devs []layerDeviation
 	var ems []emulation
 	var of []combination // the set of each emulation
@@ -500,7 +420,7 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 				j = em.repeats - 1
 			}
 			if departs[j] {
-				refused = append(refused, refusedSet{of[i], devs[j].caught.bound})
+				refused = append(refused, of[i])
 				continue
 			}
 			r := judged[j]

@@ -135,9 +135,6 @@ type forwardCatch struct {
 	cand      map[string]*format.Array
 	// c is the layer case cand is judged on, when cand is set.
 	c *format.Case
-	// bound is, when the candidate departs, the distance of the arrays it
-	// was judged on (departsOn): a lower bound of the whole emulation's.
-	bound float64
 }
 
 // fails is caught.byForward of the forward arrays of case c (expected
@@ -146,9 +143,7 @@ func (f *forwardCatch) fails(c *format.Case, arrays map[string]*format.Array) (b
 	if f.cand == nil {
 		return failsOn(c, arrays)
 	}
-	departs, bound, err := departsOn(c, f.cand, arrays)
-	f.bound = bound
-	return departs, err
+	return departsOn(c, f.cand, arrays)
 }
 
 // sharedForward is ref.LayerForward of one layer case, computed by the
@@ -574,7 +569,7 @@ func (d *layerDeviation) departsAtSelection(st *layerState) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	f.byForward, f.bound, err = departsOn(f.c, f.cand, map[string]*format.Array{"expected.selected": sel})
+	f.byForward, err = departsOn(f.c, f.cand, map[string]*format.Array{"expected.selected": sel})
 	return f.byForward, err
 }
 
