@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -204,6 +205,26 @@ func failsOn(c *format.Case, arrays map[string]*format.Array) (bool, error) {
 		cand[format.CandidateName(name)] = a
 	}
 	res, err := judge.CompareWith(c, cand, judge.SkipMissing)
+	if err != nil {
+		return false, err
+	}
+	return !res.Pass, nil
+}
+
+// departsOn reports whether candidate cand is outside tolerance of the
+// deviant arrays (expected names; some of the case's) on some array of
+// theirs it has: then it departs from the whole emulation too, each array
+// judged on its own.
+func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (bool, error) {
+	dc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
+	some := make(map[string]*format.Array, len(arrays))
+	for name, a := range arrays {
+		dc.Arrays[name] = a
+		if got, ok := cand[format.CandidateName(name)]; ok {
+			some[format.CandidateName(name)] = got
+		}
+	}
+	res, err := judge.CompareWith(dc, some, judge.SkipMissing)
 	if err != nil {
 		return false, err
 	}
