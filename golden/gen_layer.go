@@ -138,8 +138,16 @@ func clearOfThreshold(r [][]float64, valid []int) bool {
 // weights is about 1/(S·density), a few thousandths at S = 2048, so that
 // hardly any draw is clear of the margin.
 func genLayer(s oracle.LayerSpec) (*format.Case, error) {
+	c, _, err := genLayerTruth(s)
+	return c, err
+}
+
+// genLayerTruth is genLayer, with ref's forward pass of the case kept for
+// its backward pass (nil for a threshold case), which the case's measured
+// catches start from (diagnose.MeasuredLayerCatches).
+func genLayerTruth(s oracle.LayerSpec) (*format.Case, *ref.LayerResult, error) {
 	if err := s.Config.Validate(); err != nil {
-		return nil, oracle.Errorf(s.Name, err)
+		return nil, nil, oracle.Errorf(s.Name, err)
 	}
 	s.Catches = diagnose.ComputedCatches(s.Catches, []spec.Config{s.Config}, oracle.HasPadding(s.Valid, s.SeqLen))
 	var first *oracle.LayerDraw
@@ -169,26 +177,26 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 		}
 		if s.Ties {
 			if err := makeTies(s, dr); err != nil {
-				return nil, oracle.Errorf(s.Name, err)
+				return nil, nil, oracle.Errorf(s.Name, err)
 			}
 		}
 		if s.RoundingTies {
 			if ok, err := makeRoundingTies(s, dr); err != nil {
-				return nil, oracle.Errorf(s.Name, err)
+				return nil, nil, oracle.Errorf(s.Name, err)
 			} else if !ok {
 				continue
 			}
 		}
 		if s.Threshold {
 			if err := makeThreshold(s, dr); err != nil {
-				return nil, oracle.Errorf(s.Name, err)
+				return nil, nil, oracle.Errorf(s.Name, err)
 			}
 		}
 		if !s.Ties && !s.Threshold {
 			// The gaps from the router alone, before the whole forward.
 			gaps, chance, err := drawGaps(s, dr)
 			if err != nil {
-				return nil, oracle.Errorf(s.Name, err)
+				return nil, nil, oracle.Errorf(s.Name, err)
 			}
 			if oracle.MinGap(gaps) < oracle.MinCaseGap {
 				if first == nil {
@@ -203,41 +211,60 @@ func genLayer(s oracle.LayerSpec) (*format.Case, error) {
 				continue
 			}
 		}
-		if c, ok, err := clearCase(s, seed, dr); err != nil || ok {
-			return c, err
+		if c, truth, ok, err := clearCase(s, seed, dr); err != nil || ok {
+			return c, truth, err
 		}
 	}
 	if first != nil && s.Config.Causal != spec.CausalPredictor {
 		if err := separateRouting(s, *first); err != nil {
-			return nil, oracle.Errorf(s.Name, err)
+			return nil, nil, oracle.Errorf(s.Name, err)
 		}
-		if c, ok, err := clearCase(s, firstSeed, *first); err != nil || ok {
+		if c, truth, ok, err := clearCase(s, firstSeed, *first); err != nil || ok {
 			if ok {
 				c.Separation = fmt.Sprintf("%s (at S = %d the gap between the k-th and (k+1)-th router weight is about 1/(S·density)), so the first draw's router weights were moved %g away from its routing decisions, its selection kept; the case holds none of the near-ties a real row of this length has, which an implementation in bf16 may flip: \"ties\": \"bf16\" generates a case that does (docs/workflow.md, \"At your own configuration and shapes\")",
 					tried, s.SeqLen, 2*oracle.MinCaseGap)
 			}
-			return c, err
+			return c, truth, err
 		}
 	}
-	return nil, oracle.Errorf(s.Name, fmt.Errorf("no draw in %d keeps every routing gap above %v", 1+redraws, oracle.MinCaseGap))
+	return nil, nil, oracle.Errorf(s.Name, fmt.Errorf("no draw in %d keeps every routing gap above %v", 1+redraws, oracle.MinCaseGap))
 }
 
 // clearCase is the layer case of draw dr (seed) if every routing decision
-// is clear of a tie (or of the threshold) as s asks.
-func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Case, bool, error) {
-	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
+// is clear of a tie (or of the threshold) as s asks. Outside threshold
+// cases the draw reaching it is clear already (drawGaps measured its gaps
+// from the router alone) or tests ties, so the forward pass is made once,
+// kept for the gradients (ref.LayerForwardGradients: the bits of
+// ref.LayerForward and then ref.LayerGradients) and returned as the truth
+// (nil for a threshold case).
+func clearCase(s oracle.LayerSpec, seed uint64, dr oracle.LayerDraw) (*format.Case, *ref.LayerResult, bool, error) {
+	var res *ref.LayerResult
+	var g *ref.LayerGrads
+	var err error
+	if s.Threshold {
+		res, err = ref.LayerForward(s.Config, dr.P, dr.In)
+	} else {
+		res, g, err = ref.LayerForwardGradients(oracle.WrittenOut(s.Config), dr.P, dr.In, dr.U)
+	}
 	if err != nil {
-		return nil, false, oracle.Errorf(s.Name, err)
+		return nil, nil, false, oracle.Errorf(s.Name, err)
 	}
 	gaps := oracle.LayerGaps(s.Config, res, s.Valid)
 	if s.Threshold && !clearOfThreshold(causalScores(s.Config, res), s.Valid) || !s.Ties && !s.Threshold && oracle.MinGap(gaps) < oracle.MinCaseGap {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
-	c, err := oracle.LayerCase(s, seed, dr, res, gaps)
+	var c *format.Case
+	var truth *ref.LayerResult
+	if g != nil {
+		truth = res
+		c, err = oracle.LayerCaseOf(s, seed, dr, res, g, gaps)
+	} else {
+		c, err = oracle.LayerCase(s, seed, dr, res, gaps)
+	}
 	if err != nil {
-		return nil, false, oracle.Errorf(s.Name, err)
+		return nil, nil, false, oracle.Errorf(s.Name, err)
 	}
-	return c, true, nil
+	return c, truth, true, nil
 }
 
 // maxRedrawChance is the chance below which gen does not redraw a layer

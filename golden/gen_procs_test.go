@@ -16,8 +16,7 @@ import (
 // by emulations run side by side (gen --config's work) on one core and on
 // four: every array has the same bits and the catches are the same.
 func TestGenIndependentOfGOMAXPROCS(t *testing.T) {
-	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(64, 4, 128), 0.25)
-	cfg.Weighting, cfg.Aux, cfg.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.01
+	cfg := smallRoutedLayer()
 	s := oracle.LayerSpec{Name: "procs", Seed: 1, Batch: 2, SeqLen: 128, Valid: []int{128, 67}, Config: cfg}
 	g := &GenConfig{Name: s.Name, Kind: "layer", Seed: 1}
 	g.Config.Batch, g.Config.SeqLen, g.Config.ValidLengths, g.Config.Layer = s.Batch, s.SeqLen, s.Valid, &cfg
@@ -39,4 +38,13 @@ func TestGenIndependentOfGOMAXPROCS(t *testing.T) {
 	if !slices.Equal(one.Manifest.Catches, four.Manifest.Catches) || len(one.Manifest.Catches) == 0 {
 		t.Errorf("catches %v on one core, %v on four", one.Manifest.Catches, four.Manifest.Catches)
 	}
+}
+
+// smallRoutedLayer is a layer at d = 64 routed at 25 % capacity with
+// sigmoid weights and the router's BCE loss: every deviation of a layer
+// case applies to it, and gen --config makes it in a fraction of a second.
+func smallRoutedLayer() spec.Config {
+	cfg := spec.DefaultConfig(spec.DefaultBlockConfig(64, 4, 128), 0.25)
+	cfg.Weighting, cfg.Aux, cfg.AuxWeight = spec.WeightSigmoid, spec.AuxRouterBCE, 0.01
+	return cfg
 }

@@ -46,7 +46,9 @@ func (p *Predictor) Logits(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tens
 // NewLayer returns the routed layer described by cfg with parameters drawn
 // from rng: the block as nn.NewBlock draws it, then the router weight from
 // N(0, nn.InitStd²) with a zero bias, then the predictor's Linear maps as
-// nn.NewLinear draws them. An invalid cfg is an error naming the field.
+// nn.NewLinear draws them. A nil rng draws nothing: the weights are zeros,
+// the shapes to load values into. An invalid cfg is an error naming the
+// field.
 func NewLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	l, err := newLayer(cfg, rng)
 	if err != nil {
@@ -69,7 +71,9 @@ func newLayer(cfg spec.Config, rng *rand.Rand) (*Layer, error) {
 	if cfg.Router == spec.RouterLinear || cfg.Router == spec.RouterLinearBias {
 		w := make([]float32, d)
 		for i := range w {
-			w[i] = float32(rng.NormFloat64() * nn.InitStd)
+			if rng != nil {
+				w[i] = float32(rng.NormFloat64() * nn.InitStd)
+			}
 		}
 		l.Router = autograd.NewParam(d, 1, w)
 	}

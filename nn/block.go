@@ -78,8 +78,8 @@ type Block struct {
 }
 
 // NewBlock returns a block described by cfg, drawing its weights from rng in
-// the order Params lists them, or an error naming a field of cfg that cannot
-// work.
+// the order Params lists them (zeros for a nil rng), or an error naming a
+// field of cfg that cannot work.
 func NewBlock(cfg BlockConfig, rng *rand.Rand) (*Block, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -11,9 +11,13 @@ import (
 // matrices and embedding tables are drawn from.
 const InitStd = 0.02
 
-// normalParam returns a rows×cols parameter drawn from N(0, InitStd²).
+// normalParam returns a rows×cols parameter drawn from N(0, InitStd²); a
+// nil rng draws nothing and gives zeros.
 func normalParam(rng *rand.Rand, rows, cols int) *autograd.Tensor {
 	d := make([]float32, rows*cols)
+	if rng == nil {
+		return autograd.NewParam(rows, cols, d)
+	}
 	for i := range d {
 		d[i] = float32(rng.NormFloat64() * InitStd)
 	}
@@ -37,8 +41,9 @@ type Linear struct {
 	B *autograd.Tensor
 }
 
-// NewLinear returns an in→out Linear map with W drawn from N(0, InitStd²) and
-// a zero bias when bias is true. It panics if in or out is not positive.
+// NewLinear returns an in→out Linear map with W drawn from N(0, InitStd²)
+// (zeros for a nil rng) and a zero bias when bias is true. It panics if in
+// or out is not positive.
 func NewLinear(in, out int, bias bool, rng *rand.Rand) *Linear {
 	if in <= 0 || out <= 0 {
 		panic(fmt.Sprintf("nn.NewLinear: sizes %d→%d must be positive", in, out))

@@ -151,12 +151,29 @@ func LayerGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, fz
 	if err != nil {
 		return nil, err
 	}
+	return layerMagnitudes(cfg, p, in, res, upstream)
+}
+
+// layerMagnitudes is the squares arithmetic's backward pass from the kept
+// forward res, square-rooted (LayerGradientMagnitudes).
+func layerMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerResult, upstream []*mat.Dense) (*LayerGrads, error) {
 	if err := checkUpstream(cfg, in, upstream); err != nil {
 		return nil, err
 	}
 	g := layerBackward(cfg, squares, p, in, res, upstreamParts(squares, res, squares.mats(upstream)))
 	rootAll(g.Params.Tensors(""), g.X)
 	return g, nil
+}
+
+// LayerForwardGradientMagnitudes is LayerForward and then
+// LayerGradientMagnitudes at the decision it made, with one forward pass
+// instead of two (as LayerForwardGradients): the same magnitudes.
+func LayerForwardGradientMagnitudes(cfg spec.Config, p *LayerParams, in LayerInputs, upstream []*mat.Dense) (*LayerGrads, error) {
+	res, err := layerForward(cfg, p, in, true)
+	if err != nil {
+		return nil, err
+	}
+	return layerMagnitudes(cfg, p, in, res, upstream)
 }
 
 // ModelGradientMagnitudes is ModelGradients in the squares arithmetic,

@@ -65,6 +65,27 @@ func TestMagnitudesScaleWithTheUpstream(t *testing.T) {
 	})
 }
 
+// TestForwardMagnitudesSameBits checks that
+// LayerForwardGradientMagnitudes, one forward pass, gives
+// LayerGradientMagnitudes' bits at LayerForward's decision.
+func TestForwardMagnitudesSameBits(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c, p, in, fz, u := drawMagnitudeLayer(t)
+		m, err := LayerGradientMagnitudes(c, p, in, fz, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, err := LayerForwardGradientMagnitudes(c, p, in, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTensorBits(t, "LayerForwardGradientMagnitudes", m1.Params.Tensors(""), m.Params.Tensors(""))
+		for b := range m.X {
+			sameTensorBits(t, "LayerForwardGradientMagnitudes of X", []Tensor{denseTensor("X", m1.X[b])}, []Tensor{denseTensor("X", m.X[b])})
+		}
+	})
+}
+
 // TestKeyBiasMagnitudeKeepsWhatCancelled checks the case the magnitudes
 // are for: with learned positions the key bias shifts every key alike,
 // softmax does not see it, and its gradient Σ_t dK_t is 0 but for

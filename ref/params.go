@@ -112,16 +112,13 @@ func NewRand(seed uint64) *rand.Rand {
 // RandomMatrix returns an r×c matrix of N(0, std^2) draws from rng; a nil
 // rng gives the matrix of zeros.
 func RandomMatrix(rng *rand.Rand, r, c int, std float64) *mat.Dense {
-	m := mat.NewDense(r, c, nil)
-	if rng == nil {
-		return m
-	}
-	for i := 0; i < r; i++ {
-		for j := 0; j < c; j++ {
-			m.Set(i, j, std*normal(rng))
+	data := make([]float64, r*c)
+	if rng != nil {
+		for k := range data { // row by row, as m.Set(i, j, ·) would fill it
+			data[k] = std * normal(rng)
 		}
 	}
-	return m
+	return mat.NewDense(r, c, data)
 }
 
 // RandomVector returns n draws of mean + std*N(0,1) from rng; a nil rng

@@ -2,12 +2,14 @@ package diagnose
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
 	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/judge"
 	"github.com/modref/modref/golden/oracle"
+	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
 )
 
@@ -92,7 +94,7 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
 	if c.Manifest.Kind == format.KindLayer {
-		return measuredLayerCatches(c)
+		return measuredLayerCatches(c, nil)
 	}
 	ems, err := emulate(c, nil, nil)
 	if err != nil {
@@ -114,10 +116,30 @@ func MeasuredCatches(c *format.Case) ([]string, error) {
 	return out, nil
 }
 
+// MeasuredLayerCatches is MeasuredCatches of layer case c, whose ref
+// forward pass truth the generator has made already, kept for the backward
+// pass (ref.LayerForwardGradients or ref.LayerForwardKept at ref's own
+// decision, of exactly the case's parameters and inputs): every deviation
+// starts from it rather than from ref's forward computed again, which
+// gives the same bits. A nil truth is MeasuredCatches.
+func MeasuredLayerCatches(c *format.Case, truth *ref.LayerResult) ([]string, error) {
+	if c.Manifest.Kind != format.KindLayer {
+		return nil, fmt.Errorf("case %s: a %s case, not a layer case", c.Manifest.Name, c.Manifest.Kind)
+	}
+	var forward *sharedForward
+	if truth != nil {
+		forward = new(sharedForward)
+		forward.once.Do(func() { forward.res = truth })
+		forward.keptOnce.Do(func() { forward.kept = truth })
+	}
+	return measuredLayerCatches(c, forward)
+}
+
 // measuredLayerCatches is MeasuredCatches of a layer case, each
 // emulation judged as soon as it is computed (emulateLayer's settle) and
-// its arrays then dropped: only the verdicts are kept.
-func measuredLayerCatches(c *format.Case) ([]string, error) {
+// its arrays then dropped: only the verdicts are kept; every deviation
+// starts from forward (a sharedForward of their own when nil).
+func measuredLayerCatches(c *format.Case, forward *sharedForward) ([]string, error) {
 	if err := checkInputShapes(c); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -136,7 +158,7 @@ func measuredLayerCatches(c *format.Case) ([]string, error) {
 		mu.Unlock()
 		return nil
 	}
-	ems, _, err := emulateLayer(c, nil, nil, true, settle, nil)
+	ems, _, err := emulateLayer(c, nil, nil, true, settle, forward)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
@@ -183,6 +205,26 @@ func failsOn(c *format.Case, arrays map[string]*format.Array) (bool, error) {
 		cand[format.CandidateName(name)] = a
 	}
 	res, err := judge.CompareWith(c, cand, judge.SkipMissing)
+	if err != nil {
+		return false, err
+	}
+	return !res.Pass, nil
+}
+
+// departsOn reports whether candidate cand is outside tolerance of the
+// deviant arrays (expected names; some of the case's) on some array of
+// theirs it has: then it departs from the whole emulation too, each array
+// judged on its own.
+func departsOn(c *format.Case, cand, arrays map[string]*format.Array) (bool, error) {
+	dc := &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
+	some := make(map[string]*format.Array, len(arrays))
+	for name, a := range arrays {
+		dc.Arrays[name] = a
+		if got, ok := cand[format.CandidateName(name)]; ok {
+			some[format.CandidateName(name)] = got
+		}
+	}
+	res, err := judge.CompareWith(dc, some, judge.SkipMissing)
 	if err != nil {
 		return false, err
 	}

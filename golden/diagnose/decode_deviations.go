@@ -15,10 +15,12 @@ import (
 // mistake in its full forward and in its decoder, so a decode case judges
 // both under the deviation (decodeDeviantArrays): the forward by the
 // model's emulation (runModel), the decoding by ref's decoder with the
-// deviation's gate, update formula, skipped-token scaling, shared router or
-// exchanged queries and keys (step, decodeUpdate), and where the deviation
-// counts positions in gathered indices, the decoder counting them in cache
-// slots (window_gathered_indices, rope_gathered_indices). A decode_mismatch
+// deviation's gate, update formula, skipped-token scaling, shared router,
+// router reading N1(x) (router_normed_input, as golden/torch/mod_torch.py's
+// decoder does) or exchanged queries and keys (step, decodeUpdate), and
+// where the deviation counts positions in gathered indices, the decoder
+// counting them in cache slots (window_gathered_indices,
+// rope_gathered_indices). A decode_mismatch
 // variant combines with them (combineDecode): the combination search runs
 // on decode cases as on layer and model cases.
 
@@ -41,7 +43,7 @@ func decodable(d layerDeviation) string {
 	switch {
 	case d.capacity != capacityExact || d.targetsFirstRow || d.feed != feedFrozenInput || d.auxOverPadding:
 		return "a decode case routes causally and holds no auxiliary targets or losses: the deviation changes none of its arrays"
-	case d.scoreOrder || d.firstK || d.rowSoftmax || d.scaled || d.routerNormed || d.output != nil && d.outputForm() == "ste_m_plus_1":
+	case d.scoreOrder || d.firstK || d.rowSoftmax || d.scaled || d.output != nil && d.outputForm() == "ste_m_plus_1":
 		return "a decode case routes causally, one token at a time: the deviation has no decoding here (layer and model cases test it)"
 	}
 	return ""

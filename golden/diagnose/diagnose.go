@@ -77,7 +77,9 @@ func Diagnose(c *format.Case, cand map[string]*format.Array) ([]DeviationResult,
 // model case start and each time one finishes, one call at a time (decode
 // cases take a moment and report none); when combinations are searched,
 // one more series of calls for each size of combination, again from done
-// 0, counts their recomputations.
+// 0, counts their recomputations, and in a layer case where none of a
+// size matches, one more counts the gradients of the sets refused before
+// them (the combination search's refusal).
 func DiagnoseProgress(c *format.Case, cand map[string]*format.Array, progress func(done, total int)) ([]DeviationResult, error) {
 	return DiagnoseWithOptions(c, cand, DiagnoseOptions{Progress: progress})
 }

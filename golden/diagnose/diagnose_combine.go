@@ -267,7 +267,11 @@ func (s *combinationSearch) grow(oracle DeviationResult, compare func(a, b Devia
 }
 
 // judge is judgeCombinations on the sets not judged before: the results of
-// sets that can be combined, in their order.
+// sets that can be combined, in their order. In a layer case a set whose
+// forward arrays the candidate departs from cannot match, and its
+// gradients are computed only when no set matches (judgeCombinations'
+// refusal): when one does, the search ends there and reports the matches
+// alone, and the others' results are left out.
 func (s *combinationSearch) judge(sets []combination) ([]DeviationResult, error) {
 	var missing []combination
 	for _, set := range sets {
@@ -276,9 +280,17 @@ func (s *combinationSearch) judge(sets []combination) ([]DeviationResult, error)
 			s.judged[set.key()] = nil
 		}
 	}
-	judged, err := judgeCombinations(s.c, s.cand, s.w, missing, s.progress, s.forward)
+	judged, refused, err := judgeCombinations(s.c, s.cand, s.w, missing, s.progress, s.forward, refuseSets)
 	if err != nil {
 		return nil, err
+	}
+	if len(refused) > 0 && !slices.ContainsFunc(judged, func(r DeviationResult) bool { return r.Match }) {
+		// No set matches: the search ranks them all, by every array.
+		again, _, err := judgeCombinations(s.c, s.cand, s.w, refused, s.progress, s.forward, false)
+		if err != nil {
+			return nil, err
+		}
+		judged = append(judged, again...)
 	}
 	for _, r := range judged {
 		s.judged[resultKey(r.Name, r.Variant)] = &r
@@ -341,14 +353,22 @@ func inDeviationOrder(names ...string) []string {
 	return names
 }
 
+// refuseSets turns on the combination search's refusal (judge); only
+// TestRefusalChangesNoResult turns it off, to compare.
+var refuseSets = true
+
 // judgeCombinations emulates each set of deviations at once where they can
 // be combined (with what the candidate wrote, w; in a layer case from
 // ref's forward, forward, as emulateSettled) and judges the candidate
 // against it; sets that cannot be combined give no result. A layer case's
-// emulations are judged as they finish and their arrays dropped.
-func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int), forward *sharedForward) ([]DeviationResult, error) {
+// emulations are judged as they finish and their arrays dropped; with
+// refuse, a set whose forward arrays the candidate already departs from
+// (departsOn), which therefore cannot match, is refused before its
+// gradients are computed: it gives no result and is listed in refused.
+func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[string]written, sets []combination, progress func(done, total int), forward *sharedForward, refuse bool) (out []DeviationResult, refused []combination, err error) {
 	var devs []layerDeviation
 	var ems []emulation
+	var of []combination // the set of each emulation
 	for _, set := range sets {
 		d, ok := combineVariant(set.names, set.variant)
 		if c.Manifest.Kind == format.KindDecode {
@@ -358,17 +378,28 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 			continue
 		}
 		d.written = w
+		if refuse && c.Manifest.Kind == format.KindLayer {
+			d.caught = &forwardCatch{cand: cand, c: c}
+		}
 		devs = append(devs, d)
 		ems = append(ems, emulation{name: d.name, variant: set.variant})
+		of = append(of, set)
 	}
 	if len(ems) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var settle settleFunc
 	var mu sync.Mutex
 	judged := make(map[int]DeviationResult)
+	departs := make(map[int]bool)
 	if c.Manifest.Kind == format.KindLayer {
-		settle = func(i int, em emulation, _ bool) error {
+		settle = func(i int, em emulation, byForward bool) error {
+			if byForward {
+				mu.Lock()
+				departs[i] = true
+				mu.Unlock()
+				return nil
+			}
 			r, err := judgeDeviation(c, cand, em)
 			mu.Lock()
 			judged[i] = r
@@ -377,27 +408,31 @@ func judgeCombinations(c *format.Case, cand map[string]*format.Array, w map[stri
 		}
 	}
 	if err := emulateSettled(c, devs, ems, progress, settle, forward); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []DeviationResult
 	for i, em := range ems {
 		if em.reason != "" {
 			continue
 		}
 		if settle != nil && em.arrays == nil { // judged as it finished
+			j := i
 			if em.repeats > 0 {
-				i = em.repeats - 1
+				j = em.repeats - 1
 			}
-			r := judged[i]
+			if departs[j] {
+				refused = append(refused, of[i])
+				continue
+			}
+			r := judged[j]
 			r.Name, r.Variant, r.Scale = em.name, em.variant, em.scale
 			out = append(out, r)
 			continue
 		}
 		r, err := judgeDeviation(c, cand, em)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, refused, nil
 }

@@ -107,10 +107,12 @@ type passes struct {
 // pass evaluates a routed layer under d, as run does, deciding the routing
 // on the first call, and returns its backward: given dL/dout, the
 // gradients of Σ dL/dout·out + AuxLoss with respect to the layer's
-// parameters and X, the routing frozen.
+// parameters and X, the routing frozen. It returns nothing when decide
+// refused the candidate (st.refused).
 func (d *layerDeviation) pass(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, st *layerState) (*layerRun, ref.LayerBack, error) {
 	if !st.decided {
-		if err := d.decide(cfg, p, in, st); err != nil {
+		st.keep = true
+		if err := d.decide(cfg, p, in, st); err != nil || st.refused {
 			return nil, nil, err
 		}
 	}
@@ -476,14 +478,14 @@ func (ps *passes) backward(g *ref.LayerGrads, dfs []*mat.Dense, weightMLPOnly bo
 
 // layerArraysAnalytic is layerArrays with the gradients by pass's backward.
 func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) (map[string]*format.Array, error) {
-	dr, err := oracle.LayerDrawViewOf(c, s)
+	dr, err := d.layerDraw(c, s)
 	if err != nil {
 		return nil, err
 	}
 	st := layerState{written: d.writtenFor("expected.")}
 	l, back, err := d.pass(s.Config, dr.P, dr.In, &st)
-	if err != nil {
-		return nil, err
+	if err != nil || st.refused {
+		return map[string]*format.Array{}, err
 	}
 	arrays, err := layerValueArrays(c, s, l, &st)
 	if err != nil {
@@ -491,7 +493,7 @@ func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) 
 	}
 	arrays["expected.loss"] = format.Scalar(oracle.Dot(l.out, dr.U) + l.res.AuxLoss)
 	if d.caught != nil {
-		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+		if d.caught.byForward, err = d.caught.fails(c, arrays); err != nil || d.caught.byForward {
 			return arrays, err
 		}
 	}

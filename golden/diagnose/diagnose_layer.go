@@ -10,6 +10,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/modref/modref/golden/format"
 	"github.com/modref/modref/golden/oracle"
 	"github.com/modref/modref/ref"
 	"github.com/modref/modref/spec"
@@ -118,23 +119,47 @@ type layerDeviation struct {
 	// reads it and writes nothing to it); nil, decide computes it.
 	forward *sharedForward
 	// caught, when set, asks for the gradients only where the forward
-	// arrays do not already fail the case's comparison (MeasuredCatches):
+	// arrays do not already fail the case's comparison (MeasuredCatches),
+	// or with caught.cand, where the candidate does not already depart
+	// from them (the combination search's refusal, judgeCombinations):
 	// caught.byForward records that they did, and the emulation then
 	// holds the forward arrays alone.
 	caught *forwardCatch
 }
 
 // forwardCatch is whether a deviation's forward arrays alone fail the
-// case's comparison.
-type forwardCatch struct{ byForward bool }
+// case's comparison, or, with cand, whether the candidate cand departs
+// from them.
+type forwardCatch struct {
+	byForward bool
+	cand      map[string]*format.Array
+	// c is the layer case cand is judged on, when cand is set.
+	c *format.Case
+}
+
+// fails is caught.byForward of the forward arrays of case c (expected
+// names).
+func (f *forwardCatch) fails(c *format.Case, arrays map[string]*format.Array) (bool, error) {
+	if f.cand == nil {
+		return failsOn(c, arrays)
+	}
+	return departsOn(c, f.cand, arrays)
+}
 
 // sharedForward is ref.LayerForward of one layer case, computed by the
-// first deviation that needs it, and ref.LayerForwardKept at its decision
-// (kept), computed by the first deviation that keeps ref's decision.
+// first deviation that needs it, ref.LayerForwardKept at its decision
+// (kept), computed by the first deviation that keeps ref's decision, and
+// the case's parameters and inputs (draw).
 type sharedForward struct {
 	once sync.Once
 	res  *ref.LayerResult
 	err  error
+
+	// draw is the case's parameters and inputs (layerDraw), read by every
+	// emulation that differentiates by a backward pass, none writing them.
+	drawOnce sync.Once
+	draw     oracle.LayerDraw
+	drawErr  error
 
 	keptOnce sync.Once
 	kept     *ref.LayerResult
@@ -216,6 +241,18 @@ func passKey(b int, order []int, at ref.BlockAt) string {
 	return string(k)
 }
 
+// layerDraw is oracle.LayerDrawViewOf(c, s), shared through d.forward
+// when set: the emulations of a layer case read the same parameters and
+// inputs and write none of them.
+func (d *layerDeviation) layerDraw(c *format.Case, s oracle.LayerSpec) (oracle.LayerDraw, error) {
+	f := d.forward
+	if f == nil {
+		return oracle.LayerDrawViewOf(c, s)
+	}
+	f.drawOnce.Do(func() { f.draw, f.drawErr = oracle.LayerDrawViewOf(c, s) })
+	return f.draw, f.drawErr
+}
+
 // layerForward is ref.LayerForward(cfg, p, in), shared through d.forward
 // when set: every deviation of a layer case starts from the same
 // parameters and inputs.
@@ -227,13 +264,18 @@ func (d *layerDeviation) layerForward(cfg spec.Config, p *ref.LayerParams, in re
 	return d.forward.res, d.forward.err
 }
 
-// keptForward is ref.LayerForwardKept(cfg, p, in, fz), shared through
-// d.forward where fz is ref's own decision of the case with the
-// predictor's input as ref freezes it (st.refDecision, d.feed): every
+// keptForward is ref.LayerForwardKept(cfg, p, in, fz): decide's where it
+// kept it (st.kept), or shared through d.forward where fz is ref's own
+// decision of the case with the predictor's input as ref freezes it
+// (st.refDecision, d.feed): every
 // deviation that keeps them starts from the same kept forward, which pass
 // reads and does not write (it replaces the result's fields in its own
 // copy of the result, never their contents).
 func (d *layerDeviation) keptForward(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs, fz ref.Frozen, st *layerState) (*ref.LayerResult, error) {
+	if st.kept != nil { // decide's, at fz
+		res := *st.kept
+		return &res, nil
+	}
 	if d.forward == nil || !st.refDecision || d.feed != feedFrozenInput {
 		return ref.LayerForwardKept(cfg, p, in, fz)
 	}
@@ -305,6 +347,14 @@ type layerState struct {
 	// refDecision reports that the decision is ref's own, made by the
 	// shared forward (layerDeviation.forward), unchanged.
 	refDecision bool
+	// keep asks decide to keep, for pass's backward, the forward it runs
+	// at a decision that is not ref's (kept), where the predictor reads
+	// its frozen input, so that pass does not run it again.
+	keep bool
+	kept *ref.LayerResult
+	// refused reports that decide found the candidate departing from the
+	// deviant selection (departsAtSelection): the layer was not run.
+	refused bool
 }
 
 // rotationCache holds a block's parameters with Wq and Wk rotated by RoPE,
@@ -455,9 +505,19 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 		st.fz.TopK = firstRowTargets(st.fz.TopK, in.Valid)
 	}
 	if !sameDecision(ref0, st.fz) {
+		if st.refused, err = d.departsAtSelection(st); err != nil || st.refused {
+			return err
+		}
 		// The decision changed: the layer at it. (Otherwise it is ref's,
 		// and LayerForward's result is the frozen forward's, bit for bit.)
-		if res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz); err != nil {
+		// LayerForwardKept's result is LayerForwardFrozen's.
+		if st.keep && d.feed == feedFrozenInput {
+			res, err = ref.LayerForwardKept(cfg, p, in, st.fz)
+			st.kept = res
+		} else {
+			res, err = ref.LayerForwardFrozen(cfg, p, in, st.fz)
+		}
+		if err != nil {
 			return err
 		}
 	} else {
@@ -493,6 +553,24 @@ func (d *layerDeviation) decide(cfg spec.Config, p *ref.LayerParams, in ref.Laye
 	}
 	st.decided = true
 	return nil
+}
+
+// departsAtSelection reports, for pass with the candidate's refusal
+// (d.caught.cand), whether the candidate's selected positions depart from
+// the decision st made, before the layer is run at it: then its forward
+// arrays do too (caught.byForward is set). Under scoreOrder the positions
+// are written in the order decide finds later, and it reports false.
+func (d *layerDeviation) departsAtSelection(st *layerState) (bool, error) {
+	f := d.caught
+	if !st.keep || f == nil || f.cand == nil || d.scoreOrder {
+		return false, nil
+	}
+	sel, err := selectedLike(f.c, "expected.selected", st.fz.Selection)
+	if err != nil {
+		return false, err
+	}
+	f.byForward, err = departsOn(f.c, f.cand, map[string]*format.Array{"expected.selected": sel})
+	return f.byForward, err
 }
 
 // decision is a copy of what a deviation may change of a frozen routing

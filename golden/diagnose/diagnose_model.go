@@ -435,8 +435,8 @@ func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, i
 
 // step decodes token tok at position pos through every layer, as ref.Decoder
 // does but with the variant's fault and each routed layer with the layer
-// deviation d (nil for none: its gate, its update formula and its scaling
-// of a skipped token, decodeUpdate), appends each layer's routing decision
+// deviation d (nil for none: its gate, its update formula, its scaling of
+// a skipped token, decodeUpdate, and its router reading N1(x)), appends each layer's routing decision
 // to routed[l][b] and returns the residual stream after the last layer.
 func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, d *layerDeviation, caches []ref.KVCache, tok, pos int, routed [][][]int, b int) ([]float64, error) {
 	if tok < 0 || tok >= cfg.Vocab {
@@ -457,7 +457,11 @@ func (v decodeVariant) step(cfg spec.ModelConfig, p *ref.ModelParams, d *layerDe
 			continue
 		}
 		lc := ml.Config
-		r, err := decodeRouterWeight(lc, lp, x)
+		rx := x // what the router reads
+		if d != nil && d.routerNormed {
+			rx = normedRow(lc.Block, &lp.Block, x)
+		}
+		r, err := decodeRouterWeight(lc, lp, rx)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
 		}

@@ -213,7 +213,7 @@ func judgeWithout(c *format.Case, cand map[string]*format.Array, w map[string]wr
 			missing = append(missing, combination{rest, v})
 		}
 	}
-	judged, err := judgeCombinations(c, cand, w, missing, nil, nil)
+	judged, _, err := judgeCombinations(c, cand, w, missing, nil, nil, false)
 	if err != nil {
 		return err
 	}

@@ -306,7 +306,8 @@ func emulateDeviations(c *format.Case, devs []layerDeviation, ems []emulation, p
 // start from ref's forward of the case computed once (forward, or a
 // sharedForward of their own when nil), and with settle each emulation's
 // arrays go to settle as soon as computed and are not kept (emulateLayer's
-// settle; byForward false).
+// settle; byForward is the deviation's caught.byForward, false without
+// caught).
 func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, progress func(done, total int), settle settleFunc, forward *sharedForward) error {
 	switch c.Manifest.Kind {
 	case format.KindLayer:
@@ -327,7 +328,7 @@ func emulateSettled(c *format.Case, devs []layerDeviation, ems []emulation, prog
 		if err := shareEffective(c, devs, ems, []spec.Config{s.Config}); err != nil {
 			return err
 		}
-		return emulateLayerDeviations(c, devs, ems, progress, settle, forward, func(int) bool { return false })
+		return emulateLayerDeviations(c, devs, ems, progress, settle, forward, func(i int) bool { return devs[i].caught != nil && devs[i].caught.byForward })
 	case format.KindModel:
 		s := modelSpecOf(c)
 		for i, d := range devs {

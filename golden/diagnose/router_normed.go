@@ -43,15 +43,19 @@ func normedInput(cfg spec.Config, p *ref.LayerParams, in ref.LayerInputs) []*mat
 		s, d := x.Dims()
 		xn[b] = mat.NewDense(s, d, nil)
 		for i := 0; i < s; i++ {
-			row := x.RawRowView(i)
-			if cfg.Block.Norm == spec.NormLayer {
-				xn[b].SetRow(i, ref.LayerNorm(row, p.Block.Norm1, p.Block.Norm1Bias, cfg.Block.NormEps))
-			} else {
-				xn[b].SetRow(i, ref.RMSNorm(row, p.Block.Norm1, cfg.Block.NormEps))
-			}
+			xn[b].SetRow(i, normedRow(cfg.Block, &p.Block, x.RawRowView(i)))
 		}
 	}
 	return xn
+}
+
+// normedRow is N1(x) of one position x: what a router_normed_input
+// router reads, in the full forward and in decoding alike.
+func normedRow(c spec.BlockConfig, p *ref.BlockParams, x []float64) []float64 {
+	if c.Norm == spec.NormLayer {
+		return ref.LayerNorm(x, p.Norm1, p.Norm1Bias, c.NormEps)
+	}
+	return ref.RMSNorm(x, p.Norm1, c.NormEps)
 }
 
 // normedInputBackward carries the router's gradient at N1(x)

@@ -39,6 +39,18 @@ type LayerDraw struct {
 }
 
 func LayerCase(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, gaps []float64) (*format.Case, error) {
+	_, g, err := ref.LayerGradients(WrittenOut(s.Config), dr.P, dr.In, res.Frozen, dr.U)
+	if err != nil {
+		return nil, err
+	}
+	return LayerCaseOf(s, seed, dr, res, g, gaps)
+}
+
+// LayerCaseOf is LayerCase with the gradients g of Σ dr.U·out at res's
+// decision already computed (ref.LayerForwardGradients makes res and g in
+// one forward pass): the case's loss is res's, which is what
+// ref.LayerForwardFrozen at res.Frozen computes, bit for bit.
+func LayerCaseOf(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, g *ref.LayerGrads, gaps []float64) (*format.Case, error) {
 	cfg := WrittenOut(s.Config)
 	m := &format.Manifest{
 		Format: format.Format, Version: format.Version, Name: s.Name, Kind: format.KindLayer,
@@ -92,22 +104,7 @@ func LayerCase(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, gap
 	}
 	b.Expect("expected.aux.total", format.Scalar(res.AuxLoss))
 
-	loss := func() (float64, error) {
-		r, err := ref.LayerForwardFrozen(cfg, dr.P, dr.In, res.Frozen)
-		if err != nil {
-			return 0, err
-		}
-		return Dot(r.Out, dr.U) + r.AuxLoss, nil
-	}
-	l, err := loss()
-	if err != nil {
-		return nil, err
-	}
-	b.Expect("expected.loss", format.Scalar(l))
-	_, g, err := ref.LayerGradients(cfg, dr.P, dr.In, res.Frozen, dr.U)
-	if err != nil {
-		return nil, err
-	}
+	b.Expect("expected.loss", format.Scalar(Dot(res.Out, dr.U)+res.AuxLoss))
 	ExpectGradients(b, g.X, params, g.Params.Tensors(""))
 	return b.Build(), nil
 }

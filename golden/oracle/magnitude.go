@@ -26,11 +26,11 @@ func GradientMagnitudes(c *format.Case) (map[string]*format.Array, error) {
 	}
 	switch c.Manifest.Kind {
 	case format.KindLayer:
-		s, dr, res, err := layerOf(c)
+		s, dr, err := layerDraw(c)
 		if err != nil {
 			return nil, err
 		}
-		g, err := ref.LayerGradientMagnitudes(s.Config, dr.P, dr.In, res.Frozen, dr.U)
+		g, err := ref.LayerForwardGradientMagnitudes(s.Config, dr.P, dr.In, dr.U)
 		if err != nil {
 			return nil, err
 		}

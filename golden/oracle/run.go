@@ -64,16 +64,23 @@ func Recompute(c *format.Case) (*format.Case, error) {
 // layerOf returns a layer case's spec, its draw (read from the case) and
 // ref's forward pass on it.
 func layerOf(c *format.Case) (LayerSpec, LayerDraw, *ref.LayerResult, error) {
-	m := c.Manifest
-	cfg := m.Config
-	s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
-		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
-	dr, err := LayerDrawViewOf(c, s)
+	s, dr, err := layerDraw(c)
 	if err != nil {
 		return s, dr, nil, err
 	}
 	res, err := ref.LayerForward(s.Config, dr.P, dr.In)
 	return s, dr, res, err
+}
+
+// layerDraw returns a layer case's spec and its draw (read from the case:
+// LayerDrawViewOf).
+func layerDraw(c *format.Case) (LayerSpec, LayerDraw, error) {
+	m := c.Manifest
+	cfg := m.Config
+	s := LayerSpec{Name: m.Name, Description: m.Description, Catches: m.Catches,
+		Batch: cfg.Batch, SeqLen: cfg.SeqLen, Valid: cfg.ValidLengths, Config: *cfg.Layer, Ties: m.Routing.Ties}
+	dr, err := LayerDrawViewOf(c, s)
+	return s, dr, err
 }
 
 // modelOf returns a model or decode case's spec, its parameters and inputs

@@ -26,6 +26,98 @@ type emulation struct {
 	// angles32 computes the rotary angles in float32
 	// (nn.RoPE.Float32Angles).
 	angles32 bool
+	// free, when set, holds the arrays of members already measured, for
+	// widen to write into (eachMember's recycling); nil allocates.
+	free *freeFloats
+	// tape, when set, is the tape of the member before, whose tensors
+	// nothing reads any more (every array a run returns is a copy): reset
+	// and reused instead of a new tape's fresh memory.
+	tape *autograd.Tape
+	// layer, when set, holds the layer case's mod layer and inputs built
+	// for the member before (eachMember): the same values for every
+	// member, rebuilt only for another case.
+	layer *caseLayer
+}
+
+// caseLayer is a layer case's mod layer, inputs and upstream gradient,
+// built once for the members of a family; each run zeroes the gradients
+// the one before accumulated.
+type caseLayer struct {
+	c  *format.Case
+	l  *mod.Layer
+	in mod.LayerInputs
+	u  []float32
+	// src and run are the case the family runs on and its copy with the
+	// inputs rounded to the profile's storage format (emulate), made once.
+	src, run *format.Case
+}
+
+// layerFromCase is LayerFromCase of c and its upstream gradient in
+// float32, from em.layer where it holds c's, their gradients zeroed.
+func (em emulation) layerFromCase(c *format.Case) (*mod.Layer, mod.LayerInputs, []float32, error) {
+	cl := em.layer
+	if cl != nil && cl.c == c {
+		for _, p := range cl.l.Params("") {
+			p.T.ZeroGrad()
+		}
+		cl.in.X.ZeroGrad()
+		return cl.l, cl.in, cl.u, nil
+	}
+	l, in, err := LayerFromCase(c)
+	if err != nil {
+		return nil, mod.LayerInputs{}, nil, err
+	}
+	u, ok := c.Arrays["upstream.out"]
+	if !ok || len(u.F) != in.X.Len() {
+		return nil, mod.LayerInputs{}, nil, fmt.Errorf("upstream.out is missing or does not match input.x (%dx%d)", in.X.Rows, in.X.Cols)
+	}
+	u32 := to32(u.F)
+	if cl != nil {
+		*cl = caseLayer{c: c, l: l, in: in, u: u32}
+	}
+	return l, in, u32, nil
+}
+
+// newTape returns em's tape reset, or a new one, rounding as em says.
+func (em emulation) newTape() *autograd.Tape {
+	tp := em.tape
+	if tp == nil {
+		tp = new(autograd.Tape)
+	}
+	tp.Reset()
+	tp.SetRounding(em.rnd)
+	return tp
+}
+
+// freeFloats is a free list of float64 slices by length: the arrays of a
+// family's member once measured, which the next member's arrays are
+// written into instead of fresh memory (at d = 512, S = 2048, B = 3 about
+// 75 MB a member).
+type freeFloats struct{ byLen map[int][][]float64 }
+
+// get returns a slice of n values, from the list if it holds one (its
+// values stale: the caller writes every one), or a new one.
+func (f *freeFloats) get(n int) []float64 {
+	if f == nil || len(f.byLen[n]) == 0 {
+		return make([]float64, n)
+	}
+	l := f.byLen[n]
+	v := l[len(l)-1]
+	f.byLen[n] = l[:len(l)-1]
+	return v
+}
+
+// put adds the float arrays of a member that nothing reads any more to
+// the list.
+func (f *freeFloats) put(arrays map[string]*format.Array) {
+	if f.byLen == nil {
+		f.byLen = map[int][][]float64{}
+	}
+	for _, a := range arrays {
+		if a.F != nil {
+			f.byLen[len(a.F)] = append(f.byLen[len(a.F)], a.F)
+		}
+	}
 }
 
 // setAngles sets a block's rotary angles (if it has them) to em's.
@@ -118,44 +210,42 @@ func (s selection) array() *format.Array {
 // runLayerCase computes every array a layer case judges: the forward values
 // and the gradients of sum(upstream.out * out) + aux.total.
 func runLayerCase(c *format.Case, em emulation) (map[string]any, error) {
-	l, in, err := LayerFromCase(c)
+	l, in, u, err := em.layerFromCase(c)
 	if err != nil {
 		return nil, err
 	}
 	em.setAngles(l.Block())
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := l.Forward(&tp, in)
+	tp := em.newTape()
+	res, err := l.Forward(tp, in)
 	if err != nil {
 		return nil, err
 	}
 	got := map[string]any{
-		"expected.out":                widen(res.Out.Data),
-		"expected.router_logits":      widen(res.RouterLogits),
+		"expected.out":                em.widen(res.Out.Data),
+		"expected.router_logits":      em.widen(res.RouterLogits),
 		"expected.selected":           selection(res.Selected),
-		"expected.weights":            widen(res.Weights),
-		"expected.multipliers":        widen(res.Multipliers),
-		"expected.targets":            widen(res.Targets),
-		"expected.predictor_logits":   widen(res.PredictorLogits),
+		"expected.weights":            em.widen(res.Weights),
+		"expected.multipliers":        em.widen(res.Multipliers),
+		"expected.targets":            em.widen(res.Targets),
+		"expected.predictor_logits":   em.widen(res.PredictorLogits),
 		"expected.predictor_accuracy": []float64{res.PredictorAccuracy},
 		"expected.aux.router_bce":     []float64{res.RouterBCE},
 		"expected.aux.predictor_bce":  []float64{res.PredictorBCE},
 		"expected.aux.load_balance":   []float64{res.LoadBalance},
 		"expected.aux.total":          []float64{res.Aux},
 	}
-	u, ok := c.Arrays["upstream.out"]
-	if !ok || len(u.F) != res.Out.Len() {
+	if len(u) != res.Out.Len() {
 		return nil, fmt.Errorf("upstream.out is missing or does not match out (%dx%d)", res.Out.Rows, res.Out.Cols)
 	}
-	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
+	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, u)))
 	if res.AuxLoss != nil {
 		loss = tp.Add(loss, res.AuxLoss)
 	}
 	got["expected.loss"] = []float64{float64(loss.Data[0])}
 	tp.Backward(loss)
-	got["grad.input.x"] = widen(in.X.Grad)
+	got["grad.input.x"] = em.widen(in.X.Grad)
 	for _, p := range l.Params("") {
-		got["grad.param."+p.Name] = widen(p.T.Grad)
+		got["grad.param."+p.Name] = em.widen(p.T.Grad)
 	}
 	return got, nil
 }
@@ -169,9 +259,8 @@ func runMoDECase(c *format.Case, em emulation) (map[string]any, error) {
 	}
 	em.setAngles(l.Block())
 	rows, s := c.Manifest.Config.Batch, c.Manifest.Config.SeqLen
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := l.Forward(&tp, x, rows, s)
+	tp := em.newTape()
+	res, err := l.Forward(tp, x, rows, s)
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +273,10 @@ func runMoDECase(c *format.Case, em emulation) (map[string]any, error) {
 		}
 	}
 	got := map[string]any{
-		"expected.out":           widen(res.Out.Data),
-		"expected.router_logits": widen(res.RouterLogits),
+		"expected.out":           em.widen(res.Out.Data),
+		"expected.router_logits": em.widen(res.RouterLogits),
 		"expected.selected":      selection(res.Frozen.Selected),
-		"expected.gates":         widen(res.Gates),
+		"expected.gates":         em.widen(res.Gates),
 		"expected.expert_choice": choice,
 	}
 	u, ok := c.Arrays["upstream.out"]
@@ -197,9 +286,9 @@ func runMoDECase(c *format.Case, em emulation) (map[string]any, error) {
 	loss := tp.SumAll(tp.Mul(res.Out, autograd.New(res.Out.Rows, res.Out.Cols, to32(u.F))))
 	got["expected.loss"] = []float64{float64(loss.Data[0])}
 	tp.Backward(loss)
-	got["grad.input.x"] = widen(x.Grad)
+	got["grad.input.x"] = em.widen(x.Grad)
 	for _, p := range l.Params("") {
-		got["grad.param."+p.Name] = widen(p.T.Grad)
+		got["grad.param."+p.Name] = em.widen(p.T.Grad)
 	}
 	return got, nil
 }
@@ -213,14 +302,13 @@ func runModelCase(c *format.Case, em emulation) (map[string]any, error) {
 	for l := range m.Layers {
 		em.setAngles(m.Block(l))
 	}
-	var tp autograd.Tape
-	tp.SetRounding(em.rnd)
-	res, err := m.Forward(&tp, in)
+	tp := em.newTape()
+	res, err := m.Forward(tp, in)
 	if err != nil {
 		return nil, err
 	}
 	got := map[string]any{
-		"expected.logits": widen(res.Logits.Data),
+		"expected.logits": em.widen(res.Logits.Data),
 		"expected.ce":     []float64{res.CE},
 		"expected.loss":   []float64{float64(res.Loss.Data[0])},
 	}
@@ -229,21 +317,21 @@ func runModelCase(c *format.Case, em emulation) (map[string]any, error) {
 			continue
 		}
 		pre := fmt.Sprintf("expected.L%d.", l)
-		got[pre+"router_logits"] = widen(lr.RouterLogits)
+		got[pre+"router_logits"] = em.widen(lr.RouterLogits)
 		got[pre+"selected"] = selection(lr.Selected)
-		got[pre+"predictor_logits"] = widen(lr.PredictorLogits)
+		got[pre+"predictor_logits"] = em.widen(lr.PredictorLogits)
 		got[pre+"aux.total"] = []float64{lr.Aux}
-		got[pre+"weights"] = widen(lr.Weights)
-		got[pre+"multipliers"] = widen(lr.Multipliers)
-		got[pre+"targets"] = widen(lr.Targets)
-		got[pre+"out"] = widen(lr.Out.Data)
+		got[pre+"weights"] = em.widen(lr.Weights)
+		got[pre+"multipliers"] = em.widen(lr.Multipliers)
+		got[pre+"targets"] = em.widen(lr.Targets)
+		got[pre+"out"] = em.widen(lr.Out.Data)
 	}
 	if c.Manifest.Kind == format.KindDecode {
 		return got, decodeCase(c, m, in, got)
 	}
 	tp.Backward(res.Loss)
 	for _, p := range m.Params() {
-		got["grad.param."+p.Name] = widen(p.T.Grad)
+		got["grad.param."+p.Name] = em.widen(p.T.Grad)
 	}
 	return got, nil
 }
@@ -284,12 +372,13 @@ func decodeCase(c *format.Case, m *mod.Model, in mod.ModelInputs, got map[string
 	return nil
 }
 
-// widen converts float32 values to float64 (nil stays nil).
-func widen(v []float32) []float64 {
+// widen converts float32 values to float64 (nil stays nil), into a slice
+// of em's free list where it has one of that length.
+func (em emulation) widen(v []float32) []float64 {
 	if v == nil {
 		return nil
 	}
-	out := make([]float64, len(v))
+	out := em.free.get(len(v))
 	for i, x := range v {
 		out[i] = float64(x)
 	}

@@ -76,7 +76,7 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 		return float64Family(c, portable)
 	}
 	var fam []Member
-	err := eachMember(c, p, portable, func(m Member) error {
+	err := eachMember(c, p, portable, nil, func(m Member) error {
 		fam = append(fam, m)
 		return nil
 	})
@@ -91,10 +91,27 @@ func emulateFamily(c *format.Case, p format.Profile, portable bool) ([]Member, e
 // order, and hands each to f as it is computed, so that a caller that
 // reduces a member to what it needs holds one member's arrays at a time;
 // an error from f stops it. The products run on the Go loops' bits when
-// portable is set.
-func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) error) error {
+// portable is set. With free, f keeps nothing of a member's arrays, and
+// each member's float arrays are written into the last one's (freeFloats),
+// its forward and backward passes run on the last one's tape, and a layer
+// case's mod layer and inputs are built once (caseLayer).
+func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloats, f func(Member) error) error {
+	if free != nil {
+		g := f
+		f = func(m Member) error {
+			err := g(m)
+			free.put(m.Arrays)
+			return err
+		}
+	}
+	var tape *autograd.Tape
+	var layer *caseLayer
+	if free != nil {
+		tape, layer = new(autograd.Tape), new(caseLayer)
+	}
 	em := emulationOf(p)
 	em.rnd.Portable = portable
+	em.free, em.tape, em.layer = free, tape, layer
 	base, err := emulate(c, p, em)
 	if err != nil {
 		return err
@@ -109,6 +126,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	for _, st := range stats {
 		em := emulationOf(p)
 		em.rnd.Portable = portable
+		em.free, em.tape, em.layer = free, tape, layer
 		em.rnd.Stats = st
 		em.rnd.RMSDivide = true
 		name := p.Name + ", float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
@@ -130,6 +148,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	if p.Storage == &lowp.BF16 {
 		em := emulationOf(p)
 		em.rnd.Portable = portable
+		em.free, em.tape, em.layer = free, tape, layer
 		em.rnd.Accumulate = cpuAccumulatesInBF16
 		got, err := emulate(c, p, em)
 		if err != nil {
@@ -142,6 +161,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, f func(Member) 
 	for k := range randomRoundingDraws {
 		rr := randomRounding(p, randomRoundingSeed+uint64(k))
 		rr.rnd.Portable = portable
+		rr.free, rr.tape, rr.layer = free, tape, layer
 		got, err := emulate(c, p, rr)
 		if err != nil {
 			return err
@@ -356,7 +376,9 @@ func emulationOf(p format.Profile) emulation {
 // has one, and so is every array written.
 func emulate(c *format.Case, p format.Profile, em emulation) (map[string]*format.Array, error) {
 	run := c
-	if p.Storage != nil {
+	if cl := em.layer; p.Storage != nil && cl != nil && cl.src == c {
+		run = cl.run // every member rounds the same inputs the same way
+	} else if p.Storage != nil {
 		run = &format.Case{Manifest: c.Manifest, Arrays: maps.Clone(c.Arrays)}
 		for _, info := range c.Manifest.Arrays {
 			a := c.Arrays[info.Name]
@@ -366,6 +388,9 @@ func emulate(c *format.Case, p format.Profile, em emulation) (map[string]*format
 			r := &format.Array{Shape: a.Shape, F: slices.Clone(a.F), DType: a.DType}
 			p.Storage.RoundAll(r.F)
 			run.Arrays[info.Name] = r
+		}
+		if em.layer != nil {
+			em.layer.src, em.layer.run = c, run
 		}
 	}
 	got, err := candidate(run, em)

@@ -26,7 +26,7 @@ func LayerFromCase(c *format.Case) (*mod.Layer, mod.LayerInputs, error) {
 		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s is a %s case, want a layer case", m.Name, m.Kind)
 	}
 	cfg := *m.Config.Layer
-	l, err := mod.NewLayer(cfg, rand.New(rand.NewPCG(0, 0)))
+	l, err := mod.NewLayer(cfg, nil) // zeros: the case's values are loaded next
 	if err != nil {
 		return nil, mod.LayerInputs{}, fmt.Errorf("mod: case %s: %w", m.Name, err)
 	}

@@ -65,7 +65,9 @@ func ProfileTolerances(c *format.Case, p format.Profile) (*format.Case, *judge.P
 		return judge.Tolerances(p, c, FamilyArrays(fam)...)
 	}
 	var fe judge.FamilyErrors
-	if err := eachMember(c, p, true, func(m Member) error { return fe.Add(p, c, m.Arrays) }); err != nil {
+	// fe.Add keeps each array's largest error only, so a member's arrays
+	// are free once it is measured.
+	if err := eachMember(c, p, true, new(freeFloats), func(m Member) error { return fe.Add(p, c, m.Arrays) }); err != nil {
 		return nil, nil, err
 	}
 	return fe.Tolerances(p, c)
