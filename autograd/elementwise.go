@@ -129,7 +129,25 @@ func (tp *Tape) backwardBinary(nd *node) {
 		return
 	}
 	acc := tp.f64(b.Len())
-	for i := 0; i < a.Rows; i++ {
+	if r := tp.rounding.Store; r != nil && tp.rounding.NormSums && nd.rowSumsInFormat && bc == bcRow {
+		// Row by row in the format: s = r(s + r(term)) from s = 0.
+		for i := 0; i < a.Rows; i++ {
+			for j, v := range term[i*cols : (i+1)*cols] {
+				acc[j] = float64(r(float32(acc[j]) + r(v)))
+			}
+		}
+	} else {
+		sumTerms(acc, term, a.Rows, cols, bc)
+	}
+	for k, v := range acc {
+		b.Grad[k] += float32(sign * v)
+	}
+}
+
+// sumTerms adds term, a rows×cols gradient, into acc over the dimension a
+// broadcast bc repeats b along, in float64.
+func sumTerms(acc []float64, term []float32, rows, cols int, bc broadcast) {
+	for i := 0; i < rows; i++ {
 		for j, v := range term[i*cols : (i+1)*cols] {
 			switch bc {
 			case bcRow:
@@ -141,8 +159,28 @@ func (tp *Tape) backwardBinary(nd *node) {
 			}
 		}
 	}
-	for k, v := range acc {
-		b.Grad[k] += float32(sign * v)
+}
+
+// NormAffine returns x ⊙ gain + bias, gain and bias 1×cols: LayerNorm's
+// affine map, Add(Mul(x, gain), bias) with the same bits. Under
+// Rounding.NormSums the gain's and the bias's gradients are summed over
+// the rows in the Store format, s = r(s + r(term)), as PyTorch's native
+// layer_norm backward sums them on a CPU in pure bf16 (docs/tolerances.md,
+// "Products accumulated in bf16"); otherwise in float64, as every
+// broadcast operand's.
+func (tp *Tape) NormAffine(x, gain, bias *Tensor) *Tensor {
+	y := tp.Mul(x, gain)
+	tp.sumRowsInFormat(y)
+	out := tp.Add(y, bias)
+	tp.sumRowsInFormat(out)
+	return out
+}
+
+// sumRowsInFormat marks the node that made t, when one was recorded, to
+// sum its broadcast operand's gradient in the Store format.
+func (tp *Tape) sumRowsInFormat(t *Tensor) {
+	if n := len(tp.nodes); t.Grad != nil && n > 0 && tp.nodes[n-1].out == t {
+		tp.nodes[n-1].rowSumsInFormat = true
 	}
 }
 

@@ -65,6 +65,12 @@ type Rounding struct {
 	// which that kernel sums as dot products in float32, nor to MatMulNT,
 	// MatMulTN and attention. Result must be set with it.
 	Accumulate func(m, k, n int) bool
+	// NormSums sums LayerNorm's gain and bias gradients over the rows in
+	// the Store format, s = Store(s + Store(term)) (Tape.NormAffine), as
+	// PyTorch's native layer_norm backward does in pure bf16 on a CPU,
+	// instead of in float64 as every other broadcast operand's gradient.
+	// It takes effect only with Store set.
+	NormSums bool
 }
 
 // kernels returns the path of the tape's matrix products.

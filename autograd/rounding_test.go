@@ -198,3 +198,57 @@ func TestAccumulateInFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestNormAffineSumsInFormat: NormAffine computes Add(Mul(x, gain), bias)
+// bit for bit, and under a bf16 Store with NormSums its gain's and bias's
+// gradients over 300 rows of ones stop at 256, as a sum in bf16 does
+// (256 + 1 rounds back to 256); without NormSums, and for a Mul and Add
+// not made by NormAffine, they are 300.
+func TestNormAffineSumsInFormat(t *testing.T) {
+	const rows = 300
+	ones := func(rows int, grad bool) *Tensor {
+		x := New(rows, 2, nil)
+		for i := range x.Data {
+			x.Data[i] = 1
+		}
+		if grad {
+			x.Grad = make([]float32, len(x.Data))
+		}
+		return x
+	}
+	for _, c := range []struct {
+		name     string
+		normSums bool
+		affine   bool
+		want     float32
+	}{
+		{"NormAffine, sums in bf16", true, true, 256},
+		{"NormAffine, sums in float64", false, true, rows},
+		{"Add(Mul), NormSums set", true, false, rows},
+	} {
+		var tp Tape
+		tp.SetRounding(Rounding{Store: toBF16, NormSums: c.normSums})
+		x, gain, bias := ones(rows, false), ones(1, true), ones(1, true)
+		var out *Tensor
+		if c.affine {
+			out = tp.NormAffine(x, gain, bias)
+		} else {
+			out = tp.Add(tp.Mul(x, gain), bias)
+		}
+		for i, v := range out.Data {
+			if v != 2 {
+				t.Fatalf("%s: output %v at %d, want 2", c.name, v, i)
+			}
+		}
+		up := make([]float32, len(out.Data))
+		for i := range up {
+			up[i] = 1
+		}
+		tp.BackwardFrom(out, up)
+		for k := range 2 {
+			if gain.Grad[k] != c.want || bias.Grad[k] != c.want {
+				t.Errorf("%s: gain gradient %v, bias gradient %v at %d, want %v", c.name, gain.Grad[k], bias.Grad[k], k, c.want)
+			}
+		}
+	}
+}

@@ -41,6 +41,11 @@ type node struct {
 	list   []*Tensor
 	saved  []float64 // intermediates the backward pass reuses (a loss's log-sum-exp per row)
 	count  int       // number of terms a mean divides by
+	// rowSumsInFormat sums a row-broadcast operand's gradient over the
+	// rows in the Store format (Rounding.Store), as PyTorch's native
+	// layer_norm backward sums its gain's and bias's gradients in bf16
+	// (NormAffine).
+	rowSumsInFormat bool
 }
 
 // Reset forgets the recorded operations and takes back every tensor and

@@ -89,7 +89,7 @@ func NewLayerNorm(d int) *LayerNorm {
 //
 //	x: [N, d] → [N, d]
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Tensor) *autograd.Tensor {
-	return tp.Add(tp.Mul(tp.Standardize(x, n.Eps), n.Gain), n.Bias)
+	return tp.NormAffine(tp.Standardize(x, n.Eps), n.Gain, n.Bias)
 }
 
 // Params returns Gain, then Bias.

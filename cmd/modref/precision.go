@@ -56,7 +56,8 @@ func uncovered(p format.Profile) string {
 	}
 	return "note: the bf16 profile's family accumulates products in float32 and rounds them to bf16, and, as Debian's PyTorch 1.13 does on a CPU with AVX-512 " +
 		"in pure bf16 and under CPU autocast alike, accumulates in bf16 every product of at most 16³ multiply-adds and its weight gradient, at the shapes modref computes them " +
-		"(every row's tokens in one product); it does not cover bf16 accumulation of larger products (PyTorch 1.13 on a CPU without AVX-512 accumulates every bf16 product in bf16), " +
-		"of products a candidate splits smaller (one batch row or one token at a time), nor the gain and bias gradients of PyTorch's native LayerNorm in pure bf16, which it sums over tokens in bf16: " +
+		"(every row's tokens in one product), and sums native LayerNorm's gain and bias gradients over the tokens in bf16 in pure bf16; " +
+		"it does not cover bf16 accumulation of larger products (PyTorch 1.13 on a CPU without AVX-512 accumulates every bf16 product in bf16), " +
+		"nor of products a candidate splits smaller (one batch row or one token at a time): " +
 		"such a candidate can exceed these tolerances there without a bug (docs/tolerances.md, \"Products accumulated in bf16\")"
 }

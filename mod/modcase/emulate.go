@@ -132,6 +132,7 @@ func eachMember(c *format.Case, p format.Profile, portable bool, free *freeFloat
 		name := p.Name + ", float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
 		if p.Storage != nil {
 			em.rnd.Store = p.Storage.Round32
+			em.rnd.NormSums = true
 			name = p.Name + " throughout (every tensor in the format), float32 sums and norm statistics, RMSNorm as x / sqrt(·)"
 		}
 		if st == autograd.StatsOnePass32 {
@@ -222,6 +223,7 @@ func randomRounding(p format.Profile, seed uint64) emulation {
 		// perturbation already moves it to either neighbour; a value
 		// rounded to float32 again needs the whole unit to move at all.
 		store, unit = p.Storage.Round, p.Unit/2
+		em.rnd.NormSums = true
 	}
 	em.rnd.Store = perturb(unit, store)
 	em.rnd.Result = perturb(unit, store)
