@@ -397,6 +397,11 @@ func flipDistance(c *format.Case, cand map[string]*format.Array, prefix, kind st
 			worst = math.Max(worst, d)
 			switch {
 			case d > 0 && d < margin:
+			case d == 0 && !bd.causal && tieRuleKept(bd, m, p):
+				// Exactly on the boundary, with the tokens tied with it
+				// routed as the tie rule routes them: it crossed with its
+				// tie kept, because a token within the margin crossed the
+				// other way (whose own distance is checked).
 			case d == 0 && !bd.causal && roundOffTie(c, cand, prefix, m.Row, p, other, routed):
 				tie = true
 			default:
@@ -407,6 +412,34 @@ func flipDistance(c *format.Case, cand map[string]*format.Array, prefix, kind st
 	check(m.OnlyCandidate, m.OnlyOracle, false)
 	check(m.OnlyOracle, m.OnlyCandidate, true)
 	return worst, within, tie
+}
+
+// tieRuleKept reports whether, among the tokens of a top-k row whose
+// truth's router weights are exactly token p's, the candidate's decisions
+// (the truth's, bd.set, changed by m) route a set the tie rule could
+// route: every one routed at a lower position than every one left out
+// (docs/spec.md §4). p sits exactly on the truth's boundary, tied with the
+// k-th weight or the largest left out; the whole tie moved across it
+// together, the lower positions first, when a token within the margin on
+// the other side crossed the other way: fuzz-13-98 (bf16, a layer at
+// d = 128) routed both tokens of an exact tie at the boundary and left out
+// a token 0.0021 above it, well inside the margin 0.25.
+func tieRuleKept(bd boundary, m RowMismatch, p int) bool {
+	routes := func(x int) bool {
+		return bd.set[x] && !slices.Contains(m.OnlyOracle, x) || slices.Contains(m.OnlyCandidate, x)
+	}
+	highestIn, lowestOut := -1, bd.valid
+	for t := range bd.valid {
+		if bd.s[t] != bd.s[p] {
+			continue
+		}
+		if routes(t) {
+			highestIn = max(highestIn, t)
+		} else {
+			lowestOut = min(lowestOut, t)
+		}
+	}
+	return highestIn < lowestOut
 }
 
 // roundOffTie reports whether token p of row b of a top-k routed layer

@@ -415,3 +415,41 @@ func TestJudgeFlipsRoundOffTieEveryRow(t *testing.T) {
 		t.Errorf("every row's tie broken by round-off: pass %v, flips %+v; want %d flips rejudged, passing", res.Pass, res.Flips, 2*sel.Shape[0])
 	}
 }
+
+// TestJudgeFlipsTieKeptWhole: in row 0 of layer-ties, tokens 1 and 3 are
+// exactly tied on the boundary (the truth routes 1, the lower position)
+// and token 2 is routed 0.277 above it. Under a margin of 0.3 (as a coarse
+// profile's), a candidate that routes both tied tokens and leaves out 2,
+// its values the truth's at that decision, keeps the tie rule and crossed
+// within the margin: re-judged, it passes. One that routes 3 in place of
+// 1 (the tie broken against the rule, its own weights equal) or in place
+// of 5, 1.05 above the boundary, fails.
+func TestJudgeFlipsTieKeptWhole(t *testing.T) {
+	c := loadCase(t, "layer-ties")
+	c.Manifest.Routing.Margin = 0.3
+	r := c.Arrays["expected.router_logits"].F
+	sel := c.Arrays["expected.selected"]
+	k := sel.Shape[1]
+	if !slices.Equal(sel.I[:k], []int64{1, 2, 4, 5}) || r[1] != r[3] || r[2]-r[1] >= 0.3 || r[5]-r[1] <= 0.3 {
+		t.Fatalf("layer-ties row 0: selected %v, weights %v: not the tie the test needs", sel.I[:k], r[:c.Manifest.Config.SeqLen])
+	}
+	for _, x := range []struct {
+		what    string
+		in, out int
+		pass    bool
+	}{
+		{"the tie routed whole, token 2 left out within the margin", 3, 2, true},
+		{"the tie broken against the rule", 3, 1, false},
+		{"the tie routed whole, token 5 left out beyond the margin", 3, 5, false},
+	} {
+		cand := expectedAsCandidate(c)
+		s := cand["selected"]
+		s.I[slices.Index(s.I[:k], int64(x.out))] = int64(x.in)
+		slices.Sort(s.I[:k])
+		cand["targets"].F[x.in], cand["targets"].F[x.out] = 1, 0
+		res := judgeWithFlips(t, c, truthAtFlip(t, c, cand))
+		if res.Pass != x.pass || res.Flips == nil || (res.Flips.Verdict == FlipsRejudged) != x.pass {
+			t.Errorf("%s: pass %v, flips %+v; want pass %v", x.what, res.Pass, res.Flips, x.pass)
+		}
+	}
+}
