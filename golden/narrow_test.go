@@ -34,12 +34,12 @@ func TestNarrowLayerNormIsMarked(t *testing.T) {
 	}
 }
 
-// TestNarrowLayerNormNotJudgedInCoarseFormats: the bf16 and fp16 profiles
-// refuse a case with a LayerNorm narrower than MinLayerNormD, float32 and
-// tf32 judge it, and every profile judges one at MinLayerNormD or an
-// RMSNorm at d = 4; gen --config refuses such a case naming bf16 or fp16
-// as its precision.
-func TestNarrowLayerNormNotJudgedInCoarseFormats(t *testing.T) {
+// TestNarrowNotJudgedInCoarseFormats: the bf16 and fp16 profiles refuse
+// a case with a LayerNorm narrower than MinLayerNormD or any block
+// narrower than format.MinCoarseD, float32 and tf32 judge it, and every
+// profile judges one at d = 8; gen --config refuses such a case naming
+// bf16 or fp16 as its precision.
+func TestNarrowNotJudgedInCoarseFormats(t *testing.T) {
 	config := func(d, norm, precision string) string {
 		return `{"name": "narrow", "kind": "layer", "seed": 5, "precision": "` + precision + `", "config": {"batch": 2, "seq_len": 5, "layer": {"d_model": ` + d +
 			`, "heads": 2, "d_ff": 5, "norm": "` + norm + `", "norm_eps": 1e-05, "mlp": "gelu", "positions": "rope", "rope_base": 10000, "router": "linear", "capacity": {"kind": "ratio", "ratio": 0.5}, "weighting": "sigmoid", "compute": "gather", "aux": "none", "causal": "off"}}}`
@@ -49,8 +49,9 @@ func TestNarrowLayerNormNotJudgedInCoarseFormats(t *testing.T) {
 		refused []string
 	}{
 		{"4", "layernorm", []string{"bf16", "fp16"}},
-		{"4", "rmsnorm", nil},
+		{"4", "rmsnorm", []string{"bf16", "fp16"}},
 		{"8", "layernorm", nil},
+		{"8", "rmsnorm", nil},
 	} {
 		for _, p := range format.Profiles {
 			g, err := DecodeGenConfig([]byte(config(tc.d, tc.norm, p.Name)))
@@ -60,7 +61,7 @@ func TestNarrowLayerNormNotJudgedInCoarseFormats(t *testing.T) {
 				continue
 			}
 			if want {
-				if !strings.Contains(err.Error(), "LayerNorm over d = "+tc.d) {
+				if !strings.Contains(err.Error(), "d = "+tc.d+" features") {
 					t.Errorf("%s at d = %s, precision %s: error %q does not name the LayerNorm's width", tc.norm, tc.d, p.Name, err)
 				}
 				continue

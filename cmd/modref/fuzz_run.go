@@ -31,7 +31,8 @@ const (
 	kindTimedOut  = string(candidate.TimedOut)
 	kindGarbage   = string(candidate.Garbage)
 	// kindUngenerable: the drawn configuration has no case (a draw whose
-	// routing never clears a tie, or one ref refuses); it is drawn again.
+	// routing never clears a tie, one ref refuses, or one the case's
+	// precision profile does not judge); it is drawn again.
 	kindUngenerable = "ungenerable"
 )
 
@@ -82,6 +83,13 @@ func judgeCandidate(c *format.Case, cand map[string]*format.Array) (*judge.CaseR
 // runCase generates configuration g's case, runs the candidate on it and
 // judges its output (judgeFuzzCase; need as there).
 func (r *fuzzRun) runCase(g *golden.GenConfig, need float64) outcome {
+	if p, err := format.ParseProfile(g.Precision); err == nil {
+		// A draw the case's profile does not judge (a block narrower than
+		// format.MinCoarseD in bf16 or fp16) is drawn again.
+		if err := p.Judges(g.Config); err != nil {
+			return outcome{kind: kindUngenerable, reason: err.Error()}
+		}
+	}
 	c, err := golden.GenerateUnmeasured(g, nil)
 	if err != nil {
 		return outcome{kind: kindUngenerable, reason: err.Error()}
