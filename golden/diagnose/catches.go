@@ -91,8 +91,11 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
-	if c.Manifest.Kind == format.KindLayer {
+	switch c.Manifest.Kind {
+	case format.KindLayer:
 		return measuredLayerCatches(c)
+	case format.KindModel:
+		return measuredModelCatches(c)
 	}
 	ems, err := emulate(c, nil, nil)
 	if err != nil {
@@ -140,25 +143,74 @@ func measuredLayerCatches(c *format.Case) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
+	return settledCatches(c, ems, func(i int) bool { return failed[i] })
+}
+
+// settledCatches lists, in order, the deviations of emulations ems that
+// case c tells apart, each emulation settled as it was computed (its
+// arrays dropped): failed(i) for one computed, the whole case's
+// comparison for one holding the oracle's own arrays (shareEffective), and
+// the verdict of the one it repeats for a repeat.
+func settledCatches(c *format.Case, ems []emulation, failed func(i int) bool) ([]string, error) {
 	var out []string
 	for i, em := range ems {
 		if em.reason != "" || slices.Contains(out, em.name) {
 			continue
 		}
-		fails := failed[i]
+		fails := false
 		switch {
 		case em.arrays != nil: // the oracle's own arrays (shareEffective), not computed
+			var err error
 			if fails, err = failsWhole(c, em); err != nil {
 				return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 			}
 		case em.repeats > 0:
-			fails = failed[em.repeats-1]
+			fails = failed(em.repeats - 1)
+		default:
+			fails = failed(i)
 		}
 		if fails {
 			out = append(out, em.name)
 		}
 	}
 	return out, nil
+}
+
+// measuredModelCatches is MeasuredCatches of a model case, as
+// measuredLayerCatches is of a layer case: a deviation's gradients are
+// computed only where its forward arrays do not already fail the case's
+// comparison (modelArraysAnalytic), and each emulation is judged as soon
+// as it is computed and its arrays then dropped, so that a model's
+// parameter gradients are not held for every deviation at once.
+func measuredModelCatches(c *format.Case) ([]string, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	ems, devs, err := modelEmulations(c, nil)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	s := modelSpecOf(c)
+	failed := make([]bool, len(ems)) // each written by its own emulation
+	compute := func(i int) (map[string]*format.Array, error) {
+		devs[i].caught = new(forwardCatch)
+		arrays, err := modelArrays(c, s, &devs[i])
+		if err != nil {
+			return nil, err
+		}
+		if failed[i] = devs[i].caught.byForward; !failed[i] {
+			em := ems[i]
+			em.arrays = arrays
+			if failed[i], err = failsWhole(c, em); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	if err := emulateEach(c, ems, nil, func(i int) int { return devs[i].cost() }, compute); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return settledCatches(c, ems, func(i int) bool { return failed[i] })
 }
 
 // failsWhole reports whether emulation em's arrays, as the whole of a

@@ -63,6 +63,68 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 	}
 }
 
+// TestMeasuredModelCatchesSkipGradientsSafely is
+// TestMeasuredCatchesSkipGradientsSafely on model cases (two routed layers
+// and more, padding, the random router, the predictor, MLP-only, shared
+// capacities and a case with ties): MeasuredCatches, which takes a
+// deviation's gradients only where its forward arrays pass and judges each
+// emulation as it is computed, measures what judging every deviation's
+// whole recomputed case measures, and it did skip gradients somewhere.
+func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
+	skipped := 0
+	for _, name := range []string{"model-every-other", "model-batch-rows", "model-random", "model-predictor", "model-mlp-only", "model-mixed-capacities", "model-ties", "model-gqa"} {
+		c, err := format.Load("../corpus", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MeasuredCatches(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ems, err := emulate(c, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, em := range ems {
+			if em.reason != "" || slices.Contains(want, em.name) {
+				continue
+			}
+			dc, err := deviantCase(c, em)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
+				t.Fatal(err)
+			} else if !res.Pass {
+				want = append(want, em.name)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
+		}
+		ems, devs, err := modelEmulations(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range devs {
+			if ems[i].reason != "" || ems[i].arrays != nil || ems[i].repeats > 0 || !devs[i].hasBackward() {
+				continue
+			}
+			devs[i].caught = new(forwardCatch)
+			if _, err := modelArrays(c, modelSpecOf(c), &devs[i]); err != nil {
+				t.Fatal(err)
+			}
+			if devs[i].caught.byForward {
+				skipped++
+			}
+		}
+	}
+	if skipped == 0 {
+		t.Error("no deviation of a model case was caught by its forward arrays alone: the gradients were never skipped")
+	}
+}
+
 // TestComputedCatchesAreMeasured: on every layer and model case of the
 // corpus, each claim of softmax_whole_row, qk_swapped, weight_scaled and
 // router_normed_input
