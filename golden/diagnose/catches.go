@@ -91,11 +91,16 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
 	switch c.Manifest.Kind {
 	case format.KindLayer:
 		return measuredLayerCatches(c)
 	case format.KindModel:
 		return measuredModelCatches(c)
+	case format.KindDecode:
+		return measuredDecodeCatches(c)
 	}
 	ems, err := emulate(c, nil, nil)
 	if err != nil {
@@ -121,9 +126,6 @@ func MeasuredCatches(c *format.Case) ([]string, error) {
 // emulation judged as soon as it is computed (emulateLayer's settle) and
 // its arrays then dropped: only the verdicts are kept.
 func measuredLayerCatches(c *format.Case) ([]string, error) {
-	if err := checkInputShapes(c); err != nil {
-		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
-	}
 	var mu sync.Mutex
 	failed := make(map[int]bool)
 	settle := func(i int, em emulation, byForward bool) error {
@@ -183,22 +185,43 @@ func settledCatches(c *format.Case, ems []emulation, failed func(i int) bool) ([
 // as it is computed and its arrays then dropped, so that a model's
 // parameter gradients are not held for every deviation at once.
 func measuredModelCatches(c *format.Case) ([]string, error) {
-	if err := checkInputShapes(c); err != nil {
-		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
-	}
 	ems, devs, err := modelEmulations(c, nil)
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	s := modelSpecOf(c)
+	return measuredSettled(c, ems, func(i int) int { return devs[i].cost() }, func(i int, caught *forwardCatch) (map[string]*format.Array, error) {
+		devs[i].caught = caught
+		return modelArrays(c, s, &devs[i])
+	})
+}
+
+// measuredDecodeCatches is MeasuredCatches of a decode case: a layer
+// deviation is decoded only where its full forward's arrays do not already
+// fail the case's comparison, and each emulation, run side by side as
+// emulateEach runs them, is judged as soon as it is computed.
+func measuredDecodeCatches(c *format.Case) ([]string, error) {
+	ems, compute, err := decodeEmulations(c)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return measuredSettled(c, ems, func(int) int { return 1 }, compute)
+}
+
+// measuredSettled computes the emulations ems of case c (emulateEach, by
+// descending cost), each by compute(i, caught), which sets caught.byForward
+// where its forward arrays alone fail the case's comparison and may then
+// leave out the rest; each is judged as soon as computed and its arrays
+// dropped, and the deviations told apart are listed (settledCatches).
+func measuredSettled(c *format.Case, ems []emulation, cost func(i int) int, compute func(i int, caught *forwardCatch) (map[string]*format.Array, error)) ([]string, error) {
 	failed := make([]bool, len(ems)) // each written by its own emulation
-	compute := func(i int) (map[string]*format.Array, error) {
-		devs[i].caught = new(forwardCatch)
-		arrays, err := modelArrays(c, s, &devs[i])
+	settle := func(i int) (map[string]*format.Array, error) {
+		caught := new(forwardCatch)
+		arrays, err := compute(i, caught)
 		if err != nil {
 			return nil, err
 		}
-		if failed[i] = devs[i].caught.byForward; !failed[i] {
+		if failed[i] = caught.byForward; !failed[i] {
 			em := ems[i]
 			em.arrays = arrays
 			if failed[i], err = failsWhole(c, em); err != nil {
@@ -207,7 +230,7 @@ func measuredModelCatches(c *format.Case) ([]string, error) {
 		}
 		return nil, nil
 	}
-	if err := emulateEach(c, ems, nil, func(i int) int { return devs[i].cost() }, compute); err != nil {
+	if err := emulateEach(c, ems, nil, cost, settle); err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
 	return settledCatches(c, ems, func(i int) bool { return failed[i] })

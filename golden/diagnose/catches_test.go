@@ -66,13 +66,17 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 // TestMeasuredModelCatchesSkipGradientsSafely is
 // TestMeasuredCatchesSkipGradientsSafely on model cases (two routed layers
 // and more, padding, the random router, the predictor, MLP-only, shared
-// capacities and a case with ties): MeasuredCatches, which takes a
-// deviation's gradients only where its forward arrays pass and judges each
+// capacities and a case with ties) and decode cases (padding, a window,
+// the predictor, MLP-only): MeasuredCatches, which takes a model
+// deviation's gradients, and decodes under a decode case's layer
+// deviation, only where the forward arrays pass, and judges each
 // emulation as it is computed, measures what judging every deviation's
-// whole recomputed case measures, and it did skip gradients somewhere.
+// whole recomputed case measures, and it did skip gradients and decoding
+// somewhere.
 func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
-	skipped := 0
-	for _, name := range []string{"model-every-other", "model-batch-rows", "model-random", "model-predictor", "model-mlp-only", "model-mixed-capacities", "model-ties", "model-gqa"} {
+	skipped := map[string]int{}
+	for _, name := range []string{"model-every-other", "model-batch-rows", "model-random", "model-predictor", "model-mlp-only", "model-mixed-capacities", "model-ties", "model-gqa",
+		"decode-padding", "decode-window", "decode-predictor", "decode-mlp-only", "decode-layer-list", "decode-batch-rows"} {
 		c, err := format.Load("../corpus", name)
 		if err != nil {
 			t.Fatal(err)
@@ -103,6 +107,26 @@ func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
 		}
+		kind := c.Manifest.Kind
+		if kind == format.KindDecode {
+			ems, compute, err := decodeEmulations(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range ems {
+				if ems[i].reason != "" {
+					continue
+				}
+				caught := new(forwardCatch)
+				if _, err := compute(i, caught); err != nil {
+					t.Fatal(err)
+				}
+				if caught.byForward {
+					skipped[kind]++
+				}
+			}
+			continue
+		}
 		ems, devs, err := modelEmulations(c, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -116,12 +140,14 @@ func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
 				t.Fatal(err)
 			}
 			if devs[i].caught.byForward {
-				skipped++
+				skipped[kind]++
 			}
 		}
 	}
-	if skipped == 0 {
-		t.Error("no deviation of a model case was caught by its forward arrays alone: the gradients were never skipped")
+	for _, kind := range []string{format.KindModel, format.KindDecode} {
+		if skipped[kind] == 0 {
+			t.Errorf("no deviation of a %s case was caught by its forward arrays alone: the rest was never skipped", kind)
+		}
 	}
 }
 

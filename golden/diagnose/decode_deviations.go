@@ -113,6 +113,11 @@ func decodeDeviantArrays(c *format.Case, s oracle.ModelSpec, d layerDeviation) (
 	if err != nil {
 		return nil, err
 	}
+	if d.caught != nil {
+		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+			return arrays, err
+		}
+	}
 	v := d.decodeFault
 	v.windowSlots = v.windowSlots || d.windowByIndex
 	v.slotPositions = v.slotPositions || d.ropeAtIndex

@@ -325,49 +325,79 @@ func hasRoutedWindow(cfg spec.ModelConfig) bool {
 }
 
 // emulateDecodeCase recomputes a decode case's token-by-token arrays under
-// each decode_mismatch variant; the full causal forward stays the oracle's.
+// each decode_mismatch variant and each decodable layer deviation
+// (decodeEmulations); the full causal forward stays the oracle's under a
+// variant.
 func emulateDecodeCase(c *format.Case) ([]emulation, error) {
-	s := modelSpecOf(c)
-	p, in, err := oracle.ModelDrawOf(c, s)
+	ems, compute, err := decodeEmulations(c)
 	if err != nil {
 		return nil, err
 	}
+	err = emulateEach(c, ems, nil, func(int) int { return 1 }, func(i int) (map[string]*format.Array, error) { return compute(i, nil) })
+	return ems, err
+}
+
+// decodeEmulations lists a decode case's emulations, each with the reason
+// it is not made or to be computed by compute(i, caught): a decode_mismatch
+// variant decodes against the case's own full forward (decodeArrays), a
+// layer deviation has it in the full forward and in decoding
+// (decodeDeviantArrays), and with caught set, decodes only where the full
+// forward's arrays do not already fail the case's comparison. Each
+// computation reads its own copy of the case's parameters and inputs.
+func decodeEmulations(c *format.Case) ([]emulation, func(i int, caught *forwardCatch) (map[string]*format.Array, error), error) {
+	s := modelSpecOf(c)
+	p, _, err := oracle.ModelDrawOf(c, s)
+	if err != nil {
+		return nil, nil, err
+	}
 	if _, err := ref.NewDecoder(s.Config, p); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var ems []emulation
+	var variants []*decodeVariant // decode_mismatch's variant of each emulation, or nil
+	var devs []layerDeviation     // the layer deviation of each other one
+	add := func(em emulation, v *decodeVariant, d layerDeviation) {
+		ems, variants, devs = append(ems, em), append(variants, v), append(devs, d)
+	}
 	for _, dev := range format.Deviations {
 		switch dev.Name {
 		case "decode_mismatch":
 			for _, v := range decodeVariants() {
+				em := emulation{name: dev.Name, variant: v.name}
 				if v.windowSlots && !hasRoutedWindow(s.Config) {
-					em := notEmulated(dev.Name, "no routed layer attends through a window")
+					em = notEmulated(dev.Name, "no routed layer attends through a window")
 					em.variant = v.name
-					ems = append(ems, em)
-					continue
 				}
-				arrays, err := decodeArrays(c, s, p, in, v, expectedArrays(c))
-				if err != nil {
-					return nil, fmt.Errorf("emulating %s (%s): %w", dev.Name, v.name, err)
-				}
-				ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
+				add(em, &v, layerDeviation{})
 			}
 		case "mode_ungated_experts":
-			ems = append(ems, notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"))
+			add(notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"), nil, layerDeviation{})
 		default:
 			d, _ := findLayerDeviation(dev.Name)
 			if why := decodeSkip(s.Config, d); why != "" {
-				ems = append(ems, notEmulated(dev.Name, why))
+				add(notEmulated(dev.Name, why), nil, d)
 				continue
 			}
-			arrays, err := decodeDeviantArrays(c, s, d)
-			if err != nil {
-				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
-			}
-			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
+			add(emulation{name: dev.Name}, nil, d)
 		}
 	}
-	return ems, nil
+	compute := func(i int, caught *forwardCatch) (map[string]*format.Array, error) {
+		if v := variants[i]; v != nil {
+			p, in, err := oracle.ModelDrawOf(c, s)
+			if err != nil {
+				return nil, err
+			}
+			arrays, err := decodeArrays(c, s, p, in, *v, expectedArrays(c))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+			return arrays, nil
+		}
+		d := devs[i]
+		d.caught = caught
+		return decodeDeviantArrays(c, s, d)
+	}
+	return ems, compute, nil
 }
 
 // decodeForwardArrays is a decode case's expected arrays with those of the
