@@ -121,7 +121,7 @@ func decodeDeviantArrays(c *format.Case, s oracle.ModelSpec, d layerDeviation) (
 	v := d.decodeFault
 	v.windowSlots = v.windowSlots || d.windowByIndex
 	v.slotPositions = v.slotPositions || d.ropeAtIndex
-	return decodeArraysUnder(c, s, p, in, v, &d, arrays)
+	return decodeArraysUnder(c, s, p, in, v, &d, arrays, d.caught)
 }
 
 // sharedRouterParams is p with every routed layer's router the first

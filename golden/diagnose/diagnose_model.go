@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -387,7 +388,7 @@ func decodeEmulations(c *format.Case) ([]emulation, func(i int, caught *forwardC
 			if err != nil {
 				return nil, err
 			}
-			arrays, err := decodeArrays(c, s, p, in, *v, expectedArrays(c))
+			arrays, err := decodeArraysUnder(c, s, p, in, *v, nil, expectedArrays(c), caught)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", v.name, err)
 			}
@@ -432,12 +433,17 @@ func decodeForwardArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams,
 // expected.decode_logits and expected.L<l>.routed recomputed by a decoder
 // with variant v.
 func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
-	return decodeArraysUnder(c, s, p, in, v, nil, arrays)
+	return decodeArraysUnder(c, s, p, in, v, nil, arrays, nil)
 }
 
 // decodeArraysUnder is decodeArrays by a decoder whose routed layers also
 // have the layer deviation d (decodeUpdate; nil for none).
-func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, d *layerDeviation, arrays map[string]*format.Array) (map[string]*format.Array, error) {
+//
+// With early set, the decoding stops as soon as the tokens decoded so far
+// fail the case's comparison (earlyFail, after each row's 1st, 2nd, 4th,
+// 8th, … token and its last), early.byForward records that they did, and
+// the arrays returned are not the whole decoding.
+func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, d *layerDeviation, arrays map[string]*format.Array, early *forwardCatch) (map[string]*format.Array, error) {
 	vocab := s.Config.Vocab
 	logits := make([]float64, 0, s.Batch*s.SeqLen*vocab)
 	routed := make([][][]int, len(s.Config.Layers))
@@ -452,6 +458,11 @@ func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, i
 				return nil, fmt.Errorf("row %d: %w", b, err)
 			}
 			logits = append(logits, ref.HeadLogits(s.Config.Block(), p, x)...)
+			if early != nil && (pos&(pos+1) == 0 || pos == len(tokens)-1) {
+				if early.byForward, err = earlyFail(c, s, logits, routed); err != nil || early.byForward {
+					return arrays, err
+				}
+			}
 		}
 	}
 	arrays["expected.decode_logits"] = format.Float(logits, s.Batch, s.SeqLen, vocab)
@@ -461,6 +472,40 @@ func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, i
 		}
 	}
 	return arrays, nil
+}
+
+// earlyFail reports whether a decoding's first tokens (logits, flat in
+// row-major order, and each routed layer's decisions routed[l][b]) fail
+// decode case c's comparison: they are judged in place of the case's own
+// values, the rest kept. The comparison is element by element
+// (judge.Compare: a value fails alone, by its distance from the case's),
+// so that tokens that fail it fail the whole decoding.
+func earlyFail(c *format.Case, s oracle.ModelSpec, logits []float64, routed [][][]int) (bool, error) {
+	want, err := c.Array("expected.decode_logits")
+	if err != nil {
+		return false, err
+	}
+	got := format.Float(slices.Clone(want.F), want.Shape...)
+	copy(got.F, logits)
+	arrays := map[string]*format.Array{"expected.decode_logits": got}
+	for l, ml := range s.Config.Layers {
+		if !ml.Routed {
+			continue
+		}
+		name := fmt.Sprintf("expected.L%d.routed", l)
+		want, err := c.Array(name)
+		if err != nil {
+			return false, err
+		}
+		flags := format.Int(slices.Clone(want.I), want.Shape...)
+		for b, row := range routed[l] {
+			for i, v := range row {
+				flags.I[b*s.SeqLen+i] = int64(v)
+			}
+		}
+		arrays[name] = flags
+	}
+	return failsOn(c, arrays)
 }
 
 // step decodes token tok at position pos through every layer, as ref.Decoder
