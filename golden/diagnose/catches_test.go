@@ -18,36 +18,7 @@ import (
 func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 	skipped := 0
 	for _, name := range []string{"layer-paper", "layer-padding-load-balance", "layer-causal-router", "layer-causal-predictor", "layer-mlp-only", "layer-window", "layer-dense-ste", "layer-gqa"} {
-		c, err := format.Load("../corpus", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := MeasuredCatches(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ems, err := emulate(c, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for _, em := range ems {
-			if em.reason != "" || slices.Contains(want, em.name) {
-				continue
-			}
-			dc, err := deviantCase(c, em)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
-				t.Fatal(err)
-			} else if !res.Pass {
-				want = append(want, em.name)
-			}
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
-		}
+		c := measuredAsWhole(t, name)
 		_, caught, err := emulateLayer(c, nil, nil, true, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -78,36 +49,7 @@ func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
 	skipped := map[string]int{}
 	for _, name := range []string{"model-every-other", "model-batch-rows", "model-random", "model-predictor", "model-mlp-only", "model-mixed-capacities", "model-ties", "model-gqa",
 		"decode-padding", "decode-window", "decode-predictor", "decode-mlp-only", "decode-layer-list", "decode-batch-rows"} {
-		c, err := format.Load("../corpus", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := MeasuredCatches(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ems, err := emulate(c, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for _, em := range ems {
-			if em.reason != "" || slices.Contains(want, em.name) {
-				continue
-			}
-			dc, err := deviantCase(c, em)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
-				t.Fatal(err)
-			} else if !res.Pass {
-				want = append(want, em.name)
-			}
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
-		}
+		c := measuredAsWhole(t, name)
 		kind := c.Manifest.Kind
 		if kind == format.KindDecode {
 			ems, compute, err := decodeEmulations(c)
@@ -153,6 +95,44 @@ func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
 			t.Errorf("no %s was caught by its forward arrays or first decoded tokens alone: the rest was never skipped", kind)
 		}
 	}
+}
+
+// measuredAsWhole loads corpus case name and checks that MeasuredCatches
+// gives what judging every emulated deviation's whole recomputed case
+// gives.
+func measuredAsWhole(t *testing.T, name string) *format.Case {
+	t.Helper()
+	c, err := format.Load("../corpus", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := MeasuredCatches(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ems, err := emulate(c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, em := range ems {
+		if em.reason != "" || slices.Contains(want, em.name) {
+			continue
+		}
+		dc, err := deviantCase(c, em)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
+			t.Fatal(err)
+		} else if !res.Pass {
+			want = append(want, em.name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
+	}
+	return c
 }
 
 // TestComputedCatchesAreMeasured: on every layer and model case of the
