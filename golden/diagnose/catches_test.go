@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -215,6 +216,29 @@ func TestDiagnoseLayerStreamed(t *testing.T) {
 						want[i].Name, want[i].Variant, want[i].Distinct, want[i].Match, want[i].Matching, want[i].Total)
 				}
 			}
+		}
+	}
+}
+
+// TestMeasuredCatchesIndependentOfGOMAXPROCS measures the catches of model
+// and decode cases, whose emulations run side by side and are judged as
+// each finishes, on one core and on four, and finds the same lists.
+func TestMeasuredCatchesIndependentOfGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, name := range []string{"model-every-other", "model-batch-rows", "decode-padding", "decode-window"} {
+		c, err := format.Load("../corpus", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [2][]string
+		for k, procs := range []int{1, 4} {
+			runtime.GOMAXPROCS(procs)
+			if got[k], err = MeasuredCatches(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(got[0], got[1]) || len(got[0]) == 0 {
+			t.Errorf("%s: catches %v on one core, %v on four", name, got[0], got[1])
 		}
 	}
 }
