@@ -52,6 +52,31 @@ func NewMoDEParams(c spec.MoDEConfig, rng *rand.Rand) *MoDEParams {
 	return p
 }
 
+// NewMoDERoutingParams draws what decides a MoDE layer's routing as
+// NewMoDEParams draws it from the same rng (N1, the attention, N2, the
+// staged form's router and the gate: the same values) and leaves out the
+// experts, skipping their draws (skipNormals): rng ends where NewMoDEParams
+// leaves it, so that what is drawn from it next is the same. MoDERoute on
+// these parameters decides what MoDEForward on NewMoDEParams' decides, at a
+// fraction of the drawing: a generator that redraws a case until its
+// routing is clear of ties tries each draw this way.
+func NewMoDERoutingParams(c spec.MoDEConfig, rng *rand.Rand) *MoDEParams {
+	d, f := c.Block.D, c.Block.DFF
+	sd := 1 / math.Sqrt(float64(d))
+	p := &MoDEParams{}
+	drawNormsAndAttention(c.Block, rng, &p.Block)
+	if c.Form == spec.MoDEStaged {
+		p.Router = RandomVector(rng, d, 0, sd)
+	}
+	p.Gate = RandomMatrix(rng, d, c.GateWidth(), sd)
+	mlps := 2 // W1, W2 (and W3 for SwiGLU) of d·f values each
+	if c.Block.MLP == spec.ActSwiGLU {
+		mlps = 3
+	}
+	skipNormals(rng, c.Experts*mlps*d*f)
+	return p
+}
+
 // ExpertPrefix is the name prefix of expert e's parameters: "Expert<e>.".
 func ExpertPrefix(e int) string { return "Expert" + strconv.Itoa(e) + "." }
 
@@ -71,6 +96,35 @@ func (p *MoDEParams) Tensors(prefix string) []Tensor {
 // Check reports the first parameter whose presence or shape does not match
 // the configuration.
 func (p *MoDEParams) Check(c spec.MoDEConfig) error {
+	if err := p.checkRouting(c); err != nil {
+		return err
+	}
+	d, f := c.Block.D, c.Block.DFF
+	if len(p.Experts) != c.Experts {
+		return fmt.Errorf("params: %d experts, want E = %d", len(p.Experts), c.Experts)
+	}
+	for e := range p.Experts {
+		ex := &p.Experts[e]
+		if ex.Norm1 != nil || ex.Wq != nil || ex.Wk != nil || ex.Wv != nil || ex.Wo != nil || ex.Norm2 != nil || ex.Norm1Bias != nil || ex.Norm2Bias != nil ||
+			ex.Bq != nil || ex.Bk != nil || ex.Bv != nil {
+			return fmt.Errorf("params: expert %d has norm or attention parameters; an expert is an MLP only", e)
+		}
+		for _, err := range []error{
+			checkMat(ExpertPrefix(e)+"W1", ex.W1, d, f, true),
+			checkMat(ExpertPrefix(e)+"W2", ex.W2, f, d, true),
+			checkMat(ExpertPrefix(e)+"W3", ex.W3, d, f, c.Block.MLP == spec.ActSwiGLU),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkRouting is Check of the parameters that decide the routing: N1,
+// the attention, N2, the router and the gate (and no MLP in Block).
+func (p *MoDEParams) checkRouting(c spec.MoDEConfig) error {
 	d, f := c.Block.D, c.Block.DFF
 	ln := c.Block.Norm == spec.NormLayer
 	b := &p.Block
@@ -92,28 +146,9 @@ func (p *MoDEParams) Check(c spec.MoDEConfig) error {
 		checkVec("Router", p.Router, d, c.Form == spec.MoDEStaged),
 		checkMat("Gate", p.Gate, d, c.GateWidth(), true),
 	}
-	if len(p.Experts) != c.Experts {
-		errs = append(errs, fmt.Errorf("params: %d experts, want E = %d", len(p.Experts), c.Experts))
-	}
 	for _, e := range errs {
 		if e != nil {
 			return e
-		}
-	}
-	for e := range p.Experts {
-		ex := &p.Experts[e]
-		if ex.Norm1 != nil || ex.Wq != nil || ex.Wk != nil || ex.Wv != nil || ex.Wo != nil || ex.Norm2 != nil || ex.Norm1Bias != nil || ex.Norm2Bias != nil ||
-			ex.Bq != nil || ex.Bk != nil || ex.Bv != nil {
-			return fmt.Errorf("params: expert %d has norm or attention parameters; an expert is an MLP only", e)
-		}
-		for _, err := range []error{
-			checkMat(ExpertPrefix(e)+"W1", ex.W1, d, f, true),
-			checkMat(ExpertPrefix(e)+"W2", ex.W2, f, d, true),
-			checkMat(ExpertPrefix(e)+"W3", ex.W3, d, f, c.Block.MLP == spec.ActSwiGLU),
-		} {
-			if err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -197,15 +232,20 @@ func ExpertChoice(gates [][]float64, k int) ([][]int, error) {
 	return sel.Rows, nil
 }
 
-// checkMoDE validates the configuration, the parameters and the input.
-func checkMoDE(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (rows, s int, err error) {
+// checkMoDE validates the configuration, the parameters (the experts'
+// only if experts) and the input.
+func checkMoDE(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, experts bool) (rows, s int, err error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, 0, err
 	}
 	if p == nil {
 		return 0, 0, fmt.Errorf("mode: params are nil")
 	}
-	if err := p.Check(cfg); err != nil {
+	check := p.checkRouting
+	if experts {
+		check = p.Check
+	}
+	if err := check(cfg); err != nil {
 		return 0, 0, fmt.Errorf("mode: %w", err)
 	}
 	rows, s, err = batchShape("MoDE input X", x, cfg.Block.D)
@@ -276,9 +316,55 @@ func modeAttend(cfg spec.MoDEConfig, p *MoDEParams, x *mat.Dense, pos []int) (mo
 // of r = w·x with capacity ratio c), the gates, the expert choice with
 // capacity k_e, then MoDEForwardFrozen's output with that decision.
 func MoDEForward(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (*MoDEResult, error) {
-	rows, s, err := checkMoDE(cfg, p, x)
+	r, fz, _, err := modeRoute(cfg, p, x, true)
 	if err != nil {
 		return nil, err
+	}
+	return modeApply(cfg, p, x, r, fz)
+}
+
+// MoDERoute is MoDEForward's routing alone: the result's router weights,
+// selection, gates, expert capacities, expert choice and Frozen are
+// MoDEForward's, its Out and FLOPs are left unset, and no expert runs: p's
+// experts are neither checked nor read, and may be left out
+// (NewMoDERoutingParams).
+func MoDERoute(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (*MoDEResult, error) {
+	r, fz, gated, err := modeRoute(cfg, p, x, false)
+	if err != nil {
+		return nil, err
+	}
+	res := &MoDEResult{RouterWeights: r, Selection: fz.Selection, Experts: fz.Experts, Frozen: fz,
+		ExpertCapacity: make([]int, len(x))}
+	s, _ := x[0].Dims()
+	for b, row := range gated {
+		if len(fz.Experts[b]) > 0 {
+			res.ExpertCapacity[b] = len(fz.Experts[b][0])
+		}
+		res.Gates = append(res.Gates, row.gatesAt(s, cfg.GateWidth()))
+	}
+	return res, nil
+}
+
+// gatesAt is the row's gates at every one of its s positions: width
+// values each, 0 at a position not computed.
+func (row moDERow) gatesAt(s, width int) [][]float64 {
+	gates := make([][]float64, s)
+	for i := range gates {
+		gates[i] = make([]float64, width)
+	}
+	for t, i := range row.pos {
+		copy(gates[i], row.gates[t])
+	}
+	return gates
+}
+
+// modeRoute decides a MoDE layer's routing: the staged form's router
+// weights r (nil for the integrated form), the decision fz, and each row's
+// attention half and gates. It checks p's experts only if experts.
+func modeRoute(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, experts bool) ([][]float64, MoDEFrozen, []moDERow, error) {
+	rows, s, err := checkMoDE(cfg, p, x, experts)
+	if err != nil {
+		return nil, MoDEFrozen{}, nil, err
 	}
 	r := modeRouterWeights(cfg, p, x)
 	fz := MoDEFrozen{Selection: Selection{S: s, Rows: make([][]int, rows)}}
@@ -288,24 +374,26 @@ func MoDEForward(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (*MoDEResul
 	if r != nil {
 		k, err := CapacityFromRatio(cfg.Capacity, s)
 		if err != nil {
-			return nil, fmt.Errorf("mode: %w", err)
+			return nil, fz, nil, fmt.Errorf("mode: %w", err)
 		}
 		ks := make([]int, rows)
 		for b := range ks {
 			ks[b] = k
 		}
 		if fz.Selection, err = SelectTopK(r, ks, nil); err != nil {
-			return nil, fmt.Errorf("mode: %w", err)
+			return nil, fz, nil, fmt.Errorf("mode: %w", err)
 		}
 	}
+	gated := make([]moDERow, rows)
 	for b := range rows {
 		row, err := modeAttend(cfg, p, x[b], fz.Selection.Rows[b])
 		if err != nil {
-			return nil, fmt.Errorf("mode: row %d: %w", b, err)
+			return nil, fz, nil, fmt.Errorf("mode: row %d: %w", b, err)
 		}
+		gated[b] = row
 		choice, err := ExpertChoice(row.gates, ExpertCapacity(cfg.ExpertCapacity, len(row.pos)))
 		if err != nil {
-			return nil, fmt.Errorf("mode: row %d: %w", b, err)
+			return nil, fz, nil, fmt.Errorf("mode: row %d: %w", b, err)
 		}
 		// Indices into the computed tokens become positions in the row.
 		for _, c := range choice {
@@ -315,7 +403,7 @@ func MoDEForward(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (*MoDEResul
 		}
 		fz.Experts = append(fz.Experts, choice)
 	}
-	return modeApply(cfg, p, x, r, fz)
+	return r, fz, gated, nil
 }
 
 // MoDEForwardFrozen is a MoDE layer with the routing decision taken from fz
@@ -330,7 +418,7 @@ func MoDEForward(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense) (*MoDEResul
 // Integrated: out_i = x_i + a_i + m_i. Use it for finite-difference
 // gradients.
 func MoDEForwardFrozen(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, fz MoDEFrozen) (*MoDEResult, error) {
-	rows, s, err := checkMoDE(cfg, p, x)
+	rows, s, err := checkMoDE(cfg, p, x, true)
 	if err != nil {
 		return nil, err
 	}
@@ -420,13 +508,9 @@ func modeApply(cfg spec.MoDEConfig, p *MoDEParams, x []*mat.Dense, r [][]float64
 		if len(fz.Experts[b]) > 0 {
 			res.ExpertCapacity[b] = len(fz.Experts[b][0])
 		}
-		gates := make([][]float64, s)
-		for i := range gates {
-			gates[i] = make([]float64, cfg.GateWidth())
-		}
+		gates := row.gatesAt(s, cfg.GateWidth())
 		out := mat.DenseCopyOf(x[b])
 		for t, i := range row.pos {
-			copy(gates[i], row.gates[t])
 			for j := range d {
 				if cfg.Form == spec.MoDEStaged {
 					out.Set(i, j, x[b].At(i, j)+float64(r[b][i]*(row.a[t][j]+m[t*d+j])))

@@ -2,6 +2,7 @@ package ref
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -169,6 +170,73 @@ func TestMoDEFrozenReplay(t *testing.T) {
 		bad.Experts = bad.Experts[:1]
 		if _, err := MoDEForwardFrozen(cfg, p, x, bad); err == nil {
 			t.Errorf("%s: a frozen choice of one row gave no error", cfg.Form)
+		}
+	}
+}
+
+// TestMoDERouteIsMoDEForwards: the parameters NewMoDERoutingParams draws
+// are NewMoDEParams' but for the experts (left out), it leaves the
+// generator where NewMoDEParams does (the inputs drawn next are the same
+// bits), and MoDERoute on them decides what MoDEForward on the whole draw
+// decides: the same router weights, selection, gates, expert capacities
+// and expert choice, bit for bit, in both forms, GELU and SwiGLU experts.
+func TestMoDERouteIsMoDEForwards(t *testing.T) {
+	swiglu := spec.DefaultBlockConfig(16, 2, 24)
+	swiglu.MLP, swiglu.Norm = spec.ActSwiGLU, spec.NormRMS
+	for _, cfg := range []spec.MoDEConfig{
+		{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEStaged, Experts: 3, Capacity: 0.5, ExpertCapacity: 0.5},
+		{Block: swiglu, Form: spec.MoDEStaged, Experts: 2, Capacity: 0.75, ExpertCapacity: 0.25},
+		{Block: spec.DefaultBlockConfig(8, 2, 16), Form: spec.MoDEIntegrated, Experts: 2, NoOpExperts: 2, ExpertCapacity: 0.25},
+		{Block: swiglu, Form: spec.MoDEIntegrated, Experts: 4, NoOpExperts: 1, ExpertCapacity: 0.5},
+	} {
+		for seed := range uint64(5) {
+			p, x := modeCase(cfg, 2, 12, seed)
+			rng := NewRand(seed)
+			q := NewMoDERoutingParams(cfg, rng)
+			var y []*mat.Dense
+			for range 2 {
+				y = append(y, RandomMatrix(rng, 12, cfg.Block.D, 1))
+			}
+			for b := range x {
+				assertClose(t, string(cfg.Form)+" input after the routing draw", y[b].RawMatrix().Data, x[b].RawMatrix().Data, 0)
+			}
+			if q.Experts != nil {
+				t.Errorf("%s: the routing draw has experts", cfg.Form)
+			}
+			pt, qt := p.Tensors(""), q.Tensors("")
+			if n := len(pt) - cfg.Experts*len(p.Experts[0].Tensors("")); len(qt) != n {
+				t.Fatalf("%s: %d tensors drawn for the routing, want the %d of the layer's besides its experts", cfg.Form, len(qt), n)
+			}
+			for i, tq := range qt {
+				if pt[i].Name != tq.Name || strings.HasPrefix(tq.Name, "Expert") {
+					t.Fatalf("%s: tensor %d of the routing draw is %s, the layer's %s", cfg.Form, i, tq.Name, pt[i].Name)
+				}
+				assertClose(t, string(cfg.Form)+" "+tq.Name, tq.Data, pt[i].Data, 0)
+			}
+			full, err := MoDEForward(cfg, p, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			route, err := MoDERoute(cfg, q, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := range full.RouterWeights {
+				assertClose(t, string(cfg.Form)+" router weights", route.RouterWeights[b], full.RouterWeights[b], 0)
+			}
+			if (route.RouterWeights == nil) != (full.RouterWeights == nil) {
+				t.Errorf("%s: router weights %v, MoDEForward's %v", cfg.Form, route.RouterWeights, full.RouterWeights)
+			}
+			for b := range full.Gates {
+				for i := range full.Gates[b] {
+					assertClose(t, string(cfg.Form)+" gates", route.Gates[b][i], full.Gates[b][i], 0)
+				}
+			}
+			if !slices.EqualFunc(route.Selection.Rows, full.Selection.Rows, slices.Equal) || !slices.Equal(route.ExpertCapacity, full.ExpertCapacity) ||
+				!slices.EqualFunc(route.Experts, full.Experts, func(a, b [][]int) bool { return slices.EqualFunc(a, b, slices.Equal) }) {
+				t.Errorf("%s seed %d: MoDERoute decides %v, %v (k_e %v); MoDEForward %v, %v (k_e %v)", cfg.Form, seed,
+					route.Selection.Rows, route.Experts, route.ExpertCapacity, full.Selection.Rows, full.Experts, full.ExpertCapacity)
+			}
 		}
 	}
 }

@@ -25,7 +25,19 @@ type ModelParams struct {
 // layers as NewLayerParams/NewBlockParams, final norm gains 1 + N(0, 0.1^2),
 // head N(0, 1/d).
 func NewModelParams(c spec.ModelConfig, seed uint64) *ModelParams {
-	rng := NewRand(seed)
+	return newModelParams(c, NewRand(seed))
+}
+
+// ModelParamsShaped returns parameters of c's shapes without drawing them
+// (the values NewLayerParams gives for a nil generator: every norm's gain
+// 1, every other value 0), for a reader to fill with a case's values
+// instead of drawing values it overwrites.
+func ModelParamsShaped(c spec.ModelConfig) *ModelParams {
+	return newModelParams(c, nil)
+}
+
+// newModelParams is NewModelParams drawing from rng (nil: not drawn).
+func newModelParams(c spec.ModelConfig, rng *rand.Rand) *ModelParams {
 	blk := c.Block()
 	p := &ModelParams{Embed: RandomMatrix(rng, c.Vocab, blk.D, 1)}
 	if blk.Positions == spec.PositionLearned {

@@ -55,12 +55,25 @@ type LayerStep func(l int, in LayerInputs) (out []*mat.Dense, aux float64, back 
 // itself. The result has Logits, Hidden, CE, Aux and Loss; its Layers,
 // Frozen and the routed layers' FLOPs are empty.
 func ModelGradientsThrough(c spec.ModelConfig, p *ModelParams, in ModelInputs, step LayerStep) (*ModelResult, *ModelParams, error) {
-	res, err := modelForward(c, p, in, nil, step, true)
+	res, back, err := ModelForwardThrough(c, p, in, step)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := modelBackward(c, signed, p, in, res)
+	g, err := back()
 	return res, g, err
+}
+
+// ModelForwardThrough is ModelGradientsThrough in two halves: its forward
+// (the same result), and back, which returns the same gradients when
+// called, at most once, after the result's fields are read and before any
+// is written. A caller that may not need the gradients (one judging the
+// forward first) skips their cost.
+func ModelForwardThrough(c spec.ModelConfig, p *ModelParams, in ModelInputs, step LayerStep) (res *ModelResult, back func() (*ModelParams, error), err error) {
+	res, err = modelForward(c, p, in, nil, step, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, func() (*ModelParams, error) { return modelBackward(c, signed, p, in, res) }, nil
 }
 
 // modelBackward is ModelGradients' backward pass over the kept forward res.

@@ -25,3 +25,18 @@ func normal(rng *rand.Rand) float64 {
 		}
 	}
 }
+
+// skipNormals advances rng past n draws of normal without computing them:
+// the same uniforms are drawn and rejected, but no logarithm or square root
+// is taken, so rng ends in the state n calls of normal leave it in.
+func skipNormals(rng *rand.Rand, n int) {
+	for range n {
+		for {
+			u := float64(2*float64(rng.Float64())) - 1
+			v := float64(2*float64(rng.Float64())) - 1
+			if s := float64(u*u) + float64(v*v); s > 0 && s < 1 {
+				break
+			}
+		}
+	}
+}

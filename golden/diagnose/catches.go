@@ -93,8 +93,16 @@ func ModelCatches(s oracle.ModelSpec) []string {
 // tells apart: those emulated for it whose recomputed values fail the
 // case's own comparison, in the order of Deviations.
 func MeasuredCatches(c *format.Case) ([]string, error) {
-	if c.Manifest.Kind == format.KindLayer {
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	switch c.Manifest.Kind {
+	case format.KindLayer:
 		return measuredLayerCatches(c, nil)
+	case format.KindModel:
+		return measuredModelCatches(c)
+	case format.KindDecode:
+		return measuredDecodeCatches(c)
 	}
 	ems, err := emulate(c, nil, nil)
 	if err != nil {
@@ -126,6 +134,9 @@ func MeasuredLayerCatches(c *format.Case, truth *ref.LayerResult) ([]string, err
 	if c.Manifest.Kind != format.KindLayer {
 		return nil, fmt.Errorf("case %s: a %s case, not a layer case", c.Manifest.Name, c.Manifest.Kind)
 	}
+	if err := checkInputShapes(c); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
 	var forward *sharedForward
 	if truth != nil {
 		forward = new(sharedForward)
@@ -138,11 +149,9 @@ func MeasuredLayerCatches(c *format.Case, truth *ref.LayerResult) ([]string, err
 // measuredLayerCatches is MeasuredCatches of a layer case, each
 // emulation judged as soon as it is computed (emulateLayer's settle) and
 // its arrays then dropped: only the verdicts are kept; every deviation
-// starts from forward (a sharedForward of their own when nil).
+// starts from forward (a sharedForward of their own when nil). The case's
+// input shapes must have been checked (checkInputShapes).
 func measuredLayerCatches(c *format.Case, forward *sharedForward) ([]string, error) {
-	if err := checkInputShapes(c); err != nil {
-		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
-	}
 	var mu sync.Mutex
 	failed := make(map[int]bool)
 	settle := func(i int, em emulation, byForward bool) error {
@@ -162,25 +171,95 @@ func measuredLayerCatches(c *format.Case, forward *sharedForward) ([]string, err
 	if err != nil {
 		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 	}
+	return settledCatches(c, ems, func(i int) bool { return failed[i] })
+}
+
+// settledCatches lists, in order, the deviations of emulations ems that
+// case c tells apart, each emulation settled as it was computed (its
+// arrays dropped): failed(i) for one computed, the whole case's
+// comparison for one holding the oracle's own arrays (shareEffective), and
+// the verdict of the one it repeats for a repeat.
+func settledCatches(c *format.Case, ems []emulation, failed func(i int) bool) ([]string, error) {
 	var out []string
 	for i, em := range ems {
 		if em.reason != "" || slices.Contains(out, em.name) {
 			continue
 		}
-		fails := failed[i]
+		fails := false
 		switch {
 		case em.arrays != nil: // the oracle's own arrays (shareEffective), not computed
+			var err error
 			if fails, err = failsWhole(c, em); err != nil {
 				return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
 			}
 		case em.repeats > 0:
-			fails = failed[em.repeats-1]
+			fails = failed(em.repeats - 1)
+		default:
+			fails = failed(i)
 		}
 		if fails {
 			out = append(out, em.name)
 		}
 	}
 	return out, nil
+}
+
+// measuredModelCatches is MeasuredCatches of a model case, as
+// measuredLayerCatches is of a layer case: a deviation's gradients are
+// computed only where its forward arrays do not already fail the case's
+// comparison (modelArraysAnalytic), and each emulation is judged as soon
+// as it is computed and its arrays then dropped, so that a model's
+// parameter gradients are not held for every deviation at once.
+func measuredModelCatches(c *format.Case) ([]string, error) {
+	ems, devs, err := modelEmulations(c, nil)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	s := modelSpecOf(c)
+	return measuredSettled(c, ems, func(i int) int { return devs[i].cost() }, func(i int, caught *forwardCatch) (map[string]*format.Array, error) {
+		devs[i].caught = caught
+		return modelArrays(c, s, &devs[i])
+	})
+}
+
+// measuredDecodeCatches is MeasuredCatches of a decode case: a layer
+// deviation is decoded only where its full forward's arrays do not already
+// fail the case's comparison, and each emulation, run side by side as
+// emulateEach runs them, is judged as soon as it is computed.
+func measuredDecodeCatches(c *format.Case) ([]string, error) {
+	ems, compute, err := decodeEmulations(c)
+	if err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return measuredSettled(c, ems, func(int) int { return 1 }, compute)
+}
+
+// measuredSettled computes the emulations ems of case c (emulateEach, by
+// descending cost), each by compute(i, caught), which sets caught.byForward
+// where its forward arrays alone fail the case's comparison and may then
+// leave out the rest; each is judged as soon as computed and its arrays
+// dropped, and the deviations told apart are listed (settledCatches).
+func measuredSettled(c *format.Case, ems []emulation, cost func(i int) int, compute func(i int, caught *forwardCatch) (map[string]*format.Array, error)) ([]string, error) {
+	failed := make([]bool, len(ems)) // each written by its own emulation
+	settle := func(i int) (map[string]*format.Array, error) {
+		caught := new(forwardCatch)
+		arrays, err := compute(i, caught)
+		if err != nil {
+			return nil, err
+		}
+		if failed[i] = caught.byForward; !failed[i] {
+			em := ems[i]
+			em.arrays = arrays
+			if failed[i], err = failsWhole(c, em); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	if err := emulateEach(c, ems, nil, cost, settle); err != nil {
+		return nil, fmt.Errorf("case %s: %w", c.Manifest.Name, err)
+	}
+	return settledCatches(c, ems, func(i int) bool { return failed[i] })
 }
 
 // failsWhole reports whether emulation em's arrays, as the whole of a

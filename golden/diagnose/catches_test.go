@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -18,36 +19,7 @@ import (
 func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 	skipped := 0
 	for _, name := range []string{"layer-paper", "layer-padding-load-balance", "layer-causal-router", "layer-causal-predictor", "layer-mlp-only", "layer-window", "layer-dense-ste", "layer-gqa"} {
-		c, err := format.Load("../corpus", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := MeasuredCatches(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ems, err := emulate(c, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []string
-		for _, em := range ems {
-			if em.reason != "" || slices.Contains(want, em.name) {
-				continue
-			}
-			dc, err := deviantCase(c, em)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
-				t.Fatal(err)
-			} else if !res.Pass {
-				want = append(want, em.name)
-			}
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
-		}
+		c := measuredAsWhole(t, name)
 		_, caught, err := emulateLayer(c, nil, nil, true, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -61,6 +33,107 @@ func TestMeasuredCatchesSkipGradientsSafely(t *testing.T) {
 	if skipped == 0 {
 		t.Error("no deviation was caught by its forward arrays alone: the gradients were never skipped")
 	}
+}
+
+// TestMeasuredModelCatchesSkipGradientsSafely is
+// TestMeasuredCatchesSkipGradientsSafely on model cases (two routed layers
+// and more, padding, the random router, the predictor, MLP-only, shared
+// capacities and a case with ties) and decode cases (padding, a window,
+// the predictor, MLP-only): MeasuredCatches, which takes a model
+// deviation's gradients, and decodes under a decode case's layer
+// deviation, only where the forward arrays pass, decodes only until the
+// tokens decoded fail, and judges each emulation as it is computed,
+// measures what judging every deviation's whole recomputed case measures,
+// and it did skip gradients, decoding under a layer deviation and the
+// rest of a decode_mismatch variant's decoding somewhere.
+func TestMeasuredModelCatchesSkipGradientsSafely(t *testing.T) {
+	skipped := map[string]int{}
+	for _, name := range []string{"model-every-other", "model-batch-rows", "model-random", "model-predictor", "model-mlp-only", "model-mixed-capacities", "model-ties", "model-gqa",
+		"decode-padding", "decode-window", "decode-predictor", "decode-mlp-only", "decode-layer-list", "decode-batch-rows"} {
+		c := measuredAsWhole(t, name)
+		kind := c.Manifest.Kind
+		if kind == format.KindDecode {
+			ems, compute, err := decodeEmulations(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range ems {
+				if ems[i].reason != "" {
+					continue
+				}
+				caught := new(forwardCatch)
+				if _, err := compute(i, caught); err != nil {
+					t.Fatal(err)
+				}
+				if caught.byForward {
+					skipped[kind]++
+					if ems[i].variant != "" {
+						skipped["decode_mismatch variant"]++
+					}
+				}
+			}
+			continue
+		}
+		ems, devs, err := modelEmulations(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range devs {
+			if ems[i].reason != "" || ems[i].arrays != nil || ems[i].repeats > 0 || !devs[i].hasBackward() {
+				continue
+			}
+			devs[i].caught = new(forwardCatch)
+			if _, err := modelArrays(c, modelSpecOf(c), &devs[i]); err != nil {
+				t.Fatal(err)
+			}
+			if devs[i].caught.byForward {
+				skipped[kind]++
+			}
+		}
+	}
+	for _, kind := range []string{format.KindModel, format.KindDecode, "decode_mismatch variant"} {
+		if skipped[kind] == 0 {
+			t.Errorf("no %s was caught by its forward arrays or first decoded tokens alone: the rest was never skipped", kind)
+		}
+	}
+}
+
+// measuredAsWhole loads corpus case name and checks that MeasuredCatches
+// gives what judging every emulated deviation's whole recomputed case
+// gives.
+func measuredAsWhole(t *testing.T, name string) *format.Case {
+	t.Helper()
+	c, err := format.Load("../corpus", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := MeasuredCatches(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ems, err := emulate(c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, em := range ems {
+		if em.reason != "" || slices.Contains(want, em.name) {
+			continue
+		}
+		dc, err := deviantCase(c, em)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := judge.Compare(c, dc.Candidate(), false); err != nil {
+			t.Fatal(err)
+		} else if !res.Pass {
+			want = append(want, em.name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: MeasuredCatches gives %v, judging every whole case %v", name, got, want)
+	}
+	return c
 }
 
 // TestComputedCatchesAreMeasured: on every layer and model case of the
@@ -143,6 +216,29 @@ func TestDiagnoseLayerStreamed(t *testing.T) {
 						want[i].Name, want[i].Variant, want[i].Distinct, want[i].Match, want[i].Matching, want[i].Total)
 				}
 			}
+		}
+	}
+}
+
+// TestMeasuredCatchesIndependentOfGOMAXPROCS measures the catches of model
+// and decode cases, whose emulations run side by side and are judged as
+// each finishes, on one core and on four, and finds the same lists.
+func TestMeasuredCatchesIndependentOfGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, name := range []string{"model-every-other", "model-batch-rows", "decode-padding", "decode-window"} {
+		c, err := format.Load("../corpus", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [2][]string
+		for k, procs := range []int{1, 4} {
+			runtime.GOMAXPROCS(procs)
+			if got[k], err = MeasuredCatches(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(got[0], got[1]) || len(got[0]) == 0 {
+			t.Errorf("%s: catches %v on one core, %v on four", name, got[0], got[1])
 		}
 	}
 }

@@ -115,10 +115,15 @@ func decodeDeviantArrays(c *format.Case, s oracle.ModelSpec, d layerDeviation) (
 	if err != nil {
 		return nil, err
 	}
+	if d.caught != nil {
+		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+			return arrays, err
+		}
+	}
 	v := d.decodeFault
 	v.windowSlots = v.windowSlots || d.windowByIndex
 	v.slotPositions = v.slotPositions || d.ropeAtIndex
-	return decodeArraysUnder(c, s, p, in, v, &d, arrays)
+	return decodeArraysUnder(c, s, p, in, v, &d, arrays, d.caught)
 }
 
 // sharedRouterParams is p with every routed layer's router the first

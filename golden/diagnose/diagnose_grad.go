@@ -509,7 +509,9 @@ func layerArraysAnalytic(c *format.Case, s oracle.LayerSpec, d *layerDeviation) 
 }
 
 // modelArraysAnalytic is modelArrays with the gradients by each routed
-// layer's pass through ref.ModelGradientsThrough.
+// layer's pass through ref.ModelForwardThrough; with d.caught, only where
+// the forward arrays do not already fail the case's comparison
+// (layerArraysAnalytic).
 func modelArraysAnalytic(c *format.Case, s oracle.ModelSpec, d *layerDeviation) (map[string]*format.Array, error) {
 	p, in, err := oracle.ModelDrawOf(c, s)
 	if err != nil {
@@ -536,11 +538,24 @@ func modelArraysAnalytic(c *format.Case, s oracle.ModelSpec, d *layerDeviation) 
 		mr.layers[l] = lr
 		return lr.out, lr.res.AuxLoss, back, nil
 	}
-	res, g, err := ref.ModelGradientsThrough(s.Config, p, in, step)
+	res, back, err := ref.ModelForwardThrough(s.Config, p, in, step)
 	if err != nil {
 		return nil, err
 	}
 	mr.logits, mr.ce, mr.loss = res.Logits, res.CE, res.Loss
+	arrays, err := modelValueArrays(c, s, mr, st)
+	if err != nil {
+		return nil, err
+	}
+	if d.caught != nil {
+		if d.caught.byForward, err = failsOn(c, arrays); err != nil || d.caught.byForward {
+			return arrays, err
+		}
+	}
+	g, err := back()
+	if err != nil {
+		return nil, err
+	}
 	if d.sharedRouter {
 		// The layers after the first used its router: their gradients
 		// are its, and their own routers are unused.
@@ -558,10 +573,6 @@ func modelArraysAnalytic(c *format.Case, s oracle.ModelSpec, d *layerDeviation) 
 				gl.RouterBias[j] = 0
 			}
 		}
-	}
-	arrays, err := modelValueArrays(c, s, mr, st)
-	if err != nil {
-		return nil, err
 	}
 	for _, t := range g.Tensors() {
 		arrays["grad.param."+t.Name] = format.Float(t.Data, t.Shape...)

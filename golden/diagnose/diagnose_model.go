@@ -3,6 +3,7 @@ package diagnose
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -325,49 +326,79 @@ func hasRoutedWindow(cfg spec.ModelConfig) bool {
 }
 
 // emulateDecodeCase recomputes a decode case's token-by-token arrays under
-// each decode_mismatch variant; the full causal forward stays the oracle's.
+// each decode_mismatch variant and each decodable layer deviation
+// (decodeEmulations); the full causal forward stays the oracle's under a
+// variant.
 func emulateDecodeCase(c *format.Case) ([]emulation, error) {
-	s := modelSpecOf(c)
-	p, in, err := oracle.ModelDrawOf(c, s)
+	ems, compute, err := decodeEmulations(c)
 	if err != nil {
 		return nil, err
 	}
+	err = emulateEach(c, ems, nil, func(int) int { return 1 }, func(i int) (map[string]*format.Array, error) { return compute(i, nil) })
+	return ems, err
+}
+
+// decodeEmulations lists a decode case's emulations, each with the reason
+// it is not made or to be computed by compute(i, caught): a decode_mismatch
+// variant decodes against the case's own full forward (decodeArrays), a
+// layer deviation has it in the full forward and in decoding
+// (decodeDeviantArrays), and with caught set, decodes only where the full
+// forward's arrays do not already fail the case's comparison. Each
+// computation reads its own copy of the case's parameters and inputs.
+func decodeEmulations(c *format.Case) ([]emulation, func(i int, caught *forwardCatch) (map[string]*format.Array, error), error) {
+	s := modelSpecOf(c)
+	p, _, err := oracle.ModelDrawOf(c, s)
+	if err != nil {
+		return nil, nil, err
+	}
 	if _, err := ref.NewDecoder(s.Config, p); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var ems []emulation
+	var variants []*decodeVariant // decode_mismatch's variant of each emulation, or nil
+	var devs []layerDeviation     // the layer deviation of each other one
+	add := func(em emulation, v *decodeVariant, d layerDeviation) {
+		ems, variants, devs = append(ems, em), append(variants, v), append(devs, d)
+	}
 	for _, dev := range format.Deviations {
 		switch dev.Name {
 		case "decode_mismatch":
 			for _, v := range decodeVariants() {
+				em := emulation{name: dev.Name, variant: v.name}
 				if v.windowSlots && !hasRoutedWindow(s.Config) {
-					em := notEmulated(dev.Name, "no routed layer attends through a window")
+					em = notEmulated(dev.Name, "no routed layer attends through a window")
 					em.variant = v.name
-					ems = append(ems, em)
-					continue
 				}
-				arrays, err := decodeArrays(c, s, p, in, v, expectedArrays(c))
-				if err != nil {
-					return nil, fmt.Errorf("emulating %s (%s): %w", dev.Name, v.name, err)
-				}
-				ems = append(ems, emulation{name: dev.Name, variant: v.name, arrays: arrays})
+				add(em, &v, layerDeviation{})
 			}
 		case "mode_ungated_experts":
-			ems = append(ems, notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"))
+			add(notEmulated(dev.Name, "a decode case has no experts (mode cases test it)"), nil, layerDeviation{})
 		default:
 			d, _ := findLayerDeviation(dev.Name)
 			if why := decodeSkip(s.Config, d); why != "" {
-				ems = append(ems, notEmulated(dev.Name, why))
+				add(notEmulated(dev.Name, why), nil, d)
 				continue
 			}
-			arrays, err := decodeDeviantArrays(c, s, d)
-			if err != nil {
-				return nil, fmt.Errorf("emulating %s: %w", dev.Name, err)
-			}
-			ems = append(ems, emulation{name: dev.Name, arrays: arrays})
+			add(emulation{name: dev.Name}, nil, d)
 		}
 	}
-	return ems, nil
+	compute := func(i int, caught *forwardCatch) (map[string]*format.Array, error) {
+		if v := variants[i]; v != nil {
+			p, in, err := oracle.ModelDrawOf(c, s)
+			if err != nil {
+				return nil, err
+			}
+			arrays, err := decodeArraysUnder(c, s, p, in, *v, nil, expectedArrays(c), caught)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+			return arrays, nil
+		}
+		d := devs[i]
+		d.caught = caught
+		return decodeDeviantArrays(c, s, d)
+	}
+	return ems, compute, nil
 }
 
 // decodeForwardArrays is a decode case's expected arrays with those of the
@@ -402,12 +433,17 @@ func decodeForwardArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams,
 // expected.decode_logits and expected.L<l>.routed recomputed by a decoder
 // with variant v.
 func decodeArrays(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, arrays map[string]*format.Array) (map[string]*format.Array, error) {
-	return decodeArraysUnder(c, s, p, in, v, nil, arrays)
+	return decodeArraysUnder(c, s, p, in, v, nil, arrays, nil)
 }
 
 // decodeArraysUnder is decodeArrays by a decoder whose routed layers also
 // have the layer deviation d (decodeUpdate; nil for none).
-func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, d *layerDeviation, arrays map[string]*format.Array) (map[string]*format.Array, error) {
+//
+// With early set, the decoding stops as soon as the tokens decoded so far
+// fail the case's comparison (earlyFail, after each row's 1st, 2nd, 4th,
+// 8th, … token and its last), early.byForward records that they did, and
+// the arrays returned are not the whole decoding.
+func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, in ref.ModelInputs, v decodeVariant, d *layerDeviation, arrays map[string]*format.Array, early *forwardCatch) (map[string]*format.Array, error) {
 	vocab := s.Config.Vocab
 	logits := make([]float64, 0, s.Batch*s.SeqLen*vocab)
 	routed := make([][][]int, len(s.Config.Layers))
@@ -422,6 +458,11 @@ func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, i
 				return nil, fmt.Errorf("row %d: %w", b, err)
 			}
 			logits = append(logits, ref.HeadLogits(s.Config.Block(), p, x)...)
+			if early != nil && (pos&(pos+1) == 0 || pos == len(tokens)-1) {
+				if early.byForward, err = earlyFail(c, s, logits, routed); err != nil || early.byForward {
+					return arrays, err
+				}
+			}
 		}
 	}
 	arrays["expected.decode_logits"] = format.Float(logits, s.Batch, s.SeqLen, vocab)
@@ -431,6 +472,40 @@ func decodeArraysUnder(c *format.Case, s oracle.ModelSpec, p *ref.ModelParams, i
 		}
 	}
 	return arrays, nil
+}
+
+// earlyFail reports whether a decoding's first tokens (logits, flat in
+// row-major order, and each routed layer's decisions routed[l][b]) fail
+// decode case c's comparison: they are judged in place of the case's own
+// values, the rest kept. The comparison is element by element
+// (judge.Compare: a value fails alone, by its distance from the case's),
+// so that tokens that fail it fail the whole decoding.
+func earlyFail(c *format.Case, s oracle.ModelSpec, logits []float64, routed [][][]int) (bool, error) {
+	want, err := c.Array("expected.decode_logits")
+	if err != nil {
+		return false, err
+	}
+	got := format.Float(slices.Clone(want.F), want.Shape...)
+	copy(got.F, logits)
+	arrays := map[string]*format.Array{"expected.decode_logits": got}
+	for l, ml := range s.Config.Layers {
+		if !ml.Routed {
+			continue
+		}
+		name := fmt.Sprintf("expected.L%d.routed", l)
+		want, err := c.Array(name)
+		if err != nil {
+			return false, err
+		}
+		flags := format.Int(slices.Clone(want.I), want.Shape...)
+		for b, row := range routed[l] {
+			for i, v := range row {
+				flags.I[b*s.SeqLen+i] = int64(v)
+			}
+		}
+		arrays[name] = flags
+	}
+	return failsOn(c, arrays)
 }
 
 // step decodes token tok at position pos through every layer, as ref.Decoder

@@ -226,8 +226,11 @@ func layerDrawOf(c *format.Case, s LayerSpec, split func(*format.Array) []*mat.D
 	return dr, nil
 }
 
+// ModelDrawOf reads a model or decode case's parameters (into parameters
+// of the configuration's shapes, not drawn: ref.ModelParamsShaped) and its
+// inputs.
 func ModelDrawOf(c *format.Case, s ModelSpec) (*ref.ModelParams, ref.ModelInputs, error) {
-	p := ref.NewModelParams(s.Config, 0)
+	p := ref.ModelParamsShaped(s.Config)
 	if err := LoadParams(c, p.Tensors()); err != nil {
 		return nil, ref.ModelInputs{}, err
 	}
