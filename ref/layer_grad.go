@@ -104,14 +104,17 @@ func LayerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 }
 
 // upstreamParts are the LayerPartGrads of Σ upstream·out (under the
-// squares arithmetic, of a squared upstream).
+// squares arithmetic, of a squared upstream), from res kept for the
+// backward pass. Update and Mult are read only where the update was
+// computed (res.acts), so only there are they computed: elsewhere they
+// are 0.
 func upstreamParts(a arith, res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
 	pg := LayerPartGrads{Base: upstream}
 	for b, u := range upstream {
 		s, d := u.Dims()
 		df := mat.NewDense(s, d, nil)
 		dm := make([]float64, s)
-		for i := 0; i < s; i++ {
+		for _, i := range res.acts[b].computed {
 			ui, fi, dfi := u.RawRowView(i), res.Update[b].RawRowView(i), df.RawRowView(i)
 			for j := range ui {
 				dfi[j] = float64(a.f(res.Multipliers[b][i]) * ui[j])
