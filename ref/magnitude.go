@@ -67,7 +67,10 @@ func (a arith) dense(w *mat.Dense) *mat.Dense {
 	r, c := w.Dims()
 	out := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
-		copy(out.RawRowView(i), sq(w.RawRowView(i)))
+		o := out.RawRowView(i)
+		for j, v := range w.RawRowView(i) {
+			o[j] = v * v
+		}
 	}
 	return out
 }
