@@ -185,6 +185,7 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 	dr := make([][]float64, len(in.X)) // dL/dr, B×S
 	_, d := in.X[0].Dims()
 	g.X = NewBatch(len(in.X), s, d)
+	w := a.weights(&p.Block)
 	for b := range in.X {
 		dr[b] = make([]float64, s)
 		v := validLen(in.Valid, b, s)
@@ -192,7 +193,7 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 		if parts.Update != nil {
 			df = parts.Update[b]
 		}
-		routedRowBackward(cfg, a, &p.Block, &g.Params.Block, res.acts[b], g.X[b], parts.Base[b], df, v)
+		routedRowBackward(cfg, a, w, &g.Params.Block, res.acts[b], g.X[b], parts.Base[b], df, v)
 		// mult = g on the selected tokens (gather) or w = g + sg(m·g − g) on
 		// every valid one (dense): dg = dmult where the update was
 		// computed, and mult is the constant 0 elsewhere.
@@ -232,7 +233,8 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 // routedRowBackward writes into dx dL/dx (S×d) of routedRow's out given
 // the gradients of its parts, dbase (S×d) and df (S×d, read at the
 // computed positions; nil for none), adding the block's parameter
-// gradients into gb.
+// gradients into gb; p is the block's parameters as a multiplies by them
+// (arith.weights).
 //
 //	out_i = base_i + mult_i f_i (i computed), base_i otherwise
 //	base = x, or for MLP-only x + Attn(N1(x)) over the v valid tokens
