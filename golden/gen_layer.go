@@ -21,23 +21,20 @@ func drawLayer(s oracle.LayerSpec, seed uint64) oracle.LayerDraw {
 	var dr oracle.LayerDraw
 	dr.P = ref.NewLayerParams(s.Config, rng)
 	dr.In.Valid = s.Valid
-	for b := 0; b < s.Batch; b++ {
-		dr.In.X = append(dr.In.X, ref.RandomMatrix(rng, s.SeqLen, d, 1))
-	}
+	// In one slice each, which the case's arrays then share
+	// (oracle.BatchArray).
+	dr.In.X = ref.RandomBatch(rng, s.Batch, s.SeqLen, d, 1)
 	if s.Config.Router == spec.RouterRandom {
 		dr.In.Noise = ref.RandomField(rng, s.Batch, s.SeqLen)
 	}
 	if s.Config.Jitter > 0 {
 		dr.In.Jitter = ref.RandomField(rng, s.Batch, s.SeqLen)
 	}
-	for b := 0; b < s.Batch; b++ {
-		u := ref.RandomMatrix(rng, s.SeqLen, d, 1)
+	dr.U = ref.RandomBatch(rng, s.Batch, s.SeqLen, d, 1)
+	for b, u := range dr.U {
 		for i := oracle.ValidLen(s.Valid, b, s.SeqLen); i < s.SeqLen; i++ {
-			for j := 0; j < d; j++ {
-				u.Set(i, j, 0)
-			}
+			clear(u.RawRowView(i))
 		}
-		dr.U = append(dr.U, u)
 	}
 	return dr
 }

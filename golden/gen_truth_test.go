@@ -1,6 +1,7 @@
 package golden
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 // forward computed again from the case's arrays (diagnose.MeasuredCatches):
 // the same deviations are caught, and the generator's truth is that of the
 // case it wrote (its output is the case's expected.out, bit for bit).
+// The emulations read the case's parameters and inputs in place
+// (oracle.LayerDrawViewOf): measuring leaves every array as it was.
 func TestCatchesFromGeneratorsTruth(t *testing.T) {
 	cfg := smallRoutedLayer()
 	g := &GenConfig{Name: "truth", Kind: "layer", Seed: 1}
@@ -29,6 +32,10 @@ func TestCatchesFromGeneratorsTruth(t *testing.T) {
 	if want := c.Arrays["expected.out"]; !slices.Equal(out.F, want.F) {
 		t.Error("the kept truth's output is not the case's expected.out")
 	}
+	before := make(map[string][]float64)
+	for name, a := range c.Arrays {
+		before[name] = slices.Clone(a.F)
+	}
 	from, err := diagnose.MeasuredLayerCatches(c, truth)
 	if err != nil {
 		t.Fatal(err)
@@ -39,5 +46,13 @@ func TestCatchesFromGeneratorsTruth(t *testing.T) {
 	}
 	if len(again) == 0 || !slices.Equal(from, again) {
 		t.Errorf("catches %v from the generator's truth, %v from ref's forward again", from, again)
+	}
+	for name, a := range c.Arrays {
+		for i, v := range a.F {
+			if w := before[name][i]; math.Float64bits(v) != math.Float64bits(w) {
+				t.Errorf("measuring the catches changed the case's %s at flat index %d from %v to %v", name, i, w, v)
+				break
+			}
+		}
 	}
 }

@@ -287,8 +287,8 @@ type rowActs struct {
 // (or, for MLP-only routing, MLP(N2(x'_i))). Padded positions keep x. It
 // also returns the S×d update (f at the computed positions, 0 elsewhere),
 // and with keep the row's values for the backward pass (computed in
-// matrix form, the same bits).
-func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []int, mult []float64, keep bool) (out, upd *mat.Dense, acts *rowActs, err error) {
+// matrix form, the same bits). out is where the output is written, S×d.
+func routedRow(cfg spec.Config, p *BlockParams, x, out *mat.Dense, v int, computed []int, mult []float64, keep bool) (upd *mat.Dense, acts *rowActs, err error) {
 	s, d := x.Dims()
 	acts = &rowActs{computed: computed}
 	base := x
@@ -298,7 +298,7 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 			acts.attn = attentionForward(cfg.Block, p, rawRows(GatherRows(x, iota(v))), iota(v))
 			a = mat.NewDense(v, d, acts.attn.a)
 		} else if a, err = AttentionUpdate(cfg.Block, p, GatherRows(x, iota(v)), iota(v)); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		base = mat.DenseCopyOf(x)
 		for i := 0; i < v; i++ {
@@ -307,10 +307,10 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 			}
 		}
 	}
-	out = mat.DenseCopyOf(base)
+	out.Copy(base)
 	upd = mat.NewDense(s, d, nil)
 	if len(computed) == 0 {
-		return out, upd, acts, nil
+		return upd, acts, nil
 	}
 	var f *mat.Dense
 	switch {
@@ -323,7 +323,7 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 		f = acts.blk.update()
 	default:
 		if f, err = BlockUpdate(cfg.Block, p, GatherRows(x, computed), computed); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
 	for t, i := range computed {
@@ -335,7 +335,7 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 	if !keep {
 		acts = nil
 	}
-	return out, upd, acts, nil
+	return upd, acts, nil
 }
 
 // layerApply computes the output, the weights and the losses for a decided
@@ -343,7 +343,7 @@ func routedRow(cfg spec.Config, p *BlockParams, x *mat.Dense, v int, computed []
 // pass reads (LayerResult.acts).
 func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r [][]float64, keep bool) (*LayerResult, error) {
 	rows := len(in.X)
-	s, _ := in.X[0].Dims()
+	s, d := in.X[0].Dims()
 	sel := fz.Selection
 	m := sel.Mask()
 	res := &LayerResult{
@@ -353,6 +353,7 @@ func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r []
 		Weights:       OutputWeights(cfg.Weighting, r, sel, in.Valid),
 		Targets:       Targets(fz.TopK),
 		Frozen:        fz,
+		Out:           NewBatch(rows, s, d),
 	}
 	// The multiplier of the update: g on the selected tokens (gather), the
 	// straight-through w on every valid token (dense).
@@ -384,11 +385,10 @@ func layerApply(cfg spec.Config, p *LayerParams, in LayerInputs, fz Frozen, r []
 		if cfg.Compute == spec.ComputeDense {
 			computed = iota(v)
 		}
-		out, upd, acts, err := routedRow(cfg, &p.Block, in.X[b], v, computed, mult[b], keep)
+		upd, acts, err := routedRow(cfg, &p.Block, in.X[b], res.Out[b], v, computed, mult[b], keep)
 		if err != nil {
 			return nil, fmt.Errorf("layer: row %d: %w", b, err)
 		}
-		res.Out = append(res.Out, out)
 		res.Update = append(res.Update, upd)
 		res.acts = append(res.acts, acts)
 	}

@@ -104,14 +104,17 @@ func LayerBackward(cfg spec.Config, p *LayerParams, in LayerInputs, res *LayerRe
 }
 
 // upstreamParts are the LayerPartGrads of Σ upstream·out (under the
-// squares arithmetic, of a squared upstream).
+// squares arithmetic, of a squared upstream), from res kept for the
+// backward pass. Update and Mult are read only where the update was
+// computed (res.acts), so only there are they computed: elsewhere they
+// are 0.
 func upstreamParts(a arith, res *LayerResult, upstream []*mat.Dense) LayerPartGrads {
 	pg := LayerPartGrads{Base: upstream}
 	for b, u := range upstream {
 		s, d := u.Dims()
 		df := mat.NewDense(s, d, nil)
 		dm := make([]float64, s)
-		for i := 0; i < s; i++ {
+		for _, i := range res.acts[b].computed {
 			ui, fi, dfi := u.RawRowView(i), res.Update[b].RawRowView(i), df.RawRowView(i)
 			for j := range ui {
 				dfi[j] = float64(a.f(res.Multipliers[b][i]) * ui[j])
@@ -180,6 +183,9 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 		PredW1: zeroMat(p.PredW1), PredB1: zeroVec(p.PredB1), PredW2: zeroMat(p.PredW2), PredB2: zeroVec(p.PredB2),
 	}}
 	dr := make([][]float64, len(in.X)) // dL/dr, B×S
+	_, d := in.X[0].Dims()
+	g.X = NewBatch(len(in.X), s, d)
+	w := a.weights(&p.Block)
 	for b := range in.X {
 		dr[b] = make([]float64, s)
 		v := validLen(in.Valid, b, s)
@@ -187,7 +193,7 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 		if parts.Update != nil {
 			df = parts.Update[b]
 		}
-		dx := routedRowBackward(cfg, a, &p.Block, &g.Params.Block, res.acts[b], parts.Base[b], df, v)
+		routedRowBackward(cfg, a, w, &g.Params.Block, res.acts[b], g.X[b], parts.Base[b], df, v)
 		// mult = g on the selected tokens (gather) or w = g + sg(m·g − g) on
 		// every valid one (dense): dg = dmult where the update was
 		// computed, and mult is the constant 0 elsewhere.
@@ -206,7 +212,6 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 			}
 		}
 		weightingBackward(cfg.Weighting, a, res.RouterWeights[b], res.Weights[b], res.Selection.Rows[b], v, dg, dr[b])
-		g.X = append(g.X, dx)
 	}
 	auxRouterBackward(cfg, a, res, res.auxValid, dr)
 	rx, rdx := in.X, g.X
@@ -225,15 +230,17 @@ func layerBackward(cfg spec.Config, a arith, p *LayerParams, in LayerInputs, res
 	return g
 }
 
-// routedRowBackward returns dL/dx (S×d) of routedRow's out given the
-// gradients of its parts, dbase (S×d) and df (S×d, read at the computed
-// positions; nil for none), adding the block's parameter gradients into gb.
+// routedRowBackward writes into dx dL/dx (S×d) of routedRow's out given
+// the gradients of its parts, dbase (S×d) and df (S×d, read at the
+// computed positions; nil for none), adding the block's parameter
+// gradients into gb; p is the block's parameters as a multiplies by them
+// (arith.weights).
 //
 //	out_i = base_i + mult_i f_i (i computed), base_i otherwise
 //	base = x, or for MLP-only x + Attn(N1(x)) over the v valid tokens
-func routedRowBackward(cfg spec.Config, a arith, p, gb *BlockParams, acts *rowActs, dbase, df *mat.Dense, v int) *mat.Dense {
+func routedRowBackward(cfg spec.Config, a arith, p, gb *BlockParams, acts *rowActs, dx, dbase, df *mat.Dense, v int) {
 	_, d := dbase.Dims()
-	dx := mat.DenseCopyOf(dbase)
+	dx.Copy(dbase)
 	if n := len(acts.computed); n > 0 && df != nil {
 		dfc := make([]float64, n*d) // n×d
 		for t, i := range acts.computed {
@@ -262,7 +269,6 @@ func routedRowBackward(cfg spec.Config, a arith, p, gb *BlockParams, acts *rowAc
 			}
 		}
 	}
-	return dx
 }
 
 // dotRow is Σ_j a_j b_j in order of j, products rounded.

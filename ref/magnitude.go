@@ -67,9 +67,26 @@ func (a arith) dense(w *mat.Dense) *mat.Dense {
 	r, c := w.Dims()
 	out := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
-		copy(out.RawRowView(i), sq(w.RawRowView(i)))
+		o := out.RawRowView(i)
+		for j, v := range w.RawRowView(i) {
+			o[j] = v * v
+		}
 	}
 	return out
+}
+
+// weights is p as the arithmetic multiplies by it, which the block's
+// backward passes take: p, or under squares a copy whose weight matrices
+// are squared (its vectors, which the arithmetic squares where it uses
+// them, shared), made once for all the rows that pass through the block.
+func (a arith) weights(p *BlockParams) *BlockParams {
+	if a != squares {
+		return p
+	}
+	w := *p
+	w.Wq, w.Wk, w.Wv, w.Wo = a.dense(p.Wq), a.dense(p.Wk), a.dense(p.Wv), a.dense(p.Wo)
+	w.W1, w.W2, w.W3 = a.dense(p.W1), a.dense(p.W2), a.dense(p.W3)
+	return &w
 }
 
 // sub is x − y, or x + y under squares (of terms, which add).

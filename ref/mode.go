@@ -35,7 +35,7 @@ func NewMoDEParams(c spec.MoDEConfig, rng *rand.Rand) *MoDEParams {
 	d, f := c.Block.D, c.Block.DFF
 	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
 	p := &MoDEParams{}
-	drawNormsAndAttention(c.Block, rng, &p.Block)
+	drawNormsAndAttention(c.Block, &source{rng: rng}, &p.Block)
 	if c.Form == spec.MoDEStaged {
 		p.Router = RandomVector(rng, d, 0, sd)
 	}
@@ -64,7 +64,7 @@ func NewMoDERoutingParams(c spec.MoDEConfig, rng *rand.Rand) *MoDEParams {
 	d, f := c.Block.D, c.Block.DFF
 	sd := 1 / math.Sqrt(float64(d))
 	p := &MoDEParams{}
-	drawNormsAndAttention(c.Block, rng, &p.Block)
+	drawNormsAndAttention(c.Block, &source{rng: rng}, &p.Block)
 	if c.Form == spec.MoDEStaged {
 		p.Router = RandomVector(rng, d, 0, sd)
 	}

@@ -125,7 +125,7 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 				dye[k*d+j] = float64(ge * dy[t*d+j])
 			}
 		}
-		due := mlpCoreBackward(cfg.Block, a, &p.Experts[e], &g.Experts[e], ea, dye)
+		due := mlpCoreBackward(cfg.Block, a, a.weights(&p.Experts[e]), &g.Experts[e], ea, dye)
 		for k, i := range c {
 			t := index[i]
 			for j := 0; j < d; j++ {
@@ -149,7 +149,7 @@ func modeRowBackward(cfg spec.MoDEConfig, a arith, p, g *MoDEParams, res *MoDERe
 	for j := range da {
 		da[j] = dy[j] + dh[j]
 	}
-	dxs := attentionBackward(cfg.Block, a, &p.Block, &g.Block, ac, da)
+	dxs := attentionBackward(cfg.Block, a, a.weights(&p.Block), &g.Block, ac, da)
 	for t, i := range pos {
 		row := dx.RawRowView(i)
 		for j := range row {

@@ -122,6 +122,7 @@ func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, 
 		xin := res.acts.inputs[l]
 		if !ml.Routed {
 			gl := zeroBlockLike(&p.Layers[l].Block)
+			w := a.weights(&p.Layers[l].Block)
 			for b := 0; b < rows; b++ {
 				ac := res.acts.dense[l][b]
 				if ac == nil {
@@ -130,7 +131,7 @@ func modelBackward(c spec.ModelConfig, a arith, p *ModelParams, in ModelInputs, 
 				// out = x + f over the v valid rows, x elsewhere.
 				v := ac.n
 				df := rawRows(dx[b].Slice(0, v, 0, d).(*mat.Dense))
-				dxf := blockBackward(blk, a, &p.Layers[l].Block, &gl, ac, df)
+				dxf := blockBackward(blk, a, w, &gl, ac, df)
 				for i := 0; i < v; i++ {
 					row := dx[b].RawRowView(i)
 					for j := range row {

@@ -145,30 +145,71 @@ func RandomField(rng *rand.Rand, rows, cols int) [][]float64 {
 	return f
 }
 
+// source is where new parameters' values come from: draws from rng (a
+// nil rng: each distribution's mean), or, when view is set, the storage
+// view returns for the parameter Tensors names name, used as it is.
+type source struct {
+	rng  *rand.Rand
+	view func(name string, n int) ([]float64, error)
+	err  error // view's first error
+}
+
+// matrix is an r×c weight matrix named name, drawn N(0, std^2).
+func (src *source) matrix(name string, r, c int, std float64) *mat.Dense {
+	if src.view == nil {
+		return RandomMatrix(src.rng, r, c, std)
+	}
+	return mat.NewDense(r, c, src.viewed(name, r*c))
+}
+
+// vector is a parameter vector named name of n draws of mean + std*N(0,1).
+func (src *source) vector(name string, n int, mean, std float64) []float64 {
+	if src.view == nil {
+		return RandomVector(src.rng, n, mean, std)
+	}
+	return src.viewed(name, n)
+}
+
+// viewed is view's storage for name, n values; after an error, zeros in
+// its place (and view is not asked again).
+func (src *source) viewed(name string, n int) []float64 {
+	if src.err == nil {
+		v, err := src.view(name, n)
+		if err == nil && len(v) != n {
+			err = fmt.Errorf("params: %s has %d values, want %d", name, len(v), n)
+		}
+		if err == nil {
+			return v[:n:n]
+		}
+		src.err = err
+	}
+	return make([]float64, n)
+}
+
 // drawNormsAndAttention draws the first half of a block's parameters into
 // p, in the order of Tensors: N1's gain (and bias), Wq, Wk, Wv (and the
 // biases of q, k, v), Wo and N2's gain (and bias), as NewBlockParams
 // describes.
-func drawNormsAndAttention(c spec.BlockConfig, rng *rand.Rand, p *BlockParams) {
+func drawNormsAndAttention(c spec.BlockConfig, src *source, p *BlockParams) {
 	d := c.D
 	sd := 1 / math.Sqrt(float64(d))
 	ln := c.Norm == spec.NormLayer
-	p.Norm1 = RandomVector(rng, d, 1, 0.1)
+	p.Norm1 = src.vector("Norm1", d, 1, 0.1)
 	if ln {
-		p.Norm1Bias = RandomVector(rng, d, 0, 0.1)
+		p.Norm1Bias = src.vector("Norm1Bias", d, 0, 0.1)
 	}
-	p.Wq = RandomMatrix(rng, d, d, sd)
-	p.Wk = RandomMatrix(rng, d, c.KVWidth(), sd)
-	p.Wv = RandomMatrix(rng, d, c.KVWidth(), sd)
+	p.Wq = src.matrix("Wq", d, d, sd)
+	p.Wk = src.matrix("Wk", d, c.KVWidth(), sd)
+	p.Wv = src.matrix("Wv", d, c.KVWidth(), sd)
 	if c.QKVBias {
-		p.Bq = RandomVector(rng, d, 0, 0.1)
-		p.Bk = RandomVector(rng, c.KVWidth(), 0, 0.1)
-		p.Bv = RandomVector(rng, c.KVWidth(), 0, 0.1)
+		p.Bq = src.vector("Bq", d, 0, 0.1)
+		p.Bk = src.vector("Bk", c.KVWidth(), 0, 0.1)
+		p.Bv = src.vector("Bv", c.KVWidth(), 0, 0.1)
 	}
-	p.Wo = RandomMatrix(rng, d, d, sd)
-	p.Norm2 = RandomVector(rng, d, 1, 0.1)
+	p.Wo = src.matrix("Wo", d, d, sd)
+	p.Norm2 = src.vector("Norm2", d, 1, 0.1)
 	if ln {
-		p.Norm2Bias = RandomVector(rng, d, 0, 0.1)
+		p.Norm2Bias = src.vector("Norm2Bias", d, 0, 0.1)
 	}
 }
 
@@ -177,15 +218,20 @@ func drawNormsAndAttention(c spec.BlockConfig, rng *rand.Rand, p *BlockParams) {
 // N(0, 0.1^2), so that tests
 // see gains and biases away from their trivial values.
 func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
+	return newBlockParams(c, &source{rng: rng})
+}
+
+// newBlockParams is NewBlockParams with its values from src.
+func newBlockParams(c spec.BlockConfig, src *source) BlockParams {
 	d, f := c.D, c.DFF
 	sd, sf := 1/math.Sqrt(float64(d)), 1/math.Sqrt(float64(f))
 	var p BlockParams
 	// Drawn in the order of Tensors.
-	drawNormsAndAttention(c, rng, &p)
-	p.W1 = RandomMatrix(rng, d, f, sd)
-	p.W2 = RandomMatrix(rng, f, d, sf)
+	drawNormsAndAttention(c, src, &p)
+	p.W1 = src.matrix("W1", d, f, sd)
+	p.W2 = src.matrix("W2", f, d, sf)
 	if c.MLP == spec.ActSwiGLU {
-		p.W3 = RandomMatrix(rng, d, f, sd)
+		p.W3 = src.matrix("W3", d, f, sd)
 	}
 	return p
 }
@@ -196,20 +242,39 @@ func NewBlockParams(c spec.BlockConfig, rng *rand.Rand) BlockParams {
 // draws nothing: each parameter is its distribution's mean (gains 1, the
 // rest 0), the shapes to load a case's values into.
 func NewLayerParams(c spec.Config, rng *rand.Rand) *LayerParams {
+	return newLayerParams(c, &source{rng: rng})
+}
+
+// LayerParamsOver returns a routed layer's parameters whose storage is
+// view's: view(name, n) returns the n values, row-major, of the parameter
+// Tensors("") names name, which the parameters then use without a copy
+// (writing to either changes both). It returns view's first error, or an
+// error if a slice is not n long.
+func LayerParamsOver(c spec.Config, view func(name string, n int) ([]float64, error)) (*LayerParams, error) {
+	src := &source{view: view}
+	p := newLayerParams(c, src)
+	if src.err != nil {
+		return nil, src.err
+	}
+	return p, nil
+}
+
+// newLayerParams is NewLayerParams with its values from src.
+func newLayerParams(c spec.Config, src *source) *LayerParams {
 	d := c.Block.D
-	p := &LayerParams{Block: NewBlockParams(c.Block, rng)}
+	p := &LayerParams{Block: newBlockParams(c.Block, src)}
 	if c.Router == spec.RouterLinear || c.Router == spec.RouterLinearBias {
-		p.Router = RandomVector(rng, d, 0, 1/math.Sqrt(float64(d)))
+		p.Router = src.vector("Router", d, 0, 1/math.Sqrt(float64(d)))
 	}
 	if c.Router == spec.RouterLinearBias {
-		p.RouterBias = RandomVector(rng, 1, 0, 0.1)
+		p.RouterBias = src.vector("RouterBias", 1, 0, 0.1)
 	}
 	if c.HasPredictor() {
 		h := c.PredictorWidth()
-		p.PredW1 = RandomMatrix(rng, d, h, 1/math.Sqrt(float64(d)))
-		p.PredB1 = RandomVector(rng, h, 0, 0.1)
-		p.PredW2 = RandomMatrix(rng, h, 1, 1/math.Sqrt(float64(h)))
-		p.PredB2 = RandomVector(rng, 1, 0, 0.1)
+		p.PredW1 = src.matrix("PredW1", d, h, 1/math.Sqrt(float64(d)))
+		p.PredB1 = src.vector("PredB1", h, 0, 0.1)
+		p.PredW2 = src.matrix("PredW2", h, 1, 1/math.Sqrt(float64(h)))
+		p.PredB2 = src.vector("PredB2", 1, 0, 0.1)
 	}
 	return p
 }

@@ -157,11 +157,12 @@ func addBiasGrad(db, dy []float64) {
 // attentionBackward returns dL/dx of the attention update a (attentionForward)
 // given da (n×d), adding the gradients of N1, Wq, Wk, Wv (and their
 // biases) and Wo into g.
+// p holds the weights as a multiplies by them (arith.weights).
 func attentionBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, da []float64) []float64 {
 	n, d := ac.n, ac.d
 	// a = ctx·Wo
 	a.addXtY(g.Wo, ac.ctx, da, n)
-	dctx := mulWt(da, n, a.dense(p.Wo), nil) // n×d
+	dctx := mulWt(da, n, p.Wo, nil) // n×d
 	kvh, kvw := c.KVHeadCount(), c.KVWidth()
 	dq, dk, dv := make([]float64, n*d), make([]float64, n*kvw), make([]float64, n*kvw)
 	lo := ac.windowStarts(c)
@@ -193,9 +194,9 @@ func attentionBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *block
 	a.addXtY(g.Wq, ac.u1, dq, n)
 	a.addXtY(g.Wk, ac.u1, dk, n)
 	a.addXtY(g.Wv, ac.u1, dv, n)
-	du1 := mulWt(dq, n, a.dense(p.Wq), nil)
-	mulWt(dk, n, a.dense(p.Wk), du1)
-	mulWt(dv, n, a.dense(p.Wv), du1)
+	du1 := mulWt(dq, n, p.Wq, nil)
+	mulWt(dk, n, p.Wk, du1)
+	mulWt(dv, n, p.Wv, du1)
 	return normBackward(c, a, g.Norm1, g.Norm1Bias, p.Norm1, ac.x, ac.n1, du1, n, d)
 }
 
@@ -258,6 +259,7 @@ func siluGrad(v float64) float64 {
 
 // mlpBackward returns dL/dh of the MLP half m = MLP(N2(h)) (mlpForward)
 // given dm (n×d), adding the gradients of N2, W1, W2 (and W3) into g.
+// p holds the weights as a multiplies by them (arith.weights).
 func mlpBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
 	du2 := mlpCoreBackward(c, a, p, g, ac, dm)
 	return normBackward(c, a, g.Norm2, g.Norm2Bias, p.Norm2, ac.h, ac.n2, du2, ac.n, ac.d)
@@ -265,11 +267,12 @@ func mlpBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, 
 
 // mlpCoreBackward returns dL/du of the MLP m = MLP(u) (mlpCore, u = ac.u2)
 // given dm (n×d), adding the gradients of W1, W2 (and W3) into g.
+// p holds the weights as a multiplies by them (arith.weights).
 func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, dm []float64) []float64 {
 	n, f := ac.n, ac.dff
 	// m = act·W2
 	a.addXtY(g.W2, ac.act, dm, n)
-	dact := mulWt(dm, n, a.dense(p.W2), nil) // n×d_ff
+	dact := mulWt(dm, n, p.W2, nil) // n×d_ff
 	dpre := make([]float64, n*f)
 	if c.MLP == spec.ActSwiGLU {
 		// act = SiLU(pre)·gate
@@ -279,22 +282,23 @@ func mlpCoreBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockAc
 			dpre[j] = float64(dact[j]*a.f(ac.gate[j])) * a.f(siluGrad(v))
 		}
 		a.addXtY(g.W3, ac.u2, dgate, n)
-		du := mulWt(dgate, n, a.dense(p.W3), nil)
+		du := mulWt(dgate, n, p.W3, nil)
 		a.addXtY(g.W1, ac.u2, dpre, n)
-		return mulWt(dpre, n, a.dense(p.W1), du)
+		return mulWt(dpre, n, p.W1, du)
 	}
 	// act = GELU(pre)
 	for j, v := range ac.pre {
 		dpre[j] = float64(dact[j] * a.f(geluGrad(v)))
 	}
 	a.addXtY(g.W1, ac.u2, dpre, n)
-	return mulWt(dpre, n, a.dense(p.W1), nil)
+	return mulWt(dpre, n, p.W1, nil)
 }
 
 // blockBackward returns dL/dx of the block's update f = a + m
 // (blockForward) given df (n×d), adding every parameter's gradient into g:
 // h = x + a and m = MLP(N2(h)), so dh = MLP's backward of df, da = df + dh
 // and dx = dh + the attention's backward of da.
+// p holds the weights as a multiplies by them (arith.weights).
 func blockBackward(c spec.BlockConfig, a arith, p, g *BlockParams, ac *blockActs, df []float64) []float64 {
 	dh := mlpBackward(c, a, p, g, ac, df)
 	da := make([]float64, len(df))

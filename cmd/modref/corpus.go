@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -322,6 +323,16 @@ flags:
 	return nil
 }
 
+// genGCPercent is the garbage collector's GOGC while gen --config
+// generates a case, unless the environment sets GOGC: the heap is then
+// mostly B×S×d arrays of floats, which hold no pointers and cost a
+// collection little to scan, and at the default 100 the heap grows to
+// twice what is live (the case, the kept truth and an emulation's
+// arrays) before a collection. At 25 the d = 512, S = 2048 example peaked
+// at 0.67-0.71 GB instead of 0.99-1.00 GB for the same CPU time
+// (docs/performance.md, issue 35).
+const genGCPercent = 25
+
 // genFromConfig implements gen --config FILE --out DIR.
 func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
 	if dir == "" {
@@ -337,6 +348,9 @@ func genFromConfig(file, dir string, keep bool, stdout io.Writer) error {
 	g, err := golden.DecodeGenConfig(raw)
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", file, err)
+	}
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(genGCPercent))
 	}
 	c, err := golden.GenerateFromConfig(g, modcase.Float32Tolerances)
 	if err != nil {

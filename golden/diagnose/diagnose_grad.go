@@ -224,9 +224,10 @@ func (d *layerDeviation) regatherPasses(l *layerRun) (*passes, error) {
 		l.mult, l.ran = make([][]float64, len(l.in.X)), make([][]float64, len(l.in.X))
 		ps.multAt = make([][]int, len(l.in.X))
 	}
-	l.out, l.upd = make([]*mat.Dense, len(l.in.X)), make([]*mat.Dense, len(l.in.X))
+	l.out, l.upd = sameShape(l.in.X), make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
-		o := mat.DenseCopyOf(x)
+		o := l.out[b]
+		o.Copy(x)
 		s, dm := x.Dims()
 		u := mat.NewDense(s, dm, nil)
 		l.out[b], l.upd[b] = o, u

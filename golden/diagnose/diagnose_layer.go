@@ -730,15 +730,21 @@ func (l *layerRun) base() []*mat.Dense {
 	return out
 }
 
+// sameShape returns zero matrices shaped as the batch ms, in one slice
+// (ref.NewBatch), which oracle.BatchArray then shares rather than copies.
+func sameShape(ms []*mat.Dense) []*mat.Dense {
+	r, c := ms[0].Dims()
+	return ref.NewBatch(len(ms), r, c)
+}
+
 // eachRow returns new outputs whose row i of batch row b is
 // f(b, i, base row, out row, update row, multiplier), out and update as
 // the block ran (regather may have changed ref's).
 func (l *layerRun) eachRow(f func(b, i int, x, out, upd []float64, mult float64) []float64) []*mat.Dense {
 	base := l.base()
-	res := make([]*mat.Dense, len(l.out))
+	res := sameShape(l.out)
 	for b, o := range l.out {
-		s, d := o.Dims()
-		res[b] = mat.NewDense(s, d, nil)
+		s, _ := o.Dims()
 		for i := 0; i < s; i++ {
 			res[b].SetRow(i, f(b, i, base[b].RawRowView(i), o.RawRowView(i), l.upd[b].RawRowView(i), l.mult[b][i]))
 		}
@@ -769,9 +775,10 @@ func (d *layerDeviation) regather(l *layerRun) {
 	if d.firstK {
 		l.mult, l.ran = make([][]float64, len(l.in.X)), make([][]float64, len(l.in.X))
 	}
-	l.out, l.upd = make([]*mat.Dense, len(l.in.X)), make([]*mat.Dense, len(l.in.X))
+	l.out, l.upd = sameShape(l.in.X), make([]*mat.Dense, len(l.in.X))
 	for b, x := range l.in.X {
-		o := mat.DenseCopyOf(x)
+		o := l.out[b]
+		o.Copy(x)
 		s, dm := x.Dims()
 		u := mat.NewDense(s, dm, nil)
 		if d.noCausalMask {

@@ -52,9 +52,15 @@ func roleOrder(role string) int {
 	return 3
 }
 
-// BatchArray flattens B matrices of S×c into a B×S×c array.
+// BatchArray flattens B matrices of S×c into a B×S×c array. When they
+// are consecutive views of one slice (ref.NewBatch: a layer's output and
+// its input gradient), the array is that slice, not a copy: writing to
+// either changes both.
 func BatchArray(ms []*mat.Dense) *format.Array {
 	r, c := ms[0].Dims()
+	if v, ok := batchData(ms); ok {
+		return format.Float(v, len(ms), r, c)
+	}
 	v := make([]float64, 0, len(ms)*r*c)
 	for _, m := range ms {
 		for i := 0; i < r; i++ {
@@ -62,6 +68,25 @@ func BatchArray(ms []*mat.Dense) *format.Array {
 		}
 	}
 	return format.Float(v, len(ms), r, c)
+}
+
+// batchData returns the B×S×c slice that ms are consecutive views of,
+// and false if they are not.
+func batchData(ms []*mat.Dense) ([]float64, bool) {
+	r, c := ms[0].Dims()
+	n := r * c
+	first := ms[0].RawMatrix().Data
+	if n == 0 || cap(first) < len(ms)*n {
+		return nil, false
+	}
+	all := first[:len(ms)*n]
+	for b, m := range ms {
+		raw := m.RawMatrix()
+		if raw.Rows != r || raw.Cols != c || raw.Stride != c || &raw.Data[0] != &all[b*n] {
+			return nil, false
+		}
+	}
+	return all, true
 }
 
 // FieldArray flattens a B×S per-token field, writing 0 at padded positions

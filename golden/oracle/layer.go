@@ -49,7 +49,10 @@ func LayerCase(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, gap
 // LayerCaseOf is LayerCase with the gradients g of Σ dr.U·out at res's
 // decision already computed (ref.LayerForwardGradients makes res and g in
 // one forward pass): the case's loss is res's, which is what
-// ref.LayerForwardFrozen at res.Frozen computes, bit for bit.
+// ref.LayerForwardFrozen at res.Frozen computes, bit for bit. The case's
+// arrays share the storage of dr's parameters, of res.Out and g, and of
+// dr's input and upstream gradient where each is one flat batch
+// (BatchArray): nothing may write to them after.
 func LayerCaseOf(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, g *ref.LayerGrads, gaps []float64) (*format.Case, error) {
 	cfg := WrittenOut(s.Config)
 	m := &format.Manifest{
@@ -81,7 +84,7 @@ func LayerCaseOf(s LayerSpec, seed uint64, dr LayerDraw, res *ref.LayerResult, g
 	}
 	params := dr.P.Tensors("")
 	for _, t := range params {
-		b.Add("param."+t.Name, format.RoleParam, TensorArray(t), nil)
+		b.Add("param."+t.Name, format.RoleParam, format.Float(t.Data, t.Shape...), nil)
 	}
 	b.Add("upstream.out", format.RoleUpstream, BatchArray(dr.U), nil)
 

@@ -160,16 +160,26 @@ func Ints(a *format.Array) [][]int {
 // LoadParams copies the case's param.<prefix><Name> arrays into ts.
 func LoadParams(c *format.Case, ts []ref.Tensor) error {
 	for _, t := range ts {
-		a, err := c.Array("param." + t.Name)
+		v, err := paramValues(c, t.Name, len(t.Data))
 		if err != nil {
 			return err
 		}
-		if len(a.F) != len(t.Data) {
-			return fmt.Errorf("array %q has %d values, the configuration needs %d", "param."+t.Name, len(a.F), len(t.Data))
-		}
-		copy(t.Data, a.F)
+		copy(t.Data, v)
 	}
 	return nil
+}
+
+// paramValues are the values of the case's param.<name>, which the
+// configuration needs n of.
+func paramValues(c *format.Case, name string, n int) ([]float64, error) {
+	a, err := c.Array("param." + name)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.F) != n {
+		return nil, fmt.Errorf("array %q has %d values, the configuration needs %d", "param."+name, len(a.F), n)
+	}
+	return a.F, nil
 }
 
 // InputAndUpstream reads a layer-level case's input.x and upstream.out,
@@ -193,24 +203,34 @@ func inputAndUpstream(c *format.Case, split func(*format.Array) []*mat.Dense) (x
 // LayerDrawOf is a layer case's draw: its parameters, inputs and upstream
 // gradient, copied from the case.
 func LayerDrawOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
-	return layerDrawOf(c, s, Matrices)
-}
-
-// LayerDrawViewOf is LayerDrawOf with input.x and upstream.out as views of
-// the case's values (no copy), for a recomputation that reads them only:
-// at production shapes each copy is tens of MB per deviation emulated.
-// Nothing may write to them (finite differences perturb their input:
-// they take LayerDrawOf).
-func LayerDrawViewOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
-	return layerDrawOf(c, s, views)
-}
-
-func layerDrawOf(c *format.Case, s LayerSpec, split func(*format.Array) []*mat.Dense) (LayerDraw, error) {
 	var dr LayerDraw
 	dr.P = ref.NewLayerParams(s.Config, nil)
 	if err := LoadParams(c, dr.P.Tensors("")); err != nil {
 		return dr, err
 	}
+	return layerInputsOf(c, s, dr, Matrices)
+}
+
+// LayerDrawViewOf is LayerDrawOf with the parameters, input.x and
+// upstream.out as views of the case's values (no copy), for a
+// recomputation that reads them only: at production shapes each copy is
+// tens of MB per deviation emulated. Nothing may write to them (finite
+// differences perturb their input: they take LayerDrawOf).
+func LayerDrawViewOf(c *format.Case, s LayerSpec) (LayerDraw, error) {
+	var dr LayerDraw
+	var err error
+	dr.P, err = ref.LayerParamsOver(s.Config, func(name string, n int) ([]float64, error) {
+		return paramValues(c, name, n)
+	})
+	if err != nil {
+		return dr, err
+	}
+	return layerInputsOf(c, s, dr, views)
+}
+
+// layerInputsOf is dr with the case's inputs and upstream gradient, the
+// B×S×d ones split by split.
+func layerInputsOf(c *format.Case, s LayerSpec, dr LayerDraw, split func(*format.Array) []*mat.Dense) (LayerDraw, error) {
 	x, u, err := inputAndUpstream(c, split)
 	if err != nil {
 		return dr, err
