@@ -404,6 +404,10 @@ func flipDistance(c *format.Case, cand map[string]*format.Array, prefix, kind st
 				// other way (whose own distance is checked).
 			case d == 0 && !bd.causal && roundOffTie(c, cand, prefix, m.Row, p, other, routed):
 				tie = true
+			case d == 0 && !bd.causal && ownOrderKept(c, cand, prefix, m.Row, p, other, routed):
+				// On the boundary, and routed against every token flipped
+				// the other way as the candidate's own router weights and
+				// the tie rule route it.
 			default:
 				within = false
 			}
@@ -440,6 +444,41 @@ func tieRuleKept(bd boundary, m RowMismatch, p int) bool {
 		}
 	}
 	return highestIn < lowestOut
+}
+
+// ownOrderKept reports whether token p of row b of a top-k routed layer
+// (prefix), exactly on the truth's boundary, was decided against each
+// token of other (those flipped the other way) as the candidate's own
+// router weights, which it is judged on too, decide it: the token it
+// routed strictly above the one it left out, or equal to it at a lower
+// position (docs/spec.md §4), and by less than the near-tie margin. A
+// row whose truth's weights at the boundary are a whole group of equal
+// values (or a unit of float64 apart: one token repeated, as a vocabulary
+// of two makes it) is routed among them by round-off in any other
+// arithmetic: fuzz-24-44 (bf16 autocast, a model at d = 8) routed five
+// tokens of such a group of twelve differently from the truth, each pair
+// as its own bf16 weights order them. A candidate whose tie rule is wrong
+// fails it wherever its own weights tie.
+func ownOrderKept(c *format.Case, cand map[string]*format.Array, prefix string, b, p int, other []int, routed bool) bool {
+	seqLen := c.Manifest.Config.SeqLen
+	truth, mine := c.Arrays[prefix+"router_logits"], cand[format.CandidateName(prefix+"router_logits")]
+	if truth == nil || mine == nil || mine.F == nil || !slices.Equal(mine.Shape, truth.Shape) || len(truth.F) < (b+1)*seqLen || len(other) == 0 {
+		return false
+	}
+	own := mine.F[b*seqLen : (b+1)*seqLen]
+	for _, q := range other {
+		if q >= len(own) {
+			return false
+		}
+		in, out := p, q // the token the candidate routed, the one it left out
+		if routed {
+			in, out = q, p
+		}
+		if gap := own[in] - own[out]; !(gap > 0 || gap == 0 && in < out) || gap >= c.Manifest.Routing.Margin {
+			return false
+		}
+	}
+	return true
 }
 
 // roundOffTie reports whether token p of row b of a top-k routed layer

@@ -453,3 +453,44 @@ func TestJudgeFlipsTieKeptWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeFlipsOwnOrder: layer-ties' row 0 made a tie group of three at
+// the boundary (tokens 1, 3 and 7 equal, the truth routing 1) with token 2
+// routed a unit of float64 above it. A candidate that routes 7 in place
+// of 2 and leaves 3 out breaks the truth's tie order, which only its own
+// weights can explain: it is re-judged and passes when its own router
+// weights put 7 above 2, and fails when they are equal (7 is the higher
+// position) or put 2 first.
+func TestJudgeFlipsOwnOrder(t *testing.T) {
+	c := loadCase(t, "layer-ties")
+	c.Manifest.Routing.Margin = 0.3
+	r := c.Arrays["expected.router_logits"].F
+	sel := c.Arrays["expected.selected"]
+	k := sel.Shape[1]
+	if !slices.Equal(sel.I[:k], []int64{1, 2, 4, 5}) || r[1] != r[3] || r[7] >= r[1] {
+		t.Fatalf("layer-ties row 0: selected %v, weights %v: not the tie the test needs", sel.I[:k], r[:c.Manifest.Config.SeqLen])
+	}
+	r[7], r[2] = r[1], math.Nextafter(r[1], 1)
+	for _, x := range []struct {
+		what string
+		up   float64 // added to the candidate's own weight of 7 over its weight of 2
+		pass bool
+	}{
+		{"its own weights put 7 above 2", 0x1p-20, true},
+		{"its own weights equal, 7 the higher position", 0, false},
+		{"its own weights put 2 above 7", -0x1p-20, false},
+	} {
+		cand := expectedAsCandidate(c)
+		s := cand["selected"]
+		s.I[slices.Index(s.I[:k], 2)] = 7
+		slices.Sort(s.I[:k])
+		cand["targets"].F[7], cand["targets"].F[2] = 1, 0
+		at := truthAtFlip(t, c, cand)
+		own := at["router_logits"].F
+		own[7] = own[2] + x.up
+		res := judgeWithFlips(t, c, at)
+		if res.Flips == nil || (res.Flips.Verdict == FlipsRejudged) != x.pass {
+			t.Errorf("%s: pass %v, flips %+v; want re-judged %v", x.what, res.Pass, res.Flips, x.pass)
+		}
+	}
+}
