@@ -76,11 +76,9 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 	// ∂/∂x_j = (softmax(x)_j - 1[j = target]) · g / count
 	scale := float64(nd.out.Grad[0]) / float64(nd.count)
 	lse := nd.saved
-	if tp.sums32() {
-		tp.backwardCrossEntropy32(nd, float32(scale))
-		return
-	}
-	e := tp.f64(a.Cols)
+	// With float32 sums, each row as PyTorch computes it; else in float64.
+	as32, r := tp.sums32(), tp.storeOrKeep()
+	g, e := r(float32(scale)), tp.f64(a.Cols)
 	for i, c := range nd.idx {
 		if c == IgnoreIndex {
 			continue
@@ -89,6 +87,10 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 		da := a.Grad[i*a.Cols : (i+1)*a.Cols]
 		l := lse[0]
 		lse = lse[1:]
+		if as32 {
+			crossEntropyRow32(da, x, c, l, g, r)
+			continue
+		}
 		kernel.ExpShifted(e, x, l)
 		for j, p := range e {
 			if j == c {
@@ -99,36 +101,20 @@ func (tp *Tape) backwardCrossEntropy(nd *node) {
 	}
 }
 
-// backwardCrossEntropy32 is backwardCrossEntropy as PyTorch computes it
-// (log_softmax's backward after nll_loss's), each operation in float32 and
-// stored as Rounding.Store says: the log-probabilities o = x − lse stored,
-// p = exp(o) stored, p·g, and g subtracted from it at the target after the
+// crossEntropyRow32 adds a row's cross-entropy gradient to da as PyTorch
+// computes it (log_softmax's backward after nll_loss's), each operation in
+// float32 and stored by r: the log-probabilities o = x − lse stored, p =
+// exp(o) stored, p·g, and g subtracted from it at the target c after the
 // product, so that a row that predicts its target well (p ≈ 1) gets the
 // round-off of p·g, about one unit of g, not of the difference.
-func (tp *Tape) backwardCrossEntropy32(nd *node, scale float32) {
-	a := nd.a
-	r := tp.rounding.Store
-	if r == nil {
-		r = func(v float32) float32 { return v }
-	}
-	g := r(scale)
-	lse := nd.saved
-	for i, c := range nd.idx {
-		if c == IgnoreIndex {
-			continue
+func crossEntropyRow32(da, x []float32, c int, lse float64, g float32, r func(float32) float32) {
+	for j, v := range x {
+		o := r(float32(float64(v) - lse))
+		q := r(float32(r(float32(elem.Exp(float64(o)))) * g))
+		if j == c {
+			q = r(q - g)
 		}
-		x := a.Data[i*a.Cols : (i+1)*a.Cols]
-		da := a.Grad[i*a.Cols : (i+1)*a.Cols]
-		l := lse[0]
-		lse = lse[1:]
-		for j, v := range x {
-			o := r(float32(float64(v) - l))
-			q := r(float32(r(float32(elem.Exp(float64(o)))) * g))
-			if j == c {
-				q = r(q - g)
-			}
-			da[j] += q
-		}
+		da[j] += q
 	}
 }
 
@@ -201,10 +187,7 @@ func (tp *Tape) backwardBCE(nd *node) {
 		// rounded before t is subtracted, so that a token the logit
 		// predicts well (σ(x) ≈ t) gets the round-off of σ, about one
 		// unit of 1, not of the difference.
-		r := tp.rounding.Store
-		if r == nil {
-			r = func(v float32) float32 { return v }
-		}
+		r := tp.storeOrKeep()
 		g := r(float32(scale))
 		for i, v := range x.Data {
 			if len(nd.mask) > 0 && !nd.mask[i] {

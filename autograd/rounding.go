@@ -137,6 +137,15 @@ func (tp *Tape) storeGrad(t *Tensor) {
 	}
 }
 
+// storeOrKeep returns Rounding.Store, or when it is not set the identity
+// (a float32 value kept as it is).
+func (tp *Tape) storeOrKeep() func(float32) float32 {
+	if f := tp.rounding.Store; f != nil {
+		return f
+	}
+	return func(v float32) float32 { return v }
+}
+
 // sums32 reports whether reductions and losses sum in float32.
 func (tp *Tape) sums32() bool { return tp.rounding.Stats != StatsFloat64 }
 
