@@ -425,13 +425,9 @@ func TestJudgeFlipsRoundOffTieEveryRow(t *testing.T) {
 // 1 (the tie broken against the rule, its own weights equal) or in place
 // of 5, 1.05 above the boundary, fails.
 func TestJudgeFlipsTieKeptWhole(t *testing.T) {
-	c := loadCase(t, "layer-ties")
-	c.Manifest.Routing.Margin = 0.3
-	r := c.Arrays["expected.router_logits"].F
-	sel := c.Arrays["expected.selected"]
-	k := sel.Shape[1]
-	if !slices.Equal(sel.I[:k], []int64{1, 2, 4, 5}) || r[1] != r[3] || r[2]-r[1] >= 0.3 || r[5]-r[1] <= 0.3 {
-		t.Fatalf("layer-ties row 0: selected %v, weights %v: not the tie the test needs", sel.I[:k], r[:c.Manifest.Config.SeqLen])
+	c, r := tiedRow0(t)
+	if r[2]-r[1] >= 0.3 || r[5]-r[1] <= 0.3 {
+		t.Fatalf("layer-ties row 0: weights %v: not the gaps the test needs", r[:c.Manifest.Config.SeqLen])
 	}
 	for _, x := range []struct {
 		what    string
@@ -442,12 +438,7 @@ func TestJudgeFlipsTieKeptWhole(t *testing.T) {
 		{"the tie broken against the rule", 3, 1, false},
 		{"the tie routed whole, token 5 left out beyond the margin", 3, 5, false},
 	} {
-		cand := expectedAsCandidate(c)
-		s := cand["selected"]
-		s.I[slices.Index(s.I[:k], int64(x.out))] = int64(x.in)
-		slices.Sort(s.I[:k])
-		cand["targets"].F[x.in], cand["targets"].F[x.out] = 1, 0
-		res := judgeWithFlips(t, c, truthAtFlip(t, c, cand))
+		res := judgeWithFlips(t, c, truthAtFlip(t, c, routedInstead(c, x.in, x.out)))
 		if res.Pass != x.pass || res.Flips == nil || (res.Flips.Verdict == FlipsRejudged) != x.pass {
 			t.Errorf("%s: pass %v, flips %+v; want pass %v", x.what, res.Pass, res.Flips, x.pass)
 		}
@@ -462,13 +453,9 @@ func TestJudgeFlipsTieKeptWhole(t *testing.T) {
 // weights put 7 above 2, and fails when they are equal (7 is the higher
 // position) or put 2 first.
 func TestJudgeFlipsOwnOrder(t *testing.T) {
-	c := loadCase(t, "layer-ties")
-	c.Manifest.Routing.Margin = 0.3
-	r := c.Arrays["expected.router_logits"].F
-	sel := c.Arrays["expected.selected"]
-	k := sel.Shape[1]
-	if !slices.Equal(sel.I[:k], []int64{1, 2, 4, 5}) || r[1] != r[3] || r[7] >= r[1] {
-		t.Fatalf("layer-ties row 0: selected %v, weights %v: not the tie the test needs", sel.I[:k], r[:c.Manifest.Config.SeqLen])
+	c, r := tiedRow0(t)
+	if r[7] >= r[1] {
+		t.Fatalf("layer-ties row 0: weights %v: token 7 not below the tie", r[:c.Manifest.Config.SeqLen])
 	}
 	r[7], r[2] = r[1], math.Nextafter(r[1], 1)
 	for _, x := range []struct {
@@ -480,12 +467,7 @@ func TestJudgeFlipsOwnOrder(t *testing.T) {
 		{"its own weights equal, 7 the higher position", 0, false},
 		{"its own weights put 2 above 7", -0x1p-20, false},
 	} {
-		cand := expectedAsCandidate(c)
-		s := cand["selected"]
-		s.I[slices.Index(s.I[:k], 2)] = 7
-		slices.Sort(s.I[:k])
-		cand["targets"].F[7], cand["targets"].F[2] = 1, 0
-		at := truthAtFlip(t, c, cand)
+		at := truthAtFlip(t, c, routedInstead(c, 7, 2))
 		own := at["router_logits"].F
 		own[7] = own[2] + x.up
 		res := judgeWithFlips(t, c, at)
@@ -493,4 +475,32 @@ func TestJudgeFlipsOwnOrder(t *testing.T) {
 			t.Errorf("%s: pass %v, flips %+v; want re-judged %v", x.what, res.Pass, res.Flips, x.pass)
 		}
 	}
+}
+
+// tiedRow0 returns layer-ties under a margin of 0.3 (as a coarse
+// profile's) and its router weights, after checking what the tests of a
+// tie at row 0's boundary rely on: the truth routes tokens 1, 2, 4 and 5,
+// and 1 and 3 are exactly tied.
+func tiedRow0(t *testing.T) (*format.Case, []float64) {
+	t.Helper()
+	c := loadCase(t, "layer-ties")
+	c.Manifest.Routing.Margin = 0.3
+	r := c.Arrays["expected.router_logits"].F
+	sel := c.Arrays["expected.selected"]
+	if k := sel.Shape[1]; !slices.Equal(sel.I[:k], []int64{1, 2, 4, 5}) || r[1] != r[3] {
+		t.Fatalf("layer-ties row 0: selected %v, weights %v: not the tie the tests need", sel.I[:k], r[:c.Manifest.Config.SeqLen])
+	}
+	return c, r
+}
+
+// routedInstead returns the case's expected arrays as a candidate that
+// routes token in instead of out in row 0 of a layer case.
+func routedInstead(c *format.Case, in, out int) map[string]*format.Array {
+	cand := expectedAsCandidate(c)
+	s := cand["selected"]
+	k := s.Shape[1]
+	s.I[slices.Index(s.I[:k], int64(out))] = int64(in)
+	slices.Sort(s.I[:k])
+	cand["targets"].F[in], cand["targets"].F[out] = 1, 0
+	return cand
 }
